@@ -1,0 +1,192 @@
+"""The one error tree of HearthNet.
+
+Every failure that can cross the bus is a :class:`BusError` subclass carrying a
+wire ``code`` from the capability contract.  Errors travel as
+``{"error": code, "message": str, "retry_after_ms"?: int}`` and are rebuilt into
+the same class on the caller with :func:`error_from_wire`.
+
+Tree::
+
+    BusError                      (abstract root; code "internal_error")
+    ├── BadRequest                bad_request
+    │   └── ProtocolError         bad_request   (peer broke the wire protocol; link closes)
+    ├── SchemaMismatch            schema_mismatch
+    ├── Unauthorized              unauthorized
+    ├── Revoked                   revoked
+    ├── NotFound                  not_found
+    ├── NotImplementedCapability  not_implemented
+    ├── Timeout                   timeout
+    ├── Partition                 partition
+    ├── CapacityExceeded          capacity_exceeded
+    ├── RateLimited               rate_limited
+    ├── InvalidSignature          invalid_signature
+    ├── Expired                   expired
+    └── InternalError             internal_error
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "BadRequest",
+    "BusError",
+    "CapacityExceeded",
+    "ERROR_CODES",
+    "Expired",
+    "InternalError",
+    "InvalidSignature",
+    "NotFound",
+    "NotImplementedCapability",
+    "Partition",
+    "ProtocolError",
+    "RateLimited",
+    "Revoked",
+    "SchemaMismatch",
+    "Timeout",
+    "Unauthorized",
+    "error_from_wire",
+]
+
+
+class BusError(Exception):
+    """Root of every error that has a wire code."""
+
+    code: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, *, retry_after_ms: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_ms = retry_after_ms
+
+    def to_wire(self) -> dict[str, Any]:
+        """The error as the contract's ``{error, message, retry_after_ms?}`` map."""
+        out: dict[str, Any] = {"error": self.code, "message": self.message}
+        if self.retry_after_ms is not None:
+            out["retry_after_ms"] = int(self.retry_after_ms)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class BadRequest(BusError):
+    """The request is malformed or violates a documented limit."""
+
+    code = "bad_request"
+
+
+class ProtocolError(BadRequest):
+    """A peer sent bytes that break the wire protocol; the link is closed."""
+
+
+class SchemaMismatch(BusError):
+    """No provider offers a compatible version of the capability."""
+
+    code = "schema_mismatch"
+
+
+class Unauthorized(BusError):
+    """The caller's trust level is too low, or it is not a member at all."""
+
+    code = "unauthorized"
+
+
+class Revoked(BusError):
+    """The caller's membership has been revoked."""
+
+    code = "revoked"
+
+
+class NotFound(BusError):
+    """No such capability, corpus, blob or model."""
+
+    code = "not_found"
+
+
+class NotImplementedCapability(BusError):
+    """The capability exists in the contract but this node does not implement it."""
+
+    code = "not_implemented"
+
+
+class Timeout(BusError):
+    """The deadline passed before the call completed."""
+
+    code = "timeout"
+
+
+class Partition(BusError):
+    """The provider could not be reached (link lost, no provider connected)."""
+
+    code = "partition"
+
+
+class CapacityExceeded(BusError):
+    """The provider is at ``max_concurrent`` or over a quota; retry later."""
+
+    code = "capacity_exceeded"
+
+
+class RateLimited(BusError):
+    """The caller sends too fast; retry after ``retry_after_ms``."""
+
+    code = "rate_limited"
+
+
+class InvalidSignature(BusError):
+    """A signature did not verify."""
+
+    code = "invalid_signature"
+
+
+class Expired(BusError):
+    """A signed object (manifest, token) is past its validity."""
+
+    code = "expired"
+
+
+class InternalError(BusError):
+    """An unexpected failure; the message carries a trace id, never a Python repr."""
+
+    code = "internal_error"
+
+
+_BY_CODE: dict[str, type[BusError]] = {
+    cls.code: cls
+    for cls in (
+        BadRequest,
+        SchemaMismatch,
+        Unauthorized,
+        Revoked,
+        NotFound,
+        NotImplementedCapability,
+        Timeout,
+        Partition,
+        CapacityExceeded,
+        RateLimited,
+        InvalidSignature,
+        Expired,
+        InternalError,
+    )
+}
+
+ERROR_CODES: frozenset[str] = frozenset(_BY_CODE)
+
+
+def error_from_wire(payload: dict[str, Any]) -> BusError:
+    """Rebuild the error class named by ``payload['error']``.
+
+    An unknown code (a newer peer) becomes :class:`InternalError` with the code
+    kept in the message, so nothing is silently lost.
+    """
+    code = payload.get("error")
+    message = payload.get("message")
+    if not isinstance(message, str):
+        message = ""
+    retry = payload.get("retry_after_ms")
+    retry_after_ms = int(retry) if isinstance(retry, int) and not isinstance(retry, bool) else None
+    cls = _BY_CODE.get(code) if isinstance(code, str) else None
+    if cls is None:
+        return InternalError(f"unknown error code {code!r}: {message}", retry_after_ms=retry_after_ms)
+    return cls(message, retry_after_ms=retry_after_ms)

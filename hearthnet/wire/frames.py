@@ -1,0 +1,58 @@
+"""Length-prefixed frames: a 4-byte big-endian length, then that many bytes.
+
+The decoder is incremental and pure: feed it whatever bytes arrived, take out
+the complete frames.  A declared length over ``max_frame`` raises
+``ProtocolError`` *before* anything is buffered for it, so a hostile length
+never becomes an allocation.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from hearthnet.errors import ProtocolError
+
+HEADER = struct.Struct(">I")
+HEADER_LEN = HEADER.size
+DEFAULT_MAX_FRAME = 1 << 20  # 1 MiB: a 256 KiB blob chunk plus envelope fits with room
+
+
+def encode_frame(payload: bytes, *, max_frame: int = DEFAULT_MAX_FRAME) -> bytes:
+    """Prefix ``payload`` with its length; refuse to build an oversized frame."""
+    if len(payload) > max_frame:
+        raise ProtocolError(f"frame of {len(payload)} bytes exceeds the maximum of {max_frame}")
+    return HEADER.pack(len(payload)) + payload
+
+
+class FrameDecoder:
+    """Incremental frame splitter with a hard size cap."""
+
+    __slots__ = ("_buf", "_max_frame")
+
+    def __init__(self, *, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max_frame = max_frame
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add received bytes; return every frame now complete, in order."""
+        self._buf += data
+        frames: list[bytes] = []
+        buf = self._buf
+        offset = 0
+        while len(buf) - offset >= HEADER_LEN:
+            (length,) = HEADER.unpack_from(buf, offset)
+            if length > self._max_frame:
+                self._buf = bytearray()
+                raise ProtocolError(f"peer declared a frame of {length} bytes, maximum is {self._max_frame}")
+            end = offset + HEADER_LEN + length
+            if len(buf) < end:
+                break
+            frames.append(bytes(buf[offset + HEADER_LEN : end]))
+            offset = end
+        if offset:
+            del buf[:offset]
+        return frames
