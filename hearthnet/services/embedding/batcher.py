@@ -1,0 +1,158 @@
+"""Micro-batching across concurrent callers, without a background task.
+
+Callers queue their items and then take turns (one ``CapacityLimiter``
+token per concurrent inference) running *whatever is pending*, not only their
+own items: sixteen concurrent one-query calls become one batch.  A batch takes
+items round-robin across queued requests, each request's items shortest first,
+up to ``max_batch_items`` and ``max_batch_tokens`` padded tokens (rows x
+longest row), so one caller's 256 texts delay another caller by at most one
+bounded batch.  Inference runs in a worker thread via ``anyio.to_thread``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from hearthnet.errors import BusError, InternalError
+
+__all__ = ["MicroBatcher", "plan_batch"]
+
+T = TypeVar("T")
+RunBatch = Callable[[list[T]], npt.NDArray[np.float32]]
+
+
+class _Request(Generic[T]):
+    __slots__ = ("costs", "done", "error", "items", "next", "order", "out", "remaining")
+
+    def __init__(self, items: Sequence[tuple[T, int]], dim: int) -> None:
+        self.items = [item for item, _ in items]
+        self.costs = [max(1, int(cost)) for _, cost in items]
+        self.order = sorted(range(len(self.items)), key=self.costs.__getitem__)
+        self.next = 0
+        self.remaining = len(self.items)
+        self.out = np.zeros((len(self.items), dim), dtype=np.float32)
+        self.done = anyio.Event()
+        self.error: BusError | None = None
+
+    @property
+    def unscheduled(self) -> int:
+        return len(self.order) - self.next
+
+
+def plan_batch(
+    pending: deque[_Request[T]], *, max_items: int, max_tokens: int
+) -> list[tuple[_Request[T], int]]:
+    """Take the next batch from ``pending`` (pure bookkeeping, no I/O).
+
+    Round-robin over requests, shortest remaining item of each first; a
+    request leaves ``pending`` once all its items are taken.  The first item is
+    always taken, so an item longer than ``max_tokens`` still runs (alone).
+    """
+    batch: list[tuple[_Request[T], int]] = []
+    width = 0
+    progress = True
+    while progress and len(batch) < max_items:
+        progress = False
+        for req in list(pending):
+            if len(batch) >= max_items:
+                break
+            pos = req.order[req.next]
+            new_width = max(width, req.costs[pos])
+            if batch and new_width * (len(batch) + 1) > max_tokens:
+                continue
+            batch.append((req, pos))
+            width = new_width
+            req.next += 1
+            progress = True
+            if req.unscheduled == 0:
+                pending.remove(req)
+    if pending:
+        pending.rotate(-1)  # the next batch starts with another caller
+    return batch
+
+
+class MicroBatcher(Generic[T]):
+    """Combine concurrent ``submit`` calls into bounded batches for ``run_batch``.
+
+    ``run_batch(items) -> (len(items), dim) float32`` is blocking and runs in a
+    worker thread; it must be safe to call from ``limiter.total_tokens``
+    threads at once.
+    """
+
+    def __init__(
+        self,
+        run_batch: RunBatch[T],
+        *,
+        dim: int,
+        limiter: anyio.CapacityLimiter,
+        max_batch_items: int = 32,
+        max_batch_tokens: int = 2048,
+    ) -> None:
+        if max_batch_items < 1 or max_batch_tokens < 1:
+            raise ValueError("batch bounds must be positive")
+        self._run_batch = run_batch
+        self._dim = dim
+        self._limiter = limiter
+        self._max_items = max_batch_items
+        self._max_tokens = max_batch_tokens
+        self._pending: deque[_Request[T]] = deque()
+        self.batches_run = 0
+        """Count of ``run_batch`` calls (stats and tests)."""
+
+    async def submit(self, items: Sequence[tuple[T, int]]) -> npt.NDArray[np.float32]:
+        """``items`` are ``(item, cost)`` pairs; returns their vectors in the same order."""
+        req: _Request[T] = _Request(items, self._dim)
+        if not req.items:
+            return req.out
+        self._pending.append(req)
+        try:
+            while not req.done.is_set():
+                if req.unscheduled == 0:
+                    await req.done.wait()  # the rest is in flight on another caller's turn
+                    break
+                async with self._limiter:
+                    await self._run_one()
+        finally:
+            if req in self._pending:  # cancelled before all items ran: drop the rest
+                self._pending.remove(req)
+        if req.error is not None:
+            raise req.error
+        return req.out
+
+    async def _run_one(self) -> None:
+        batch = plan_batch(self._pending, max_items=self._max_items, max_tokens=self._max_tokens)
+        if not batch:
+            return
+        try:
+            rows = await anyio.to_thread.run_sync(self._run_batch, [r.items[pos] for r, pos in batch])
+            if rows.shape != (len(batch), self._dim):
+                raise InternalError(
+                    f"embedding batch returned shape {rows.shape}, expected ({len(batch)}, {self._dim})"
+                )
+        except Exception as exc:
+            err = (
+                exc
+                if isinstance(exc, BusError)
+                else InternalError(f"embedding inference failed: {type(exc).__name__}")
+            )
+            for req, _ in batch:
+                if req.error is None:
+                    req.error = err
+                if req in self._pending:
+                    self._pending.remove(req)
+                req.done.set()
+            return
+        finally:
+            self.batches_run += 1
+        # No checkpoint from here on: results reach their callers even if this task is being cancelled.
+        for (req, pos), row in zip(batch, rows, strict=True):
+            req.out[pos] = row
+            req.remaining -= 1
+            if req.remaining == 0 and req.error is None:
+                req.done.set()

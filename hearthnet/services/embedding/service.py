@@ -1,0 +1,229 @@
+"""``embed.text@1.0``: one registration per model this node serves.
+
+Input ``{texts: 1..256 strings (each <= 8192 chars), normalize = true}``;
+output ``{embeddings: f32le bytes (count x dim), dim, count, encoding}``;
+meta ``{model, ms, tokens, truncated}``.  The params predicate matches on the
+exact model name, so a corpus embedded with one model is never queried with
+another.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration, params_key_equals
+from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.services.embedding.backend import EmbeddingBackend
+from hearthnet.services.embedding.model_files import CHROMA_CACHE_DIR, ModelUnavailable, find_model_files
+from hearthnet.services.embedding.onnx_backend import OnnxEmbeddingBackend, OnnxSettings
+from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig, OpenAIEmbeddingBackend
+from hearthnet.services.embedding.vectors import ENCODING, pack_vectors
+
+__all__ = [
+    "CAPABILITY",
+    "MAX_TEXTS",
+    "MAX_TEXT_CHARS",
+    "EmbeddingConfig",
+    "EmbeddingService",
+    "embed_descriptor",
+    "validate_embed_input",
+]
+
+CAPABILITY = "embed.text"
+VERSION = (1, 0)
+MAX_TEXTS = 256
+MAX_TEXT_CHARS = 8192
+
+log = structlog.get_logger("hearthnet.embedding")
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    """What the node config decides about embeddings.
+
+    ``onnx=None`` disables the in-process model; ``model_dir`` pins where its
+    files are (otherwise: Python packages, then ChromaDB's cache).
+    """
+
+    onnx: OnnxSettings | None = field(default_factory=OnnxSettings)
+    model_dir: Path | None = None
+    chroma_cache_dir: Path = CHROMA_CACHE_DIR
+    extra_model_sha256: tuple[str, ...] = ()
+    extra_tokenizer_sha256: tuple[str, ...] = ()
+    openai: tuple[OpenAIBackendConfig, ...] = ()
+    max_concurrent: int = 16
+
+
+def validate_embed_input(input: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """``input`` -> ``(texts, normalize)``, or ``BadRequest`` saying what is wrong."""
+    if not isinstance(input, Mapping):
+        raise BadRequest("input must be a map {texts, normalize?}")
+    texts = input.get("texts")
+    if not isinstance(texts, list | tuple):
+        raise BadRequest("input.texts must be a list of 1..256 strings")
+    if not 1 <= len(texts) <= MAX_TEXTS:
+        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{MAX_TEXTS} per call")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
+        if len(text) > MAX_TEXT_CHARS:
+            raise BadRequest(
+                f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, split it"
+            )
+    normalize = input.get("normalize", True)
+    if not isinstance(normalize, bool):
+        raise BadRequest("input.normalize must be true or false")
+    return list(texts), normalize
+
+
+def embed_descriptor(
+    backend: EmbeddingBackend, *, max_concurrent: int, timeout_seconds: float
+) -> CapabilityDescriptor:
+    return CapabilityDescriptor(
+        name=CAPABILITY,
+        version=VERSION,
+        params={"model": backend.model, "dim": backend.dim, "max_tokens": backend.max_tokens},
+        max_concurrent=max_concurrent,
+        timeout_seconds=timeout_seconds,
+        idempotent=True,
+        description=f"{backend.model}: {backend.dim}-d text embeddings, window {backend.max_tokens} tokens",
+    )
+
+
+def make_handler(backend: EmbeddingBackend) -> Handler:
+    async def handle(ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        wanted = ctx.params.get("model")
+        if wanted is not None and wanted != backend.model:
+            raise NotFound(
+                f"embedding model {wanted!r:.80} is not served here (this provider: {backend.model})"
+            )
+        texts, normalize = validate_embed_input(ctx.input)
+        started = time.perf_counter()
+        with anyio.move_on_after(ctx.remaining()) as scope:
+            batch = await backend.embed(texts, normalize=normalize)
+        if scope.cancelled_caught:
+            raise Timeout(f"embedding {len(texts)} texts with {backend.model} passed the call's deadline")
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        log.debug("embed.text", trace_id=ctx.trace_id, model=backend.model, count=len(texts), ms=ms)
+        output = {
+            "embeddings": pack_vectors(batch.vectors),
+            "dim": backend.dim,
+            "count": len(texts),
+            "encoding": ENCODING,
+        }
+        meta = {"model": backend.model, "ms": ms, "tokens": batch.tokens, "truncated": batch.truncated}
+        return output, meta
+
+    return handle
+
+
+class EmbeddingService:
+    """Serves ``embed.text`` for each backend that could be started."""
+
+    name = "embedding"
+
+    def __init__(
+        self,
+        config: EmbeddingConfig | None = None,
+        *,
+        backends: Sequence[EmbeddingBackend] = (),
+    ) -> None:
+        """``backends`` are used as given (tests, custom backends); ``config`` builds more at ``start``."""
+        self.config = config or EmbeddingConfig(onnx=None)
+        self._given = list(backends)
+        self._backends: list[EmbeddingBackend] = []
+        self._unavailable: dict[str, str] = {}
+
+    @property
+    def backends(self) -> list[EmbeddingBackend]:
+        return list(self._backends)
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """Model name -> why it is not served and how to fix it."""
+        return dict(self._unavailable)
+
+    async def start(self) -> None:
+        cfg = self.config
+        backends: list[EmbeddingBackend] = list(self._given)
+        if cfg.onnx is not None:
+            try:
+                backends.append(await anyio.to_thread.run_sync(self._load_onnx, cfg.onnx))
+            except ModelUnavailable as exc:
+                self._unavailable[cfg.onnx.model_name] = exc.message
+                log.warning(
+                    "embedding model unavailable; embed.text not offered for it",
+                    model=cfg.onnx.model_name,
+                    reason=exc.message,
+                )
+        for oc in cfg.openai:
+            try:
+                backends.append(OpenAIEmbeddingBackend(oc))
+            except ValueError as exc:
+                self._unavailable[oc.model] = str(exc)
+                log.warning("embedding backend misconfigured", model=oc.model, reason=str(exc))
+        models = [b.model for b in backends]
+        dupes = {m for m in models if models.count(m) > 1}
+        if dupes:
+            for b in backends:
+                await b.aclose()
+            raise ValueError(f"two embedding backends serve the same model name: {sorted(dupes)}")
+        self._backends = backends
+
+    def _load_onnx(self, settings: OnnxSettings) -> OnnxEmbeddingBackend:
+        cfg = self.config
+        files = find_model_files(
+            cfg.model_dir,
+            chroma_cache_dir=cfg.chroma_cache_dir,
+            extra_model_sha256=cfg.extra_model_sha256,
+            extra_tokenizer_sha256=cfg.extra_tokenizer_sha256,
+        )
+        log.info("embedding model loaded", model=settings.model_name, source=files.source)
+        return OnnxEmbeddingBackend.load(files, settings)
+
+    def registrations(self) -> list[Registration]:
+        regs = []
+        for backend in self._backends:
+            regs.append(
+                Registration(
+                    descriptor=embed_descriptor(
+                        backend,
+                        max_concurrent=self.config.max_concurrent,
+                        timeout_seconds=_timeout_for(backend),
+                    ),
+                    handler=make_handler(backend),
+                    predicate=params_key_equals("model"),
+                )
+            )
+        return regs
+
+    async def stop(self) -> None:
+        backends, self._backends = self._backends, []
+        for backend in backends:
+            try:
+                await backend.aclose()
+            except (OSError, BusError) as exc:
+                log.warning("embedding backend close failed", model=backend.model, error=type(exc).__name__)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ok": bool(self._backends),
+            "models": [{"model": b.model, "dim": b.dim, "max_tokens": b.max_tokens} for b in self._backends],
+            "unavailable": dict(self._unavailable),
+        }
+
+
+def _timeout_for(backend: EmbeddingBackend) -> float:
+    if isinstance(backend, OpenAIEmbeddingBackend):
+        requests = -(-MAX_TEXTS // backend.config.max_texts_per_request)
+        return backend.timeout_seconds * requests + 5.0
+    # 256 full-window texts at the measured ~20 chunks/s take ~13 s alone; leave room for sharing the CPU.
+    return 60.0
