@@ -1,0 +1,403 @@
+"""The on-disk blob store, with real files in temporary directories."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hearthnet.blobs import BlobStore, CorruptBlob, Manifest, blob_cid, chunk_cid, manifest_for_bytes
+from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
+
+PDF_DIR = Path("/work/shared/data/pdfs")
+PDFS = sorted(PDF_DIR.glob("*.pdf"))
+SMALL = 64  # chunk size for tests that want many chunks from little data
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[BlobStore]:
+    with BlobStore(tmp_path / "blobs") as s:
+        yield s
+
+
+def small_store(root: Path, **kwargs: object) -> BlobStore:
+    return BlobStore(root, chunk_size=SMALL, **kwargs)  # type: ignore[arg-type]
+
+
+def chunk_files(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "chunks").rglob("*") if p.is_file())
+
+
+def flip_bit(path: Path, bit: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[(bit // 8) % len(data)] ^= 1 << (bit % 8)
+    path.write_bytes(bytes(data))
+
+
+# ---------------------------------------------------------------- round trips
+
+
+@pytest.mark.skipif(not PDFS, reason="shared PDF corpus not present")
+@pytest.mark.parametrize("pdf", PDFS, ids=[p.name for p in PDFS])
+def test_real_pdf_round_trip(store: BlobStore, pdf: Path, tmp_path: Path) -> None:
+    original = pdf.read_bytes()
+    manifest = store.put_file(pdf)
+    assert manifest.doc_cid == blob_cid(original)
+    assert manifest.size == len(original)
+    assert store.has_blob(manifest.doc_cid)
+    assert b"".join(store.iter_blob(manifest.doc_cid)) == original
+    assert store.read_blob(manifest.doc_cid) == original
+    out = tmp_path / "out.pdf"
+    store.export(manifest.doc_cid, out)
+    assert out.read_bytes() == original
+    assert store.get_manifest(manifest.doc_cid) == manifest
+
+
+@given(st.data())
+@settings(max_examples=40, deadline=None)
+def test_store_round_trip_random_sizes(data: st.DataObject) -> None:
+    edges = [0, 1, SMALL - 1, SMALL, SMALL + 1, 4 * SMALL - 1, 4 * SMALL, 4 * SMALL + 1]
+    size = data.draw(st.one_of(st.sampled_from(edges), st.integers(0, 10 * SMALL)))
+    payload = data.draw(st.binary(min_size=size, max_size=size))
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        src = root / "src.bin"
+        src.write_bytes(payload)
+        with small_store(root / "blobs") as store:
+            from_file = store.put_file(src)
+            from_bytes = store.put_bytes(payload)
+            assert from_file == from_bytes == manifest_for_bytes(payload, SMALL)
+            chunks = list(store.iter_blob(from_file.doc_cid))
+            assert b"".join(chunks) == payload
+            assert all(len(c) == SMALL for c in chunks[:-1])
+            assert store.usage_bytes() == sum(len(store.get_chunk(c)) for c in set(from_file.chunks))
+
+
+def test_empty_blob(store: BlobStore, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    manifest = store.put_file(empty)
+    assert manifest.chunks == () and manifest.doc_cid == blob_cid(b"")
+    assert store.has_blob(manifest.doc_cid)
+    assert list(store.iter_blob(manifest.doc_cid)) == []
+    store.export(manifest.doc_cid, tmp_path / "copy")
+    assert (tmp_path / "copy").read_bytes() == b""
+
+
+def test_peer_flow_manifest_then_chunks(tmp_path: Path) -> None:
+    payload = os.urandom(5 * SMALL + 3)
+    manifest = Manifest.from_wire(manifest_for_bytes(payload, SMALL).to_wire())
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(manifest)
+        assert not store.has_blob(manifest.doc_cid)
+        assert store.missing_chunks(manifest) == list(manifest.chunks)
+        with pytest.raises(BadRequest, match="missing"):
+            store.complete(manifest.doc_cid)
+        assert store.get_manifest(manifest.doc_cid) == manifest  # kept for the fetch to go on
+        pieces = [payload[i : i + SMALL] for i in range(0, len(payload), SMALL)]
+        for cid, piece in zip(manifest.chunks, pieces, strict=True):
+            assert store.put_chunk(cid, piece) is True
+        assert store.put_chunk(manifest.chunks[0], pieces[0]) is False
+        assert store.missing_chunks(manifest) == []
+        assert store.complete(manifest.doc_cid) == manifest
+        assert store.has_blob(manifest.doc_cid)
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+def test_complete_drops_a_manifest_that_does_not_reassemble(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b") as store:
+        a, b = b"a" * SMALL, b"b" * 5
+        bogus = Manifest(
+            doc_cid=blob_cid(b"something else"),
+            size=SMALL + 5,
+            chunk_size=SMALL,
+            chunks=(chunk_cid(a), chunk_cid(b)),
+        )
+        store.put_manifest(bogus)
+        store.put_chunk(chunk_cid(a), a)
+        store.put_chunk(chunk_cid(b), b)
+        with pytest.raises(BadRequest, match="reassemble"):
+            store.complete(bogus.doc_cid)
+        with pytest.raises(NotFound):
+            store.get_manifest(bogus.doc_cid)
+        assert not store.has_blob(bogus.doc_cid)
+        assert chunk_files(tmp_path / "b") == []
+
+
+# ---------------------------------------------------------------- verification
+
+
+@given(chunk_index=st.integers(0, 4), bit=st.integers(0, 8 * SMALL - 1))
+@settings(max_examples=25, deadline=None)
+def test_one_bit_flip_is_detected_quarantined_and_refetchable(chunk_index: int, bit: int) -> None:
+    payload = os.urandom(5 * SMALL)
+    with tempfile.TemporaryDirectory() as tmp, small_store(Path(tmp)) as store:
+        manifest = store.put_bytes(payload)
+        victim = manifest.chunks[chunk_index]
+        path = Path(tmp) / "chunks" / victim[7:9] / victim[9:11] / victim[7:]
+        flip_bit(path, bit)
+
+        with pytest.raises(CorruptBlob, match="quarantined") as info:
+            store.get_chunk(victim)
+        assert info.value.code == "not_found"
+        assert not store.has_chunk(victim)
+        assert not path.exists()
+        assert len(list((Path(tmp) / "quarantine").iterdir())) == 1
+        assert not store.has_blob(manifest.doc_cid)
+        assert store.missing_chunks(manifest) == [victim]
+
+        piece = payload[chunk_index * SMALL : (chunk_index + 1) * SMALL]
+        assert store.put_chunk(victim, piece) is True  # refetched from a peer
+        store.complete(manifest.doc_cid)
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+def test_iteration_never_serves_a_corrupt_chunk(tmp_path: Path) -> None:
+    payload = os.urandom(4 * SMALL)
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_bytes(payload)
+        flip_bit(chunk_files(tmp_path / "b")[0], 5)
+        served: list[bytes] = []
+        with pytest.raises(CorruptBlob):
+            served.extend(store.iter_blob(manifest.doc_cid))
+        assert all(chunk_cid(c) in manifest.chunks for c in served)
+        assert len(served) < len(manifest.chunks)
+
+
+def test_export_of_corrupt_blob_leaves_no_file(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    dest_dir = tmp_path / "out"
+    dest_dir.mkdir()
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_bytes(payload)
+        flip_bit(chunk_files(tmp_path / "b")[-1], 0)
+        with pytest.raises(CorruptBlob):
+            store.export(manifest.doc_cid, dest_dir / "doc.bin")
+    assert list(dest_dir.iterdir()) == []
+
+
+def test_wrong_cid_write_is_rejected_and_nothing_written(store: BlobStore) -> None:
+    data = b"payload"
+    with pytest.raises(BadRequest, match="does not match its id"):
+        store.put_chunk(blob_cid(b"other"), data)
+    with pytest.raises(BadRequest):
+        store.put_chunk("blake3:not-hex", data)
+    assert chunk_files(store.root) == []
+    assert list((store.root / "tmp").iterdir()) == []
+    assert store.usage_bytes() == 0
+    assert not store.has_chunk(blob_cid(b"other"))
+
+
+def test_truncated_chunk_is_rewritten_on_put(store: BlobStore) -> None:
+    data = os.urandom(1000)
+    cid = chunk_cid(data)
+    store.put_chunk(cid, data)
+    path = chunk_files(store.root)[0]
+    path.write_bytes(data[:10])
+    assert store.put_chunk(cid, data) is True
+    assert store.get_chunk(cid) == data
+
+
+def test_corrupt_manifest_file_is_reported(store: BlobStore) -> None:
+    manifest = store.put_bytes(b"some bytes")
+    path = next((store.root / "manifests").iterdir())
+    path.write_bytes(b"\xc1garbage")
+    with pytest.raises(CorruptBlob):
+        store.get_manifest(manifest.doc_cid)
+
+
+def test_unknown_things_are_not_found(store: BlobStore, tmp_path: Path) -> None:
+    cid = blob_cid(b"nothing")
+    with pytest.raises(NotFound):
+        store.get_manifest(cid)
+    with pytest.raises(NotFound):
+        store.get_chunk(cid)
+    with pytest.raises(NotFound):
+        store.read_blob(cid)
+    with pytest.raises(NotFound):
+        store.export(cid, tmp_path / "x")
+    with pytest.raises(NotFound):
+        store.pin(cid)
+    with pytest.raises(NotFound):
+        store.delete(cid)
+    assert not store.has_blob(cid)
+
+
+def test_read_blob_respects_max_bytes(store: BlobStore) -> None:
+    manifest = store.put_bytes(b"x" * 100)
+    with pytest.raises(BadRequest):
+        store.read_blob(manifest.doc_cid, max_bytes=99)
+    assert store.read_blob(manifest.doc_cid, max_bytes=100) == b"x" * 100
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+def test_list_and_delete_keep_shared_chunks(tmp_path: Path) -> None:
+    shared = os.urandom(SMALL)
+    with small_store(tmp_path / "b") as store:
+        one = store.put_bytes(shared + b"one", pin=True)
+        two = store.put_bytes(shared + b"two")
+        infos = {i.doc_cid: i for i in store.list()}
+        assert infos[one.doc_cid].pinned and infos[one.doc_cid].complete
+        assert not infos[two.doc_cid].pinned and infos[one.doc_cid].size == SMALL + 3
+        assert [i.doc_cid for i in store.list(one.doc_cid[:12])] == [one.doc_cid]
+        assert len(chunk_files(tmp_path / "b")) == 3
+        store.delete(one.doc_cid)
+        assert len(chunk_files(tmp_path / "b")) == 2
+        assert store.read_blob(two.doc_cid) == shared + b"two"
+        assert store.usage_bytes() == SMALL + 3
+
+
+def test_pinning_prevents_gc(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
+        pinned = store.put_bytes(os.urandom(6 * SMALL), pin=True)
+        loose = store.put_bytes(os.urandom(4 * SMALL))
+        store.cap_bytes = 5 * SMALL
+        assert store.gc() == [loose.doc_cid]
+        assert store.has_blob(pinned.doc_cid) and not store.has_blob(loose.doc_cid)
+        assert store.usage_bytes() == 6 * SMALL  # over the cap, but everything left is pinned
+        store.unpin(pinned.doc_cid)
+        assert store.gc() == [pinned.doc_cid]
+        assert store.usage_bytes() == 0
+
+
+def test_gc_evicts_least_recently_used_unpinned_first(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b") as store:
+        a = store.put_bytes(b"a" * SMALL)
+        b = store.put_bytes(b"b" * SMALL)
+        c = store.put_bytes(b"c" * SMALL)
+        d = store.put_bytes(b"d" * SMALL, pin=True)
+        # access order: b is now least recently used, then a, then c
+        store.read_blob(a.doc_cid)
+        store.get_chunk(c.chunks[0])
+        used = {i.doc_cid: i.last_used for i in store.list()}
+        assert used[b.doc_cid] < used[a.doc_cid] < used[c.doc_cid]
+        store.cap_bytes = 3 * SMALL
+        assert store.gc() == [b.doc_cid]
+        store.cap_bytes = SMALL
+        assert store.gc() == [a.doc_cid, c.doc_cid]
+        assert [i.doc_cid for i in store.list()] == [d.doc_cid]
+
+
+def test_quota_evicts_then_refuses(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
+        store.put_bytes(os.urandom(7 * SMALL), pin=True)
+        old = store.put_bytes(os.urandom(2 * SMALL))
+        fresh = store.put_bytes(os.urandom(3 * SMALL))  # evicts `old` to fit
+        assert not store.has_blob(old.doc_cid) and store.has_blob(fresh.doc_cid)
+        with pytest.raises(CapacityExceeded) as info:
+            store.check_quota(4 * SMALL)
+        assert info.value.code == "capacity_exceeded"
+        with pytest.raises(CapacityExceeded):
+            store.put_bytes(os.urandom(4 * SMALL))
+        store.check_quota(3 * SMALL)  # evicting `fresh` makes room
+        assert not store.has_blob(fresh.doc_cid)
+
+
+def test_gc_collects_stale_incomplete_manifests_and_orphans(tmp_path: Path) -> None:
+    now = [1000.0]
+    with small_store(tmp_path / "b", stale_after_s=60, clock=lambda: now[0]) as store:
+        partial = manifest_for_bytes(os.urandom(3 * SMALL), SMALL)
+        store.put_manifest(partial)
+        orphan = b"lonely chunk"
+        store.put_chunk(chunk_cid(orphan), orphan)
+        store.put_manifest(manifest_for_bytes(b"z" * SMALL, SMALL), pin=True)  # pinned: kept
+        assert store.gc() == []
+        now[0] += 61
+        assert store.gc() == [partial.doc_cid]
+        assert not store.has_chunk(chunk_cid(orphan))
+        assert len(store.list()) == 1
+
+
+def test_reopen_recovers_index_and_cleans_tmp(tmp_path: Path) -> None:
+    root = tmp_path / "b"
+    with small_store(root) as store:
+        manifest = store.put_bytes(os.urandom(3 * SMALL), pin=True)
+    (root / "tmp" / "w-leftover").write_bytes(b"half a chunk")
+    chunk_files(root)[1].unlink()
+    with small_store(root) as store:
+        assert list((root / "tmp").iterdir()) == []
+        assert not store.has_blob(manifest.doc_cid)
+        assert len(store.missing_chunks(manifest)) == 1
+        assert store.usage_bytes() == 2 * SMALL
+        assert store.list()[0].pinned
+
+
+def test_concurrent_put_file_of_the_same_file(tmp_path: Path) -> None:
+    src = tmp_path / "src.bin"
+    payload = os.urandom(40 * SMALL + 7)
+    src.write_bytes(payload)
+    with small_store(tmp_path / "b") as store:
+        results: list[Manifest] = []
+        errors: list[BaseException] = []
+        barrier = threading.Barrier(4)
+
+        def worker() -> None:
+            try:
+                barrier.wait()
+                results.append(store.put_file(src))
+                assert store.read_blob(results[-1].doc_cid) == payload
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len({m.manifest_id for m in results}) == 1
+        assert store.read_blob(results[0].doc_cid) == payload
+        assert store.usage_bytes() == len(payload)
+        assert len(chunk_files(tmp_path / "b")) == 41
+        assert list((tmp_path / "b" / "tmp").iterdir()) == []
+
+
+@pytest.mark.slow
+def test_200_mb_blob_keeps_memory_bounded(tmp_path: Path) -> None:
+    src = tmp_path / "big.bin"
+    block = os.urandom(1024 * 1024)
+    with open(src, "wb") as f:
+        for i in range(200):
+            f.write(i.to_bytes(4, "big") + block[4:])
+    with BlobStore(tmp_path / "b") as store:
+        tracemalloc.start()
+        try:
+            manifest = store.put_file(src)
+            total = 0
+            for chunk in store.iter_blob(manifest.doc_cid):
+                total += len(chunk)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert total == 200 * 1024 * 1024 == manifest.size
+        assert peak < 16 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB"
+
+
+def test_oversized_chunk_file_is_quarantined_without_reading_it_all(store: BlobStore) -> None:
+    data = b"small chunk"
+    cid = chunk_cid(data)
+    store.put_chunk(cid, data)
+    path = chunk_files(store.root)[0]
+    with open(path, "wb") as f:
+        f.truncate(8 * 1024 * 1024)
+    with pytest.raises(CorruptBlob):
+        store.get_chunk(cid)
+    assert not store.has_chunk(cid)
+
+
+def test_chunk_put_without_manifest_is_readable(store: BlobStore) -> None:
+    data = os.urandom(300)
+    cid = chunk_cid(data)
+    assert store.put_chunk(cid, data) is True
+    assert store.has_chunk(cid)
+    assert store.get_chunk(cid) == data
+    assert store.usage_bytes() == 300
