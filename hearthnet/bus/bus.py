@@ -1,0 +1,542 @@
+"""The capability bus: register handlers, call capabilities here or on peers.
+
+The bus owns no sockets: the peer manager hands it authenticated links
+(``attach``) and the bus runs a :class:`PeerSession` on each.  Calls go to the
+best provider (``Router``), deadlines travel with them, idempotent calls are
+retried on the next provider, and over ``max_concurrent`` a handler answers
+``capacity_exceeded`` with a retry hint instead of queueing without bound.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from hearthnet.bus.api import CallStream, ProviderInfo
+from hearthnet.bus.context import CallContext, CallResult
+from hearthnet.bus.contexts import LocalCallContext, RemoteCallContext
+from hearthnet.bus.descriptors import (
+    CapabilityDescriptor,
+    Registration,
+    Version,
+    parse_version,
+)
+from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
+from hearthnet.bus.registry import Registry
+from hearthnet.bus.router import Router
+from hearthnet.bus.session import IncomingCall, OutgoingCall, PeerSession
+from hearthnet.bus.stats import StatsBook
+from hearthnet.community.levels import Level
+from hearthnet.errors import (
+    BadRequest,
+    BusError,
+    CapacityExceeded,
+    InternalError,
+    NotFound,
+    Partition,
+    SchemaMismatch,
+    Timeout,
+    Unauthorized,
+)
+from hearthnet.identity import Identity
+from hearthnet.transport.link import Link
+
+log = structlog.get_logger("hearthnet.bus")
+
+LevelOf = Callable[[str], Level | None]
+ControlCallback = Callable[[PeerSession, dict[str, Any]], Awaitable[None]]
+SessionCallback = Callable[[PeerSession], Awaitable[None]]
+
+_HEALTH_NEUTRAL = ("bad_request", "unauthorized", "not_found", "schema_mismatch", "capacity_exceeded")
+_RETRYABLE = ("partition", "timeout", "capacity_exceeded", "internal_error", "not_found")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _version_text(v: Version) -> str:
+    return f"{v[0]}.{v[1]}"
+
+
+class CapabilityBus:
+    """Registry + router + sessions of one node."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        *,
+        level_of: LevelOf,
+        community_id: Callable[[], str | None],
+        name: str = "",
+        addresses: Callable[[], list[str]] = list,
+    ) -> None:
+        self.identity = identity
+        self._level_of = level_of
+        self._community_id = community_id
+        self.name = name
+        self._addresses = addresses
+        self.registry = Registry(identity.node_id)
+        self.router = Router()
+        self.stats = StatsBook()
+        self.sessions: dict[str, PeerSession] = {}
+        self._control: dict[str, ControlCallback] = {}
+        self._on_session_up: list[SessionCallback] = []
+        self._on_session_down: list[SessionCallback] = []
+        self._manifest_seq = 0
+        self._announced = -1
+        self._announce_event = anyio.Event()
+
+    # identity -----------------------------------------------------------------
+    @property
+    def node_id(self) -> str:
+        return self.identity.node_id
+
+    # registration ---------------------------------------------------------------
+    def register(self, registration: Registration) -> None:
+        self.registry.add_local(registration)
+        self._announce_event.set()
+
+    def unregister(self, name: str, params: Mapping[str, Any]) -> None:
+        self.registry.remove_local(name, params)
+        self._announce_event.set()
+
+    def on_control(self, message_type: str, callback: ControlCallback) -> None:
+        self._control[message_type] = callback
+
+    def on_session_up(self, callback: SessionCallback) -> None:
+        self._on_session_up.append(callback)
+
+    def on_session_down(self, callback: SessionCallback) -> None:
+        self._on_session_down.append(callback)
+
+    def providers(
+        self, capability: str, version: Version = (1, 0), params: Mapping[str, Any] | None = None
+    ) -> list[ProviderInfo]:
+        return self.registry.providers(capability, version, dict(params or {}))
+
+    # sessions -----------------------------------------------------------------
+    async def attach(self, link: Link) -> None:
+        """Serve one authenticated link until it closes (run it in a task)."""
+        session = PeerSession(link, dispatcher=self._dispatch_remote, on_control=self._handle_control)
+        old = self.sessions.get(link.peer_id)
+        self.sessions[link.peer_id] = session
+        if old is not None:
+            await old.aclose()
+        log.info("peer_up", peer=link.peer_id, address=link.remote_address)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._session_run_then_cancel, session, tg.cancel_scope)
+                await session.send_quiet({"t": "manifest", "manifest": self._signed_manifest()})
+        finally:
+            if self.sessions.get(link.peer_id) is session:
+                del self.sessions[link.peer_id]
+                self.registry.drop_remote(link.peer_id)
+                self.router.forget(link.peer_id)
+            log.info("peer_down", peer=link.peer_id, reason=session.close_reason or "closed")
+            with anyio.CancelScope(shield=True):
+                for cb in self._on_session_down:
+                    try:
+                        await cb(session)
+                    except Exception:  # a callback's failure must not hide the link's end
+                        log.exception("session_down_callback_failed", peer=link.peer_id)
+
+    async def _session_run_then_cancel(self, session: PeerSession, scope: anyio.CancelScope) -> None:
+        await session.run()
+        scope.cancel()
+
+    async def disconnect(self, node_id: str) -> None:
+        session = self.sessions.get(node_id)
+        if session is not None:
+            await session.aclose()
+
+    # manifests ------------------------------------------------------------------
+    def _signed_manifest(self) -> dict[str, Any]:
+        self._manifest_seq += 1
+        descriptors = [r.descriptor for r in self.registry.local()]
+        return sign_manifest(
+            self.identity,
+            community_id=self._community_id() or "",
+            seq=self._manifest_seq,
+            now_ms=_now_ms(),
+            name=self.name,
+            addresses=self._addresses(),
+            capabilities=descriptors,
+        )
+
+    async def run_announcer(self, *, refresh_seconds: float = MANIFEST_TTL_MS / 3000) -> None:
+        """Push a fresh manifest to every peer when capabilities change and periodically."""
+        while True:
+            with anyio.move_on_after(refresh_seconds):
+                await self._announce_event.wait()
+            self._announce_event = anyio.Event()
+            self.registry.expire(_now_ms())
+            if self.sessions:
+                message = {"t": "manifest", "manifest": self._signed_manifest()}
+                for session in list(self.sessions.values()):
+                    await session.send_quiet(message)
+
+    async def _handle_control(self, session: PeerSession, msg: dict[str, Any]) -> None:
+        t = msg.get("t")
+        if t == "manifest":
+            wire = msg.get("manifest")
+            if not isinstance(wire, dict):
+                return
+            try:
+                manifest = verify_manifest(
+                    wire, peer_id=session.peer_id, community_id=self._community_id() or "", now_ms=_now_ms()
+                )
+            except BusError as exc:
+                log.warning("manifest_rejected", peer=session.peer_id, code=exc.code, reason=exc.message)
+                return
+            self.registry.set_remote(manifest)
+            if not session.manifest_seen:
+                # The peer is usable once we know what it offers: only now run the "up" callbacks.
+                session.manifest_seen = True
+                for cb in self._on_session_up:
+                    session.spawn(cb, session)
+            return
+        callback = self._control.get(str(t))
+        if callback is not None:
+            await callback(session, msg)
+
+    # serving ----------------------------------------------------------------------
+    def _caller_level(self, node_id: str) -> Level | None:
+        if node_id == self.node_id:
+            return Level.ANCHOR  # the node's owner acting on their own node
+        return self._level_of(node_id)
+
+    def _resolve(
+        self, capability: str, version: Version, params: Mapping[str, Any], *, remote_caller: bool
+    ) -> Registration:
+        reg = self.registry.find_local(capability, version, params, remote_caller=remote_caller)
+        if reg is not None:
+            return reg
+        names = [r.descriptor for r in self.registry.local() if r.descriptor.name == capability]
+        if remote_caller:
+            names = [d for d in names if not d.local_only]
+        if names and not any(d.version[0] == version[0] and d.version[1] >= version[1] for d in names):
+            offered = ", ".join(d.ref for d in names)
+            raise SchemaMismatch(f"{capability}@{_version_text(version)} not offered here (have {offered})")
+        raise NotFound(f"no provider of {capability}@{_version_text(version)} for these params on this node")
+
+    async def _dispatch_remote(self, session: PeerSession, inc: IncomingCall) -> None:
+        req = inc.request
+        started = time.perf_counter()
+        ref = f"{req.capability}@{req.version}"
+        error: BusError | None = None
+        result: CallResult | None = None
+        stats = None
+        try:
+            version = parse_version(req.version)
+            reg = self._resolve(req.capability, version, req.params, remote_caller=True)
+            stats = self.stats.get(reg.descriptor.ref)
+            level = self._caller_level(session.peer_id)
+            self._check_trust(reg.descriptor, level, session.peer_id)
+            assert level is not None
+            ctx = RemoteCallContext(
+                inc,
+                version=version,
+                caller_level=level,
+                deadline=anyio.current_time() + req.deadline_ms / 1000,
+            )
+            with inc.scope:
+                result = await self._invoke(reg, ctx, stats)
+            if inc.scope.cancelled_caught:
+                return  # the caller cancelled: it expects no answer
+        except BusError as exc:
+            error = exc
+            if stats is None:
+                self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
+        if error is not None:
+            await session.send_quiet({"t": "error", "id": req.id, **error.to_wire()})
+        elif result is not None:
+            await session.send_quiet({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})
+
+    def _check_trust(self, d: CapabilityDescriptor, level: Level | None, caller: str) -> None:
+        if level is None:
+            raise Unauthorized(f"{caller} is not a member of this community")
+        if level < d.trust_required:
+            raise Unauthorized(f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}")
+
+    async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult:
+        """Run a handler under its concurrency limit and deadline; map every failure to a BusError."""
+        d = reg.descriptor
+        if stats.in_flight >= d.max_concurrent:
+            retry = int(max(10.0, stats.p50_ms()))
+            stats.record(0.0, "capacity_exceeded")
+            raise CapacityExceeded(
+                f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls", retry_after_ms=retry
+            )
+        stats.in_flight += 1
+        started = time.perf_counter()
+        code: str | None = None
+        try:
+            remaining = ctx.deadline - anyio.current_time()
+            if remaining <= 0:
+                raise Timeout(f"deadline passed before {d.ref} started")
+            try:
+                with anyio.fail_after(remaining):
+                    value = await reg.handler(ctx)
+            except TimeoutError as exc:
+                raise Timeout(f"{d.ref} did not finish within its deadline") from exc
+            output, meta = value if isinstance(value, tuple) else (value, {})
+            meta = dict(meta)
+            meta.setdefault("ms", round((time.perf_counter() - started) * 1000, 3))
+            return CallResult(output, meta, self.node_id)
+        except BusError as exc:
+            code = exc.code
+            raise
+        except Exception as exc:
+            code = "internal_error"
+            log.exception("handler_failed", capability=d.ref, trace_id=ctx.trace_id)
+            raise InternalError(f"internal error in {d.ref} (trace_id={ctx.trace_id})") from exc
+        finally:
+            stats.in_flight -= 1
+            stats.record((time.perf_counter() - started) * 1000, code)
+
+    # calling ----------------------------------------------------------------------
+    def _candidates(
+        self, capability: str, version: Version, params: Mapping[str, Any], provider: str | None
+    ) -> list[ProviderInfo]:
+        candidates = self.registry.providers(capability, version, params)
+        if provider is not None:
+            candidates = [c for c in candidates if c.node_id == provider]
+            if not candidates:
+                if provider != self.node_id and provider not in self.sessions:
+                    raise Partition(f"node {provider} is not connected")
+                raise NotFound(f"{provider} offers no {capability}@{_version_text(version)} for these params")
+        if not candidates:
+            raise NotFound(f"no provider of {capability}@{_version_text(version)} for params {dict(params)}")
+        local_saturated = False
+        for c in candidates:
+            if c.is_local:
+                stats = self.stats.get(c.descriptor.ref)
+                local_saturated = stats.in_flight >= c.descriptor.max_concurrent
+        return self.router.order(candidates, capability, now=anyio.current_time(), local_saturated=local_saturated)
+
+    async def call(
+        self,
+        capability: str,
+        version: Version = (1, 0),
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+        trace_id: str | None = None,
+    ) -> CallResult:
+        """Call the best provider; retry an idempotent call on the next one."""
+        params_d, input_d = dict(params or {}), dict(input or {})
+        candidates = self._candidates(capability, version, params_d, provider)
+        budget = timeout if timeout is not None else candidates[0].descriptor.timeout_seconds
+        deadline = anyio.current_time() + budget
+        trace = trace_id or secrets.token_hex(8)
+        last: BusError | None = None
+        for attempt, cand in enumerate(candidates):
+            if attempt and (last is None or last.code not in _RETRYABLE or not cand.descriptor.idempotent):
+                break
+            if anyio.current_time() >= deadline:
+                break
+            try:
+                return await self._call_one(cand, capability, version, params_d, input_d, deadline, trace)
+            except BusError as exc:
+                last = exc
+                log.info("call_failed", capability=capability, provider=cand.node_id, code=exc.code, trace_id=trace)
+        if last is None:
+            last = Timeout(f"{capability} deadline passed before any provider answered")
+        raise last
+
+    async def _call_one(
+        self,
+        cand: ProviderInfo,
+        capability: str,
+        version: Version,
+        params: dict[str, Any],
+        input: dict[str, Any],
+        deadline: float,
+        trace_id: str,
+    ) -> CallResult:
+        if cand.is_local:
+            reg = self._resolve(capability, version, params, remote_caller=False)
+            ctx = LocalCallContext(
+                capability=capability,
+                version=version,
+                params=params,
+                input=input,
+                caller=self.node_id,
+                caller_level=Level.ANCHOR,
+                deadline=deadline,
+                trace_id=trace_id,
+                stream=False,
+            )
+            return await self._invoke(reg, ctx, self.stats.get(reg.descriptor.ref))
+        session = self.sessions.get(cand.node_id)
+        if session is None:
+            raise Partition(f"node {cand.node_id} is not connected")
+        self.router.started(cand.node_id, capability)
+        started = anyio.current_time()
+        call: OutgoingCall | None = None
+        try:
+            remaining = deadline - started
+            call = await session.request(
+                capability,
+                _version_text(version),
+                params,
+                input,
+                deadline_ms=max(1, int(remaining * 1000)),
+                trace_id=trace_id,
+                stream=False,
+            )
+            with anyio.fail_after(max(0.0, deadline - anyio.current_time()) + 0.05):
+                result = await call.result.wait()
+        except TimeoutError as exc:
+            if call is not None:
+                await call.cancel()
+            self.router.record_failure(cand.node_id, capability, now=anyio.current_time(), counts=True)
+            raise Timeout(f"{capability} on {cand.node_id} did not answer within the deadline") from exc
+        except BusError as exc:
+            self.router.record_failure(
+                cand.node_id, capability, now=anyio.current_time(), counts=exc.code not in _HEALTH_NEUTRAL
+            )
+            raise
+        except BaseException:
+            if call is not None:
+                with anyio.CancelScope(shield=True):
+                    await call.cancel()
+            self.router.record_failure(cand.node_id, capability, now=anyio.current_time(), counts=False)
+            raise
+        self.router.record_success(cand.node_id, capability, (anyio.current_time() - started) * 1000)
+        return result
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        capability: str,
+        version: Version = (1, 0),
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+        trace_id: str | None = None,
+    ) -> AsyncIterator[CallStream]:
+        """A streamed call on the best provider (no retry: frames may already be consumed)."""
+        params_d, input_d = dict(params or {}), dict(input or {})
+        cand = self._candidates(capability, version, params_d, provider)[0]
+        budget = timeout if timeout is not None else cand.descriptor.timeout_seconds
+        deadline = anyio.current_time() + budget
+        trace = trace_id or secrets.token_hex(8)
+        if cand.is_local:
+            reg = self._resolve(capability, version, params_d, remote_caller=False)
+            ctx = LocalCallContext(
+                capability=capability,
+                version=version,
+                params=params_d,
+                input=input_d,
+                caller=self.node_id,
+                caller_level=Level.ANCHOR,
+                deadline=deadline,
+                trace_id=trace,
+                stream=True,
+            )
+            local = _LocalStream(ctx)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(local.run, self, reg)
+                try:
+                    yield local
+                finally:
+                    tg.cancel_scope.cancel()
+            return
+        session = self.sessions.get(cand.node_id)
+        if session is None:
+            raise Partition(f"node {cand.node_id} is not connected")
+        call = await session.request(
+            capability,
+            _version_text(version),
+            params_d,
+            input_d,
+            deadline_ms=max(1, int(budget * 1000)),
+            trace_id=trace,
+            stream=True,
+        )
+        remote = _RemoteStream(call, deadline)
+        try:
+            yield remote
+        finally:
+            if not call.result.done:
+                with anyio.CancelScope(shield=True):
+                    await call.cancel()
+
+
+class _LocalStream(CallStream):
+    def __init__(self, ctx: LocalCallContext) -> None:
+        self._ctx = ctx
+        self._result: CallResult | None = None
+        self._error: BusError | None = None
+        self._done = anyio.Event()
+
+    async def run(self, bus: CapabilityBus, reg: Registration) -> None:
+        try:
+            self._result = await bus._invoke(reg, self._ctx, bus.stats.get(reg.descriptor.ref))
+        except BusError as exc:
+            self._error = exc
+        finally:
+            self._ctx.frames_tx.close()
+            self._done.set()
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self._ctx.input_tx.send(frame)
+
+    async def end_input(self) -> None:
+        await self._ctx.input_tx.send(None)
+
+    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        async for frame in self._ctx.frames_rx:
+            yield frame
+
+    async def result(self) -> CallResult:
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+class _RemoteStream(CallStream):
+    def __init__(self, call: OutgoingCall, deadline: float) -> None:
+        self._call = call
+        self._deadline = deadline
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        await self._call.send_input(frame)
+
+    async def end_input(self) -> None:
+        await self._call.end_input()
+
+    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        with anyio.fail_after(max(0.0, self._deadline - anyio.current_time()) + 0.05):
+            async for frame in self._call.frames():
+                yield frame
+
+    async def result(self) -> CallResult:
+        try:
+            with anyio.fail_after(max(0.0, self._deadline - anyio.current_time()) + 0.05):
+                return await self._call.result.wait()
+        except TimeoutError as exc:
+            await self._call.cancel()
+            raise Timeout("streamed call did not finish within its deadline") from exc
+
+
+def check_input_keys(input: Mapping[str, Any], allowed: set[str]) -> None:
+    """Reject unknown input fields with ``bad_request`` (helps catch typos)."""
+    unknown = sorted(set(input) - allowed)
+    if unknown:
+        raise BadRequest(f"unknown input field(s): {', '.join(unknown)}")

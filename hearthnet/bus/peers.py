@@ -1,0 +1,267 @@
+"""Keeps one authenticated link to every reachable member.
+
+Accepts inbound links, dials members it knows an address for, and resolves
+the race when two nodes dial each other at once: of two links between the
+same pair, the one initiated by the smaller node id wins, so both sides keep
+the same link.  Addresses come from the bootstrap peer, from peers' signed
+manifests, and from ``peers`` messages (the addresses of their neighbours).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.session import PeerSession
+from hearthnet.errors import BusError, ProtocolError
+from hearthnet.identity import Identity
+from hearthnet.transport.link import Admit, Link, accept_link, open_link
+from hearthnet.transport.tcp import create_listener, listener_port
+
+log = structlog.get_logger("hearthnet.peers")
+
+MAX_BACKOFF = 15.0
+_MAX_ADDRESSES_PER_PEER = 8
+
+
+@dataclass
+class _DialState:
+    failures: int = 0
+    next_try: float = 0.0
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"not a host:port address: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+class PeerManager:
+    def __init__(
+        self,
+        bus: CapabilityBus,
+        identity: Identity,
+        *,
+        community_id: Callable[[], str | None],
+        admit: Admit,
+        is_member: Callable[[str], bool],
+        listen_host: str,
+        listen_port: int,
+        advertise_host: str | None = None,
+        max_frame: int,
+        handshake_timeout: float = 5.0,
+    ) -> None:
+        self._bus = bus
+        self._identity = identity
+        self._community_id = community_id
+        self._admit = admit
+        self._is_member = is_member
+        self._listen_host = listen_host
+        self._listen_port = listen_port
+        self._advertise_host = advertise_host or listen_host
+        self._max_frame = max_frame
+        self._handshake_timeout = handshake_timeout
+        self.bound_port: int | None = None
+        self._address_book: dict[str, list[str]] = {}
+        self._bootstrap: set[str] = set()
+        self._dial: dict[str, _DialState] = {}
+        self._dialing: set[str] = set()
+        self._wake = anyio.Event()
+        self._links: dict[str, Link] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        bus.on_control("peers", self._on_peers)
+        bus.on_session_up(self._send_peers)
+        bus.on_session_down(self._after_down)
+
+    # addresses ---------------------------------------------------------------
+    def addresses(self) -> list[str]:
+        if self.bound_port is None:
+            return []
+        return [f"{self._advertise_host}:{self.bound_port}"]
+
+    def add_bootstrap(self, node_id: str, address: str) -> None:
+        """A peer we may dial before our log says it is a member (the inviter)."""
+        self._bootstrap.add(node_id)
+        self.add_address(node_id, address)
+
+    def add_address(self, node_id: str, address: str) -> None:
+        if node_id == self._identity.node_id:
+            return
+        try:
+            parse_address(address)
+        except ValueError:
+            return
+        known = self._address_book.setdefault(node_id, [])
+        if address in known:
+            return
+        known.insert(0, address)
+        del known[_MAX_ADDRESSES_PER_PEER:]
+        self._dial.pop(node_id, None)
+        self.wake()
+
+    def known_addresses(self) -> dict[str, list[str]]:
+        book = {k: list(v) for k, v in self._address_book.items()}
+        for node_id, manifest in self._bus.registry.remote_nodes().items():
+            for a in manifest.addresses:
+                if a not in book.setdefault(node_id, []):
+                    book[node_id].append(a)
+        return book
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # running -----------------------------------------------------------------
+    async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
+        listener = await create_listener(self._listen_host, self._listen_port)
+        self.bound_port = listener_port(listener)
+        log.info("listening", host=self._listen_host, port=self.bound_port)
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._accept_loop, listener)
+            tg.start_soon(self._dial_loop)
+            task_status.started(self.bound_port)
+
+    async def _accept_loop(self, listener: Any) -> None:
+        async with listener:
+            await listener.serve(self._handle_inbound)
+
+    async def _handle_inbound(self, stream: anyio.abc.SocketStream) -> None:
+        try:
+            host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]
+            remote = f"{host}:{port}"
+        except (KeyError, TypeError, ValueError, anyio.TypedAttributeLookupError):
+            remote = "?"
+        community = self._community_id()
+        if community is None:
+            await stream.aclose()
+            return
+        try:
+            link = await accept_link(
+                stream,
+                identity=self._identity,
+                community_id=community,
+                admit=self._admit,
+                remote_address=remote,
+                max_frame=self._max_frame,
+                handshake_timeout=self._handshake_timeout,
+            )
+        except BusError as exc:
+            log.info("inbound_refused", address=remote, code=exc.code, reason=exc.message)
+            await stream.aclose()
+            return
+        except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await stream.aclose()
+            return
+        await self._serve(link)
+
+    def _prefer(self, link: Link) -> bool:
+        """Whether ``link`` should replace an existing link to the same peer."""
+        low = min(self._identity.node_id, link.peer_id)
+        new_by_low = (self._identity.node_id if link.initiator else link.peer_id) == low
+        old = self._links.get(link.peer_id)
+        if old is None or old.closed:
+            return True
+        old_by_low = (self._identity.node_id if old.initiator else old.peer_id) == low
+        return new_by_low or not old_by_low
+
+    async def _serve(self, link: Link) -> None:
+        if not self._prefer(link):
+            await link.aclose()
+            return
+        self._links[link.peer_id] = link
+        try:
+            await self._bus.attach(link)
+        except Exception:
+            # A fault on one link must never take the node down.
+            log.exception("link_failed", peer=link.peer_id)
+        finally:
+            if self._links.get(link.peer_id) is link:
+                del self._links[link.peer_id]
+
+    async def _dial_loop(self) -> None:
+        while True:
+            with anyio.move_on_after(1.0):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            community = self._community_id()
+            if community is None:
+                continue
+            now = anyio.current_time()
+            for node_id, addresses in self.known_addresses().items():
+                if node_id in self._bus.sessions or node_id in self._dialing or not addresses:
+                    continue
+                if not self._is_member(node_id) and node_id not in self._bootstrap:
+                    continue
+                state = self._dial.setdefault(node_id, _DialState())
+                if state.next_try > now:
+                    continue
+                self._dialing.add(node_id)
+                assert self._tg is not None
+                self._tg.start_soon(self._dial_one, node_id, list(addresses), community)
+
+    async def _dial_one(self, node_id: str, addresses: list[str], community: str) -> None:
+        state = self._dial.setdefault(node_id, _DialState())
+        try:
+            for address in addresses:
+                try:
+                    host, port = parse_address(address)
+                    link = await open_link(
+                        host,
+                        port,
+                        identity=self._identity,
+                        community_id=community,
+                        admit=self._admit,
+                        expected_peer=node_id,
+                        max_frame=self._max_frame,
+                        handshake_timeout=self._handshake_timeout,
+                    )
+                except (BusError, ValueError, OSError) as exc:
+                    code = exc.code if isinstance(exc, BusError) else "bad_request"
+                    log.debug("dial_failed", peer=node_id, address=address, code=code)
+                    continue
+                state.failures = 0
+                state.next_try = 0.0
+                self._dialing.discard(node_id)
+                await self._serve(link)
+                return
+            state.failures += 1
+            state.next_try = anyio.current_time() + min(MAX_BACKOFF, 0.25 * 2**state.failures)
+        finally:
+            self._dialing.discard(node_id)
+
+    # peer exchange ---------------------------------------------------------------
+    async def _send_peers(self, session: PeerSession) -> None:
+        book = {n: a for n, a in self.known_addresses().items() if n in self._bus.sessions or self._is_member(n)}
+        book[self._identity.node_id] = self.addresses()
+        await session.send_quiet({"t": "peers", "peers": book})
+
+    async def _on_peers(self, session: PeerSession, msg: dict[str, Any]) -> None:
+        peers = msg.get("peers")
+        if not isinstance(peers, dict) or len(peers) > 1000:
+            raise ProtocolError("peers message must be a bounded map")
+        for node_id, addresses in peers.items():
+            if not isinstance(node_id, str) or not isinstance(addresses, list):
+                continue
+            for a in addresses[:_MAX_ADDRESSES_PER_PEER]:
+                if isinstance(a, str):
+                    self.add_address(node_id, a)
+
+    async def _after_down(self, session: PeerSession) -> None:
+        state = self._dial.setdefault(session.peer_id, _DialState())
+        state.next_try = anyio.current_time() + 0.2
+        self.wake()
+
+    async def disconnect_non_members(self) -> list[str]:
+        """Close links to peers that are no longer members (revoked)."""
+        gone = [p for p in list(self._bus.sessions) if not self._is_member(p)]
+        for peer in gone:
+            log.info("peer_revoked_disconnect", peer=peer)
+            await self._bus.disconnect(peer)
+        return gone

@@ -1,0 +1,102 @@
+"""Local registrations and remote entries learned from manifests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hearthnet.bus.api import ProviderInfo
+from hearthnet.bus.descriptors import Registration, Version, version_satisfies
+from hearthnet.bus.manifest import Manifest
+from hearthnet.bus.predicates import predicate_for
+
+
+@dataclass
+class RemoteNode:
+    manifest: Manifest
+
+
+class Registry:
+    """What this node offers and what its connected peers offer."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self._local: list[Registration] = []
+        self._remote: dict[str, RemoteNode] = {}
+        self.changed = 0  # bumped on every local change, to re-announce
+
+    # local -----------------------------------------------------------------
+    def add_local(self, registration: Registration) -> None:
+        d = registration.descriptor
+        self._local = [
+            r
+            for r in self._local
+            if not (r.descriptor.name == d.name and dict(r.descriptor.params) == dict(d.params))
+        ]
+        self._local.append(registration)
+        self.changed += 1
+
+    def remove_local(self, name: str, params: Mapping[str, Any]) -> None:
+        self._local = [
+            r for r in self._local if not (r.descriptor.name == name and dict(r.descriptor.params) == dict(params))
+        ]
+        self.changed += 1
+
+    def local(self) -> list[Registration]:
+        return list(self._local)
+
+    def find_local(
+        self, name: str, version: Version, params: Mapping[str, Any], *, remote_caller: bool
+    ) -> Registration | None:
+        for r in self._local:
+            d = r.descriptor
+            if d.name != name or not version_satisfies(d.version, version):
+                continue
+            if remote_caller and d.local_only:
+                continue
+            if r.predicate(d.params, params):
+                return r
+        return None
+
+    # remote ----------------------------------------------------------------
+    def set_remote(self, manifest: Manifest) -> bool:
+        """Store a verified manifest; False if it is not newer than the one held."""
+        held = self._remote.get(manifest.node_id)
+        if held is not None and held.manifest.seq >= manifest.seq:
+            return False
+        self._remote[manifest.node_id] = RemoteNode(manifest)
+        return True
+
+    def drop_remote(self, node_id: str) -> None:
+        self._remote.pop(node_id, None)
+
+    def expire(self, now_ms: int) -> list[str]:
+        gone = [n for n, r in self._remote.items() if r.manifest.expires_at_ms < now_ms]
+        for n in gone:
+            del self._remote[n]
+        return gone
+
+    def remote_nodes(self) -> dict[str, Manifest]:
+        return {n: r.manifest for n, r in self._remote.items()}
+
+    # lookup ----------------------------------------------------------------
+    def providers(self, name: str, version: Version, params: Mapping[str, Any]) -> list[ProviderInfo]:
+        out: list[ProviderInfo] = []
+        for r in self._local:
+            d = r.descriptor
+            if d.name == name and version_satisfies(d.version, version) and r.predicate(d.params, params):
+                out.append(ProviderInfo(self.node_id, d, True))
+        predicate = predicate_for(name)
+        for node_id, remote in self._remote.items():
+            for d in remote.manifest.capabilities:
+                if d.name == name and version_satisfies(d.version, version) and predicate(d.params, params):
+                    out.append(ProviderInfo(node_id, d, False))
+                    break
+        return out
+
+    def all_capabilities(self) -> list[ProviderInfo]:
+        out = [ProviderInfo(self.node_id, r.descriptor, True) for r in self._local]
+        for node_id, remote in self._remote.items():
+            out.extend(ProviderInfo(node_id, d, False) for d in remote.manifest.capabilities)
+        return out

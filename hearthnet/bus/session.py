@@ -1,0 +1,376 @@
+"""Many concurrent calls multiplexed over one authenticated link.
+
+Messages (all maps with a ``t`` type field)::
+
+    req     {id, capability, version, params, input, deadline_ms, trace_id, stream}
+    in      {id, data}            caller -> handler input frame (streams only)
+    in_end  {id}                  caller has no more input
+    cancel  {id}                  caller gave up (deadline, caller gone)
+    frame   {id, data}            handler -> caller stream frame
+    done    {id, output, meta}    exactly one of done / error ends a call
+    error   {id, error, message, retry_after_ms?}
+    credit_in  {id, n}            handler grants the caller n more input frames
+    credit_out {id, n}            caller grants the handler n more stream frames
+    anything else                 a control message handed to ``on_control``
+
+Request ids are chosen by the caller; the direction of each message type tells
+whose id it is.  Stream frames in both directions use credit-based flow
+control (``WINDOW`` frames in flight), so a slow consumer slows its producer
+instead of filling memory; a peer that sends beyond its credit breaks the
+protocol and the link is closed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from hearthnet.bus.context import CallResult
+from hearthnet.bus.flow import Credit, OneShot
+from hearthnet.errors import (
+    BusError,
+    CapacityExceeded,
+    Partition,
+    ProtocolError,
+    error_from_wire,
+)
+from hearthnet.transport.link import Link
+
+log = structlog.get_logger("hearthnet.bus.session")
+
+WINDOW = 16
+MAX_INCOMING_PER_PEER = 256
+_MAX_DEADLINE_MS = 3_600_000
+
+
+@dataclass
+class Request:
+    """A decoded ``req`` message."""
+
+    id: int
+    capability: str
+    version: str
+    params: dict[str, Any]
+    input: dict[str, Any]
+    deadline_ms: int
+    trace_id: str
+    stream: bool
+
+    @classmethod
+    def parse(cls, msg: dict[str, Any]) -> Request:
+        try:
+            rid = msg["id"]
+            params = msg.get("params") or {}
+            inp = msg.get("input") or {}
+            deadline = msg.get("deadline_ms", 10_000)
+            if not isinstance(rid, int) or isinstance(rid, bool):
+                raise ProtocolError("request id must be an integer")
+            if not isinstance(params, dict) or not isinstance(inp, dict):
+                raise ProtocolError("params and input must be maps")
+            if not isinstance(deadline, int | float) or isinstance(deadline, bool) or not math.isfinite(deadline):
+                raise ProtocolError("deadline_ms must be a number")
+            capability, version, trace_id = msg["capability"], msg.get("version", "1.0"), msg.get("trace_id", "")
+            if not isinstance(capability, str) or not isinstance(version, str) or not isinstance(trace_id, str):
+                raise ProtocolError("capability, version and trace_id must be strings")
+            return cls(
+                id=rid,
+                capability=capability,
+                version=version,
+                params=params,
+                input=inp,
+                deadline_ms=int(min(max(deadline, 0), _MAX_DEADLINE_MS)),
+                trace_id=trace_id[:64],
+                stream=bool(msg.get("stream", False)),
+            )
+        except KeyError as exc:
+            raise ProtocolError(f"request lacks field {exc.args[0]!r}") from exc
+
+
+@dataclass
+class OutgoingCall:
+    """Our side of a call we made to the peer."""
+
+    id: int
+    session: PeerSession
+    stream: bool
+    result: OneShot[CallResult] = field(default_factory=OneShot)
+    input_credit: Credit = field(default_factory=lambda: Credit(WINDOW))
+    frames_tx: MemoryObjectSendStream[dict[str, Any]] | None = None
+    frames_rx: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+    consumed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.stream:
+            self.frames_tx, self.frames_rx = anyio.create_memory_object_stream[dict[str, Any]](WINDOW)
+
+    def finish(self, value: CallResult | BaseException) -> None:
+        if isinstance(value, BaseException):
+            self.result.fail(value)
+        else:
+            self.result.set(value)
+        if self.frames_tx is not None:
+            self.frames_tx.close()
+        self.input_credit.grant(1 << 30)  # wake any sender; it will see the call is over
+
+    async def send_input(self, data: dict[str, Any]) -> None:
+        await self.input_credit.acquire()
+        if self.result.done:
+            return
+        await self.session.send({"t": "in", "id": self.id, "data": data})
+
+    async def end_input(self) -> None:
+        if not self.result.done:
+            await self.session.send({"t": "in_end", "id": self.id})
+
+    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        assert self.frames_rx is not None
+        async for frame in self.frames_rx:
+            self.consumed += 1
+            if self.consumed % (WINDOW // 2) == 0 and not self.result.done:
+                await self.session.send_quiet({"t": "credit_out", "id": self.id, "n": WINDOW // 2})
+            yield frame
+
+    async def cancel(self) -> None:
+        if not self.result.done:
+            self.session.outgoing.pop(self.id, None)
+            await self.session.send_quiet({"t": "cancel", "id": self.id})
+            self.finish(Partition("call cancelled"))
+
+
+@dataclass
+class IncomingCall:
+    """The peer's call being served here."""
+
+    request: Request
+    session: PeerSession
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    output_credit: Credit = field(default_factory=lambda: Credit(WINDOW))
+    input_tx: MemoryObjectSendStream[dict[str, Any] | None] | None = None
+    input_rx: MemoryObjectReceiveStream[dict[str, Any] | None] | None = None
+    consumed: int = 0
+    finished: bool = False
+
+    def __post_init__(self) -> None:
+        # WINDOW input frames plus the end marker
+        self.input_tx, self.input_rx = anyio.create_memory_object_stream[dict[str, Any] | None](WINDOW + 1)
+
+    async def send_frame(self, data: dict[str, Any]) -> None:
+        if not self.request.stream:
+            return  # the caller did not ask for frames
+        await self.output_credit.acquire()
+        await self.session.send({"t": "frame", "id": self.request.id, "data": data})
+
+    async def receive_input(self) -> dict[str, Any] | None:
+        assert self.input_rx is not None
+        try:
+            item = await self.input_rx.receive()
+        except anyio.EndOfStream:
+            return None
+        if item is not None:
+            self.consumed += 1
+            if self.consumed % (WINDOW // 2) == 0:
+                await self.session.send_quiet({"t": "credit_in", "id": self.request.id, "n": WINDOW // 2})
+        return item
+
+
+Dispatcher = Callable[["PeerSession", IncomingCall], Awaitable[None]]
+ControlHandler = Callable[["PeerSession", dict[str, Any]], Awaitable[None]]
+
+
+class PeerSession:
+    """Runs the reader loop of one link and routes every message to its call."""
+
+    def __init__(self, link: Link, *, dispatcher: Dispatcher, on_control: ControlHandler) -> None:
+        self.link = link
+        self.peer_id = link.peer_id
+        self._dispatcher = dispatcher
+        self._on_control = on_control
+        self._ids = itertools.count(1)
+        self.outgoing: dict[int, OutgoingCall] = {}
+        self.incoming: dict[int, IncomingCall] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.closed = anyio.Event()
+        self.close_reason: str = ""
+        self.manifest_seen = False
+
+    # sending -----------------------------------------------------------------
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send or raise ``Partition`` if the link is gone."""
+        try:
+            await self.link.send(message)
+        except BusError:
+            raise
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError) as exc:
+            raise Partition(f"link to {self.peer_id} is closed") from exc
+
+    async def send_quiet(self, message: dict[str, Any]) -> None:
+        """Best-effort send for bookkeeping messages."""
+        try:
+            await self.send(message)
+        except BusError:
+            pass
+
+    async def request(
+        self,
+        capability: str,
+        version: str,
+        params: dict[str, Any],
+        input: dict[str, Any],
+        *,
+        deadline_ms: int,
+        trace_id: str,
+        stream: bool,
+    ) -> OutgoingCall:
+        if self.closed.is_set():
+            raise Partition(f"link to {self.peer_id} is closed")
+        call = OutgoingCall(next(self._ids), self, stream)
+        self.outgoing[call.id] = call
+        try:
+            await self.send(
+                {
+                    "t": "req",
+                    "id": call.id,
+                    "capability": capability,
+                    "version": version,
+                    "params": params,
+                    "input": input,
+                    "deadline_ms": deadline_ms,
+                    "trace_id": trace_id,
+                    "stream": stream,
+                }
+            )
+        except BaseException:
+            self.outgoing.pop(call.id, None)
+            raise
+        return call
+
+    # reading -----------------------------------------------------------------
+    async def run(self) -> None:
+        """Read until the link closes; then fail every pending call with ``partition``."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                try:
+                    while True:
+                        msg = await self.link.receive()
+                        await self._route(msg)
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    self.close_reason = "closed"
+                except ProtocolError as exc:
+                    self.close_reason = f"protocol error: {exc.message}"
+                    log.warning("link_protocol_error", peer=self.peer_id, reason=exc.message)
+                except BusError as exc:
+                    self.close_reason = f"{exc.code}: {exc.message}"
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            self.closed.set()
+            for call in list(self.outgoing.values()):
+                call.finish(Partition(f"link to {self.peer_id} was lost"))
+            self.outgoing.clear()
+            self.incoming.clear()
+            with anyio.CancelScope(shield=True):
+                await self.link.aclose()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self.link.aclose()
+
+    def spawn(self, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """Run ``fn`` as a task that ends with this session (never inside the reader itself)."""
+        if self._tg is not None and not self.closed.is_set():
+            self._tg.start_soon(fn, *args)
+
+    async def _route(self, msg: dict[str, Any]) -> None:
+        t = msg.get("t")
+        rid = msg.get("id")
+        if t == "req":
+            await self._on_request(msg)
+        elif t in ("done", "error", "frame", "credit_in"):
+            call = self.outgoing.get(rid) if isinstance(rid, int) else None
+            if call is None:
+                return  # late answer to a call we already gave up on
+            if t == "done":
+                output, meta = msg.get("output"), msg.get("meta") or {}
+                if not isinstance(output, dict) or not isinstance(meta, dict):
+                    raise ProtocolError("done needs map output and meta")
+                self.outgoing.pop(call.id, None)
+                call.finish(CallResult(output, meta, self.peer_id))
+            elif t == "error":
+                self.outgoing.pop(call.id, None)
+                call.finish(error_from_wire(msg))
+            elif t == "frame":
+                data = msg.get("data")
+                if not isinstance(data, dict) or call.frames_tx is None:
+                    raise ProtocolError("unexpected stream frame")
+                try:
+                    call.frames_tx.send_nowait(data)
+                except anyio.WouldBlock as exc:
+                    raise ProtocolError("peer sent stream frames beyond its credit") from exc
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+            else:
+                call.input_credit.grant(_credit_amount(msg))
+        elif t in ("in", "in_end", "cancel", "credit_out"):
+            inc = self.incoming.get(rid) if isinstance(rid, int) else None
+            if inc is None:
+                return
+            if t == "in":
+                data = msg.get("data")
+                if not isinstance(data, dict):
+                    raise ProtocolError("input frame must be a map")
+                assert inc.input_tx is not None
+                try:
+                    inc.input_tx.send_nowait(data)
+                except anyio.WouldBlock as exc:
+                    raise ProtocolError("peer sent input frames beyond its credit") from exc
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+            elif t == "in_end":
+                assert inc.input_tx is not None
+                try:
+                    inc.input_tx.send_nowait(None)
+                except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+            elif t == "cancel":
+                inc.scope.cancel()
+            else:
+                inc.output_credit.grant(_credit_amount(msg))
+        elif isinstance(t, str):
+            await self._on_control(self, msg)
+        else:
+            raise ProtocolError("message without a type")
+
+    async def _on_request(self, msg: dict[str, Any]) -> None:
+        req = Request.parse(msg)
+        if req.id in self.incoming:
+            raise ProtocolError("request id reused while in flight")
+        if len(self.incoming) >= MAX_INCOMING_PER_PEER:
+            err = CapacityExceeded("too many calls in flight from this peer", retry_after_ms=50)
+            await self.send_quiet({"t": "error", "id": req.id, **err.to_wire()})
+            return
+        inc = IncomingCall(req, self)
+        self.incoming[req.id] = inc
+        assert self._tg is not None
+        self._tg.start_soon(self._serve, inc)
+
+    async def _serve(self, inc: IncomingCall) -> None:
+        try:
+            await self._dispatcher(self, inc)
+        finally:
+            self.incoming.pop(inc.request.id, None)
+
+
+def _credit_amount(msg: dict[str, Any]) -> int:
+    n = msg.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= 1024:
+        raise ProtocolError("credit must be a positive integer up to 1024")
+    return n

@@ -1,0 +1,68 @@
+"""Per-capability call statistics for ``node.stats`` (pure, no I/O)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+_WINDOW = 2048
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0.0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(0, min(len(sorted_values) - 1, round(q * (len(sorted_values) - 1))))
+    return sorted_values[rank]
+
+
+@dataclass
+class CapabilityStats:
+    """Counters and a sliding latency window for one capability served here."""
+
+    calls: int = 0
+    errors: int = 0
+    in_flight: int = 0
+    last_error: str | None = None
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+    latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+
+    def record(self, ms: float, error_code: str | None) -> None:
+        self.calls += 1
+        self.latencies_ms.append(ms)
+        if error_code is not None:
+            self.errors += 1
+            self.last_error = error_code
+            self.errors_by_code[error_code] = self.errors_by_code.get(error_code, 0) + 1
+
+    def p50_ms(self) -> float:
+        return percentile(sorted(self.latencies_ms), 0.5)
+
+    def snapshot(self) -> dict[str, Any]:
+        ordered = sorted(self.latencies_ms)
+        return {
+            "calls": self.calls,
+            "errors": self.errors,
+            "in_flight": self.in_flight,
+            "last_error": self.last_error,
+            "errors_by_code": dict(self.errors_by_code),
+            "p50_ms": round(percentile(ordered, 0.5), 3),
+            "p99_ms": round(percentile(ordered, 0.99), 3),
+        }
+
+
+class StatsBook:
+    """All capability stats of one node, keyed by ``name@X.Y``."""
+
+    def __init__(self) -> None:
+        self._by_ref: dict[str, CapabilityStats] = {}
+
+    def get(self, ref: str) -> CapabilityStats:
+        stats = self._by_ref.get(ref)
+        if stats is None:
+            stats = self._by_ref[ref] = CapabilityStats()
+        return stats
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return {ref: s.snapshot() for ref, s in sorted(self._by_ref.items())}

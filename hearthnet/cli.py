@@ -1,0 +1,345 @@
+"""The ``hearthnet`` command line.
+
+Every command takes ``--home DIR`` (default ``$HEARTHNET_HOME``, then
+``~/.hearthnet``) and ``--json`` (one JSON document on stdout).  Failures exit
+non-zero with a one-line reason on stderr.  ``init``, ``community create``,
+``join`` and ``node run`` work on the home directly; every other command talks
+to the running node through its control socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hearthnet.client import Client, resolve_home
+from hearthnet.errors import BadRequest, BusError
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+
+class CliError(Exception):
+    """A failure to report in one line."""
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def emit(args: argparse.Namespace, document: Any, human: Callable[[], None]) -> None:
+    if args.json:
+        sys.stdout.write(json.dumps(_jsonable(document), ensure_ascii=False) + "\n")
+    else:
+        human()
+
+
+def _load_json(text: str | None, what: str) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    if not isinstance(value, dict):
+        raise CliError(f"{what} must be a JSON object")
+    return value
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.home)
+
+
+def _node_running(home: Path) -> bool:
+    sock = home / "control.sock"
+    if not sock.exists():
+        return False
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(sock))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+# -- offline commands -----------------------------------------------------------------
+def cmd_init(args: argparse.Namespace) -> None:
+    from hearthnet.config import CONFIG_FILE, default_config_text
+    from hearthnet.identity import create_identity
+
+    home: Path = args.home
+    home.mkdir(parents=True, exist_ok=True)
+    os.chmod(home, 0o700)
+    name = args.name or home.name or "node"
+    identity = create_identity(home / "identity.key")
+    config_path = home / CONFIG_FILE
+    if not config_path.exists():
+        config_path.write_text(default_config_text(name=name, listen=args.listen), encoding="utf-8")
+    emit(
+        args,
+        {"node_id": identity.node_id, "home": str(home), "name": name},
+        lambda: print(identity.node_id),
+    )
+
+
+def _open_log(home: Path) -> Any:
+    from hearthnet.events.log import EventLog
+    from hearthnet.events.rules import default_rules
+    from hearthnet.node import register_service_event_rules
+
+    rules = default_rules()
+    register_service_event_rules(rules)
+    return EventLog(home / "events.sqlite3", rules=rules)
+
+
+def cmd_community_create(args: argparse.Namespace) -> None:
+    from hearthnet.community.membership import community_id_for
+    from hearthnet.identity import load_identity
+
+    home: Path = args.home
+    identity = load_identity(home / "identity.key")
+    if _node_running(home):
+        raise CliError("stop the running node first ('community create' writes the event log directly)")
+    event_log = _open_log(home)
+    try:
+        if event_log.community_id is not None:
+            raise CliError(f"this node already belongs to community {event_log.community_id}")
+        community_id = community_id_for(identity.node_id, args.name)
+        event_log.set_community(community_id)
+        event = event_log.append_local(identity, "community.created", {"name": args.name, "founder": identity.node_id})
+    finally:
+        event_log.close()
+    emit(
+        args,
+        {"community_id": community_id, "name": args.name, "founder": identity.node_id, "event_id": event.event_id},
+        lambda: print(f"created community {args.name!r} ({community_id}); you are its first anchor"),
+    )
+
+
+def cmd_join(args: argparse.Namespace) -> None:
+    from hearthnet.community.invite import decode_token
+    from hearthnet.identity import load_identity
+
+    home: Path = args.home
+    identity = load_identity(home / "identity.key")
+    token = decode_token(args.token.strip())
+    if token.invitee != identity.node_id:
+        raise CliError(f"this invite is for {token.invitee}, not for this node ({identity.node_id})")
+    if _node_running(home):
+        raise CliError("stop the running node first ('join' writes the home directly)")
+    event_log = _open_log(home)
+    try:
+        if event_log.community_id not in (None, token.community_id):
+            raise CliError(f"this node already belongs to community {event_log.community_id}")
+        event_log.set_community(token.community_id)
+    finally:
+        event_log.close()
+    bootstrap = {
+        "community_id": token.community_id,
+        "peers": [{"node_id": token.inviter, "addresses": list(token.addresses)}],
+    }
+    path = home / "bootstrap.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(bootstrap, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+    emit(
+        args,
+        {"community_id": token.community_id, "community_name": token.community_name, "level": token.level.label,
+         "bootstrap": bootstrap["peers"]},
+        lambda: print(
+            f"joined {token.community_name!r} ({token.community_id}) as {token.level.label}; "
+            "start the node with 'hearthnet node run'"
+        ),
+    )
+
+
+def cmd_node_run(args: argparse.Namespace) -> None:
+    from hearthnet.config import load_config
+    from hearthnet.node import Node
+    from hearthnet.observability import configure_logging
+
+    config = load_config(args.home)
+    configure_logging(config.log_level)
+    node = Node(config)
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            await node.run()
+            # node.run returns when its task group ends (only on cancellation)
+
+    async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                scope.cancel()
+                return
+
+    try:
+        anyio.run(main)
+    except KeyboardInterrupt:
+        pass
+
+
+# -- commands through the running node ---------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> None:
+    result = _client(args).call("node.status")
+    st = result.output
+
+    def human() -> None:
+        print(f"node       {st['node_id']} ({st.get('name', '')})")
+        print(f"community  {st.get('community_name') or '-'} ({st.get('community_id') or 'none'})")
+        print(f"level      {st.get('level') or '-'}")
+        print(f"listening  {', '.join(st.get('addresses', [])) or '-'}")
+        print(f"peers      {len(st.get('peers', []))}")
+        for p in st.get("peers", []):
+            print(f"  {p['node_id']}  {p.get('level') or '?':8} {p.get('address', '')}  {p.get('name', '')}")
+        print("capabilities")
+        for c in st.get("capabilities", []):
+            where = "local" if c.get("local") else c["node"]
+            params = json.dumps(c.get("params", {}), ensure_ascii=False)
+            print(f"  {c['capability']:24} {params:40} {where}")
+
+    emit(args, st, human)
+
+
+def cmd_call(args: argparse.Namespace) -> None:
+    params = _load_json(args.params, "--params")
+    inp = _load_json(args.input, "--input")
+    result = _client(args).call(args.capability, params, inp, timeout=args.timeout, provider=args.provider)
+    document = {"output": result.output, "meta": result.meta, "provider": result.provider}
+    emit(args, document, lambda: print(json.dumps(_jsonable(document), indent=2, ensure_ascii=False)))
+
+
+def cmd_events(args: argparse.Namespace) -> None:
+    result = _client(args).call("events.list")
+    events = result.output.get("events", [])
+
+    def human() -> None:
+        for e in events:
+            print(f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
+                  f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}")
+
+    emit(args, {"events": events}, human)
+
+
+def cmd_invite(args: argparse.Namespace) -> None:
+    result = _client(args).call("community.invite", input={"node_id": args.node_id, "level": args.level})
+    token = result.output["token"]
+    emit(args, result.output, lambda: print(token))
+
+
+def cmd_member(args: argparse.Namespace) -> None:
+    if args.action == "promote":
+        result = _client(args).call("member.promote", input={"node_id": args.node_id, "level": args.level or "trusted"})
+        emit(args, result.output, lambda: print(f"{args.node_id} is now {result.output['level']}"))
+    else:
+        result = _client(args).call("member.revoke", input={"node_id": args.node_id, "reason": args.reason or ""})
+        emit(args, result.output, lambda: print(f"{args.node_id} revoked"))
+
+
+# -- parser ---------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--home", type=Path, default=argparse.SUPPRESS, help="node home (default $HEARTHNET_HOME or ~/.hearthnet)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
+
+    parser = argparse.ArgumentParser(prog="hearthnet", parents=[common], description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("init", parents=[common], help="create a node home with identity and config")
+    p.add_argument("--name")
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("community", parents=[common], help="found a community")
+    csub = p.add_subparsers(dest="community_command", required=True)
+    pc = csub.add_parser("create", parents=[common], help="this node founds a community and is its first anchor")
+    pc.add_argument("name")
+    pc.set_defaults(func=cmd_community_create)
+
+    p = sub.add_parser("invite", parents=[common], help="invite a node id; prints a one-line token")
+    p.add_argument("node_id")
+    p.add_argument("--level", choices=["member", "trusted", "anchor"], default="member")
+    p.set_defaults(func=cmd_invite)
+
+    p = sub.add_parser("join", parents=[common], help="store the community and bootstrap peer of an invite token")
+    p.add_argument("token")
+    p.set_defaults(func=cmd_join)
+
+    p = sub.add_parser("node", parents=[common], help="run the node")
+    nsub = p.add_subparsers(dest="node_command", required=True)
+    pr = nsub.add_parser("run", parents=[common], help="run in the foreground until SIGINT/SIGTERM")
+    pr.set_defaults(func=cmd_node_run)
+
+    p = sub.add_parser("status", parents=[common], help="node, community, peers and capabilities")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("call", parents=[common], help="call a capability through this node's bus")
+    p.add_argument("capability", help="NAME or NAME@X.Y")
+    p.add_argument("--params")
+    p.add_argument("--input")
+    p.add_argument("--timeout", type=float)
+    p.add_argument("--provider", help="node id that must serve the call")
+    p.set_defaults(func=cmd_call)
+
+    p = sub.add_parser("events", parents=[common], help="the local event log in replay order")
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("member", parents=[common], help="promote or revoke a member")
+    p.add_argument("action", choices=["promote", "revoke"])
+    p.add_argument("node_id")
+    p.add_argument("--level", choices=["member", "trusted", "anchor"])
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_member)
+
+    for register in _extra_commands():
+        register(sub, common)
+    return parser
+
+
+def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
+    return []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.home = resolve_home(getattr(args, "home", None))
+    args.json = getattr(args, "json", False)
+    try:
+        args.func(args)
+    except CliError as exc:
+        print(f"hearthnet: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BusError as exc:
+        print(f"hearthnet: {exc.code}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        return EXIT_FAILURE
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["BadRequest", "build_parser", "main"]

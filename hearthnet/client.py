@@ -1,0 +1,213 @@
+"""Python access to a running node, the same the CLI has (sync and async).
+
+    from hearthnet.client import Client
+    with Client("~/.hearthnet") as c:             # or AsyncClient in async code
+        out = c.call("rag.query", params={"corpus": "docs"}, input={"query": "..."})
+        print(out.output["chunks"])
+
+Calls go through the node's local control socket; vectors that travel as
+packed float32 bytes are handed back as plain lists of floats.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from hearthnet.bus.context import CallResult
+from hearthnet.bus.descriptors import parse_capability_ref
+from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
+from hearthnet.errors import BusError, Partition, ProtocolError, error_from_wire
+from hearthnet.wire.frames import FrameDecoder
+
+
+def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
+    """``--home`` if given, else ``$HEARTHNET_HOME``, else ``~/.hearthnet``."""
+    if home is not None:
+        return Path(home).expanduser()
+    env = os.environ.get("HEARTHNET_HOME")
+    return Path(env).expanduser() if env else Path.home() / ".hearthnet"
+
+
+def plain_output(output: dict[str, Any]) -> dict[str, Any]:
+    """Replace packed float32 vectors by lists of floats (for callers and JSON)."""
+    emb = output.get("embeddings")
+    if isinstance(emb, bytes | bytearray) and isinstance(output.get("dim"), int) and output["dim"] > 0:
+        import numpy as np
+
+        matrix = np.frombuffer(bytes(emb), dtype="<f4").reshape(-1, output["dim"])
+        return {**output, "embeddings": matrix.astype(float).tolist()}
+    return output
+
+
+class StreamedCall:
+    """A streamed call in progress: iterate ``frames()``, then ``result()``."""
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self._stream = stream
+        self._decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
+        self._pending: list[bytes] = []
+        self._final: dict[str, Any] | None = None
+
+    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        while self._final is None:
+            msg = await self._next()
+            if msg.get("t") == "frame":
+                data = msg.get("data")
+                if isinstance(data, dict):
+                    yield data
+            else:
+                self._final = msg
+
+    async def result(self) -> CallResult:
+        async for _ in self.frames():
+            pass
+        assert self._final is not None
+        return _finish(self._final)
+
+    async def _next(self) -> dict[str, Any]:
+        try:
+            return await read_message(self._stream, self._decoder, self._pending)
+        except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+            raise Partition("the node closed the control connection mid-call") from exc
+
+
+def _finish(msg: dict[str, Any]) -> CallResult:
+    if msg.get("t") == "done":
+        output, meta = msg.get("output"), msg.get("meta")
+        if not isinstance(output, dict) or not isinstance(meta, dict):
+            raise ProtocolError("malformed answer from node")
+        return CallResult(plain_output(output), meta, str(msg.get("provider", "")))
+    if msg.get("t") == "error":
+        raise error_from_wire(msg)
+    raise ProtocolError("unexpected message from node")
+
+
+class AsyncClient:
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        self.home = resolve_home(home)
+        self.socket_path = self.home / "control.sock"
+
+    async def _connect(self) -> anyio.abc.ByteStream:
+        try:
+            return await anyio.connect_unix(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise Partition(
+                f"no node is running for home {self.home}: start it with 'hearthnet --home {self.home} node run'"
+            ) from exc
+        except PermissionError as exc:
+            raise Partition(f"not allowed to open {self.socket_path}: it belongs to another user") from exc
+
+    @staticmethod
+    def _request(
+        capability: str,
+        params: Mapping[str, Any] | None,
+        input: Mapping[str, Any] | None,
+        timeout: float | None,
+        provider: str | None,
+        stream: bool,
+    ) -> dict[str, Any]:
+        name, version = parse_capability_ref(capability)
+        req: dict[str, Any] = {
+            "capability": name,
+            "version": f"{version[0]}.{version[1]}",
+            "params": dict(params or {}),
+            "input": dict(input or {}),
+            "stream": stream,
+        }
+        if timeout is not None:
+            req["timeout"] = float(timeout)
+        if provider is not None:
+            req["provider"] = provider
+        return req
+
+    async def call(
+        self,
+        capability: str,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> CallResult:
+        """Call ``capability`` (``name`` or ``name@X.Y``) through the node; raises ``BusError``."""
+        async with self.stream(capability, params, input, timeout=timeout, provider=provider, _frames=False) as s:
+            return await s.result()
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        capability: str,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        provider: str | None = None,
+        _frames: bool = True,
+    ) -> AsyncIterator[StreamedCall]:
+        stream = await self._connect()
+        async with stream:
+            await write_message(stream, self._request(capability, params, input, timeout, provider, _frames))
+            yield StreamedCall(stream)
+
+
+class Client:
+    """Blocking wrapper around :class:`AsyncClient` for scripts."""
+
+    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+        self._async = AsyncClient(home)
+        self.home = self._async.home
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def call(
+        self,
+        capability: str,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> CallResult:
+        async def run() -> CallResult:
+            return await self._async.call(capability, params, input, timeout=timeout, provider=provider)
+
+        return anyio.run(run)
+
+    def stream(
+        self,
+        capability: str,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> Iterator[dict[str, Any] | CallResult]:
+        """Yields each stream frame as it arrives, then the final ``CallResult`` (or raises ``BusError``)."""
+        with anyio.from_thread.start_blocking_portal() as portal:
+            cm = self._async.stream(capability, params, input, timeout=timeout, provider=provider)
+            with portal.wrap_async_context_manager(cm) as call:
+                frames = call.frames()
+                while True:
+                    try:
+                        frame = portal.call(frames.__anext__)
+                    except StopAsyncIteration:
+                        break
+                    yield frame
+                yield portal.call(call.result)
+
+
+__all__ = ["AsyncClient", "BusError", "CallResult", "Client", "resolve_home"]

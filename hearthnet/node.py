@@ -1,0 +1,236 @@
+"""Composition root: config -> identity, stores, bus, peers, services, control channel.
+
+``Node`` owns no protocol logic: it builds the parts, wires their callbacks,
+and runs them in one task group until cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from hearthnet import __version__
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.peers import PeerManager
+from hearthnet.community.levels import Level
+from hearthnet.config import NodeConfig
+from hearthnet.control import ControlServer
+from hearthnet.errors import BadRequest, Revoked, Unauthorized
+from hearthnet.events.log import EventLog
+from hearthnet.events.rules import EventRules, default_rules
+from hearthnet.identity import Identity, load_identity
+from hearthnet.services.base import Service
+from hearthnet.services.community.service import CommunityService
+from hearthnet.services.node.service import NodeService
+
+log = structlog.get_logger("hearthnet.node")
+
+ServiceFactory = Callable[["NodeParts"], Service | None]
+
+
+@dataclass
+class NodeParts:
+    """What a service factory may use to build its service."""
+
+    config: NodeConfig
+    identity: Identity
+    bus: CapabilityBus
+    event_log: EventLog
+    rules: EventRules
+    community: CommunityService
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:
+    if not config.bootstrap_path.exists():
+        return []
+    try:
+        data = json.loads(config.bootstrap_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"{config.bootstrap_path} is unreadable: {exc}") from exc
+    peers = data.get("peers", []) if isinstance(data, dict) else []
+    return [p for p in peers if isinstance(p, dict)]
+
+
+def register_service_event_rules(rules: EventRules) -> None:
+    """Event types services emit must be accepted on every node, whatever it runs."""
+    from hearthnet.services.rag.events import ingested_rule
+
+    rules.register(ingested_rule())
+
+
+def default_service_factories() -> list[ServiceFactory]:
+    from hearthnet.services.factories import service_factories
+
+    return service_factories()
+
+
+class Node:
+    def __init__(self, config: NodeConfig, *, factories: list[ServiceFactory] | None = None) -> None:
+        self.config = config
+        self._factories = factories
+        self.identity: Identity | None = None
+        self.bus: CapabilityBus | None = None
+        self.peers: PeerManager | None = None
+        self.event_log: EventLog | None = None
+        self.community: CommunityService | None = None
+        self.services: list[Service] = []
+        self.started = anyio.Event()
+
+    # trust -----------------------------------------------------------------
+    def _level_of(self, node_id: str) -> Level | None:
+        assert self.event_log is not None
+        return self.event_log.membership().level_of(node_id)
+
+    def _is_member(self, node_id: str) -> bool:
+        return self._level_of(node_id) is not None
+
+    def _admit(self, node_id: str) -> None:
+        assert self.event_log is not None and self.identity is not None
+        membership = self.event_log.membership()
+        if membership.is_revoked(node_id):
+            raise Revoked(f"{node_id} has been revoked from this community")
+        if membership.level_of(node_id) is not None:
+            return
+        if membership.founder is None and node_id in self._bootstrap_ids:
+            return  # we joined but have not synced yet: trust the inviter named in our token
+        raise Unauthorized(f"{node_id} is not a member of this community")
+
+    async def _membership_changed(self) -> None:
+        if self.peers is not None:
+            await self.peers.disconnect_non_members()
+            self.peers.wake()
+
+    # status ----------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        assert self.identity is not None and self.event_log is not None and self.bus is not None
+        own = self._level_of(self.identity.node_id)
+        return {
+            "node_id": self.identity.node_id,
+            "name": self.config.name,
+            "version": __version__,
+            "community_id": self.event_log.community_id,
+            "community_name": self.event_log.membership().name,
+            "level": own.label if own is not None else None,
+            "addresses": self.peers.addresses() if self.peers else [],
+            "capabilities": [r.descriptor.ref for r in self.bus.registry.local() if not r.descriptor.local_only],
+        }
+
+    def stats(self) -> dict[str, Any]:
+        assert self.bus is not None and self.community is not None
+        return {
+            "capabilities": self.bus.stats.snapshot(),
+            "peers": len(self.bus.sessions),
+            "events": self.community.health(),
+            "services": {s.name: s.health() for s in self.services},
+        }
+
+    def status(self) -> dict[str, Any]:
+        assert self.bus is not None
+        peers = []
+        for node_id, session in sorted(self.bus.sessions.items()):
+            level = self._level_of(node_id)
+            manifest = self.bus.registry.remote_nodes().get(node_id)
+            peers.append(
+                {
+                    "node_id": node_id,
+                    "name": manifest.name if manifest else "",
+                    "level": level.label if level else None,
+                    "address": session.link.remote_address,
+                }
+            )
+        caps = [
+            {
+                "capability": p.descriptor.ref,
+                "params": dict(p.descriptor.params),
+                "node": p.node_id,
+                "local": p.is_local,
+            }
+            for p in self.bus.registry.all_capabilities()
+        ]
+        return {**self.info(), "peers": peers, "capabilities": caps}
+
+    # running ---------------------------------------------------------------------
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        config = self.config
+        self.identity = identity = load_identity(config.identity_path)
+        rules = default_rules()
+        register_service_event_rules(rules)
+        self.event_log = event_log = await anyio.to_thread.run_sync(
+            lambda: EventLog(config.events_path, rules=rules)
+        )
+        self._bootstrap_ids = set()
+        bootstrap = read_bootstrap(config)
+        self.bus = bus = CapabilityBus(
+            identity,
+            level_of=self._level_of,
+            community_id=lambda: event_log.community_id,
+            name=config.name,
+            addresses=lambda: self.peers.addresses() if self.peers else [],
+        )
+        self.peers = peers = PeerManager(
+            bus,
+            identity,
+            community_id=lambda: event_log.community_id,
+            admit=self._admit,
+            is_member=self._is_member,
+            listen_host=config.network.listen_host,
+            listen_port=config.network.listen_port,
+            advertise_host=config.network.advertise_host,
+            max_frame=config.network.max_frame,
+            handshake_timeout=config.network.handshake_timeout,
+        )
+        for peer in bootstrap:
+            node_id = peer.get("node_id")
+            if isinstance(node_id, str):
+                self._bootstrap_ids.add(node_id)
+                for address in peer.get("addresses", []):
+                    peers.add_bootstrap(node_id, str(address))
+        self.community = community = CommunityService(
+            identity=identity,
+            bus=bus,
+            event_log=event_log,
+            addresses=peers.addresses,
+            on_membership_changed=self._membership_changed,
+        )
+        node_service = NodeService(info=self.info, stats=self.stats, status=self.status)
+        parts = NodeParts(config, identity, bus, event_log, rules, community)
+        factories = self._factories if self._factories is not None else default_service_factories()
+        self.services = [node_service, community]
+        for factory in factories:
+            service = factory(parts)
+            if service is not None:
+                self.services.append(service)
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(peers.run)
+                for service in self.services:
+                    await service.start()
+                    for registration in service.registrations():
+                        bus.register(registration)
+                tg.start_soon(bus.run_announcer)
+                tg.start_soon(community.run)
+                await tg.start(ControlServer(config.control_socket, bus).run)
+                log.info(
+                    "node_started",
+                    node_id=identity.node_id,
+                    port=peers.bound_port,
+                    services=[s.name for s in self.services],
+                )
+                self.started.set()
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for service in reversed(self.services):
+                    try:
+                        await service.stop()
+                    except Exception:
+                        log.exception("service_stop_failed", service=service.name)
+                await anyio.to_thread.run_sync(event_log.close)
+                log.info("node_stopped", node_id=identity.node_id)

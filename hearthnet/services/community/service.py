@@ -1,0 +1,258 @@
+"""Community membership and event gossip on the bus.
+
+Capabilities:
+
+- ``events.sync@1.0`` (member): ``input {vv}`` (author -> highest contiguous
+  seq the caller holds) -> ``output {events: [{body, sig}], more}``: the
+  events the caller lacks, in bounded batches.  Exact, because it works on
+  per-author sequence numbers rather than on "everything above a Lamport".
+- ``events.list@1.0``, ``community.invite@1.0``, ``member.promote@1.0``,
+  ``member.revoke@1.0`` (this node only: the CLI's local control channel).
+
+Gossip: whenever a node stores new events it sends ``events_changed`` to every
+connected peer, and each peer pulls from it; on every new link both sides pull;
+and every ``ANTI_ENTROPY_SECONDS`` each node pulls from every peer.  Invalid
+events are rejected, never stored, and counted per peer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import structlog
+
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
+from hearthnet.bus.session import PeerSession
+from hearthnet.community.invite import InviteToken, encode_token
+from hearthnet.community.levels import Level
+from hearthnet.errors import BadRequest, BusError
+from hearthnet.events.envelope import Event
+from hearthnet.events.gossip import parse_version_vector
+from hearthnet.events.log import EventLog
+from hearthnet.identity import Identity, public_key_from_node_id
+
+log = structlog.get_logger("hearthnet.community")
+
+ANTI_ENTROPY_SECONDS = 10.0
+SYNC_BATCH = 200
+INVITE_TTL_MS = 7 * 24 * 3600 * 1000
+
+MembershipChanged = Callable[[], Awaitable[None]]
+
+
+class CommunityService:
+    name = "community"
+
+    def __init__(
+        self,
+        *,
+        identity: Identity,
+        bus: CapabilityBus,
+        event_log: EventLog,
+        addresses: Callable[[], list[str]],
+        on_membership_changed: MembershipChanged,
+    ) -> None:
+        self._identity = identity
+        self._bus = bus
+        self._log = event_log
+        self._addresses = addresses
+        self._on_membership_changed = on_membership_changed
+        self._limiter = anyio.CapacityLimiter(1)
+        self._pull_locks: dict[str, anyio.Lock] = {}
+        self._pull_again: set[str] = set()
+        self.rejected_by_peer: dict[str, int] = {}
+        self.accepted_by_peer: dict[str, int] = {}
+        bus.on_control("events_changed", self._on_events_changed)
+        bus.on_session_up(self._on_session_up)
+
+    # Service protocol ------------------------------------------------------------
+    def registrations(self) -> list[Registration]:
+        def desc(name: str, **kw: Any) -> CapabilityDescriptor:
+            return CapabilityDescriptor(name, (1, 0), timeout_seconds=10.0, **kw)
+
+        return [
+            Registration(desc("events.sync", idempotent=True, max_concurrent=16), self._handle_sync),
+            Registration(desc("events.list", idempotent=True, local_only=True), self._handle_list),
+            Registration(desc("community.invite", local_only=True), self._handle_invite),
+            Registration(desc("member.promote", local_only=True), self._handle_promote),
+            Registration(desc("member.revoke", local_only=True), self._handle_revoke),
+        ]
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "events": self._log.count(),
+            "rejected_by_peer": dict(self.rejected_by_peer),
+            "accepted_by_peer": dict(self.accepted_by_peer),
+        }
+
+    async def run_anti_entropy(self) -> None:
+        while True:
+            await anyio.sleep(ANTI_ENTROPY_SECONDS)
+            for peer in list(self._bus.sessions):
+                await self.pull_from(peer)
+
+    # local writes -------------------------------------------------------------------
+    async def append(self, event_type: str, data: dict[str, Any]) -> Event:
+        """Append a signed event authored by this node and tell every peer."""
+        event = await anyio.to_thread.run_sync(
+            self._log.append_local, self._identity, event_type, data, limiter=self._limiter
+        )
+        log.info("event_appended", event_type=event_type, event_id=event.event_id, lamport=event.lamport)
+        if event_type.startswith(("member.", "community.")):
+            await self._on_membership_changed()
+        await self.broadcast_changed()
+        return event
+
+    async def broadcast_changed(self) -> None:
+        for session in list(self._bus.sessions.values()):
+            await session.send_quiet({"t": "events_changed"})
+
+    # gossip -------------------------------------------------------------------------
+    async def _on_events_changed(self, session: PeerSession, msg: dict[str, Any]) -> None:
+        # Never pull inside the link's reader task: it would wait on its own link.
+        self._bus_spawn(session.peer_id)
+
+    async def _on_session_up(self, session: PeerSession) -> None:
+        await self.pull_from(session.peer_id)
+
+    def _bus_spawn(self, peer: str) -> None:
+        tg = self._task_group
+        if tg is not None:
+            tg.start_soon(self.pull_from, peer)
+
+    _task_group: anyio.abc.TaskGroup | None = None
+
+    async def run(self) -> None:
+        """Owns the tasks that pull on notification and the periodic anti-entropy."""
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            tg.start_soon(self.run_anti_entropy)
+
+    async def pull_from(self, peer: str) -> int:
+        """Pull everything ``peer`` has that we lack; returns how many events were accepted."""
+        lock = self._pull_locks.setdefault(peer, anyio.Lock())
+        if lock.locked():
+            self._pull_again.add(peer)  # coalesce: the running pull goes round once more
+            return 0
+        accepted_total = 0
+        async with lock:
+            while True:
+                self._pull_again.discard(peer)
+                try:
+                    accepted_total += await self._pull_batches(peer)
+                except BusError as exc:
+                    log.info("gossip_pull_failed", peer=peer, code=exc.code)
+                    return accepted_total
+                if peer not in self._pull_again:
+                    break
+        if accepted_total:
+            await self.broadcast_changed()
+        return accepted_total
+
+    async def _pull_batches(self, peer: str) -> int:
+        accepted_total = 0
+        membership_before = self._log.membership().snapshot()
+        for _ in range(10_000):
+            vv = await anyio.to_thread.run_sync(self._log.version_vector, limiter=self._limiter)
+            result = await self._bus.call(
+                "events.sync", (1, 0), input={"vv": vv, "limit": SYNC_BATCH}, provider=peer, timeout=10.0
+            )
+            raw = result.output.get("events")
+            if not isinstance(raw, list):
+                raise BadRequest("events.sync answered without an events list")
+            events, bad = _parse_events(raw)
+            report = await anyio.to_thread.run_sync(self._log.ingest, events, limiter=self._limiter)
+            rejected = bad + len(report.rejected)
+            if rejected:
+                self.rejected_by_peer[peer] = self.rejected_by_peer.get(peer, 0) + rejected
+                for event_id, code, reason in report.rejected[:5]:
+                    log.warning("event_rejected", peer=peer, event_id=event_id, code=code, reason=reason)
+            accepted_total += len(report.accepted)
+            self.accepted_by_peer[peer] = self.accepted_by_peer.get(peer, 0) + len(report.accepted)
+            if not result.output.get("more") or not report.accepted:
+                break
+        if self._log.membership().snapshot() != membership_before:
+            await self._on_membership_changed()
+        return accepted_total
+
+    # handlers -----------------------------------------------------------------------
+    async def _handle_sync(self, ctx: CallContext) -> dict[str, Any]:
+        vv = parse_version_vector(ctx.input.get("vv", {}))
+        limit = ctx.input.get("limit", SYNC_BATCH)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            raise BadRequest("limit must be an integer from 1 to 1000")
+        events = await anyio.to_thread.run_sync(
+            lambda: self._log.missing_for(vv, limit=limit + 1), limiter=self._limiter
+        )
+        more = len(events) > limit
+        return {"events": [e.to_wire() for e in events[:limit]], "more": more}
+
+    async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
+        events = await anyio.to_thread.run_sync(self._log.replay, limiter=self._limiter)
+        return {"events": [e.to_json() for e in events]}
+
+    async def _handle_invite(self, ctx: CallContext) -> dict[str, Any]:
+        node_id = _node_id_input(ctx.input)
+        level = Level.parse(str(ctx.input.get("level", "member")))
+        community = self._log.community_id
+        if community is None:
+            raise BadRequest("this node is in no community yet: run 'hearthnet community create NAME' or join one")
+        event = await self.append("member.invited", {"node_id": node_id, "level": level.label})
+        membership = self._log.membership()
+        addresses = list(ctx.input.get("addresses") or self._addresses())
+        token = InviteToken(
+            community_id=community,
+            community_name=membership.name or "",
+            inviter=self._identity.node_id,
+            addresses=addresses,
+            invitee=node_id,
+            level=level,
+            invite_event_id=event.event_id,
+            expires_at=int(time.time() * 1000) + INVITE_TTL_MS,
+        )
+        return {"token": encode_token(token, self._identity), "event_id": event.event_id, "level": level.label}
+
+    async def _handle_promote(self, ctx: CallContext) -> dict[str, Any]:
+        node_id = _node_id_input(ctx.input)
+        level = Level.parse(str(ctx.input.get("level", "trusted")))
+        event = await self.append("member.promoted", {"node_id": node_id, "level": level.label})
+        return {"event_id": event.event_id, "node_id": node_id, "level": level.label}
+
+    async def _handle_revoke(self, ctx: CallContext) -> dict[str, Any]:
+        node_id = _node_id_input(ctx.input)
+        reason = str(ctx.input.get("reason", ""))[:200]
+        event = await self.append("member.revoked", {"node_id": node_id, "reason": reason})
+        return {"event_id": event.event_id, "node_id": node_id}
+
+
+def _node_id_input(inp: dict[str, Any]) -> str:
+    node_id = inp.get("node_id")
+    if not isinstance(node_id, str):
+        raise BadRequest("input.node_id is required")
+    public_key_from_node_id(node_id)
+    return node_id
+
+
+def _parse_events(raw: Sequence[Any]) -> tuple[list[Event], int]:
+    events: list[Event] = []
+    bad = 0
+    for item in raw:
+        if not isinstance(item, dict):
+            bad += 1
+            continue
+        try:
+            events.append(Event.from_wire(item))
+        except BusError:
+            bad += 1
+    return events, bad

@@ -1,0 +1,58 @@
+"""``node.ping``, ``node.info``, ``node.stats`` (members) and ``node.status`` (this node only)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
+
+StatusSource = Callable[[], dict[str, Any]]
+
+
+class NodeService:
+    """Answers the introspection calls every node offers, like NATS micro's services."""
+
+    name = "node"
+
+    def __init__(self, *, info: StatusSource, stats: StatusSource, status: StatusSource) -> None:
+        self._info = info
+        self._stats = stats
+        self._status = status
+        self._started = time.time()
+
+    def registrations(self) -> list[Registration]:
+        def desc(name: str, *, local_only: bool = False) -> CapabilityDescriptor:
+            return CapabilityDescriptor(
+                name, (1, 0), max_concurrent=64, timeout_seconds=5.0, idempotent=True, local_only=local_only
+            )
+
+        return [
+            Registration(desc("node.ping"), self._ping),
+            Registration(desc("node.info"), self._handle_info),
+            Registration(desc("node.stats"), self._handle_stats),
+            Registration(desc("node.status", local_only=True), self._handle_status),
+        ]
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": True, "uptime_s": round(time.time() - self._started, 1)}
+
+    async def _ping(self, ctx: CallContext) -> dict[str, Any]:
+        return {"pong": True, "time_ms": int(time.time() * 1000)}
+
+    async def _handle_info(self, ctx: CallContext) -> dict[str, Any]:
+        return self._info()
+
+    async def _handle_stats(self, ctx: CallContext) -> dict[str, Any]:
+        return self._stats()
+
+    async def _handle_status(self, ctx: CallContext) -> dict[str, Any]:
+        return self._status()
