@@ -1,0 +1,391 @@
+"""An authenticated, encrypted, framed link over any anyio byte stream.
+
+Layers, bottom up: bytes -> frames (:class:`~hearthnet.wire.frames.FrameDecoder`,
+size cap) -> AEAD (:class:`~hearthnet.transport.session.Session`) -> one msgpack
+map per frame.  :func:`initiate_link` and :func:`accept_link` run the handshake
+of :mod:`hearthnet.transport.handshake` over a stream; :func:`open_link` adds a
+TCP connect.  Errors a caller sees:
+
+* ``send``: ``ProtocolError`` if the message cannot be encoded or exceeds the
+  frame cap (the link stays open); ``Partition`` if the link is closed or broke.
+* ``receive``: ``anyio.EndOfStream`` when the peer closed cleanly;
+  ``ProtocolError`` on any protocol violation (the link is closed first);
+  ``Partition`` if the link is closed locally or the connection broke.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from hearthnet.errors import BusError, Partition, ProtocolError, Timeout
+from hearthnet.identity.keys import Identity
+from hearthnet.transport.handshake import InitiatorHandshake, ResponderHandshake, raise_if_refusal
+from hearthnet.transport.session import TAG_LEN, Session
+from hearthnet.wire.codec import pack, unpack_map
+from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER, FrameDecoder, encode_frame
+
+__all__ = [
+    "RECEIVE_SIZE",
+    "Admit",
+    "Link",
+    "accept_link",
+    "format_address",
+    "initiate_link",
+    "open_link",
+    "socket_peer_address",
+]
+
+Admit = Callable[[str], None]
+"""``admit(peer_node_id)`` returns to accept the peer, raises ``Unauthorized``/``Revoked`` to refuse."""
+
+RECEIVE_SIZE = 65536
+_OK = {"ok": True}
+_STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+
+
+def _new_lock() -> anyio.Lock:
+    try:
+        return anyio.Lock(fast_acquire=True)  # anyio >= 4.5: no checkpoint when uncontended
+    except TypeError:  # pragma: no cover - older anyio
+        return anyio.Lock()
+
+
+class Link:
+    """One established connection to a proven peer; build it with :func:`open_link` or :func:`accept_link`."""
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        session: Session,
+        *,
+        peer_id: str,
+        local_id: str,
+        remote_address: str,
+        initiator: bool,
+        decoder: FrameDecoder,
+        frames: deque[bytes],
+        max_frame: int,
+    ) -> None:
+        self.peer_id = peer_id
+        self.local_id = local_id
+        self.remote_address = remote_address
+        self.initiator = initiator
+        self._stream = stream
+        self._session = session
+        self._decoder = decoder
+        self._frames = frames  # received, still encrypted; opened lazily in order
+        self._max_payload = max_frame - TAG_LEN
+        self._out: list[bytes] = []  # sealed frames waiting for a writer, in counter order
+        self._queued = 0
+        self._flushed = 0
+        self._send_lock = _new_lock()
+        self._recv_lock = _new_lock()
+        self._closed = False
+        self._eof = False
+
+    def __repr__(self) -> str:
+        role = "initiator" if self.initiator else "responder"
+        return f"Link({self.peer_id} at {self.remote_address}, {role}{', closed' if self._closed else ''})"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Encode, seal and write one message; safe to call from many tasks at once.
+
+        Sealing and queueing happen without an await, so counter order equals
+        queue order; whoever holds the write lock flushes everything queued in
+        one write, which coalesces bursts from concurrent senders.
+        """
+        payload = pack(message)
+        if len(payload) > self._max_payload:
+            raise ProtocolError(
+                f"message of {len(payload)} bytes exceeds the link's maximum of {self._max_payload}"
+            )
+        if self._closed:
+            raise Partition(f"link to {self.peer_id} is closed")
+        sealed = self._session.seal(payload)
+        self._out.append(HEADER.pack(len(sealed)))
+        self._out.append(sealed)
+        self._queued += 1
+        ticket = self._queued
+        async with self._send_lock:
+            if self._flushed >= ticket:
+                return  # a concurrent sender wrote our frame with its own
+            if self._closed:
+                raise Partition(f"link to {self.peer_id} is closed")
+            data = b"".join(self._out)
+            self._out.clear()
+            upto = self._queued
+            # The frames are sealed: once taken they must be written whole or the
+            # link is corrupt, so the write is shielded from the caller's
+            # cancellation.  A write stalled by a peer that stopped reading is
+            # ended by closing the link (``aclose``), which fails it.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._stream.send(data)
+                except _STREAM_ERRORS as exc:
+                    await self._abort()
+                    raise Partition(f"link to {self.peer_id} broke while sending") from exc
+            self._flushed = upto
+
+    async def receive(self) -> dict[str, Any]:
+        """The next message from the peer (see the module docstring for errors)."""
+        frames = self._frames
+        if frames:  # fast path: no await between popping and opening keeps frames in order
+            return await self._open(frames.popleft())
+        async with self._recv_lock:
+            while not frames:
+                if self._closed:
+                    raise Partition(f"link to {self.peer_id} is closed")
+                if self._eof:
+                    raise anyio.EndOfStream
+                try:
+                    data = await self._stream.receive(RECEIVE_SIZE)
+                except anyio.EndOfStream:
+                    if self._decoder.buffered:
+                        await self._abort()
+                        raise ProtocolError("peer closed the link in the middle of a frame") from None
+                    self._eof = True
+                    raise
+                except _STREAM_ERRORS as exc:
+                    await self._abort()
+                    raise Partition(f"link to {self.peer_id} is closed") from exc
+                try:
+                    frames.extend(self._decoder.feed(data))
+                except ProtocolError:
+                    await self._abort()
+                    raise
+            return await self._open(frames.popleft())
+
+    async def _open(self, frame: bytes) -> dict[str, Any]:
+        try:
+            return unpack_map(self._session.open(frame))
+        except ProtocolError:
+            await self._abort()
+            raise
+
+    async def aclose(self) -> None:
+        """Close the link; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._frames.clear()
+        self._out.clear()
+        await _close_stream(self._stream)
+
+    async def _abort(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._frames.clear()
+            self._out.clear()
+            await anyio.aclose_forcefully(self._stream)
+
+    async def __aenter__(self) -> Link:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def _close_stream(stream: anyio.abc.ByteStream) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await stream.aclose()
+        except _STREAM_ERRORS:
+            pass
+
+
+async def _read_frame(stream: anyio.abc.ByteStream, decoder: FrameDecoder, frames: deque[bytes]) -> bytes:
+    while not frames:
+        try:
+            data = await stream.receive(RECEIVE_SIZE)
+        except anyio.EndOfStream:
+            raise Partition("peer closed the connection during the handshake") from None
+        except _STREAM_ERRORS as exc:
+            raise Partition("connection lost during the handshake") from exc
+        frames.extend(decoder.feed(data))
+    return frames.popleft()
+
+
+async def _write(stream: anyio.abc.ByteStream, payload: bytes) -> None:
+    try:
+        await stream.send(encode_frame(payload))
+    except _STREAM_ERRORS as exc:
+        raise Partition("connection lost during the handshake") from exc
+
+
+async def _send_refusal(stream: anyio.abc.ByteStream, error: BusError) -> None:
+    """Best effort: tell the peer why, in plaintext, before we close."""
+    with anyio.move_on_after(1.0):
+        try:
+            await stream.send(encode_frame(pack(error.to_wire())))
+        except _STREAM_ERRORS:
+            pass
+
+
+async def initiate_link(
+    stream: anyio.abc.ByteStream,
+    *,
+    identity: Identity,
+    community_id: str,
+    admit: Admit,
+    remote_address: str,
+    expected_peer: str | None = None,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    handshake_timeout: float = 5.0,
+) -> Link:
+    """Run the initiator handshake on ``stream`` (any byte stream); close it on failure."""
+    decoder = FrameDecoder(max_frame=max_frame)
+    frames: deque[bytes] = deque()
+    hs = InitiatorHandshake(identity, community_id, expected_peer=expected_peer)
+    try:
+        with anyio.fail_after(handshake_timeout):
+            await _write(stream, hs.hello)
+            peer_id = hs.read_hello(await _read_frame(stream, decoder, frames))
+            try:
+                admit(peer_id)
+            except BusError as exc:
+                await _send_refusal(stream, exc)
+                raise
+            await _write(stream, hs.auth())
+            keys = hs.session_keys()
+            session = Session(keys.send_key, keys.recv_key)
+            first = await _read_frame(stream, decoder, frames)
+            try:
+                welcome = unpack_map(session.open(first))
+            except ProtocolError:
+                raise_if_refusal(unpack_map(first))  # a plaintext {error, message} refusal
+                raise
+            if welcome != _OK:
+                raise ProtocolError("responder's first encrypted message is not {ok: true}")
+    except TimeoutError:
+        await anyio.aclose_forcefully(stream)
+        raise Timeout(f"handshake with {remote_address} took longer than {handshake_timeout} s") from None
+    except BaseException:
+        await anyio.aclose_forcefully(stream)
+        raise
+    return Link(
+        stream,
+        session,
+        peer_id=peer_id,
+        local_id=identity.node_id,
+        remote_address=remote_address,
+        initiator=True,
+        decoder=decoder,
+        frames=frames,
+        max_frame=max_frame,
+    )
+
+
+async def accept_link(
+    stream: anyio.abc.ByteStream,
+    *,
+    identity: Identity,
+    community_id: str,
+    admit: Admit,
+    remote_address: str,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    handshake_timeout: float = 5.0,
+) -> Link:
+    """Run the responder handshake on an accepted ``stream``; close it on failure."""
+    decoder = FrameDecoder(max_frame=max_frame)
+    frames: deque[bytes] = deque()
+    hs = ResponderHandshake(identity, community_id)
+    try:
+        with anyio.fail_after(handshake_timeout):
+            try:
+                hs.read_hello(await _read_frame(stream, decoder, frames))
+            except BusError as exc:
+                if not isinstance(exc, Partition):
+                    await _send_refusal(stream, exc)
+                raise
+            await _write(stream, hs.hello())
+            auth = await _read_frame(stream, decoder, frames)
+            try:
+                peer_id = hs.read_auth(auth)
+                admit(peer_id)
+            except BusError as exc:
+                await _send_refusal(stream, exc)
+                raise
+            keys = hs.session_keys()
+            session = Session(keys.send_key, keys.recv_key)
+            await _write(stream, session.seal(pack(_OK)))
+    except TimeoutError:
+        await anyio.aclose_forcefully(stream)
+        raise Timeout(f"handshake with {remote_address} took longer than {handshake_timeout} s") from None
+    except BaseException:
+        await anyio.aclose_forcefully(stream)
+        raise
+    return Link(
+        stream,
+        session,
+        peer_id=peer_id,
+        local_id=identity.node_id,
+        remote_address=remote_address,
+        initiator=False,
+        decoder=decoder,
+        frames=frames,
+        max_frame=max_frame,
+    )
+
+
+def format_address(host: str, port: int) -> str:
+    """``host:port``, with brackets around an IPv6 host."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def socket_peer_address(stream: anyio.abc.ByteStream, *, default: str = "unknown") -> str:
+    """The remote ``host:port`` of a socket stream, or ``default`` for other streams."""
+    try:
+        address = stream.extra(anyio.abc.SocketAttribute.remote_address)
+    except anyio.TypedAttributeLookupError:
+        return default
+    if isinstance(address, tuple):
+        return format_address(str(address[0]), int(address[1]))
+    return str(address) or default
+
+
+async def open_link(
+    host: str,
+    port: int,
+    *,
+    identity: Identity,
+    community_id: str,
+    admit: Admit,
+    expected_peer: str | None = None,
+    max_frame: int = DEFAULT_MAX_FRAME,
+    handshake_timeout: float = 5.0,
+) -> Link:
+    """Connect over TCP and run the initiator handshake.
+
+    ``Partition`` if the connection fails (or does not connect within
+    ``handshake_timeout``), ``Timeout`` if the handshake is too slow, the
+    peer's refusal (``Unauthorized``/``Revoked``) if it refuses us,
+    ``Unauthorized`` if ``expected_peer`` is given and another key answers.
+    """
+    try:
+        with anyio.fail_after(handshake_timeout):
+            stream = await anyio.connect_tcp(host, port)
+    except TimeoutError:
+        raise Partition(
+            f"could not connect to {format_address(host, port)} within {handshake_timeout} s"
+        ) from None
+    except OSError as exc:
+        raise Partition(f"could not connect to {format_address(host, port)}: {exc.strerror or exc}") from exc
+    return await initiate_link(  # anyio sets TCP_NODELAY on its TCP streams
+        stream,
+        identity=identity,
+        community_id=community_id,
+        admit=admit,
+        remote_address=socket_peer_address(stream, default=format_address(host, port)),
+        expected_peer=expected_peer,
+        max_frame=max_frame,
+        handshake_timeout=handshake_timeout,
+    )
