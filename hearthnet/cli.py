@@ -125,12 +125,19 @@ def cmd_community_create(args: argparse.Namespace) -> None:
             raise CliError(f"this node already belongs to community {event_log.community_id}")
         community_id = community_id_for(identity.node_id, args.name)
         event_log.set_community(community_id)
-        event = event_log.append_local(identity, "community.created", {"name": args.name, "founder": identity.node_id})
+        event = event_log.append_local(
+            identity, "community.created", {"name": args.name, "founder": identity.node_id}
+        )
     finally:
         event_log.close()
     emit(
         args,
-        {"community_id": community_id, "name": args.name, "founder": identity.node_id, "event_id": event.event_id},
+        {
+            "community_id": community_id,
+            "name": args.name,
+            "founder": identity.node_id,
+            "event_id": event.event_id,
+        },
         lambda: print(f"created community {args.name!r} ({community_id}); you are its first anchor"),
     )
 
@@ -163,8 +170,12 @@ def cmd_join(args: argparse.Namespace) -> None:
     os.replace(tmp, path)
     emit(
         args,
-        {"community_id": token.community_id, "community_name": token.community_name, "level": token.level.label,
-         "bootstrap": bootstrap["peers"]},
+        {
+            "community_id": token.community_id,
+            "community_name": token.community_name,
+            "level": token.level.label,
+            "bootstrap": bootstrap["peers"],
+        },
         lambda: print(
             f"joined {token.community_name!r} ({token.community_id}) as {token.level.label}; "
             "start the node with 'hearthnet node run'"
@@ -235,8 +246,10 @@ def cmd_events(args: argparse.Namespace) -> None:
 
     def human() -> None:
         for e in events:
-            print(f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
-                  f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}")
+            print(
+                f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
+                f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}"
+            )
 
     emit(args, {"events": events}, human)
 
@@ -249,18 +262,29 @@ def cmd_invite(args: argparse.Namespace) -> None:
 
 def cmd_member(args: argparse.Namespace) -> None:
     if args.action == "promote":
-        result = _client(args).call("member.promote", input={"node_id": args.node_id, "level": args.level or "trusted"})
+        result = _client(args).call(
+            "member.promote", input={"node_id": args.node_id, "level": args.level or "trusted"}
+        )
         emit(args, result.output, lambda: print(f"{args.node_id} is now {result.output['level']}"))
     else:
-        result = _client(args).call("member.revoke", input={"node_id": args.node_id, "reason": args.reason or ""})
+        result = _client(args).call(
+            "member.revoke", input={"node_id": args.node_id, "reason": args.reason or ""}
+        )
         emit(args, result.output, lambda: print(f"{args.node_id} revoked"))
 
 
 # -- parser ---------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--home", type=Path, default=argparse.SUPPRESS, help="node home (default $HEARTHNET_HOME or ~/.hearthnet)")
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document")
+    common.add_argument(
+        "--home",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="node home (default $HEARTHNET_HOME or ~/.hearthnet)",
+    )
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document"
+    )
 
     parser = argparse.ArgumentParser(prog="hearthnet", parents=[common], description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -272,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("community", parents=[common], help="found a community")
     csub = p.add_subparsers(dest="community_command", required=True)
-    pc = csub.add_parser("create", parents=[common], help="this node founds a community and is its first anchor")
+    pc = csub.add_parser(
+        "create", parents=[common], help="this node founds a community and is its first anchor"
+    )
     pc.add_argument("name")
     pc.set_defaults(func=cmd_community_create)
 
@@ -281,7 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", choices=["member", "trusted", "anchor"], default="member")
     p.set_defaults(func=cmd_invite)
 
-    p = sub.add_parser("join", parents=[common], help="store the community and bootstrap peer of an invite token")
+    p = sub.add_parser(
+        "join", parents=[common], help="store the community and bootstrap peer of an invite token"
+    )
     p.add_argument("token")
     p.set_defaults(func=cmd_join)
 

@@ -100,7 +100,8 @@ class AsyncClient:
             return await anyio.connect_unix(self.socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise Partition(
-                f"no node is running for home {self.home}: start it with 'hearthnet --home {self.home} node run'"
+                f"no node is running for home {self.home}: "
+                f"start it with 'hearthnet --home {self.home} node run'"
             ) from exc
         except PermissionError as exc:
             raise Partition(f"not allowed to open {self.socket_path}: it belongs to another user") from exc
@@ -138,7 +139,9 @@ class AsyncClient:
         provider: str | None = None,
     ) -> CallResult:
         """Call ``capability`` (``name`` or ``name@X.Y``) through the node; raises ``BusError``."""
-        async with self.stream(capability, params, input, timeout=timeout, provider=provider, _frames=False) as s:
+        async with self.stream(
+            capability, params, input, timeout=timeout, provider=provider, _frames=False
+        ) as s:
             return await s.result()
 
     @asynccontextmanager

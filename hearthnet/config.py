@@ -146,9 +146,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         raise BadRequest(f"unknown config key(s): {', '.join(sorted(unknown))}")
     try:
         net = _section(data, "network")
-        listen_host, listen_port = (
-            _parse_listen(str(net["listen"])) if "listen" in net else ("127.0.0.1", 0)
-        )
+        listen_host, listen_port = _parse_listen(str(net["listen"])) if "listen" in net else ("127.0.0.1", 0)
         network = NetworkConfig(
             listen_host=listen_host,
             listen_port=listen_port,
@@ -179,8 +177,12 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         rag = RagConfig(
             enabled=bool(rag_s.get("enabled", True)),
             chroma_url=rag_s.get("chroma_url"),
-            query_timeout_seconds=_positive_float(rag_s.get("query_timeout_seconds", 5.0), "query_timeout_seconds"),
-            embed_timeout_seconds=_positive_float(rag_s.get("embed_timeout_seconds", 10.0), "embed_timeout_seconds"),
+            query_timeout_seconds=_positive_float(
+                rag_s.get("query_timeout_seconds", 5.0), "query_timeout_seconds"
+            ),
+            embed_timeout_seconds=_positive_float(
+                rag_s.get("embed_timeout_seconds", 10.0), "embed_timeout_seconds"
+            ),
             accept_new_corpora=bool(rag_s.get("accept_new_corpora", True)),
             embedding_model=str(rag_s.get("embedding_model", "all-MiniLM-L6-v2")),
         )
@@ -216,7 +218,12 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     if "HEARTHNET_CHROMA_URL" in env:
         rag = replace(rag, chroma_url=env["HEARTHNET_CHROMA_URL"] or None)
     if "RAG_QUERY_TIMEOUT_SECONDS" in env:
-        rag = replace(rag, query_timeout_seconds=_positive_float(env["RAG_QUERY_TIMEOUT_SECONDS"], "RAG_QUERY_TIMEOUT_SECONDS"))
+        rag = replace(
+            rag,
+            query_timeout_seconds=_positive_float(
+                env["RAG_QUERY_TIMEOUT_SECONDS"], "RAG_QUERY_TIMEOUT_SECONDS"
+            ),
+        )
     if "RAG_EMBED_TIMEOUT_SECONDS" in env:
         t = _positive_float(env["RAG_EMBED_TIMEOUT_SECONDS"], "RAG_EMBED_TIMEOUT_SECONDS")
         rag = replace(rag, embed_timeout_seconds=t)

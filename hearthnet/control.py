@@ -29,6 +29,7 @@ from hearthnet.wire.frames import FrameDecoder
 
 log = structlog.get_logger("hearthnet.control")
 
+
 class ControlServer:
     def __init__(self, path: Path, bus: CapabilityBus) -> None:
         self.path = path
@@ -77,7 +78,9 @@ class ControlServer:
             if not isinstance(params, dict) or not isinstance(inp, dict):
                 raise BadRequest("params and input must be JSON objects")
             timeout = request.get("timeout")
-            timeout_f = float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
+            timeout_f = (
+                float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
+            )
             provider = request.get("provider")
             provider_s = provider if isinstance(provider, str) else None
             if request.get("stream"):
@@ -93,7 +96,8 @@ class ControlServer:
                     capability, version, params=params, input=inp, timeout=timeout_f, provider=provider_s
                 )
             await write_message(
-                stream, {"t": "done", "output": result.output, "meta": result.meta, "provider": result.provider}
+                stream,
+                {"t": "done", "output": result.output, "meta": result.meta, "provider": result.provider},
             )
         except BusError as exc:
             await write_message(stream, {"t": "error", **exc.to_wire()})

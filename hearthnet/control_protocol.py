@@ -12,7 +12,9 @@ from hearthnet.wire.frames import DEFAULT_MAX_FRAME, FrameDecoder, encode_frame
 CONTROL_MAX_FRAME = 16 * DEFAULT_MAX_FRAME
 
 
-async def read_message(stream: anyio.abc.ByteStream, decoder: FrameDecoder, pending: list[bytes]) -> dict[str, Any]:
+async def read_message(
+    stream: anyio.abc.ByteStream, decoder: FrameDecoder, pending: list[bytes]
+) -> dict[str, Any]:
     """Next framed msgpack map from ``stream`` (``anyio.EndOfStream`` at the end)."""
     while not pending:
         data = await stream.receive(65536)

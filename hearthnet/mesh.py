@@ -78,7 +78,7 @@ class MeshNode:
         if self.process is not None and self.process.poll() is None:
             return
         self.log_path = self.home / "node.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process for its lifetime
+        log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "hearthnet.cli", "--home", str(self.home), "node", "run"],
             stdout=subprocess.DEVNULL,
@@ -151,7 +151,9 @@ class LocalMesh:
         founder.wait_ready()
         return result
 
-    def invite(self, inviter: MeshNode, invitee: MeshNode, level: str = "member", *, start: bool = True) -> None:
+    def invite(
+        self, inviter: MeshNode, invitee: MeshNode, level: str = "member", *, start: bool = True
+    ) -> None:
         token = inviter.cli_json("invite", invitee.node_id, "--level", level)["token"]
         invitee.cli("join", token)
         if start:

@@ -119,7 +119,9 @@ class Node:
             "community_name": self.event_log.membership().name,
             "level": own.label if own is not None else None,
             "addresses": self.peers.addresses() if self.peers else [],
-            "capabilities": [r.descriptor.ref for r in self.bus.registry.local() if not r.descriptor.local_only],
+            "capabilities": [
+                r.descriptor.ref for r in self.bus.registry.local() if not r.descriptor.local_only
+            ],
         }
 
     def stats(self) -> dict[str, Any]:

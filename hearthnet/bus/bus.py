@@ -258,13 +258,17 @@ class CapabilityBus:
         if error is not None:
             await session.send_quiet({"t": "error", "id": req.id, **error.to_wire()})
         elif result is not None:
-            await session.send_quiet({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})
+            await session.send_quiet(
+                {"t": "done", "id": req.id, "output": result.output, "meta": result.meta}
+            )
 
     def _check_trust(self, d: CapabilityDescriptor, level: Level | None, caller: str) -> None:
         if level is None:
             raise Unauthorized(f"{caller} is not a member of this community")
         if level < d.trust_required:
-            raise Unauthorized(f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}")
+            raise Unauthorized(
+                f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}"
+            )
 
     async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult:
         """Run a handler under its concurrency limit and deadline; map every failure to a BusError."""
@@ -320,7 +324,9 @@ class CapabilityBus:
             if c.is_local:
                 stats = self.stats.get(c.descriptor.ref)
                 local_saturated = stats.in_flight >= c.descriptor.max_concurrent
-        return self.router.order(candidates, capability, now=anyio.current_time(), local_saturated=local_saturated)
+        return self.router.order(
+            candidates, capability, now=anyio.current_time(), local_saturated=local_saturated
+        )
 
     async def call(
         self,
@@ -349,7 +355,9 @@ class CapabilityBus:
                 return await self._call_one(cand, capability, version, params_d, input_d, deadline, trace)
             except BusError as exc:
                 last = exc
-                log.info("call_failed", capability=capability, provider=cand.node_id, code=exc.code, trace_id=trace)
+                log.info(
+                    "call_failed", capability=capability, provider=cand.node_id, code=exc.code, trace_id=trace
+                )
         if last is None:
             last = Timeout(f"{capability} deadline passed before any provider answered")
         raise last
@@ -522,9 +530,16 @@ class _RemoteStream(CallStream):
         await self._call.end_input()
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
-        with anyio.fail_after(max(0.0, self._deadline - anyio.current_time()) + 0.05):
-            async for frame in self._call.frames():
-                yield frame
+        while True:
+            # The deadline scope wraps only the wait, never a yield (scopes must not span yields).
+            with anyio.move_on_after(max(0.0, self._deadline - anyio.current_time()) + 0.05) as scope:
+                frame = await self._call.next_frame()
+            if scope.cancelled_caught:
+                await self._call.cancel()
+                raise Timeout("streamed call did not finish within its deadline")
+            if frame is None:
+                return
+            yield frame
 
     async def result(self) -> CallResult:
         try:

@@ -238,7 +238,9 @@ class PeerManager:
 
     # peer exchange ---------------------------------------------------------------
     async def _send_peers(self, session: PeerSession) -> None:
-        book = {n: a for n, a in self.known_addresses().items() if n in self._bus.sessions or self._is_member(n)}
+        book = {
+            n: a for n, a in self.known_addresses().items() if n in self._bus.sessions or self._is_member(n)
+        }
         book[self._identity.node_id] = self.addresses()
         await session.send_quiet({"t": "peers", "peers": book})
 

@@ -39,7 +39,9 @@ class Registry:
 
     def remove_local(self, name: str, params: Mapping[str, Any]) -> None:
         self._local = [
-            r for r in self._local if not (r.descriptor.name == name and dict(r.descriptor.params) == dict(params))
+            r
+            for r in self._local
+            if not (r.descriptor.name == name and dict(r.descriptor.params) == dict(params))
         ]
         self.changed += 1
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +75,22 @@ class Request:
                 raise ProtocolError("request id must be an integer")
             if not isinstance(params, dict) or not isinstance(inp, dict):
                 raise ProtocolError("params and input must be maps")
-            if not isinstance(deadline, int | float) or isinstance(deadline, bool) or not math.isfinite(deadline):
+            if (
+                not isinstance(deadline, int | float)
+                or isinstance(deadline, bool)
+                or not math.isfinite(deadline)
+            ):
                 raise ProtocolError("deadline_ms must be a number")
-            capability, version, trace_id = msg["capability"], msg.get("version", "1.0"), msg.get("trace_id", "")
-            if not isinstance(capability, str) or not isinstance(version, str) or not isinstance(trace_id, str):
+            capability, version, trace_id = (
+                msg["capability"],
+                msg.get("version", "1.0"),
+                msg.get("trace_id", ""),
+            )
+            if (
+                not isinstance(capability, str)
+                or not isinstance(version, str)
+                or not isinstance(trace_id, str)
+            ):
                 raise ProtocolError("capability, version and trace_id must be strings")
             return cls(
                 id=rid,
@@ -130,13 +142,17 @@ class OutgoingCall:
         if not self.result.done:
             await self.session.send({"t": "in_end", "id": self.id})
 
-    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+    async def next_frame(self) -> dict[str, Any] | None:
+        """The next stream frame, or ``None`` once the call has ended."""
         assert self.frames_rx is not None
-        async for frame in self.frames_rx:
-            self.consumed += 1
-            if self.consumed % (WINDOW // 2) == 0 and not self.result.done:
-                await self.session.send_quiet({"t": "credit_out", "id": self.id, "n": WINDOW // 2})
-            yield frame
+        try:
+            frame = await self.frames_rx.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return None
+        self.consumed += 1
+        if self.consumed % (WINDOW // 2) == 0 and not self.result.done:
+            await self.session.send_quiet({"t": "credit_out", "id": self.id, "n": WINDOW // 2})
+        return frame
 
     async def cancel(self) -> None:
         if not self.result.done:

@@ -207,7 +207,9 @@ class CommunityService:
         level = Level.parse(str(ctx.input.get("level", "member")))
         community = self._log.community_id
         if community is None:
-            raise BadRequest("this node is in no community yet: run 'hearthnet community create NAME' or join one")
+            raise BadRequest(
+                "this node is in no community yet: run 'hearthnet community create NAME' or join one"
+            )
         event = await self.append("member.invited", {"node_id": node_id, "level": level.label})
         membership = self._log.membership()
         addresses = list(ctx.input.get("addresses") or self._addresses())
@@ -221,7 +223,11 @@ class CommunityService:
             invite_event_id=event.event_id,
             expires_at=int(time.time() * 1000) + INVITE_TTL_MS,
         )
-        return {"token": encode_token(token, self._identity), "event_id": event.event_id, "level": level.label}
+        return {
+            "token": encode_token(token, self._identity),
+            "event_id": event.event_id,
+            "level": level.label,
+        }
 
     async def _handle_promote(self, ctx: CallContext) -> dict[str, Any]:
         node_id = _node_id_input(ctx.input)

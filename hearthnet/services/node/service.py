@@ -1,4 +1,4 @@
-"""``node.ping``, ``node.info``, ``node.stats`` (members) and ``node.status`` (this node only)."""
+"""Introspection: ``node.ping|echo|info|stats`` (members) and ``node.status`` (this node only)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
+
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
+from hearthnet.errors import BadRequest
+
+MAX_ECHO_DELAY_MS = 5000
 
 StatusSource = Callable[[], dict[str, Any]]
 
@@ -17,7 +22,10 @@ class NodeService:
 
     name = "node"
 
-    def __init__(self, *, info: StatusSource, stats: StatusSource, status: StatusSource) -> None:
+    def __init__(
+        self, *, info: StatusSource, stats: StatusSource, status: StatusSource, echo_concurrency: int = 32
+    ) -> None:
+        self._echo_concurrency = echo_concurrency
         self._info = info
         self._stats = stats
         self._status = status
@@ -31,6 +39,16 @@ class NodeService:
 
         return [
             Registration(desc("node.ping"), self._ping),
+            Registration(
+                CapabilityDescriptor(
+                    "node.echo",
+                    (1, 0),
+                    max_concurrent=self._echo_concurrency,
+                    timeout_seconds=10.0,
+                    idempotent=True,
+                ),
+                self._echo,
+            ),
             Registration(desc("node.info"), self._handle_info),
             Registration(desc("node.stats"), self._handle_stats),
             Registration(desc("node.status", local_only=True), self._handle_status),
@@ -47,6 +65,15 @@ class NodeService:
 
     async def _ping(self, ctx: CallContext) -> dict[str, Any]:
         return {"pong": True, "time_ms": int(time.time() * 1000)}
+
+    async def _echo(self, ctx: CallContext) -> dict[str, Any]:
+        """Return ``payload`` after ``delay_ms`` (<= 5 s): for latency probes and load tests."""
+        delay = ctx.input.get("delay_ms", 0)
+        if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay <= MAX_ECHO_DELAY_MS:
+            raise BadRequest(f"delay_ms must be an integer from 0 to {MAX_ECHO_DELAY_MS}")
+        if delay:
+            await anyio.sleep(delay / 1000)
+        return {"payload": ctx.input.get("payload")}
 
     async def _handle_info(self, ctx: CallContext) -> dict[str, Any]:
         return self._info()

@@ -1,0 +1,343 @@
+"""``file.put``, ``file.read``, ``file.list`` between nodes, and local helpers for the CLI.
+
+Remote capabilities (stream frames as in ARCHITECTURE.md):
+
+- ``file.put@1.0`` (trusted, streamed): the caller offers ``input {manifest}``;
+  the receiver answers one frame ``{need: [chunk ids]}``; the caller sends
+  input frames ``{chunk_id, data}`` for exactly those and ends its input; the
+  receiver verifies every chunk, checks the whole document against its CID and
+  answers ``done {doc_cid, size, chunks_received, chunks_total}``.  A put that
+  was interrupted resumes by sending only what is still missing.
+- ``file.read@1.0`` (member, streamed): ``{chunk_id}`` -> the chunk in
+  ``output``; or ``{doc_cid, skip?}`` -> a ``{manifest}`` frame, then one
+  ``{index, chunk_id, data}`` frame per chunk in order.
+- ``file.list@1.0`` (member): ``{prefix?}`` -> ``{blobs: [...]}``.
+
+Local only (the CLI through the control socket, other services through the bus):
+``file.import {path}``, ``file.push {doc_cid, node}``, ``file.fetch {doc_cid, hint?}``,
+``file.export {doc_cid, path}``.
+
+Memory stays bounded by the flow-control window: at most a few chunks of any
+blob are in memory at once, whatever its size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import structlog
+
+from hearthnet.blobs import BlobStore, Manifest, chunk_cid, is_cid
+from hearthnet.bus.api import BusAPI
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
+from hearthnet.community.levels import Level
+from hearthnet.errors import BadRequest, BusError, NotFound, ProtocolError
+
+log = structlog.get_logger("hearthnet.file")
+
+_IO_THREADS = 4
+_MAX_LIST = 10_000
+
+
+def _cid_input(inp: dict[str, Any], key: str) -> str:
+    value = inp.get(key)
+    if not isinstance(value, str) or not is_cid(value):
+        raise BadRequest(f"input.{key} must be a blake3:<hex> CID")
+    return value
+
+
+class FileService:
+    name = "file"
+
+    def __init__(self, *, bus: BusAPI, store: BlobStore, timeout_seconds: float = 600.0) -> None:
+        self._bus = bus
+        self.store = store
+        self._limiter = anyio.CapacityLimiter(_IO_THREADS)
+        self._timeout = timeout_seconds
+        self.chunks_received = 0
+        self.chunks_served = 0
+
+    async def _io(self, fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    # Service protocol ------------------------------------------------------------
+    def registrations(self) -> list[Registration]:
+        t = self._timeout
+        return [
+            Registration(
+                CapabilityDescriptor(
+                    "file.put",
+                    (1, 0),
+                    trust_required=Level.TRUSTED,
+                    max_concurrent=4,
+                    timeout_seconds=t,
+                    idempotent=True,
+                    streaming=True,
+                ),
+                self._handle_put,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "file.read", (1, 0), max_concurrent=8, timeout_seconds=t, idempotent=True, streaming=True
+                ),
+                self._handle_read,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "file.list", (1, 0), max_concurrent=8, timeout_seconds=10.0, idempotent=True
+                ),
+                self._handle_list,
+            ),
+            Registration(
+                CapabilityDescriptor("file.import", (1, 0), timeout_seconds=t, local_only=True),
+                self._handle_import,
+            ),
+            Registration(
+                CapabilityDescriptor("file.push", (1, 0), timeout_seconds=t, local_only=True, streaming=True),
+                self._handle_push,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "file.fetch", (1, 0), timeout_seconds=t, local_only=True, streaming=True, max_concurrent=4
+                ),
+                self._handle_fetch,
+            ),
+            Registration(
+                CapabilityDescriptor("file.export", (1, 0), timeout_seconds=t, local_only=True),
+                self._handle_export,
+            ),
+        ]
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        await anyio.to_thread.run_sync(self.store.close)
+
+    def health(self) -> dict[str, Any]:
+        return {"chunks_received": self.chunks_received, "chunks_served": self.chunks_served}
+
+    # file.put ------------------------------------------------------------------------
+    async def _handle_put(self, ctx: CallContext) -> dict[str, Any]:
+        manifest = Manifest.from_wire(ctx.input.get("manifest"))
+        pin = bool(ctx.input.get("pin", False))
+        if await self._io(self.store.has_blob, manifest.doc_cid):
+            await ctx.send({"need": []})
+            await _drain(ctx)
+            return {
+                "doc_cid": manifest.doc_cid,
+                "size": manifest.size,
+                "chunks_received": 0,
+                "chunks_total": len(manifest.chunks),
+            }
+        missing_before = await self._io(self.store.missing_chunks, manifest)
+        await self._io(self.store.check_quota, len(missing_before) * manifest.chunk_size)
+        await self._io(lambda: self.store.put_manifest(manifest, pin=pin))
+        need = set(missing_before)
+        await ctx.send({"need": missing_before})
+        received = 0
+        while True:
+            frame = await ctx.receive()
+            if frame is None:
+                break
+            chunk_id, data = frame.get("chunk_id"), frame.get("data")
+            if not isinstance(chunk_id, str) or not isinstance(data, bytes):
+                raise BadRequest("a put frame is {chunk_id, data}")
+            if chunk_id not in need:
+                raise BadRequest(f"chunk {chunk_id} was not asked for")
+            await self._io(self.store.put_chunk, chunk_id, data)
+            need.discard(chunk_id)
+            received += 1
+            self.chunks_received += 1
+        if need:
+            raise BadRequest(
+                f"put ended with {len(need)} chunks still missing; call file.put again to resume"
+            )
+        await self._io(self.store.complete, manifest.doc_cid)
+        log.info(
+            "blob_put",
+            doc_cid=manifest.doc_cid,
+            size=manifest.size,
+            chunks_received=received,
+            caller=ctx.caller,
+        )
+        return {
+            "doc_cid": manifest.doc_cid,
+            "size": manifest.size,
+            "chunks_received": received,
+            "chunks_total": len(manifest.chunks),
+        }
+
+    # file.read -----------------------------------------------------------------------
+    async def _handle_read(self, ctx: CallContext) -> dict[str, Any]:
+        if "chunk_id" in ctx.input:
+            chunk_id = _cid_input(ctx.input, "chunk_id")
+            data = await self._io(self.store.get_chunk, chunk_id)
+            self.chunks_served += 1
+            return {"chunk_id": chunk_id, "data": data}
+        doc_cid = _cid_input(ctx.input, "doc_cid")
+        skip_raw = ctx.input.get("skip", [])
+        if not isinstance(skip_raw, list):
+            raise BadRequest("input.skip must be a list of chunk ids")
+        skip = {s for s in skip_raw if isinstance(s, str)}
+        if not await self._io(self.store.has_blob, doc_cid):
+            raise NotFound(f"this node does not hold {doc_cid}")
+        manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
+        await ctx.send({"manifest": manifest.to_wire()})
+        sent = 0
+        for index, chunk_id in enumerate(manifest.chunks):
+            if chunk_id in skip:
+                continue
+            data = await self._io(self.store.get_chunk, chunk_id)
+            await ctx.send({"index": index, "chunk_id": chunk_id, "data": data})
+            sent += 1
+            self.chunks_served += 1
+        return {"doc_cid": doc_cid, "size": manifest.size, "chunks_sent": sent}
+
+    async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
+        prefix = ctx.input.get("prefix", "")
+        if not isinstance(prefix, str):
+            raise BadRequest("input.prefix must be a string")
+        infos = await self._io(self.store.list, prefix)
+        return {
+            "blobs": [
+                {"doc_cid": i.doc_cid, "size": i.size, "pinned": i.pinned, "complete": i.complete}
+                for i in infos[:_MAX_LIST]
+            ],
+            "truncated": len(infos) > _MAX_LIST,
+        }
+
+    # local helpers -------------------------------------------------------------------
+    async def _handle_import(self, ctx: CallContext) -> dict[str, Any]:
+        path = ctx.input.get("path")
+        if not isinstance(path, str):
+            raise BadRequest("input.path is required")
+        p = Path(path)
+        if not await anyio.to_thread.run_sync(p.is_file):
+            raise BadRequest(f"{path} is not a readable file")
+        manifest: Manifest = await self._io(
+            lambda: self.store.put_file(p, pin=bool(ctx.input.get("pin", True)))
+        )
+        return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
+
+    async def _handle_export(self, ctx: CallContext) -> dict[str, Any]:
+        doc_cid = _cid_input(ctx.input, "doc_cid")
+        path = ctx.input.get("path")
+        if not isinstance(path, str):
+            raise BadRequest("input.path is required")
+        await self._io(self.store.export, doc_cid, Path(path))
+        manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
+        return {"doc_cid": doc_cid, "size": manifest.size, "path": path}
+
+    async def _handle_push(self, ctx: CallContext) -> dict[str, Any]:
+        doc_cid = _cid_input(ctx.input, "doc_cid")
+        node = ctx.input.get("node")
+        if not isinstance(node, str):
+            raise BadRequest("input.node is required")
+        return await self.push(doc_cid, node, progress=ctx.send)
+
+    async def push(self, doc_cid: str, node: str, *, progress: Any = None) -> dict[str, Any]:
+        """Send a blob we hold to ``node`` (only the chunks it lacks)."""
+        manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
+        async with self._bus.stream(
+            "file.put", (1, 0), input={"manifest": manifest.to_wire()}, provider=node, timeout=self._timeout
+        ) as call:
+            need: list[str] | None = None
+            async for frame in call.frames():
+                raw = frame.get("need")
+                if not isinstance(raw, list):
+                    raise ProtocolError("file.put must first answer {need}")
+                need = [c for c in raw if isinstance(c, str)]
+                break
+            if need is None:
+                return dict((await call.result()).output)
+            wanted = set(need)
+            for index, chunk_id in enumerate(manifest.chunks):
+                if chunk_id not in wanted:
+                    continue
+                data = await self._io(self.store.get_chunk, chunk_id)
+                await call.send({"chunk_id": chunk_id, "data": data})
+                wanted.discard(chunk_id)
+                if progress is not None:
+                    await progress({"stage": "push", "current": index + 1, "total": len(manifest.chunks)})
+            await call.end_input()
+            result = await call.result()
+        return dict(result.output)
+
+    async def _handle_fetch(self, ctx: CallContext) -> dict[str, Any]:
+        doc_cid = _cid_input(ctx.input, "doc_cid")
+        hint = ctx.input.get("hint")
+        return await self.fetch(doc_cid, hint if isinstance(hint, str) else None, progress=ctx.send)
+
+    async def fetch(self, doc_cid: str, hint: str | None = None, *, progress: Any = None) -> dict[str, Any]:
+        """Make ``doc_cid`` local: ask the referring peer first, then other connected members."""
+        if await self._io(self.store.has_blob, doc_cid):
+            return {"doc_cid": doc_cid, "source": "local", "chunks_fetched": 0}
+        providers = [p.node_id for p in self._bus.providers("file.read") if not p.is_local]
+        order = ([hint] if hint in providers else []) + [p for p in providers if p != hint]
+        if not order:
+            raise NotFound(f"{doc_cid} is not here and no connected member serves file.read")
+        errors: list[BusError] = []
+        for node in order:
+            try:
+                fetched = await self._fetch_from(doc_cid, node, progress)
+                return {"doc_cid": doc_cid, "source": node, "chunks_fetched": fetched}
+            except BusError as exc:
+                log.info("fetch_failed", doc_cid=doc_cid, peer=node, code=exc.code)
+                errors.append(exc)
+        # Prefer a real failure (partition, corrupt data) over "that peer did not have it".
+        real = [e for e in errors if not isinstance(e, NotFound)]
+        raise real[-1] if real else NotFound(f"no connected member holds {doc_cid}")
+
+    async def _fetch_from(self, doc_cid: str, node: str, progress: Any) -> int:
+        have: list[str] = []
+        existing = await self._io(self._known_chunks_of, doc_cid)
+        if existing:
+            have = existing
+        fetched = 0
+        manifest: Manifest | None = None
+        async with self._bus.stream(
+            "file.read",
+            (1, 0),
+            input={"doc_cid": doc_cid, "skip": have},
+            provider=node,
+            timeout=self._timeout,
+        ) as call:
+            async for frame in call.frames():
+                if manifest is None:
+                    manifest = Manifest.from_wire(frame.get("manifest"))
+                    if manifest.doc_cid != doc_cid:
+                        raise ProtocolError("peer answered with the manifest of another document")
+                    await self._io(self.store.check_quota, manifest.size)
+                    await self._io(self.store.put_manifest, manifest)
+                    continue
+                chunk_id, data, index = frame.get("chunk_id"), frame.get("data"), frame.get("index")
+                if not isinstance(chunk_id, str) or not isinstance(data, bytes) or not isinstance(index, int):
+                    raise ProtocolError("a read frame is {index, chunk_id, data}")
+                if not 0 <= index < len(manifest.chunks) or manifest.chunks[index] != chunk_id:
+                    raise ProtocolError("peer sent a chunk that is not in the manifest at that index")
+                if chunk_cid(data) != chunk_id:
+                    raise BadRequest(f"peer {node} sent a chunk that does not match its id")
+                await self._io(self.store.put_chunk, chunk_id, data)
+                fetched += 1
+                if progress is not None:
+                    await progress({"stage": "fetch", "current": index + 1, "total": len(manifest.chunks)})
+            await call.result()
+        await self._io(self.store.complete, doc_cid)
+        return fetched
+
+    def _known_chunks_of(self, doc_cid: str) -> list[str]:
+        try:
+            manifest = self.store.get_manifest(doc_cid)
+        except NotFound:
+            return []
+        missing = set(self.store.missing_chunks(manifest))
+        return [c for c in manifest.chunks if c not in missing]
+
+
+async def _drain(ctx: CallContext) -> None:
+    while await ctx.receive() is not None:
+        pass

@@ -1,0 +1,404 @@
+"""The capability bus over real (in-memory) authenticated links: routing, limits, deadlines, streams."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import pytest
+
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
+from hearthnet.community.levels import Level
+from hearthnet.errors import (
+    BadRequest,
+    CapacityExceeded,
+    NotFound,
+    Partition,
+    SchemaMismatch,
+    Timeout,
+    Unauthorized,
+)
+from hearthnet.identity import Identity
+from hearthnet.transport import accept_link, initiate_link, memory_stream_pair
+
+COMMUNITY = "hc1:test"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Mesh:
+    buses: list[CapabilityBus]
+    levels: dict[str, Level]
+
+
+def make_bus(identity: Identity, levels: dict[str, Level], name: str) -> CapabilityBus:
+    return CapabilityBus(identity, level_of=levels.get, community_id=lambda: COMMUNITY, name=name)
+
+
+async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.001)
+
+
+@asynccontextmanager
+async def mesh(n: int, levels_of: list[Level] | None = None) -> AsyncIterator[Mesh]:
+    """``n`` buses, every pair linked by an authenticated in-memory link."""
+    ids = [Identity.generate() for _ in range(n)]
+    levels = {i.node_id: (levels_of[k] if levels_of else Level.TRUSTED) for k, i in enumerate(ids)}
+    buses = [make_bus(i, levels, f"n{k}") for k, i in enumerate(ids)]
+
+    def admit(node_id: str) -> None:
+        if node_id not in levels:
+            raise Unauthorized("not a member")
+
+    async with anyio.create_task_group() as tg:
+        for x in range(n):
+            for y in range(x + 1, n):
+                a_stream, b_stream = memory_stream_pair()
+                results: dict[str, Any] = {}
+
+                async def accept(
+                    b: CapabilityBus = buses[y], s: Any = b_stream, r: dict[str, Any] = results
+                ) -> None:
+                    r["b"] = await accept_link(
+                        s, identity=b.identity, community_id=COMMUNITY, admit=admit, remote_address="mem"
+                    )
+
+                async with anyio.create_task_group() as hs:
+                    hs.start_soon(accept)
+                    results["a"] = await initiate_link(
+                        a_stream,
+                        identity=buses[x].identity,
+                        community_id=COMMUNITY,
+                        admit=admit,
+                        remote_address="mem",
+                    )
+                tg.start_soon(buses[x].attach, results["a"])
+                tg.start_soon(buses[y].attach, results["b"])
+        for b in buses:
+            tg.start_soon(b.run_announcer)
+        await wait_until(lambda: all(len(b.registry.remote_nodes()) == n - 1 for b in buses))
+        try:
+            yield Mesh(buses, levels)
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def reg(name: str, handler: Any, **kw: Any) -> Registration:
+    predicate = kw.pop("predicate", None)
+    d = CapabilityDescriptor(name, kw.pop("version", (1, 0)), **kw)
+    return Registration(d, handler, predicate) if predicate else Registration(d, handler)
+
+
+_ALL: list[CapabilityBus] = []
+
+
+@pytest.fixture(autouse=True)
+def _reset_all() -> None:
+    _ALL.clear()
+
+
+def _advertised(b: CapabilityBus) -> set[str]:
+    return {r.descriptor.ref for r in b.registry.local() if not r.descriptor.local_only}
+
+
+def _seen_by_peers(b: CapabilityBus) -> bool:
+    peers = [o for o in _ALL if o is not b]
+    return all(
+        _advertised(b) <= {d.ref for d in o.registry.remote_nodes()[b.node_id].capabilities} for o in peers
+    )
+
+
+async def announce(*buses: CapabilityBus) -> None:
+    """Wait until every peer holds a manifest of each bus listing all it registered."""
+    await wait_until(lambda: all(_seen_by_peers(b) for b in buses))
+
+
+async def echo(ctx: CallContext) -> dict[str, Any]:
+    return {"echo": ctx.input.get("x"), "caller": ctx.caller, "level": ctx.caller_level.label}
+
+
+@pytest.mark.anyio
+async def test_remote_call_round_trip_and_caller_identity() -> None:
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.echo", echo))
+        await announce(b)
+        result = await a.call("test.echo", input={"x": 41})
+        assert result.output == {"echo": 41, "caller": a.node_id, "level": "trusted"}
+        assert result.provider == b.node_id
+        assert "ms" in result.meta
+
+
+@pytest.mark.anyio
+async def test_local_provider_is_preferred() -> None:
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        a.register(reg("test.echo", echo))
+        b.register(reg("test.echo", echo))
+        await announce(a, b)
+        assert (await a.call("test.echo")).provider == a.node_id
+
+
+@pytest.mark.anyio
+async def test_version_rule_and_schema_mismatch() -> None:
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.echo", echo, version=(1, 3)))
+        await announce(b)
+        assert (await a.call("test.echo", (1, 2))).provider == b.node_id
+        with pytest.raises(NotFound):
+            await a.call("test.echo", (1, 4))
+        with pytest.raises(NotFound):
+            await a.call("test.echo", (2, 0))
+        with pytest.raises(SchemaMismatch):
+            await _raw_call(a, b, "1.4")
+
+
+async def _raw_call(a: CapabilityBus, b: CapabilityBus, version: str) -> None:
+    """Send a request for a version the provider lacks, bypassing the caller's own registry check."""
+    session = a.sessions[b.node_id]
+    call = await session.request("test.echo", version, {}, {}, deadline_ms=2000, trace_id="t", stream=False)
+    await call.result.wait()
+
+
+@pytest.mark.anyio
+async def test_params_predicate_routes_to_matching_provider() -> None:
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(
+            reg("test.corpus", echo, params={"corpus": "alpha"}, predicate=params_key_equals("corpus"))
+        )
+        c.register(reg("test.corpus", echo, params={"corpus": "beta"}, predicate=params_key_equals("corpus")))
+        await announce(b, c)
+        assert (await a.call("test.corpus", params={"corpus": "beta"})).provider == c.node_id
+        assert (await a.call("test.corpus", params={"corpus": "alpha"})).provider == b.node_id
+        with pytest.raises(NotFound):
+            await a.call("test.corpus", params={"corpus": "gamma"})
+
+
+@pytest.mark.anyio
+async def test_trust_level_enforced_for_remote_callers() -> None:
+    async with mesh(2, [Level.MEMBER, Level.ANCHOR]) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.secret", echo, trust_required=Level.TRUSTED))
+        await announce(b)
+        with pytest.raises(Unauthorized, match="trusted"):
+            await a.call("test.secret")
+        m.levels[a.node_id] = Level.TRUSTED  # promotion takes effect on the next call
+        assert (await a.call("test.secret")).provider == b.node_id
+
+
+@pytest.mark.anyio
+async def test_local_only_capability_is_not_advertised_or_served_remotely() -> None:
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.private", echo, local_only=True))
+        b.register(reg("test.echo", echo))
+        await announce(b)
+        assert [d.name for d in a.registry.remote_nodes()[b.node_id].capabilities] == ["test.echo"]
+        with pytest.raises(NotFound):
+            await _raw_private(a, b)
+        assert (await b.call("test.private")).provider == b.node_id
+
+
+async def _raw_private(a: CapabilityBus, b: CapabilityBus) -> None:
+    call = await a.sessions[b.node_id].request(
+        "test.private", "1.0", {}, {}, deadline_ms=2000, trace_id="t", stream=False
+    )
+    await call.result.wait()
+
+
+@pytest.mark.anyio
+async def test_errors_cross_the_wire_as_their_class() -> None:
+    async def fails(ctx: CallContext) -> dict[str, Any]:
+        raise BadRequest("k must be at most 20")
+
+    async def crashes(ctx: CallContext) -> dict[str, Any]:
+        raise RuntimeError("secret internals")
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.fails", fails))
+        b.register(reg("test.crashes", crashes))
+        await announce(b)
+        with pytest.raises(BadRequest, match="at most 20"):
+            await a.call("test.fails")
+        with pytest.raises(Exception) as info:
+            await a.call("test.crashes")
+        assert info.value.code == "internal_error"  # type: ignore[attr-defined]
+        assert "secret internals" not in str(info.value) and "trace_id" in str(info.value)
+
+
+@pytest.mark.anyio
+async def test_over_max_concurrent_answers_capacity_exceeded_with_retry_hint() -> None:
+    release = anyio.Event()
+
+    async def slow(ctx: CallContext) -> dict[str, Any]:
+        await release.wait()
+        return {}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.slow", slow, max_concurrent=2))
+        await announce(b)
+        errors: list[BaseException] = []
+        done: list[str] = []
+
+        async def one() -> None:
+            try:
+                done.append((await a.call("test.slow", timeout=5)).provider)
+            except CapacityExceeded as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(5):
+                tg.start_soon(one)
+            await wait_until(lambda: len(errors) == 3)
+            release.set()
+        assert len(done) == 2
+        assert all(isinstance(e, CapacityExceeded) and e.retry_after_ms for e in errors)
+        assert b.stats.snapshot()["test.slow@1.0"]["errors_by_code"] == {"capacity_exceeded": 3}
+
+
+@pytest.mark.anyio
+async def test_deadline_travels_and_yields_timeout() -> None:
+    started = anyio.Event()
+    cancelled = anyio.Event()
+
+    async def hangs(ctx: CallContext) -> dict[str, Any]:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        return {}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.hangs", hangs))
+        await announce(b)
+        t0 = anyio.current_time()
+        with pytest.raises(Timeout):
+            await a.call("test.hangs", timeout=0.3)
+        assert anyio.current_time() - t0 < 1.0
+        with anyio.fail_after(2):
+            await cancelled.wait()  # the provider stopped working on it too
+
+
+@pytest.mark.anyio
+async def test_idempotent_call_retries_on_next_provider_after_partition() -> None:
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.echo", echo, idempotent=True))
+        c.register(reg("test.echo", echo, idempotent=True))
+        await announce(b, c)
+        first = (await a.call("test.echo")).provider
+        # The first choice's link breaks while the registry still lists it.
+        await a.sessions[first].link.aclose()
+        result = await a.call("test.echo")
+        assert result.provider != first
+
+
+@pytest.mark.anyio
+async def test_repeated_failures_quarantine_a_provider() -> None:
+    async def broken(ctx: CallContext) -> dict[str, Any]:
+        raise RuntimeError("always")
+
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.q", broken, idempotent=True))
+        await announce(b)
+        for _ in range(3):
+            with pytest.raises(Exception, match="internal error"):
+                await a.call("test.q")
+        assert a.router.is_quarantined(b.node_id, "test.q", anyio.current_time())
+        c.register(reg("test.q", echo, idempotent=True))
+        await announce(c)
+        order = [p.node_id for p in a._candidates("test.q", (1, 0), {}, None)]
+        assert order == [c.node_id]  # the quarantined provider is skipped while another exists
+        assert (await a.call("test.q")).provider == c.node_id
+
+
+@pytest.mark.anyio
+async def test_stream_frames_in_order_with_backpressure_and_input() -> None:
+    produced: list[int] = []
+
+    async def counter(ctx: CallContext) -> dict[str, Any]:
+        for i in range(100):
+            produced.append(i)
+            await ctx.send({"i": i})
+        total = 0
+        while (frame := await ctx.receive()) is not None:
+            total += frame["n"]
+        return {"sum": total}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.count", counter, streaming=True))
+        await announce(b)
+        async with a.stream("test.count", timeout=10) as call:
+            frames = call.frames()
+            first = await frames.__anext__()
+            assert first == {"i": 0}
+            # The producer is held back by the flow-control window, not run to completion.
+            await anyio.sleep(0.05)
+            assert len(produced) <= 40
+            seen = [first["i"]] + [(await frames.__anext__())["i"] for _ in range(99)]
+            assert seen == list(range(100))
+            for n in range(1, 51):
+                await call.send({"n": n})
+            await call.end_input()
+            assert (await call.result()).output == {"sum": 1275}
+
+
+@pytest.mark.anyio
+async def test_link_loss_fails_pending_calls_with_partition() -> None:
+    started = anyio.Event()
+
+    async def hangs(ctx: CallContext) -> dict[str, Any]:
+        started.set()
+        await anyio.sleep_forever()
+        return {}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.hangs", hangs))
+        await announce(b)
+        async with anyio.create_task_group() as tg:
+            outcome: list[BaseException] = []
+
+            async def call() -> None:
+                try:
+                    await a.call("test.hangs", timeout=10, provider=b.node_id)
+                except Partition as exc:
+                    outcome.append(exc)
+
+            tg.start_soon(call)
+            await started.wait()
+            await b.sessions[a.node_id].link.aclose()
+        assert len(outcome) == 1
+        assert b.node_id not in a.registry.remote_nodes()
