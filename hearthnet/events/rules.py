@@ -1,0 +1,248 @@
+"""Who may emit which event type, and what its data must look like.
+
+Event types are extensible: services register their own :class:`EventRule`.
+Every node of a community must register the same rules (including those of
+services it does not run), otherwise nodes disagree about what to store.
+
+Two checks use the same rules:
+
+* :meth:`EventRules.check` — *effective* validity at a point of the replay
+  (current level, revocations, community state).  Used by ``append_local`` and
+  by membership derivation.
+* :meth:`EventRules.admit` — *admission* for storage and replication, judged
+  against the monotone admission view (highest level ever granted).  An event
+  admitted by one node is admitted by every node holding at least the same
+  earlier events, which is what makes gossip converge on one set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hearthnet.community.levels import Level
+from hearthnet.community.membership import (
+    CREATED,
+    INVITED,
+    PROMOTED,
+    REVOKED,
+    Membership,
+    community_id_for,
+)
+from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
+from hearthnet.events.envelope import Event
+from hearthnet.identity.keys import public_key_from_node_id
+
+__all__ = ["EventRule", "EventRules", "default_rules", "require_fields"]
+
+_MAX_NAME = 128
+_MAX_REASON = 1000
+
+
+@dataclass(frozen=True)
+class EventRule:
+    """The rule for one event type.
+
+    ``authorize(event, author_level)`` is an optional extra check that depends
+    only on the event and its author's level (``None`` for founding events); it
+    must be monotone: a higher level never turns an accepted event into a
+    refused one.  ``precondition(event, membership)`` optionally checks the
+    community state (effective check only).  ``founding`` marks the one type
+    that non-members may emit (``community.created``).
+    """
+
+    event_type: str
+    min_level: Level
+    validate: Callable[[Mapping[str, Any]], None]
+    authorize: Callable[[Event, Level | None], None] | None = None
+    precondition: Callable[[Event, Membership], None] | None = None
+    founding: bool = False
+
+
+class EventRules:
+    """A registry of :class:`EventRule` by event type."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, EventRule] = {}
+
+    def register(self, rule: EventRule) -> None:
+        existing = self._rules.get(rule.event_type)
+        if existing is not None and existing != rule:
+            raise BadRequest(f"event type {rule.event_type!r} already has a different rule")
+        self._rules[rule.event_type] = rule
+
+    def get(self, event_type: str) -> EventRule:
+        rule = self._rules.get(event_type)
+        if rule is None:
+            raise BadRequest(f"unknown event type {event_type!r}")
+        return rule
+
+    def __contains__(self, event_type: object) -> bool:
+        return event_type in self._rules
+
+    def event_types(self) -> list[str]:
+        return sorted(self._rules)
+
+    def check(self, event: Event, membership: Membership) -> None:
+        """Raise unless ``event`` takes effect on top of ``membership``."""
+        rule = self._common(event, membership)
+        level: Level | None = None
+        if not rule.founding:
+            if membership.is_revoked(event.author):
+                raise Revoked(f"{event.author} has been revoked from the community")
+            level = membership.level_of(event.author)
+            if level is None:
+                raise Unauthorized(f"{event.author} is not a member of the community")
+            if level < rule.min_level:
+                raise Unauthorized(
+                    f"{event.event_type} needs level {rule.min_level.label}; the author is {level.label}"
+                )
+        if rule.authorize is not None:
+            rule.authorize(event, level)
+        if rule.precondition is not None:
+            rule.precondition(event, membership)
+
+    def admit(self, event: Event, membership: Membership) -> None:
+        """Raise unless ``event`` may be stored and replicated (monotone admission)."""
+        rule = self._common(event, membership)
+        level: Level | None = None
+        if not rule.founding:
+            level = membership.ever_level(event.author)
+            if level is None:
+                raise Unauthorized(f"{event.author} was never admitted to the community")
+            if level < rule.min_level:
+                raise Unauthorized(
+                    f"{event.event_type} needs level {rule.min_level.label}; "
+                    f"the author was never above {level.label}"
+                )
+        if rule.authorize is not None:
+            rule.authorize(event, level)
+
+    def _common(self, event: Event, membership: Membership) -> EventRule:
+        if event.community_id != membership.community_id:
+            raise BadRequest("event belongs to another community")
+        rule = self.get(event.event_type)
+        try:
+            rule.validate(event.data)
+        except BadRequest:
+            raise
+        except BusError as exc:
+            raise BadRequest(f"{event.event_type} data: {exc.message}") from exc
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise BadRequest(f"{event.event_type} data invalid: {type(exc).__name__}") from exc
+        return rule
+
+
+# -- data validators -----------------------------------------------------------
+def require_fields(data: Mapping[str, Any], spec: Mapping[str, type]) -> None:
+    """Check that ``data`` has exactly the keys of ``spec`` with those types."""
+    if set(data) != set(spec):
+        raise BadRequest(f"data fields must be {sorted(spec)}, got {sorted(data)[:10]}")
+    for name, kind in spec.items():
+        value = data[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise BadRequest(f"data field {name!r} must be {kind.__name__}")
+
+
+def _node_id(value: str, what: str) -> None:
+    try:
+        public_key_from_node_id(value)
+    except BadRequest as exc:
+        raise BadRequest(f"{what}: {exc.message}") from exc
+
+
+def _level(value: str) -> Level:
+    if value not in ("member", "trusted", "anchor"):
+        raise BadRequest(f"level must be member, trusted or anchor, got {value!r:.20}")
+    return Level.parse(value)
+
+
+def _validate_created(data: Mapping[str, Any]) -> None:
+    require_fields(data, {"name": str, "founder": str})
+    if not 0 < len(data["name"]) <= _MAX_NAME:
+        raise BadRequest(f"community name must have 1..{_MAX_NAME} characters")
+    _node_id(data["founder"], "founder")
+
+
+def _validate_grant(data: Mapping[str, Any]) -> None:
+    require_fields(data, {"node_id": str, "level": str})
+    _node_id(data["node_id"], "node_id")
+    _level(data["level"])
+
+
+def _validate_revoked(data: Mapping[str, Any]) -> None:
+    require_fields(data, {"node_id": str, "reason": str})
+    _node_id(data["node_id"], "node_id")
+    if len(data["reason"]) > _MAX_REASON:
+        raise BadRequest(f"revocation reason is limited to {_MAX_REASON} characters")
+
+
+# -- authorisation and preconditions --------------------------------------------
+def _authorize_created(event: Event, _level_: Level | None) -> None:
+    founder = event.data["founder"]
+    if founder != event.author:
+        raise Unauthorized("community.created must be signed by its founder")
+    if community_id_for(founder, event.data["name"]) != event.community_id:
+        raise Unauthorized("community id is not derived from the founder's key and name")
+
+
+def _precondition_created(event: Event, membership: Membership) -> None:
+    if membership.founder is not None:
+        raise BadRequest("the community already exists; only the first community.created counts")
+
+
+def _authorize_invited(event: Event, level: Level | None) -> None:
+    if (level is None or level < Level.ANCHOR) and _level(event.data["level"]) > Level.MEMBER:
+        raise Unauthorized("only an anchor may invite at level trusted or anchor")
+
+
+def _precondition_invited(event: Event, membership: Membership) -> None:
+    target = event.data["node_id"]
+    if membership.is_revoked(target):
+        raise Revoked(f"{target} was revoked; revocation is permanent")
+    if membership.level_of(target) is not None:
+        raise BadRequest(f"{target} is already a member; use member.promoted to change its level")
+
+
+def _precondition_promoted(event: Event, membership: Membership) -> None:
+    target = event.data["node_id"]
+    if membership.level_of(target) is None:
+        raise BadRequest(f"{target} is not a current member")
+    if target == membership.founder and _level(event.data["level"]) != Level.ANCHOR:
+        raise Unauthorized("the founder's level cannot be lowered")
+
+
+def _precondition_revoked(event: Event, membership: Membership) -> None:
+    target = event.data["node_id"]
+    if target == membership.founder:
+        raise Unauthorized("the founder cannot be revoked")
+    if membership.is_revoked(target):
+        raise BadRequest(f"{target} is already revoked")
+
+
+def default_rules() -> EventRules:
+    """Rules with the community event types registered."""
+    rules = EventRules()
+    rules.register(
+        EventRule(
+            CREATED,
+            Level.ANCHOR,
+            _validate_created,
+            authorize=_authorize_created,
+            precondition=_precondition_created,
+            founding=True,
+        )
+    )
+    rules.register(
+        EventRule(
+            INVITED,
+            Level.TRUSTED,
+            _validate_grant,
+            authorize=_authorize_invited,
+            precondition=_precondition_invited,
+        )
+    )
+    rules.register(EventRule(PROMOTED, Level.ANCHOR, _validate_grant, precondition=_precondition_promoted))
+    rules.register(EventRule(REVOKED, Level.ANCHOR, _validate_revoked, precondition=_precondition_revoked))
+    return rules
