@@ -1,0 +1,198 @@
+"""Bus latency and throughput between two node processes on loopback.
+
+Ours: this process joins the community as a member (its own CapabilityBus over
+an authenticated, encrypted TCP link) and calls ``node.ping`` on a separate
+node process.  Floor, measured in the same run: a bare anyio TCP echo server
+in another process, echoing the same msgpack request frame with no handshake,
+encryption or bus.
+
+    python -m bench.bus [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.common import Metric, machine, median_range, percentile
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.community.levels import Level
+from hearthnet.identity import load_identity
+from hearthnet.mesh import LocalMesh
+from hearthnet.transport import open_link
+from hearthnet.wire.codec import pack
+from hearthnet.wire.frames import HEADER, FrameDecoder, encode_frame
+
+ECHO_SERVER = r"""
+import anyio, sys
+from hearthnet.wire.frames import FrameDecoder, encode_frame
+async def handle(stream):
+    dec = FrameDecoder()
+    async with stream:
+        try:
+            while True:
+                data = await stream.receive(65536)
+                out = b"".join(encode_frame(f) for f in dec.feed(data))
+                if out:
+                    await stream.send(out)
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            pass
+async def main():
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    print(port, flush=True)
+    await listener.serve(handle)
+anyio.run(main)
+"""
+
+REQUEST = {
+    "t": "req", "id": 1, "capability": "node.ping", "version": "1.0", "params": {}, "input": {},
+    "deadline_ms": 5000, "trace_id": "0123456789abcdef", "stream": False,
+}
+
+
+async def floor_latency(port: int, n: int) -> list[float]:
+    frame = encode_frame(pack(REQUEST))
+    dec = FrameDecoder()
+    out: list[float] = []
+    async with await anyio.connect_tcp("127.0.0.1", port) as s:
+        for _ in range(n):
+            t = time.perf_counter()
+            await s.send(frame)
+            got: list[bytes] = []
+            while not got:
+                got = dec.feed(await s.receive(65536))
+            out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+async def floor_throughput(port: int, n: int, window: int = 32) -> float:
+    frame = encode_frame(pack(REQUEST))
+    dec = FrameDecoder()
+    credit = anyio.Semaphore(window)
+    async with await anyio.connect_tcp("127.0.0.1", port) as s:
+        t = time.perf_counter()
+
+        async def reader() -> None:
+            seen = 0
+            while seen < n:
+                for _ in dec.feed(await s.receive(65536)):
+                    seen += 1
+                    credit.release()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            for _ in range(n):
+                await credit.acquire()
+                await s.send(frame)
+        return n / (time.perf_counter() - t)
+
+
+async def ours(mesh: LocalMesh, n_latency: int, n_throughput: int, rounds: int) -> dict[str, list[float]]:
+    server = mesh.nodes["a"]
+    identity = load_identity(mesh.nodes["bench"].home / "identity.key")
+    status = server.status()
+    port = int(status["addresses"][0].rpartition(":")[2])
+    levels = {server.node_id: Level.ANCHOR}
+    bus = CapabilityBus(identity, level_of=levels.get, community_id=lambda: status["community_id"])
+    link = await open_link("127.0.0.1", port, identity=identity, community_id=status["community_id"],
+                           admit=lambda _: None)
+    results: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bus.attach, link)
+        with anyio.fail_after(10):
+            while server.node_id not in bus.registry.remote_nodes():
+                await anyio.sleep(0.01)
+        for _ in range(100):  # warm-up
+            await bus.call("node.ping", provider=server.node_id)
+        for _ in range(rounds):
+            lat = []
+            for _ in range(n_latency):
+                t = time.perf_counter()
+                await bus.call("node.ping", provider=server.node_id)
+                lat.append((time.perf_counter() - t) * 1000)
+            results["p50"].append(percentile(lat, 0.5))
+            results["p99"].append(percentile(lat, 0.99))
+            done = 0
+            t = time.perf_counter()
+
+            async def worker() -> None:
+                nonlocal done
+                while done < n_throughput:
+                    done += 1
+                    await bus.call("node.ping", provider=server.node_id)
+
+            async with anyio.create_task_group() as workers:
+                for _ in range(32):
+                    workers.start_soon(worker)
+            results["cps"].append(n_throughput / (time.perf_counter() - t))
+        tg.cancel_scope.cancel()
+    return results
+
+
+async def floors(port: int, n_latency: int, n_throughput: int, rounds: int) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
+    await floor_latency(port, 100)
+    for _ in range(rounds):
+        lat = await floor_latency(port, n_latency)
+        results["p50"].append(percentile(lat, 0.5))
+        results["p99"].append(percentile(lat, 0.99))
+        results["cps"].append(await floor_throughput(port, n_throughput))
+    return results
+
+
+def run(quick: bool = False) -> list[Metric]:
+    n_latency, n_throughput, rounds = (500, 2000, 3) if quick else (2000, 10000, 5)
+    echo = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE)
+    assert echo.stdout is not None
+    port = int(echo.stdout.readline())
+    with tempfile.TemporaryDirectory() as tmp, LocalMesh(Path(tmp)) as mesh:
+        mesh.env.update({"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0", "HEARTHNET_LOG_LEVEL": "warning"})
+        a = mesh.add("a")
+        bench_node = mesh.add("bench")
+        mesh.found(a)
+        mesh.invite(a, bench_node, "member", start=False)
+        try:
+            # Interleave ours and the floor so both see the same machine load.
+            o: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
+            f: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
+            for _ in range(rounds):
+                for k, v in anyio.run(ours, mesh, n_latency, n_throughput, 1).items():
+                    o[k] += v
+                for k, v in anyio.run(floors, port, n_latency, n_throughput, 1).items():
+                    f[k] += v
+        finally:
+            echo.kill()
+    p50, p50_lo, p50_hi = median_range(o["p50"])
+    fp50 = median_range(f["p50"])[0]
+    p99, p99_lo, p99_hi = median_range(o["p99"])
+    fp99 = median_range(f["p99"])[0]
+    cps, cps_lo, cps_hi = median_range(o["cps"])
+    fcps = median_range(f["cps"])[0]
+    return [
+        Metric("node", "bus remote trivial call p50", "ms", round(p50, 4), round(fp50, 4), round(p50 / fp50, 2),
+               "<= 0.5 ms and <= 2x floor", p50 <= 0.5 and p50 <= 2 * fp50, round(p50_lo, 4), round(p50_hi, 4)),
+        Metric("node", "bus remote trivial call p99", "ms", round(p99, 4), round(fp99, 4), round(p99 / fp99, 2),
+               "(reported)", None, round(p99_lo, 4), round(p99_hi, 4)),
+        Metric("node", "bus calls/s with 32 in flight", "calls/s", round(cps), round(fcps), round(cps / fcps, 3),
+               ">= 5000/s and >= 50% of floor", cps >= 5000 and cps >= 0.5 * fcps, round(cps_lo), round(cps_hi)),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps({"machine": machine(), "metrics": [m.to_json() for m in run(args.quick)]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Shared benchmark plumbing: result rows, medians with min-max, machine facts."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One measured figure beside its floor, both from the same run."""
+
+    issue: str
+    name: str
+    unit: str
+    ours: float
+    floor: float | None
+    ratio: float | None
+    target: str
+    passed: bool | None
+    ours_min: float | None = None
+    ours_max: float | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def median_range(values: Sequence[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {
+        "cores": os.cpu_count(),
+        "load_avg_1m": round(load[0], 2),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }

@@ -1,0 +1,407 @@
+"""``rag.query``, ``rag.ingest``, ``rag.list_corpora`` (and ``rag.reindex``, this node only).
+
+``rag.query`` is registered once per corpus with params ``{corpus,
+embedding_model, k_max}`` so that callers on other nodes are routed to the
+node holding the corpus.  ``personal`` is registered local-only (never
+advertised, refused to remote callers); ``system`` is read-only.  A corpus
+whose recorded model differs from this node's embedding model is not served:
+its ``rag.query`` answers ``not_found`` with the reindex command.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+
+from hearthnet.blobs import BlobStore, is_cid
+from hearthnet.bus.api import BusAPI
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
+from hearthnet.community.levels import Level
+from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.services.rag.events import INGESTED
+from hearthnet.services.rag.ingest import Embedder, embed_chunks, prepare, run_blocking
+from hearthnet.services.rag.names import validate_corpus_name
+from hearthnet.services.rag.store import CorpusStore, build_where
+
+log = structlog.get_logger("hearthnet.rag")
+
+DEFAULT_K = 5
+MAX_K = 20
+MAX_QUERY_CHARS = 8192
+PERSONAL = "personal"
+SYSTEM = "system"
+
+AppendEvent = Callable[[str, dict[str, Any]], Awaitable[str]]
+"""Appends a signed event authored by this node; returns its event id."""
+FindEvent = Callable[[str, str], str | None]
+"""``(corpus, doc_cid) -> event id`` of the effective ingest event, if any."""
+OwnLevel = Callable[[], Level | None]
+
+
+@dataclass(frozen=True)
+class RagSettings:
+    embedding_model: str
+    query_timeout_seconds: float = 5.0
+    embed_timeout_seconds: float = 10.0
+    accept_new_corpora: bool = True
+    store_threads: int = 2
+
+
+class RagService:
+    name = "rag"
+
+    def __init__(
+        self,
+        *,
+        bus: BusAPI,
+        store: CorpusStore,
+        blobs: BlobStore,
+        settings: RagSettings,
+        append_event: AppendEvent,
+        find_event: FindEvent,
+        own_level: OwnLevel,
+    ) -> None:
+        self._bus = bus
+        self._store = store
+        self._blobs = blobs
+        self._settings = settings
+        self._append_event = append_event
+        self._find_event = find_event
+        self._own_level = own_level
+        self._embedder = Embedder(bus, settings.embedding_model, settings.embed_timeout_seconds)
+        self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
+        self._cpu_limiter = anyio.CapacityLimiter(1)
+        self._doc_locks: dict[tuple[str, str], anyio.Lock] = {}
+        self._registered_corpora: dict[str, dict[str, Any]] = {}
+        self._ingest_params: dict[str, Any] | None = None
+        self.queries = 0
+        self.ingests = 0
+
+    # Service protocol ---------------------------------------------------------------
+    async def start(self) -> None:
+        recovered = await run_blocking(self._store.recover, limiter=self._store_limiter)
+        if any(recovered.values()):
+            log.warning("partial_documents_removed", corpora={k: v for k, v in recovered.items() if v})
+
+    async def stop(self) -> None:
+        await anyio.to_thread.run_sync(self._store.close)
+
+    def registrations(self) -> list[Registration]:
+        regs = [self._ingest_registration(), self._list_registration(), self._reindex_registration()]
+        for corpus in self._store.corpora():
+            regs.append(self._query_registration(corpus))
+        return regs
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "corpora": sorted(self._registered_corpora),
+            "queries": self.queries,
+            "ingests": self.ingests,
+            "embedding_model": self._settings.embedding_model,
+        }
+
+    # registrations ------------------------------------------------------------------
+    def _query_registration(self, corpus: str) -> Registration:
+        info = self._store.info(corpus)
+        params = {"corpus": corpus, "embedding_model": info.embedding_model, "k_max": MAX_K}
+        self._registered_corpora[corpus] = params
+        descriptor = CapabilityDescriptor(
+            "rag.query",
+            (1, 0),
+            params=params,
+            max_concurrent=8,
+            timeout_seconds=self._settings.query_timeout_seconds,
+            idempotent=True,
+            local_only=corpus == PERSONAL,
+            description=f"search corpus {corpus}",
+        )
+        return Registration(descriptor, self._handle_query, params_key_equals("corpus"))
+
+    def _ingest_registration(self) -> Registration:
+        corpora = sorted(c for c in self._store.corpora() if c != PERSONAL)
+        self._ingest_params = {
+            "corpora": corpora,
+            "accepts_new": self._settings.accept_new_corpora,
+            "embedding_model": self._settings.embedding_model,
+        }
+        descriptor = CapabilityDescriptor(
+            "rag.ingest",
+            (1, 0),
+            params=self._ingest_params,
+            trust_required=Level.TRUSTED,
+            max_concurrent=2,
+            timeout_seconds=900.0,
+            idempotent=True,
+            streaming=True,
+        )
+        return Registration(descriptor, self._handle_ingest)
+
+    def _list_registration(self) -> Registration:
+        return Registration(
+            CapabilityDescriptor("rag.list_corpora", (1, 0), max_concurrent=8, timeout_seconds=10.0, idempotent=True),
+            self._handle_list,
+        )
+
+    def _reindex_registration(self) -> Registration:
+        return Registration(
+            CapabilityDescriptor(
+                "rag.reindex", (1, 0), timeout_seconds=3600.0, local_only=True, streaming=True, max_concurrent=1
+            ),
+            self._handle_reindex,
+        )
+
+    def _announce_corpus(self, corpus: str) -> None:
+        """A new corpus: serve queries for it and advertise it in rag.ingest's params."""
+        if corpus not in self._registered_corpora:
+            self._bus.register(self._query_registration(corpus))
+        if self._ingest_params is not None:
+            self._bus.unregister("rag.ingest", self._ingest_params)
+        self._bus.register(self._ingest_registration())
+
+    # rag.query ----------------------------------------------------------------------
+    async def _handle_query(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        started = time.perf_counter()
+        corpus = validate_corpus_name(ctx.params.get("corpus"))
+        if corpus == PERSONAL and not ctx.is_local:
+            raise NotFound("corpus personal is never reachable from another node")
+        query, k, where, include_text = _query_input(ctx.input)
+        info = await run_blocking(self._store.info, corpus, limiter=self._store_limiter)
+        if info.embedding_model != self._settings.embedding_model:
+            raise NotFound(
+                f"corpus {corpus} was embedded with {info.embedding_model} but this node embeds with "
+                f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
+            )
+        vectors, _, _ = await self._embedder.embed([query])
+        hits = await run_blocking(
+            lambda: self._store.query(corpus, vectors[0], k=k, where=where, include_text=include_text),
+            limiter=self._store_limiter,
+        )
+        chunks = []
+        for rank, hit in enumerate(hits, start=1):
+            item: dict[str, Any] = {"rank": rank, "score": round(float(hit.score), 6), "metadata": hit.metadata}
+            if include_text:
+                item["text"] = hit.text
+            chunks.append(item)
+        self.queries += 1
+        ms = round((time.perf_counter() - started) * 1000, 3)
+        log.info("rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id)
+        return {"chunks": chunks}, {"corpus": corpus, "ms": ms, "embedding_model": info.embedding_model}
+
+    # rag.ingest ---------------------------------------------------------------------
+    async def _handle_ingest(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        started = time.perf_counter()
+        corpus = validate_corpus_name(ctx.params.get("corpus"))
+        if corpus == SYSTEM:
+            raise BadRequest("corpus system is read-only")
+        if corpus == PERSONAL and not ctx.is_local:
+            raise Unauthorized("corpus personal only takes documents from this node itself")
+        doc_cid, title, language, metadata, filename = _ingest_input(ctx.input)
+        own = self._own_level()
+        if own is None or own < Level.TRUSTED:
+            raise Unauthorized(
+                "this node is not trusted in its community, so it may not announce ingests; ask an anchor to promote it"
+            )
+        lock = self._doc_locks.setdefault((corpus, doc_cid), anyio.Lock())
+        async with lock:
+            existing = await self._existing(corpus, doc_cid)
+            if existing is not None:
+                output, event_id = existing
+                if event_id is None:
+                    event_id = await self._emit(corpus, doc_cid, title, language or "und", output["chunks_indexed"])
+                return output, {"corpus": corpus, "ms": _ms(started), "ingest_event_id": event_id, "existing": True}
+            await ctx.send({"stage": "fetch", "current": 0, "total": 1})
+            hint = None if ctx.is_local else ctx.caller
+            await self._bus.call(
+                "file.fetch", (1, 0), input={"doc_cid": doc_cid, "hint": hint}, provider=self._bus.node_id,
+                timeout=max(30.0, ctx.remaining()),
+            )
+            data = await run_blocking(self._blobs.read_blob, doc_cid, limiter=self._store_limiter)
+            max_tokens = self._embedder.max_tokens()
+            await ctx.send({"stage": "read", "current": 0, "total": 1})
+            prepared = await run_blocking(
+                lambda: prepare(
+                    data,
+                    doc_cid=doc_cid,
+                    title=title,
+                    language=language,
+                    max_tokens=max_tokens,
+                    filename_hint=filename,
+                    extra_metadata=metadata,
+                ),
+                limiter=self._cpu_limiter,
+            )
+            del data
+            embedded = await embed_chunks(self._embedder, prepared.chunks, ctx.send)
+            dim = int(embedded.vectors.shape[1])
+            await run_blocking(
+                lambda: self._store.create_corpus(corpus, embedding_model=self._settings.embedding_model, dim=dim),
+                limiter=self._store_limiter,
+            )
+            await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
+            await run_blocking(
+                self._store.add_document, corpus, prepared.chunks, embedded.vectors, limiter=self._store_limiter
+            )
+            self._announce_corpus(corpus)
+            doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
+            event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
+        tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
+        self.ingests += 1
+        log.info(
+            "rag_ingested",
+            corpus=corpus,
+            doc_cid=doc_cid,
+            chunks=len(prepared.chunks),
+            pages=prepared.document.page_count,
+            truncated=embedded.truncated,
+            ms=_ms(started),
+        )
+        return (
+            {"doc_cid": doc_cid, "chunks_indexed": len(prepared.chunks), "tokens_indexed": tokens},
+            {
+                "corpus": corpus,
+                "ms": _ms(started),
+                "ingest_event_id": event_id,
+                "embedding_model": self._settings.embedding_model,
+                "truncated": embedded.truncated,
+                "pages": prepared.document.page_count,
+            },
+        )
+
+    async def _existing(self, corpus: str, doc_cid: str) -> tuple[dict[str, Any], str | None] | None:
+        def lookup() -> tuple[int, int] | None:
+            if corpus not in self._store.corpora() or not self._store.has_document(corpus, doc_cid):
+                return None
+            return self._store.document_chunk_count(corpus, doc_cid), self._store.document_tokens(corpus, doc_cid)
+
+        found = await run_blocking(lookup, limiter=self._store_limiter)
+        if found is None:
+            return None
+        chunks, tokens = found
+        output = {"doc_cid": doc_cid, "chunks_indexed": chunks, "tokens_indexed": tokens}
+        return output, self._find_event(corpus, doc_cid)
+
+    async def _emit(self, corpus: str, doc_cid: str, title: str, language: str, chunks: int) -> str:
+        if corpus == PERSONAL:
+            return ""  # the personal corpus is never announced to the community
+        data = {"corpus": corpus, "doc_cid": doc_cid, "title": title[:1000], "language": language, "chunks": chunks}
+        return await self._append_event(INGESTED, data)
+
+    # rag.list_corpora ----------------------------------------------------------------
+    async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
+        def collect() -> list[dict[str, Any]]:
+            out = []
+            for name in sorted(self._store.corpora()):
+                if name == PERSONAL and not ctx.is_local:
+                    continue
+                info = self._store.info(name)
+                out.append(
+                    {
+                        "name": info.name,
+                        "docs": info.docs,
+                        "chunks": info.chunks,
+                        "size_bytes": info.size_bytes,
+                        "language_majority": info.language_majority,
+                        "embedding_model": info.embedding_model,
+                        "served": info.embedding_model == self._settings.embedding_model,
+                    }
+                )
+            return out
+
+        return {"corpora": await run_blocking(collect, limiter=self._store_limiter)}
+
+    # rag.reindex ------------------------------------------------------------------------
+    async def _handle_reindex(self, ctx: CallContext) -> dict[str, Any]:
+        corpus = validate_corpus_name(ctx.input.get("corpus"))
+        docs = await run_blocking(self._store.documents, corpus, limiter=self._store_limiter)
+        if not docs:
+            raise NotFound(f"corpus {corpus} has no documents to reindex")
+        missing = [d["doc_cid"] for d in docs if not self._blobs.has_blob(d["doc_cid"])]
+        if missing:
+            raise NotFound(
+                f"{len(missing)} source documents of {corpus} are not in this node's blob store "
+                f"(first: {missing[0]}); fetch them with 'hearthnet file get' first"
+            )
+        max_tokens = self._embedder.max_tokens()
+        prepared_docs = []
+        for i, doc in enumerate(docs):
+            data = await run_blocking(self._blobs.read_blob, doc["doc_cid"], limiter=self._store_limiter)
+            prepared = await run_blocking(
+                lambda data=data, doc=doc: prepare(
+                    data, doc_cid=doc["doc_cid"], title=doc.get("title", ""), language=doc.get("language"),
+                    max_tokens=max_tokens, filename_hint=None, extra_metadata={},
+                ),
+                limiter=self._cpu_limiter,
+            )
+            embedded = await embed_chunks(self._embedder, prepared.chunks, None)
+            prepared_docs.append((prepared.chunks, embedded.vectors))
+            await ctx.send({"stage": "reindex", "current": i + 1, "total": len(docs)})
+        dim = int(prepared_docs[0][1].shape[1])
+        await run_blocking(
+            lambda: self._store.replace_corpus(
+                corpus, embedding_model=self._settings.embedding_model, dim=dim, documents=prepared_docs
+            ),
+            limiter=self._store_limiter,
+        )
+        self._registered_corpora.pop(corpus, None)
+        self._bus.unregister("rag.query", {"corpus": corpus})
+        self._announce_corpus(corpus)
+        return {"corpus": corpus, "docs": len(docs), "embedding_model": self._settings.embedding_model}
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def _query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
+    unknown = set(inp) - {"query", "k", "filter", "include_text"}
+    if unknown:
+        raise BadRequest(f"unknown rag.query input field(s): {', '.join(sorted(unknown))}")
+    query = inp.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise BadRequest("input.query must be a non-empty string")
+    if len(query) > MAX_QUERY_CHARS:
+        raise BadRequest(f"input.query is {len(query)} characters long; at most {MAX_QUERY_CHARS}")
+    k = inp.get("k", DEFAULT_K)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise BadRequest("input.k must be a positive integer")
+    if k > MAX_K:
+        raise BadRequest(f"input.k is {k}; at most {MAX_K}")
+    raw_filter = inp.get("filter")
+    if raw_filter is not None and not isinstance(raw_filter, dict):
+        raise BadRequest("input.filter must be an object")
+    where = build_where(raw_filter) if raw_filter else None
+    include_text = inp.get("include_text", True)
+    if not isinstance(include_text, bool):
+        raise BadRequest("input.include_text must be true or false")
+    return query, k, where, include_text
+
+
+def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[str, Any], str | None]:
+    doc_cid = inp.get("doc_cid")
+    if not isinstance(doc_cid, str) or not is_cid(doc_cid):
+        raise BadRequest("input.doc_cid must be a blake3:<hex> CID of a stored blob")
+    title = inp.get("title") or ""
+    if not isinstance(title, str) or len(title) > 1000:
+        raise BadRequest("input.title must be a string of at most 1000 characters")
+    language = inp.get("language")
+    if language is not None and (not isinstance(language, str) or not 1 <= len(language) <= 16):
+        raise BadRequest("input.language must be a short language code such as 'en'")
+    metadata = inp.get("metadata") or {}
+    if not isinstance(metadata, dict) or len(metadata) > 32:
+        raise BadRequest("input.metadata must be an object with at most 32 fields")
+    for key, value in metadata.items():
+        if not isinstance(value, str | int | float | bool) or len(str(key)) > 64:
+            raise BadRequest(f"metadata field {str(key)[:64]!r} must be a scalar under a short key")
+    filename = inp.get("filename")
+    if filename is not None and not isinstance(filename, str):
+        raise BadRequest("input.filename must be a string")
+    return doc_cid, title, language, metadata, filename
+
+
+__all__ = ["RagService", "RagSettings"]
