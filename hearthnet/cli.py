@@ -81,6 +81,15 @@ def _node_running(home: Path) -> bool:
         s.close()
 
 
+def event_loop_options() -> dict[str, Any]:
+    """uvloop when available: it roughly halves the bus's per-call overhead."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}
+
+
 # -- offline commands -----------------------------------------------------------------
 def cmd_init(args: argparse.Namespace) -> None:
     from hearthnet.config import CONFIG_FILE, default_config_text
@@ -205,7 +214,7 @@ def cmd_node_run(args: argparse.Namespace) -> None:
                 return
 
     try:
-        anyio.run(main)
+        anyio.run(main, backend_options=event_loop_options())
     except KeyboardInterrupt:
         pass
 

@@ -1,0 +1,66 @@
+"""Every error class survives the wire round trip and keeps its code."""
+
+from __future__ import annotations
+
+import pytest
+
+import hearthnet.errors as errors
+from hearthnet.errors import ERROR_CODES, BusError, InternalError, error_from_wire
+from hearthnet.wire.codec import pack, unpack_map
+
+CONTRACT_CODES = {
+    "bad_request",
+    "schema_mismatch",
+    "unauthorized",
+    "revoked",
+    "not_found",
+    "not_implemented",
+    "timeout",
+    "partition",
+    "capacity_exceeded",
+    "rate_limited",
+    "invalid_signature",
+    "expired",
+    "internal_error",
+}
+
+
+def test_codes_are_exactly_the_contracts() -> None:
+    assert ERROR_CODES == CONTRACT_CODES
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        getattr(errors, n)
+        for n in errors.__all__
+        if isinstance(getattr(errors, n), type)
+        and issubclass(getattr(errors, n), BusError)
+        and getattr(errors, n) not in (errors.ProtocolError, errors.BusError)
+    ],
+)
+def test_each_class_round_trips_through_msgpack(cls: type[BusError]) -> None:
+    original = cls("something specific", retry_after_ms=250)
+    rebuilt = error_from_wire(unpack_map(pack(original.to_wire())))
+    assert type(rebuilt) is cls
+    assert rebuilt.code == original.code
+    assert rebuilt.message == "something specific"
+    assert rebuilt.retry_after_ms == 250
+
+
+def test_protocol_error_travels_as_bad_request() -> None:
+    rebuilt = error_from_wire(errors.ProtocolError("broken frame").to_wire())
+    assert rebuilt.code == "bad_request"
+
+
+def test_unknown_code_becomes_internal_error_keeping_the_code() -> None:
+    rebuilt = error_from_wire({"error": "brand_new_code", "message": "from a newer peer"})
+    assert isinstance(rebuilt, InternalError)
+    assert "brand_new_code" in rebuilt.message
+
+
+@pytest.mark.parametrize(
+    "payload", [{}, {"error": 5}, {"error": None, "message": 7}, {"retry_after_ms": True}]
+)
+def test_malformed_error_payloads_still_give_a_bus_error(payload: dict[str, object]) -> None:
+    assert isinstance(error_from_wire(payload), BusError)
