@@ -354,7 +354,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
-    return []
+    from hearthnet.cli_data import register_data_commands
+
+    return [register_data_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -179,3 +180,36 @@ class LocalMesh:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@asynccontextmanager
+async def member_bus(node: MeshNode, identity_home: Path) -> AsyncIterator[Any]:
+    """This process joins ``node``'s community as the member whose home is ``identity_home``.
+
+    Yields a real :class:`CapabilityBus` with one authenticated TCP link to
+    ``node``; used by tests and benchmarks that drive the wire directly.
+    """
+    import anyio
+
+    from hearthnet.bus.bus import CapabilityBus
+    from hearthnet.community.levels import Level
+    from hearthnet.identity import load_identity
+    from hearthnet.transport import open_link
+
+    identity = load_identity(identity_home / "identity.key")
+    status = node.status()
+    host, _, port = status["addresses"][0].rpartition(":")
+    levels = {node.node_id: Level.ANCHOR}
+    bus = CapabilityBus(identity, level_of=levels.get, community_id=lambda: status["community_id"])
+    link = await open_link(
+        host, int(port), identity=identity, community_id=status["community_id"], admit=lambda _: None
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bus.attach, link)
+        with anyio.fail_after(10):
+            while node.node_id not in bus.registry.remote_nodes():
+                await anyio.sleep(0.01)
+        try:
+            yield bus
+        finally:
+            tg.cancel_scope.cancel()

@@ -1,0 +1,166 @@
+"""Blobs between real node processes: byte-identical transfers, trust, resumable puts, bounded memory."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from hearthnet.blobs import BlobStore, Manifest
+from hearthnet.errors import Unauthorized
+from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
+
+PDFS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pdfs"
+NO_MODELS = {"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
+    m = LocalMesh(tmp_path_factory.mktemp("blobs"))
+    m.env.update(NO_MODELS)
+    try:
+        n1, n2, n3 = m.add("n1"), m.add("n2"), m.add("n3")
+        m.found(n1)
+        m.invite(n1, n2, "trusted")
+        m.invite(n1, n3, "member")
+        # Two identities driven from this test process: a trusted uploader and a plain member.
+        for name, level in (("uploader", "trusted"), ("reader", "member")):
+            m.invite(n1, m.add(name), level, start=False)
+        m.wait_full_mesh([n1, n2, n3], timeout=60)
+        yield m
+    finally:
+        m.close()
+
+
+def test_every_shared_pdf_put_on_node1_comes_back_identical_on_node3(mesh: LocalMesh, tmp_path: Path) -> None:
+    n1, n3 = mesh.nodes["n1"], mesh.nodes["n3"]
+    pdfs = sorted(PDFS.glob("*.pdf"))
+    assert len(pdfs) == 20
+    for pdf in pdfs:
+        cid = n1.cli_json("file", "put", str(pdf))["doc_cid"]
+        out = tmp_path / pdf.name
+        got = n3.cli_json("file", "get", cid, "--out", str(out))
+        assert got["source"] == n1.node_id
+        assert hashlib.sha256(out.read_bytes()).digest() == hashlib.sha256(pdf.read_bytes()).digest(), (
+            pdf.name
+        )
+    listed = {b["doc_cid"] for b in n3.cli_json("file", "ls")["blobs"]}
+    assert len(listed) == len(pdfs)
+
+
+def test_push_to_another_node_with_file_put_on(mesh: LocalMesh, tmp_path: Path) -> None:
+    n1, n2 = mesh.nodes["n1"], mesh.nodes["n2"]
+    pdf = PDFS / "en_paper_creativity_in_ml.pdf"
+    out = n1.cli_json("file", "put", str(pdf), "--on", n2.node_id)
+    assert out["push"]["doc_cid"] == out["doc_cid"]
+    assert out["doc_cid"] in {b["doc_cid"] for b in n2.cli_json("file", "ls")["blobs"]}
+
+
+@pytest.mark.anyio
+async def test_member_that_is_not_trusted_cannot_put(mesh: LocalMesh) -> None:
+    n1 = mesh.nodes["n1"]
+    manifest = _manifest_for(b"hello hearth")
+    async with member_bus(n1, mesh.nodes["reader"].home) as bus:
+        with pytest.raises(Unauthorized):
+            async with bus.stream(
+                "file.put", input={"manifest": manifest.to_wire()}, provider=n1.node_id
+            ) as call:
+                await call.result()
+
+
+def _manifest_for(data: bytes, tmp: Path | None = None) -> Manifest:
+    from hearthnet.blobs import manifest_for_bytes
+
+    return manifest_for_bytes(data)
+
+
+@pytest.mark.anyio
+async def test_interrupted_put_resumes_sending_only_missing_chunks(mesh: LocalMesh, tmp_path: Path) -> None:
+    n2 = mesh.nodes["n2"]
+    data = os.urandom(40 * 256 * 1024 + 123)  # 41 chunks
+    store = BlobStore(tmp_path / "local-blobs")
+    manifest = store.put_bytes(data)
+    half = len(manifest.chunks) // 2
+    async with member_bus(n2, mesh.nodes["uploader"].home) as bus:
+        async with bus.stream(
+            "file.put", input={"manifest": manifest.to_wire()}, provider=n2.node_id
+        ) as call:
+            first = await call.frames().__anext__()
+            assert first["need"] == list(manifest.chunks)
+            for chunk_id in manifest.chunks[:half]:
+                await call.send({"chunk_id": chunk_id, "data": store.get_chunk(chunk_id)})
+            # Wait until the receiver has stored what we sent, then walk away mid-put.
+            wait_ok = await _wait_chunks_received(n2, half)
+            assert wait_ok
+        async with bus.stream(
+            "file.put", input={"manifest": manifest.to_wire()}, provider=n2.node_id
+        ) as call:
+            first = await call.frames().__anext__()
+            assert first["need"] == list(manifest.chunks[half:])
+            for chunk_id in first["need"]:
+                await call.send({"chunk_id": chunk_id, "data": store.get_chunk(chunk_id)})
+            await call.end_input()
+            result = (await call.result()).output
+    assert result["chunks_received"] == len(manifest.chunks) - half
+    assert result["doc_cid"] == manifest.doc_cid
+    got = n2.cli_json("file", "get", manifest.doc_cid, "--out", str(tmp_path / "back.bin"))
+    assert got["source"] == "local"
+    assert (tmp_path / "back.bin").read_bytes() == data
+    store.close()
+
+
+async def _wait_chunks_received(node: MeshNode, at_least: int) -> bool:
+    def received() -> bool:
+        services = node.cli_json("call", "node.stats")["output"]["services"]
+        return int(services["file"]["chunks_received"]) >= at_least
+
+    await anyio.to_thread.run_sync(lambda: wait_for(received, timeout=30, what="chunks to land"))
+    return True
+
+
+def _rss_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/{pid}/status")
+
+
+@pytest.mark.anyio
+async def test_200mb_blob_transfers_with_bounded_receiver_memory(mesh: LocalMesh, tmp_path: Path) -> None:
+    n3 = mesh.nodes["n3"]
+    # The uploader pushes to n3 through file.put; n3's peak RSS must grow by < 64 MB.
+    big = tmp_path / "big.bin"
+    with big.open("wb") as f:
+        block = os.urandom(1 << 20)
+        for i in range(200):
+            f.write(block[i:] + block[:i])
+    store = BlobStore(tmp_path / "local-blobs")
+    manifest = store.put_file(big)
+    assert n3.process is not None
+    pid = n3.process.pid
+    rss_before = _rss_kb(pid, "VmRSS")
+    hwm_before = _rss_kb(pid, "VmHWM")
+    async with member_bus(n3, mesh.nodes["uploader"].home) as bus:
+        # n3 is a plain member, but it accepts a put from a trusted caller.
+        async with bus.stream(
+            "file.put", input={"manifest": manifest.to_wire()}, provider=n3.node_id, timeout=600
+        ) as call:
+            need = (await call.frames().__anext__())["need"]
+            for chunk_id in need:
+                await call.send({"chunk_id": chunk_id, "data": store.get_chunk(chunk_id)})
+            await call.end_input()
+            result = (await call.result()).output
+    assert result["chunks_received"] == len(manifest.chunks) == 800
+    growth_mb = (max(_rss_kb(pid, "VmHWM"), hwm_before) - max(rss_before, 0)) / 1024
+    print(f"receiver RSS before {rss_before / 1024:.1f} MB, peak growth {growth_mb:.1f} MB")
+    assert growth_mb < 64
+    store.close()
