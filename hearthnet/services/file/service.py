@@ -38,7 +38,9 @@ from hearthnet.errors import BadRequest, BusError, NotFound, ProtocolError
 
 log = structlog.get_logger("hearthnet.file")
 
-_IO_THREADS = 4
+_IO_THREADS = 6
+WRITE_PIPELINE = 4
+"""Chunk writes in flight per put: overlaps the receiver's fsyncs (about 3 ms each here)."""
 _MAX_LIST = 10_000
 
 
@@ -139,19 +141,23 @@ class FileService:
         need = set(missing_before)
         await ctx.send({"need": missing_before})
         received = 0
-        while True:
-            frame = await ctx.receive()
-            if frame is None:
-                break
-            chunk_id, data = frame.get("chunk_id"), frame.get("data")
-            if not isinstance(chunk_id, str) or not isinstance(data, bytes):
-                raise BadRequest("a put frame is {chunk_id, data}")
-            if chunk_id not in need:
-                raise BadRequest(f"chunk {chunk_id} was not asked for")
-            await self._io(self.store.put_chunk, chunk_id, data)
-            need.discard(chunk_id)
-            received += 1
-            self.chunks_received += 1
+        # Writes (hash check, fsync, rename) overlap with receiving the next chunks; the
+        # flow-control window plus WRITE_PIPELINE bounds how many chunks are in memory.
+        async with anyio.create_task_group() as tg:
+            slots = anyio.Semaphore(WRITE_PIPELINE)
+            while True:
+                frame = await ctx.receive()
+                if frame is None:
+                    break
+                chunk_id, data = frame.get("chunk_id"), frame.get("data")
+                if not isinstance(chunk_id, str) or not isinstance(data, bytes):
+                    raise BadRequest("a put frame is {chunk_id, data}")
+                if chunk_id not in need:
+                    raise BadRequest(f"chunk {chunk_id} was not asked for")
+                need.discard(chunk_id)
+                await slots.acquire()
+                tg.start_soon(self._write_chunk, chunk_id, data, slots)
+                received += 1
         if need:
             raise BadRequest(
                 f"put ended with {len(need)} chunks still missing; call file.put again to resume"
@@ -172,6 +178,13 @@ class FileService:
         }
 
     # file.read -----------------------------------------------------------------------
+    async def _write_chunk(self, chunk_id: str, data: bytes, slots: anyio.Semaphore) -> None:
+        try:
+            await self._io(self.store.put_chunk, chunk_id, data)
+            self.chunks_received += 1
+        finally:
+            slots.release()
+
     async def _handle_read(self, ctx: CallContext) -> dict[str, Any]:
         if "chunk_id" in ctx.input:
             chunk_id = _cid_input(ctx.input, "chunk_id")
