@@ -10,6 +10,7 @@ Usage::
 
     python -m bench.embed_direct            # the full grid, one JSON line per configuration
     python -m bench.embed_direct --quick    # threads 1/2 at batch 1 only
+    python -m bench.embed_direct --backend  # through OnnxEmbeddingBackend: batch budgets, queries vs chunks
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
-from hearthnet.services.embedding.model_files import ModelFiles, find_model_files
-from hearthnet.services.embedding.onnx_backend import Encoded, OnnxModel, OnnxSettings
+import anyio
 
-__all__ = ["DirectResult", "make_chunks", "measure_direct"]
+from hearthnet.services.embedding.model_files import ModelFiles, find_model_files
+from hearthnet.services.embedding.onnx_backend import Encoded, OnnxEmbeddingBackend, OnnxModel, OnnxSettings
+
+__all__ = ["BackendResult", "DirectResult", "make_chunks", "measure_backend", "measure_direct"]
 
 _WORDS = (
     "the community shares documents about water pumps solar panels and seed storage "
@@ -122,9 +126,83 @@ def measure_direct(
     )
 
 
-def _grid(quick: bool) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class BackendResult:
+    max_batch_tokens: int
+    max_batch_items: int
+    workload: str
+    calls: int
+    texts: int
+    batches: int
+    seconds: float
+    texts_per_s: float
+    peak_rss_mb: float
+    load_avg_1m: float
+
+
+def measure_backend(
+    *,
+    files: ModelFiles | None = None,
+    max_batch_tokens: int = 2048,
+    max_batch_items: int = 32,
+    workload: str = "chunks",
+    n: int = 48,
+) -> BackendResult:
+    """Texts/s through :class:`OnnxEmbeddingBackend` (tokenizer, micro-batcher, worker thread).
+
+    ``workload="chunks"``: one call with ``n`` 60..256-token chunks (ingest).
+    ``workload="queries"``: ``n`` concurrent one-query calls of 8..20 tokens (search traffic).
+    """
+    settings = OnnxSettings(max_batch_tokens=max_batch_tokens, max_batch_items=max_batch_items)
+    model = OnnxModel(files or find_model_files(), settings)
+    if workload == "chunks":
+        texts = make_chunks(model, n, min_tokens=60, max_tokens=256)
+    else:
+        texts = make_chunks(model, n, min_tokens=8, max_tokens=20)
+
+    async def run() -> tuple[float, int]:
+        backend = OnnxEmbeddingBackend(model)
+        await backend.embed(texts[:1], normalize=True)  # warm-up
+        before = backend.batches_run
+        start = time.perf_counter()
+        if workload == "chunks":
+            await backend.embed(texts, normalize=True)
+        else:
+            async with anyio.create_task_group() as tg:
+                for t in texts:
+                    tg.start_soon(partial(backend.embed, [t], normalize=True))
+        return time.perf_counter() - start, backend.batches_run - before
+
+    seconds, batches = anyio.run(run)
+    return BackendResult(
+        max_batch_tokens=max_batch_tokens,
+        max_batch_items=max_batch_items,
+        workload=workload,
+        calls=1 if workload == "chunks" else n,
+        texts=n,
+        batches=batches,
+        seconds=round(seconds, 3),
+        texts_per_s=round(n / seconds, 1),
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        load_avg_1m=round(os.getloadavg()[0], 2),
+    )
+
+
+def _grid(quick: bool, key: bool = False) -> list[dict[str, Any]]:
     if quick:
         return [{"intra_op_threads": t} for t in (1, 2)]
+    if key:  # the decisive comparisons, interleaved and repeated to average out a busy machine
+        one: list[dict[str, Any]] = [
+            {"intra_op_threads": 1, "batch_size": 1},
+            {"intra_op_threads": 2, "batch_size": 1},
+            {"intra_op_threads": 1, "parallel": 2, "batch_size": 1},
+            {"intra_op_threads": 2, "batch_size": 1, "lengths": (60, 256)},
+            {"intra_op_threads": 2, "batch_size": 8, "grouped": False, "lengths": (60, 256)},
+            {"intra_op_threads": 2, "batch_size": 8, "grouped": True, "lengths": (60, 256)},
+            {"intra_op_threads": 2, "batch_size": 32, "grouped": False, "lengths": (60, 256)},
+            {"intra_op_threads": 2, "batch_size": 32, "grouped": True, "lengths": (60, 256)},
+        ]
+        return one + one
     grid: list[dict[str, Any]] = []
     for t in (1, 2):
         for spinning in (False, True):
@@ -140,10 +218,23 @@ def _grid(quick: bool) -> list[dict[str, Any]]:
     return grid
 
 
+def _backend_grid() -> list[dict[str, Any]]:
+    grid: list[dict[str, Any]] = [{"workload": "queries", "max_batch_items": 1, "n": 32}]
+    grid += [
+        {"workload": w, "max_batch_tokens": t, "n": 48 if w == "chunks" else 32}
+        for w in ("queries", "chunks")
+        for t in (256, 512, 2048)
+    ]
+    return grid
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--key", action="store_true", help="only the decisive comparisons, twice, interleaved")
+    ap.add_argument("--backend", action="store_true", help="measure the service path (batcher) instead")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--one-backend", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         kw = json.loads(args.one)
@@ -151,9 +242,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             kw["lengths"] = tuple(kw["lengths"])
         print(json.dumps(asdict(measure_direct(**kw))))
         return
-    for kw in _grid(args.quick):
+    if args.one_backend:
+        print(json.dumps(asdict(measure_backend(**json.loads(args.one_backend)))))
+        return
+    flag, grid = (
+        ("--one-backend", _backend_grid()) if args.backend else ("--one", _grid(args.quick, args.key))
+    )
+    for kw in grid:
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.embed_direct", "--one", json.dumps(kw)],
+            [sys.executable, "-m", "bench.embed_direct", flag, json.dumps(kw)],
             check=True,
             capture_output=True,
             text=True,

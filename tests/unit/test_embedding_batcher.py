@@ -161,3 +161,40 @@ async def test_cancelled_caller_leaves_no_pending_work() -> None:
         assert not batcher._pending
         release.set()
     assert batcher.batches_run == 1
+
+
+@pytest.mark.anyio
+async def test_big_caller_does_not_starve_a_small_one() -> None:
+    first_entered = threading.Event()
+    release = threading.Event()
+    batches: list[list[int]] = []
+
+    def run(items: list[int]) -> np.ndarray:
+        batches.append(items)
+        first_entered.set()
+        release.wait(10)
+        return _rows(items)
+
+    batcher: MicroBatcher[int] = MicroBatcher(
+        run, dim=2, limiter=anyio.CapacityLimiter(1), max_batch_items=8, max_batch_tokens=10_000
+    )
+    big_result: list[np.ndarray] = []
+    small_result: list[np.ndarray] = []
+
+    async def big() -> None:
+        big_result.append(await batcher.submit([(i, 250) for i in range(256)]))
+
+    async def small() -> None:
+        small_result.append(await batcher.submit([(9999, 10)]))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(big)
+        await anyio.to_thread.run_sync(first_entered.wait, 10)
+        tg.start_soon(small)
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    # The big caller's first batch was already running; the small one rides in the very next.
+    assert 9999 in batches[1]
+    assert all(len(b) <= 8 for b in batches)
+    np.testing.assert_array_equal(small_result[0], _rows([9999]))
+    np.testing.assert_array_equal(big_result[0], _rows(list(range(256))))

@@ -261,3 +261,32 @@ async def test_service_loads_default_model_from_config(files: ModelFiles) -> Non
         assert [r.descriptor.params["model"] for r in service.registrations()] == ["all-MiniLM-L6-v2"]
     finally:
         await service.stop()
+
+
+def test_public_api() -> None:
+    import hearthnet.services.embedding as embedding
+
+    assert set(embedding.__all__) == {
+        "CAPABILITY",
+        "DEFAULT_MODEL_NAME",
+        "ENCODING",
+        "MAX_TEXTS",
+        "MAX_TEXT_CHARS",
+        "EmbedBatch",
+        "EmbeddingBackend",
+        "EmbeddingConfig",
+        "EmbeddingService",
+        "ModelFiles",
+        "ModelUnavailable",
+        "OnnxEmbeddingBackend",
+        "OnnxSettings",
+        "OpenAIBackendConfig",
+        "OpenAIEmbeddingBackend",
+        "decode_embeddings",
+        "embed_descriptor",
+        "find_model_files",
+        "pack_vectors",
+        "unpack_vectors",
+        "validate_embed_input",
+    }
+    assert all(hasattr(embedding, name) for name in embedding.__all__)

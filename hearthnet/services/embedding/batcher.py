@@ -1,12 +1,14 @@
 """Micro-batching across concurrent callers, without a background task.
 
-Callers queue their items and then take turns (one ``CapacityLimiter``
-token per concurrent inference) running *whatever is pending*, not only their
-own items: sixteen concurrent one-query calls become one batch.  A batch takes
-items round-robin across queued requests, each request's items shortest first,
-up to ``max_batch_items`` and ``max_batch_tokens`` padded tokens (rows x
-longest row), so one caller's 256 texts delay another caller by at most one
-bounded batch.  Inference runs in a worker thread via ``anyio.to_thread``.
+Callers queue their items and then take turns (one ``CapacityLimiter`` token
+per concurrent inference; a caller runs up to that many turns at once)
+running *whatever is pending*, not only their own items: sixteen concurrent
+one-query calls become one batch.  A batch takes items round-robin across
+queued requests, each request's items shortest first, up to
+``max_batch_items`` and ``max_batch_tokens`` padded tokens (rows x longest
+row), so one caller's 256 texts delay another caller by at most one bounded
+batch per inference slot.  Inference runs in a worker thread via
+``anyio.to_thread``.
 """
 
 from __future__ import annotations
@@ -112,18 +114,23 @@ class MicroBatcher(Generic[T]):
             return req.out
         self._pending.append(req)
         try:
-            while not req.done.is_set():
-                if req.unscheduled == 0:
-                    await req.done.wait()  # the rest is in flight on another caller's turn
-                    break
-                async with self._limiter:
-                    await self._run_one()
+            # Up to one worker per limiter token, so a single large call still uses every inference slot.
+            workers = min(int(self._limiter.total_tokens), req.unscheduled)
+            async with anyio.create_task_group() as tg:
+                for _ in range(workers):
+                    tg.start_soon(self._work, req)
+            await req.done.wait()  # anything left is in flight on another caller's turn
         finally:
             if req in self._pending:  # cancelled before all items ran: drop the rest
                 self._pending.remove(req)
         if req.error is not None:
             raise req.error
         return req.out
+
+    async def _work(self, req: _Request[T]) -> None:
+        while req.unscheduled and not req.done.is_set():
+            async with self._limiter:
+                await self._run_one()
 
     async def _run_one(self) -> None:
         batch = plan_batch(self._pending, max_items=self._max_items, max_tokens=self._max_tokens)
