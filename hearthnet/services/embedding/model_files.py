@@ -94,7 +94,8 @@ def _verify(path: Path, allowed: Iterable[str], source: str) -> str:
         raise ModelUnavailable(
             f"{path} ({source}) has sha256 {got}, expected {' or '.join(sorted(allowed_set))}; "
             "the file is corrupt or not the expected model. Replace it (reinstall the package or "
-            "copy the file again); it is never used unverified."
+            "copy the file again); it is never used unverified. A different build you have checked "
+            "yourself (e.g. ChromaDB's fp32 export) can be pinned with extra_model_sha256."
         )
     return got
 
