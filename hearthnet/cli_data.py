@@ -161,8 +161,9 @@ def cmd_ingest(args: argparse.Namespace) -> None:
                     path.name,
                     input={"doc_cid": imported["doc_cid"], "node": host},
                 )
-            title = args.title if args.title and len(files) == 1 else path.stem
-            inp: dict[str, Any] = {"doc_cid": imported["doc_cid"], "title": title, "filename": path.name}
+            inp: dict[str, Any] = {"doc_cid": imported["doc_cid"], "filename": path.name}
+            if args.title and len(files) == 1:
+                inp["title"] = args.title  # otherwise the document's own title, or its file name
             if args.language:
                 inp["language"] = args.language
             result = _streamed(

@@ -66,7 +66,7 @@ def register_service_event_rules(rules: EventRules) -> None:
 
 
 def default_service_factories() -> list[ServiceFactory]:
-    from hearthnet.services.factories import service_factories
+    from hearthnet.node_services import service_factories
 
     return service_factories()
 

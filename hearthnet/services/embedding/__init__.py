@@ -16,7 +16,7 @@ from hearthnet.services.embedding.service import (
     embed_descriptor,
     validate_embed_input,
 )
-from hearthnet.services.embedding.vectors import ENCODING, decode_embeddings, pack_vectors, unpack_vectors
+from hearthnet.wire.vectors import ENCODING, decode_embeddings, pack_vectors, unpack_vectors
 
 __all__ = [
     "CAPABILITY",

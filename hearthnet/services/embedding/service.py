@@ -25,7 +25,7 @@ from hearthnet.services.embedding.backend import EmbeddingBackend
 from hearthnet.services.embedding.model_files import CHROMA_CACHE_DIR, ModelUnavailable, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxEmbeddingBackend, OnnxSettings
 from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig, OpenAIEmbeddingBackend
-from hearthnet.services.embedding.vectors import ENCODING, pack_vectors
+from hearthnet.wire.vectors import ENCODING, pack_vectors
 
 __all__ = [
     "CAPABILITY",

@@ -20,7 +20,7 @@ import structlog
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition
-from hearthnet.services.embedding.vectors import decode_embeddings
+from hearthnet.wire.vectors import decode_embeddings
 from hearthnet.services.rag.chunker import Chunk, chunk_document, detect_language
 from hearthnet.services.rag.reader import Document, read_document
 

@@ -1,4 +1,4 @@
-"""Which services a node runs, decided from its config (used by ``Node``).
+"""Which services a node runs, decided from its config (part of the composition root).
 
 Each factory builds one service from the node's parts, or returns ``None``
 when the config turns it off.  Services never import each other; this module
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hearthnet.node import NodeParts
@@ -52,5 +52,42 @@ def embedding_service(parts: NodeParts) -> Service | None:
     )
 
 
+def rag_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.rag
+    if not cfg.enabled:
+        return None
+    from hearthnet.services.rag.events import INGESTED
+    from hearthnet.services.rag.service import RagService, RagSettings
+    from hearthnet.services.rag.store import CorpusStore
+
+    store = CorpusStore(parts.config.rag_dir, server_url=cfg.chroma_url)
+    community, event_log, own_id = parts.community, parts.event_log, parts.identity.node_id
+
+    async def append_event(event_type: str, data: dict[str, Any]) -> str:
+        return (await community.append(event_type, data)).event_id
+
+    def find_event(corpus: str, doc_cid: str) -> str | None:
+        for event in event_log.events_of_type(INGESTED, effective_only=True):
+            if event.author == own_id and event.data.get("corpus") == corpus and event.data.get("doc_cid") == doc_cid:
+                return event.event_id
+        return None
+
+    return RagService(
+        bus=parts.bus,
+        store=store,
+        blobs=parts.extras["blob_store"],
+        settings=RagSettings(
+            embedding_model=cfg.embedding_model,
+            query_timeout_seconds=cfg.query_timeout_seconds,
+            embed_timeout_seconds=cfg.embed_timeout_seconds,
+            accept_new_corpora=cfg.accept_new_corpora,
+        ),
+        append_event=append_event,
+        find_event=find_event,
+        own_level=lambda: event_log.membership().level_of(own_id),
+    )
+
+
 def service_factories() -> list[ServiceFactory]:
-    return [file_service, embedding_service]
+    # Order matters: rag uses the blob store the file service opened.
+    return [file_service, embedding_service, rag_service]

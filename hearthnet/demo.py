@@ -1,0 +1,124 @@
+"""``make demo``: a three-node community on 127.0.0.1 that ingests real PDFs and answers across nodes.
+
+- node A ("hearth")  serves embed.text and rag
+- node B ("pantry")  serves rag without an embedder: it embeds through A
+- node C ("laptop")  a trusted member's laptop with neither
+
+From C we ingest the PDFs shipped in ``hearthnet/demo/`` into a corpus hosted
+on B, query it from C and from A, and show the ingest events on all three.
+Everything runs in a temporary directory that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+
+DOCS = Path(__file__).resolve().parent / "demo"
+CORPUS = "household"
+QUESTIONS = [
+    ("C (laptop)", "When is the boiler serviced?"),
+    ("A (hearth)", "How much energy can the home battery store?"),
+    ("C (laptop)", "When should tomatoes be planted out?"),
+]
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def step(n: int, text: str) -> None:
+    say(f"\n[{n}] {text}")
+
+
+def show_answer(node: MeshNode, label: str, question: str) -> None:
+    started = time.monotonic()
+    out = node.cli_json("query", question, "--corpus", CORPUS, "-k", "3")
+    ms = (time.monotonic() - started) * 1000
+    say(f"    {label} asks: {question!r}   ({ms:.0f} ms through the CLI, served by {short(out['provider'])})")
+    for chunk in out["chunks"]:
+        md = chunk["metadata"]
+        snippet = textwrap.shorten(" ".join(chunk["text"].split()), 110)
+        say(f"      {chunk['rank']}. score {chunk['score']:.3f}  {md['doc_title']}, page {md['page']}: {snippet}")
+
+
+def short(node_id: str) -> str:
+    return node_id[:18] + "…"
+
+
+def main() -> int:
+    pdfs = sorted(DOCS.glob("*.pdf"))
+    if not pdfs:
+        say(f"no demo documents in {DOCS}")
+        return 1
+    with tempfile.TemporaryDirectory(prefix="hearthnet-demo-") as tmp:
+        mesh = LocalMesh(Path(tmp))
+        mesh.env["HEARTHNET_LOG_LEVEL"] = "warning"
+        try:
+            step(1, "Creating three nodes, each with its own Ed25519 identity")
+            a = mesh.add("hearth")
+            b = mesh.add("pantry", env={"HEARTHNET_EMBEDDING": "0"})
+            c = mesh.add("laptop", env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
+            for label, node in (("A hearth", a), ("B pantry", b), ("C laptop", c)):
+                say(f"    {label}: {node.node_id}")
+
+            step(2, "A founds the community 'smiths' and invites B and C as trusted members")
+            mesh.found(a, "smiths")
+            mesh.invite(a, b, "trusted")
+            mesh.invite(a, c, "trusted")
+            mesh.wait_full_mesh(timeout=90)
+            for node in (a, b, c):
+                status = node.status()
+                peers = ", ".join(f"{p['name']} ({p['level']})" for p in status["peers"])
+                say(f"    {status['name']:7} is {status['level']:7} and sees: {peers}")
+            wait_for(
+                lambda: any(cap["capability"] == "embed.text@1.0" for cap in b.status()["capabilities"]),
+                timeout=60,
+                what="B to see A's embedder",
+            )
+            say("    B has no embedder of its own; the bus routes its embed.text calls to A.")
+
+            step(3, f"From C, ingest {len(pdfs)} PDFs into corpus '{CORPUS}' hosted on B")
+            result = c.cli_json("ingest", *map(str, pdfs), "--corpus", CORPUS, "--on", b.node_id, timeout=600)
+            for r in result["results"]:
+                say(f"    {Path(r['path']).name:24} -> {r['chunks_indexed']} chunks on {short(r['node'])}")
+
+            step(4, "Query the corpus from C and from A (neither holds it: the bus routes to B)")
+            for label, question in QUESTIONS:
+                node = c if label.startswith("C") else a
+                show_answer(node, label, question)
+
+            step(5, "Every node holds the signed rag.document.ingested events (gossip)")
+            for node in (a, b, c):
+                wait_for(
+                    lambda node=node: sum(e["event_type"] == "rag.document.ingested"  # type: ignore[misc]
+                                          for e in node.cli_json("events")["events"]) == len(pdfs),
+                    timeout=30,
+                    what=f"{node.name} to receive the ingest events",
+                )
+                events = [e for e in node.cli_json("events")["events"] if e["event_type"] == "rag.document.ingested"]
+                titles = ", ".join(e["data"]["title"] for e in events)
+                say(f"    {node.name:7} has {len(events)} ingest events: {titles}")
+
+            step(6, "Corpora reachable from C")
+            for corpus in c.cli_json("corpora")["corpora"]:
+                say(f"    {corpus['name']}: {corpus['docs']} documents, {corpus['chunks']} chunks, "
+                    f"{corpus['embedding_model']}, on {short(corpus['node'])}")
+            say("\nDone. Stopping the nodes and removing the temporary homes.")
+            return 0
+        except Exception as exc:
+            say(f"\ndemo failed: {exc}")
+            for node in mesh.nodes.values():
+                say(f"--- last log lines of {node.name} ---\n{node.log_tail(8)}")
+            return 1
+        finally:
+            mesh.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
