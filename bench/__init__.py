@@ -1,0 +1,1 @@
+"""Benchmarks and measurement scripts (not part of the installed package)."""

@@ -1,0 +1,255 @@
+"""Turn uploaded bytes into page texts: PDF (pypdf), plain text, Markdown.
+
+Every failure a user can cause is a :class:`BadRequest` with a message that
+says what is wrong and what to do.  pypdf's diagnostics (its ``pypdf``
+``logging`` logger and :mod:`warnings`) are routed into structlog as
+``pypdf_warning`` events; they carry pypdf's message (about the file's
+structure, truncated), never page text.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import PurePath
+
+import structlog
+from pypdf import PasswordType, PdfReader
+from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
+
+from hearthnet.errors import BadRequest, InternalError
+
+__all__ = [
+    "CONTENT_TYPES",
+    "Document",
+    "PageText",
+    "detect_content_type",
+    "read_document",
+]
+
+PDF = "application/pdf"
+TEXT = "text/plain"
+MARKDOWN = "text/markdown"
+CONTENT_TYPES: tuple[str, ...] = (PDF, TEXT, MARKDOWN)
+_MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
+_MAX_LOGGED_MESSAGE = 200
+
+# Magic bytes of common types we do not read, to name them in the error.
+_KNOWN_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF8", "image/gif"),
+    (b"II*\x00", "image/tiff"),
+    (b"MM\x00*", "image/tiff"),
+    (b"PK\x03\x04", "application/zip (e.g. docx, odt, epub)"),
+    (b"\xd0\xcf\x11\xe0", "application/x-ole (e.g. doc, xls)"),
+    (b"{\\rtf", "application/rtf"),
+    (b"\x1f\x8b", "application/gzip"),
+)
+
+# Exceptions that pypdf lets escape from damaged files besides its own tree.
+_PYPDF_INTERNAL = (
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    AssertionError,
+    RecursionError,
+)
+
+_log = structlog.get_logger("hearthnet.rag.reader")
+
+
+@dataclass(frozen=True)
+class PageText:
+    """The text of one page; ``page`` is 1-based."""
+
+    page: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Document:
+    """A read document: its pages in order and what we could learn about it."""
+
+    pages: list[PageText]
+    content_type: str
+    title_hint: str | None
+    page_count: int
+
+
+class _PypdfToStructlog(logging.Handler):
+    """Forward records of the ``pypdf`` logger to structlog."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        _log.warning(
+            "pypdf_warning",
+            source="logging",
+            level=record.levelname.lower(),
+            pypdf_module=record.module,
+            lineno=record.lineno,
+            message=message[:_MAX_LOGGED_MESSAGE],
+        )
+
+
+_HANDLER = _PypdfToStructlog(level=logging.WARNING)
+_install_lock = threading.Lock()
+# ``warnings.catch_warnings`` changes process-global state; serialise it.
+_warnings_lock = threading.Lock()
+
+
+def route_pypdf_logging() -> None:
+    """Send the ``pypdf`` logger to structlog instead of stderr (idempotent)."""
+    with _install_lock:
+        logger = logging.getLogger("pypdf")
+        if _HANDLER not in logger.handlers:
+            logger.addHandler(_HANDLER)
+        logger.propagate = False
+
+
+route_pypdf_logging()
+
+
+def detect_content_type(data: bytes, filename_hint: str | None = None) -> str:
+    """The content type of ``data`` by its magic bytes (the file name only tells text from Markdown)."""
+    if b"%PDF-" in data[:1024]:
+        return PDF
+    for magic, name in _KNOWN_MAGIC:
+        if data.startswith(magic):
+            raise BadRequest(f"unsupported type {name}: supported are PDF, plain text and Markdown")
+    suffix = PurePath(filename_hint).suffix.lower() if filename_hint else ""
+    if b"\x00" not in data:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        else:
+            return MARKDOWN if suffix in _MD_SUFFIXES else TEXT
+    if suffix == ".pdf":
+        raise BadRequest("not a readable PDF: no %PDF header; re-export or repair it")
+    raise BadRequest(
+        "unsupported type application/octet-stream (binary, not UTF-8 text): "
+        "supported are PDF, plain text and Markdown"
+    )
+
+
+def read_document(data: bytes, *, filename_hint: str | None = None, max_pages: int = 5000) -> Document:
+    """Read ``data`` into pages; raise :class:`BadRequest` with a specific hint if we cannot."""
+    if len(data) == 0:
+        raise BadRequest("file is empty (0 bytes)")
+    ctype = detect_content_type(data, filename_hint)
+    if ctype == PDF:
+        return _read_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+    return _read_text(data, ctype, filename_hint)
+
+
+def _clean(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+
+
+def _stem(filename_hint: str | None) -> str | None:
+    if not filename_hint:
+        return None
+    return PurePath(filename_hint).stem or None
+
+
+def _read_text(data: bytes, ctype: str, filename_hint: str | None) -> Document:
+    text = _clean(data.decode("utf-8").removeprefix("\ufeff"))
+    if not text.strip():
+        raise BadRequest("text file contains only whitespace: nothing to index")
+    title: str | None = None
+    if ctype == MARKDOWN:
+        m = re.search(r"^#\s+(.+?)\s*#*\s*$", text, flags=re.MULTILINE)
+        title = m.group(1) if m else None
+    return Document(
+        pages=[PageText(page=1, text=text)],
+        content_type=ctype,
+        title_hint=title or _stem(filename_hint),
+        page_count=1,
+    )
+
+
+def _corrupt(exc: BaseException) -> BadRequest:
+    return BadRequest(f"not a readable PDF: {type(exc).__name__}; re-export or repair it")
+
+
+def _password_error() -> BadRequest:
+    return BadRequest("PDF is encrypted with a password; decrypt it first (e.g. qpdf --decrypt)")
+
+
+def _read_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Document:
+    with _warnings_lock, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+        finally:
+            for w in caught:
+                _log.warning(
+                    "pypdf_warning",
+                    source="warnings",
+                    category=w.category.__name__,
+                    pypdf_module=PurePath(w.filename).stem,
+                    lineno=w.lineno,
+                    message=str(w.message)[:_MAX_LOGGED_MESSAGE],
+                )
+
+
+def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Document:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+            raise _password_error()
+        page_count = len(reader.pages)
+    except FileNotDecryptedError as exc:
+        raise _password_error() from exc
+    except DependencyError as exc:
+        raise InternalError("PDF needs an optional dependency that is not installed (cryptography)") from exc
+    except (PyPdfError, *_PYPDF_INTERNAL) as exc:
+        raise _corrupt(exc) from exc
+    if page_count == 0:
+        raise BadRequest("PDF has no pages: nothing to index")
+    if page_count > max_pages:
+        raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
+
+    pages: list[PageText] = []
+    failed = 0
+    for number in range(1, page_count + 1):
+        try:
+            text = reader.pages[number - 1].extract_text() or ""
+        except FileNotDecryptedError as exc:
+            raise _password_error() from exc
+        except (PyPdfError, *_PYPDF_INTERNAL) as exc:
+            failed += 1
+            _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
+            text = ""
+        pages.append(PageText(page=number, text=_clean(text)))
+    if not any(p.text.strip() for p in pages):
+        if failed == page_count:
+            raise BadRequest(f"not a readable PDF: none of {page_count} pages could be parsed; re-export it")
+        raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
+    return Document(
+        pages=pages,
+        content_type=PDF,
+        title_hint=_pdf_title(reader) or _stem(filename_hint),
+        page_count=page_count,
+    )
+
+
+def _pdf_title(reader: PdfReader) -> str | None:
+    try:
+        meta = reader.metadata
+        title = meta.title if meta is not None else None
+    except (PyPdfError, *_PYPDF_INTERNAL):
+        return None
+    if isinstance(title, str) and title.strip():
+        return title.strip()
+    return None

@@ -1,0 +1,573 @@
+"""ChromaDB-backed corpus store: one collection per corpus, cosine space.
+
+Blocking API (call it through ``anyio.to_thread`` with a limiter); thread-safe.
+
+Atomicity per document (see ``specs/rag.md``): a small SQLite *ledger* next to
+the Chroma data records every document as ``pending`` before any of its chunks
+is written and flips it to ``complete`` in one transaction after the last batch.
+On open, :meth:`CorpusStore.recover` deletes the chunks of every document that
+is not ``complete`` (a writer killed midway, even by ``kill -9``), and queries
+exclude documents that are pending in this process.  One process writes a
+store directory at a time (``fcntl.flock`` on ``writer.lock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import structlog
+
+from hearthnet.errors import BadRequest, InternalError, NotFound, Partition
+from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.names import collection_name, validate_corpus_name
+
+__all__ = [
+    "HNSW_PARAMS",
+    "SCHEMA_VERSION",
+    "CorpusInfo",
+    "CorpusStore",
+    "ScoredChunk",
+    "build_where",
+]
+
+SCHEMA_VERSION = 1
+# Chosen from bench/rag_recall.py measurements (specs/rag.md, "Store").
+HNSW_PARAMS: Mapping[str, Any] = {"ef_construction": 200, "ef_search": 256, "max_neighbors": 32}
+DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
+_MAX_IN_VALUES = 1000
+_FILTER_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
+_RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
+
+_log = structlog.get_logger("hearthnet.rag.store")
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    """A query hit; ``score`` is ``1 - cosine distance`` (higher is better)."""
+
+    chunk_id: str
+    text: str | None
+    metadata: dict[str, Any]
+    score: float
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    """What the store knows about a corpus (counts from the ledger)."""
+
+    name: str
+    docs: int
+    chunks: int
+    size_bytes: int
+    language_majority: str | None
+    embedding_model: str
+    dim: int
+    schema_version: int
+
+
+# --------------------------------------------------------------------------- filters
+
+
+def _scalar(key: str, value: Any) -> Any:
+    if isinstance(value, bool | int | float | str) and not (
+        isinstance(value, float) and not math.isfinite(value)
+    ):
+        return value
+    raise BadRequest(f"filter value for {key!r} must be a string, number or boolean")
+
+
+def _condition(key: str, cond: Any) -> dict[str, Any]:
+    if not isinstance(key, str) or _FILTER_KEY.fullmatch(key) is None or key.startswith("hn_"):
+        raise BadRequest(f"filter key {key!r} is not supported: use a metadata field such as doc_cid or page")
+    if not isinstance(cond, Mapping):
+        return {key: {"$eq": _scalar(key, cond)}}
+    if len(cond) != 1:
+        raise BadRequest(f"filter for {key!r} must have exactly one operator")
+    ((op, value),) = cond.items()
+    if op not in _OPERATORS:
+        raise BadRequest(
+            f"filter operator {op!r} is not supported: use one of {', '.join(sorted(_OPERATORS))}"
+        )
+    if op in ("$in", "$nin"):
+        if not isinstance(value, list | tuple) or not value or len(value) > _MAX_IN_VALUES:
+            raise BadRequest(f"{op} for {key!r} needs a list of 1-{_MAX_IN_VALUES} values")
+        return {key: {op: [_scalar(key, v) for v in value]}}
+    value = _scalar(key, value)
+    if op in _RANGE_OPERATORS and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise BadRequest(f"{op} for {key!r} needs a number")
+    return {key: {op: value}}
+
+
+def build_where(filter: Mapping[str, Any]) -> dict[str, Any]:
+    """Map a ``rag.query`` filter to a Chroma ``where`` clause.
+
+    ``{"doc_cid": "x", "page": {"$gte": 3}}`` becomes
+    ``{"$and": [{"doc_cid": {"$eq": "x"}}, {"page": {"$gte": 3}}]}``.  ``$and`` and
+    ``$or`` lists are accepted too, so the output is itself a valid filter.
+    """
+    if not isinstance(filter, Mapping):
+        raise BadRequest("filter must be an object")
+    if not filter:
+        raise BadRequest("filter is empty")
+    parts: list[dict[str, Any]] = []
+    for key, cond in filter.items():
+        if key in ("$and", "$or"):
+            if not isinstance(cond, list | tuple) or not cond:
+                raise BadRequest(f"{key} needs a non-empty list of filters")
+            subs = [build_where(c) for c in cond]
+            parts.append(subs[0] if len(subs) == 1 else {key: subs})
+        else:
+            parts.append(_condition(key, cond))
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+# --------------------------------------------------------------------------- lock & ledger
+
+
+class _WriterLock:
+    """``fcntl.flock`` on ``root/writer.lock``; the file holds the owner's pid."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "writer.lock"
+        fh: IO[str] = self.path.open("a+", encoding="ascii")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            fh.seek(0)
+            holder = fh.read().strip() or "unknown"
+            fh.close()
+            raise BadRequest(
+                f"corpus store {root} is already open by process {holder}; "
+                "stop that process or use another store directory"
+            ) from exc
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._fh: IO[str] | None = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+_LEDGER_SCHEMA = """
+CREATE TABLE IF NOT EXISTS corpora (
+    name TEXT PRIMARY KEY, embedding_model TEXT NOT NULL, dim INTEGER NOT NULL,
+    schema_version INTEGER NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    corpus TEXT NOT NULL, doc_cid TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'complete', 'deleting')),
+    chunks INTEGER NOT NULL, text_bytes INTEGER NOT NULL, language TEXT,
+    updated_at REAL NOT NULL, tokens INTEGER NOT NULL DEFAULT 0, title TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (corpus, doc_cid));
+"""
+
+
+# --------------------------------------------------------------------------- store
+
+
+@contextlib.contextmanager
+def _chroma_errors(what: str) -> Iterator[None]:
+    """Convert ChromaDB / transport failures at the boundary."""
+    from chromadb.errors import ChromaError
+
+    try:
+        yield
+    except ChromaError as exc:
+        raise InternalError(f"vector store failed to {what}: {type(exc).__name__}") from exc
+    except (ConnectionError, OSError) as exc:
+        raise Partition(f"vector store unreachable while trying to {what}: {type(exc).__name__}") from exc
+
+
+class CorpusStore:
+    """All corpora of one node store directory (``root``)."""
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        server_url: str | None = None,
+        hnsw_params: Mapping[str, Any] | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        self.root = Path(root) if root is not None else DEFAULT_ROOT
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._writer = _WriterLock(self.root)
+        self._remote = server_url is not None
+        self._hnsw = dict(HNSW_PARAMS if hnsw_params is None else hnsw_params)
+        self._pending: dict[str, set[str]] = {}
+        self._collections: dict[str, Any] = {}
+        try:
+            self._db = sqlite3.connect(
+                self.root / "ledger.sqlite3", check_same_thread=False, isolation_level=None
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_LEDGER_SCHEMA)
+            settings = Settings(anonymized_telemetry=False)
+            if server_url is None:
+                self._client: Any = chromadb.PersistentClient(
+                    path=str(self.root / "chroma"), settings=settings
+                )
+            else:
+                url = urlsplit(server_url)
+                if url.scheme not in ("http", "https") or not url.hostname:
+                    raise BadRequest(f"ChromaDB server URL {server_url!r} must be http(s)://host:port")
+                self._client = chromadb.HttpClient(
+                    host=url.hostname,
+                    port=url.port or (443 if url.scheme == "https" else 8000),
+                    ssl=url.scheme == "https",
+                    settings=settings,
+                )
+            with _chroma_errors("connect"):
+                self._max_batch = int(self._client.get_max_batch_size())
+        except BaseException:
+            self._writer.release()
+            raise
+        self._batch = max(1, min(self._max_batch, batch_size or 1000))
+        removed = self.recover()
+        if any(removed.values()):
+            _log.warning("rag_store_recovered", removed=removed)
+
+    # ----------------------------------------------------------------- corpora
+
+    def _row(self, name: str) -> tuple[str, int, int, float] | None:
+        cur = self._db.execute(
+            "SELECT embedding_model, dim, schema_version, created_at FROM corpora WHERE name = ?", (name,)
+        )
+        row = cur.fetchone()
+        return None if row is None else (str(row[0]), int(row[1]), int(row[2]), float(row[3]))
+
+    def _collection(self, name: str) -> Any:
+        validate_corpus_name(name)
+        with self._lock:
+            col = self._collections.get(name)
+            if col is not None:
+                return col
+            if self._row(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            with _chroma_errors("open collection"):
+                col = self._client.get_collection(collection_name(name), embedding_function=None)
+            self._collections[name] = col
+            return col
+
+    def create_corpus(self, name: str, *, embedding_model: str, dim: int) -> CorpusInfo:
+        """Create ``name`` (idempotent for the same model and dimension)."""
+        validate_corpus_name(name)
+        if not embedding_model or dim <= 0:
+            raise BadRequest("embedding_model must be non-empty and dim positive")
+        with self._lock:
+            row = self._row(name)
+            if row is not None:
+                if (row[0], row[1]) != (embedding_model, dim):
+                    raise BadRequest(
+                        f"corpus {name!r} was built with {row[0]} (dim {row[1]}), not {embedding_model} "
+                        f"(dim {dim}); reindex it with `hearthnet rag reindex {name}` or use another corpus"
+                    )
+                return self.info(name)
+            created = time.time()
+            config: dict[str, Any] = {"hnsw": {"space": "cosine", **self._hnsw}}
+            meta = {
+                "hn_corpus": name,
+                "embedding_model": embedding_model,
+                "dim": dim,
+                "schema_version": SCHEMA_VERSION,
+                "created_at": created,
+            }
+            with _chroma_errors("create collection"):
+                col = self._client.get_or_create_collection(
+                    collection_name(name), configuration=config, metadata=meta, embedding_function=None
+                )
+            got = col.metadata or {}
+            if (got.get("embedding_model"), got.get("dim")) != (embedding_model, dim):
+                raise BadRequest(
+                    f"collection for corpus {name!r} already exists with model {got.get('embedding_model')} "
+                    f"(dim {got.get('dim')}); reindex or use another corpus"
+                )
+            self._db.execute(
+                "INSERT INTO corpora VALUES (?, ?, ?, ?, ?)",
+                (name, embedding_model, dim, SCHEMA_VERSION, created),
+            )
+            self._collections[name] = col
+            return self.info(name)
+
+    def corpora(self) -> list[str]:
+        with self._lock:
+            return [str(r[0]) for r in self._db.execute("SELECT name FROM corpora ORDER BY name")]
+
+    def info(self, name: str) -> CorpusInfo:
+        validate_corpus_name(name)
+        with self._lock:
+            row = self._row(name)
+            if row is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            docs, chunks, text_bytes = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(chunks), 0), COALESCE(SUM(text_bytes), 0) FROM documents "
+                "WHERE corpus = ? AND status = 'complete'",
+                (name,),
+            ).fetchone()
+            lang = self._db.execute(
+                "SELECT language FROM documents WHERE corpus = ? AND status = 'complete' "
+                "GROUP BY language ORDER BY SUM(chunks) DESC, language LIMIT 1",
+                (name,),
+            ).fetchone()
+        model, dim, schema, _ = row
+        # Estimate (same in embedded and server mode): text + float32 vector +
+        # HNSW links (2 * max_neighbors int32 on level 0) + ~200 B metadata per chunk.
+        links = 2 * int(self._hnsw.get("max_neighbors", 16)) * 4
+        size = int(text_bytes) + int(chunks) * (dim * 4 + links + 200)
+        return CorpusInfo(
+            name=name,
+            docs=int(docs),
+            chunks=int(chunks),
+            size_bytes=size,
+            language_majority=None if lang is None else lang[0],
+            embedding_model=model,
+            dim=dim,
+            schema_version=schema,
+        )
+
+    # ----------------------------------------------------------------- documents
+
+    def _status(self, name: str, doc_cid: str) -> tuple[str, int] | None:
+        row = self._db.execute(
+            "SELECT status, chunks FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid)
+        ).fetchone()
+        return None if row is None else (str(row[0]), int(row[1]))
+
+    def has_document(self, name: str, doc_cid: str) -> bool:
+        self._collection(name)
+        with self._lock:
+            st = self._status(name, doc_cid)
+        return st is not None and st[0] == "complete"
+
+    def document_chunk_count(self, name: str, doc_cid: str) -> int:
+        self._collection(name)
+        with self._lock:
+            st = self._status(name, doc_cid)
+        return st[1] if st is not None and st[0] == "complete" else 0
+
+    def document_tokens(self, name: str, doc_cid: str) -> int:
+        """Estimated tokens indexed for a complete document (0 if absent)."""
+        self._collection(name)
+        with self._lock:
+            row = self._db.execute(
+                "SELECT tokens FROM documents WHERE corpus = ? AND doc_cid = ? AND status = 'complete'",
+                (name, doc_cid),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def documents(self, name: str) -> list[dict[str, Any]]:
+        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens}``."""
+        self._collection(name)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT doc_cid, title, language, chunks, tokens FROM documents "
+                "WHERE corpus = ? AND status = 'complete' ORDER BY doc_cid",
+                (name,),
+            ).fetchall()
+        keys = ("doc_cid", "title", "language", "chunks", "tokens")
+        return [dict(zip(keys, r, strict=True)) for r in rows]
+
+    def replace_corpus(
+        self,
+        name: str,
+        *,
+        embedding_model: str,
+        dim: int,
+        documents: Sequence[tuple[Sequence[Chunk], np.ndarray]],
+    ) -> CorpusInfo:
+        """Drop ``name`` and rebuild it with another model (reindex).
+
+        Each document is atomic as in :meth:`add_document`; the replacement as a
+        whole is not: a crash midway leaves a corpus with the new model and the
+        documents added so far.
+        """
+        validate_corpus_name(name)
+        with self._lock:
+            if self._row(name) is not None:
+                with _chroma_errors("drop collection"):
+                    self._client.delete_collection(collection_name(name))
+                self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
+                self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
+                self._collections.pop(name, None)
+            self.create_corpus(name, embedding_model=embedding_model, dim=dim)
+        for chunks, vectors in documents:
+            self.add_document(name, chunks, vectors)
+        return self.info(name)
+
+    def _write_batch(
+        self, col: Any, ids: list[str], vecs: np.ndarray, docs: list[str], metas: list[Any]
+    ) -> None:
+        """One Chroma write (a seam for the crash test)."""
+        with _chroma_errors("add chunks"):
+            col.upsert(ids=ids, embeddings=vecs, documents=docs, metadatas=metas)
+
+    def add_document(self, name: str, chunks: Sequence[Chunk], embeddings: np.ndarray) -> None:
+        """Add all chunks of one document atomically; a no-op if it is already complete."""
+        col = self._collection(name)
+        info_dim = self.info(name).dim
+        vecs = np.asarray(embeddings, dtype=np.float32)
+        if not chunks:
+            raise BadRequest("document has no chunks")
+        if vecs.ndim != 2 or vecs.shape != (len(chunks), info_dim):
+            raise BadRequest(f"embeddings must have shape ({len(chunks)}, {info_dim}), got {vecs.shape}")
+        if not np.isfinite(vecs).all():
+            raise BadRequest("embeddings contain NaN or infinity")
+        doc_cids = {c.metadata.get("doc_cid") for c in chunks}
+        if len(doc_cids) != 1 or not isinstance(next(iter(doc_cids)), str) or not next(iter(doc_cids)):
+            raise BadRequest("all chunks of a document must carry the same non-empty doc_cid")
+        doc_cid = str(next(iter(doc_cids)))
+        ids = [c.chunk_id for c in chunks]
+        if len(set(ids)) != len(ids):
+            raise BadRequest("chunk ids of a document must be unique")
+        langs = [str(c.metadata.get("language") or "und") for c in chunks]
+        language = max(set(langs), key=langs.count)
+        text_bytes = sum(len(c.text.encode()) for c in chunks)
+        tokens = sum(int(c.metadata.get("tokens") or 0) for c in chunks)
+        title = str(chunks[0].metadata.get("doc_title") or "")
+        with self._lock:
+            st = self._status(name, doc_cid)
+            if st is not None and st[0] == "complete":
+                return
+            self._db.execute(
+                "INSERT OR REPLACE INTO documents VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+                (name, doc_cid, len(chunks), text_bytes, language, time.time(), tokens, title),
+            )
+            self._pending.setdefault(name, set()).add(doc_cid)
+        try:
+            for a in range(0, len(chunks), self._batch):
+                part = chunks[a : a + self._batch]
+                self._write_batch(
+                    col,
+                    ids[a : a + self._batch],
+                    vecs[a : a + self._batch],
+                    [c.text for c in part],
+                    [dict(c.metadata) for c in part],
+                )
+            with self._lock:
+                self._db.execute(
+                    "UPDATE documents SET status = 'complete', updated_at = ? "
+                    "WHERE corpus = ? AND doc_cid = ?",
+                    (time.time(), name, doc_cid),
+                )
+        except BaseException:
+            with contextlib.suppress(InternalError, Partition):
+                self._purge(name, doc_cid)
+            raise
+        finally:
+            with self._lock:
+                self._pending.get(name, set()).discard(doc_cid)
+        _log.info("rag_document_added", corpus=name, doc_cid=doc_cid, chunks=len(chunks))
+
+    def _purge(self, name: str, doc_cid: str) -> int:
+        """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row."""
+        col = self._collection(name)
+        with self._lock:
+            self._db.execute(
+                "UPDATE documents SET status = 'deleting' WHERE corpus = ? AND doc_cid = ?", (name, doc_cid)
+            )
+        with _chroma_errors("delete chunks"):
+            found = col.get(where={"doc_cid": doc_cid}, include=[])
+            ids = list(found["ids"])
+            for a in range(0, len(ids), self._batch):
+                col.delete(ids=ids[a : a + self._batch])
+        with self._lock:
+            self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
+        return len(ids)
+
+    def delete_document(self, name: str, doc_cid: str) -> int:
+        """Remove a document; returns the number of chunks removed (0 if absent)."""
+        self._collection(name)
+        with self._lock:
+            if self._status(name, doc_cid) is None:
+                return 0
+        removed = self._purge(name, doc_cid)
+        _log.info("rag_document_deleted", corpus=name, doc_cid=doc_cid, chunks=removed)
+        return removed
+
+    def recover(self) -> dict[str, int]:
+        """Delete chunks of documents not marked complete; returns chunks removed per corpus."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT corpus, doc_cid FROM documents WHERE status != 'complete' ORDER BY corpus, doc_cid"
+            ).fetchall()
+            busy = {(c, d) for c, docs in self._pending.items() for d in docs}
+        out: dict[str, int] = {}
+        for corpus, doc_cid in rows:
+            if (corpus, doc_cid) in busy:
+                continue
+            out[corpus] = out.get(corpus, 0) + self._purge(str(corpus), str(doc_cid))
+        return out
+
+    # ----------------------------------------------------------------- queries
+
+    def query(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None = None,
+        include_text: bool = True,
+    ) -> list[ScoredChunk]:
+        """The ``k`` most similar chunks; ``where`` is a ``rag.query`` filter (see :func:`build_where`)."""
+        col = self._collection(name)
+        dim = self.info(name).dim
+        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if vec.shape != (dim,) or not np.isfinite(vec).all():
+            raise BadRequest(f"query embedding must be {dim} finite floats")
+        if k < 1:
+            raise BadRequest("k must be at least 1")
+        clause = build_where(where) if where else None
+        with self._lock:
+            pending = sorted(self._pending.get(name, ()))
+        if pending:
+            hide: dict[str, Any] = {"doc_cid": {"$nin": pending}}
+            clause = hide if clause is None else {"$and": [clause, hide]}
+        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
+        with _chroma_errors("query"):
+            res = col.query(query_embeddings=[vec], n_results=k, where=clause, include=include)
+        ids = res["ids"][0]
+        metas = (res.get("metadatas") or [[{}] * len(ids)])[0]
+        dists = (res.get("distances") or [[1.0] * len(ids)])[0]
+        texts = res["documents"][0] if include_text and res.get("documents") else [None] * len(ids)
+        return [
+            ScoredChunk(chunk_id=i, text=t, metadata=dict(m or {}), score=1.0 - float(d))
+            for i, t, m, d in zip(ids, texts, metas, dists, strict=True)
+        ]
+
+    def close(self) -> None:
+        """Release the writer lock and the ledger (idempotent)."""
+        with self._lock:
+            self._collections.clear()
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._writer.release()
+
+    def __enter__(self) -> CorpusStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,101 @@
+"""CorpusStore against a real ChromaDB server (`chroma run`) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.store import CorpusStore
+
+STARTUP_DEADLINE_S = 60.0
+
+
+def _chroma_binary() -> str | None:
+    local = Path(sys.executable).parent / "chroma"
+    return str(local) if local.exists() else shutil.which("chroma")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    binary = _chroma_binary()
+    if binary is None:
+        pytest.skip("the `chroma` CLI is not installed (it ships with the chromadb package)")
+    data = tmp_path_factory.mktemp("chroma-server")
+    port = _free_port()
+    log = (data / "server.log").open("w")
+    proc = subprocess.Popen(
+        [binary, "run", "--path", str(data / "db"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_DEADLINE_S
+    try:
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if proc.poll() is not None:
+                    pytest.fail(
+                        f"chroma run exited with {proc.returncode}: {(data / 'server.log').read_text()}"
+                    )
+                try:
+                    if client.get(f"{url}/api/v2/heartbeat").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail(f"chroma server did not answer its heartbeat within {STARTUP_DEADLINE_S}s")
+                # Block on the process for a moment instead of sleeping: returns early if it dies.
+                try:
+                    proc.wait(timeout=0.1)
+                except subprocess.TimeoutExpired:
+                    pass
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_add_and_query_through_chroma_server(chroma_server: str, tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    vecs = rng.normal(size=(30, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    chunks = [
+        Chunk(
+            f"srv-{i}",
+            f"server chunk {i}",
+            {"doc_cid": "srv", "page": 1 + i // 10, "chunk_index": i, "language": "en"},
+        )
+        for i in range(30)
+    ]
+    with CorpusStore(tmp_path / "ledger", server_url=chroma_server, batch_size=8) as store:
+        store.create_corpus("ab", embedding_model="m", dim=32)
+        store.add_document("ab", chunks, vecs)
+        hits = store.query("ab", vecs[17], k=3)
+        assert hits[0].chunk_id == "srv-17" and hits[0].text == "server chunk 17"
+        assert hits[0].score == pytest.approx(1.0, abs=1e-4)
+        filtered = store.query("ab", vecs[17], k=30, where={"page": 3})
+        assert len(filtered) == 10 and all(h.metadata["page"] == 3 for h in filtered)
+        assert store.info("ab").chunks == 30
+        assert store.delete_document("ab", "srv") == 30
+        assert store.query("ab", vecs[0], k=3) == []

