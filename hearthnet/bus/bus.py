@@ -456,12 +456,19 @@ class CapabilityBus:
                 stream=True,
             )
             local = _LocalStream(ctx)
+            failure: Exception | None = None
             async with anyio.create_task_group() as tg:
                 tg.start_soon(local.run, self, reg)
                 try:
                     yield local
+                except Exception as exc:
+                    # Re-raised below, outside the task group, so callers see the error
+                    # itself rather than an ExceptionGroup wrapping it.
+                    failure = exc
                 finally:
                     tg.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
             return
         session = self.sessions.get(cand.node_id)
         if session is None:
