@@ -65,8 +65,9 @@ async def our_transfer(mesh: LocalMesh, store: BlobStore, doc_cid: str) -> float
     manifest = store.get_manifest(doc_cid)
     async with member_bus(target, mesh.nodes["uploader"].home) as bus:
         t = time.perf_counter()
-        async with bus.stream("file.put", input={"manifest": manifest.to_wire()}, provider=target.node_id,
-                              timeout=900) as call:
+        async with bus.stream(
+            "file.put", input={"manifest": manifest.to_wire()}, provider=target.node_id, timeout=900
+        ) as call:
             need = (await call.frames().__anext__())["need"]
             for chunk_id in need:
                 await call.send({"chunk_id": chunk_id, "data": store.get_chunk(chunk_id)})
@@ -98,7 +99,8 @@ def run(quick: bool = False) -> list[Metric]:
                         f.write(os.urandom(1 << 20))
                 doc_cid = store.put_file(path).doc_cid
                 floor.append(anyio.run(floor_transfer, port, path, backend_options=event_loop_options()))
-                ours.append(anyio.run(our_transfer, mesh, store, doc_cid, backend_options=event_loop_options()))
+                options = event_loop_options()
+                ours.append(anyio.run(our_transfer, mesh, store, doc_cid, backend_options=options))
                 store.delete(doc_cid)
                 path.unlink()
         finally:
@@ -107,9 +109,19 @@ def run(quick: bool = False) -> list[Metric]:
     o, o_lo, o_hi = median_range(ours)
     f = median_range(floor)[0]
     return [
-        Metric("blobs", f"file.put node-to-node throughput ({size_mb} MB)", "MB/s", round(o, 1), round(f, 1),
-               round(o / f, 3), ">= 40% of bare TCP", o >= 0.4 * f, round(o_lo, 1), round(o_hi, 1),
-               note="ours includes BLAKE3 per chunk, encryption, and an fsync per chunk on the receiver"),
+        Metric(
+            "blobs",
+            f"file.put node-to-node throughput ({size_mb} MB)",
+            "MB/s",
+            round(o, 1),
+            round(f, 1),
+            round(o / f, 3),
+            ">= 40% of bare TCP",
+            o >= 0.4 * f,
+            round(o_lo, 1),
+            round(o_hi, 1),
+            note="ours includes BLAKE3 per chunk, encryption, and an fsync per chunk on the receiver",
+        ),
     ]
 
 

@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 
@@ -30,7 +29,7 @@ from hearthnet.identity import load_identity
 from hearthnet.mesh import LocalMesh
 from hearthnet.transport import open_link
 from hearthnet.wire.codec import pack
-from hearthnet.wire.frames import HEADER, FrameDecoder, encode_frame
+from hearthnet.wire.frames import FrameDecoder, encode_frame
 
 ECHO_SERVER = r"""
 import anyio, sys
@@ -118,8 +117,7 @@ async def ours(mesh: LocalMesh, n_latency: int, n_throughput: int, rounds: int) 
     async with anyio.create_task_group() as tg:
         tg.start_soon(bus.attach, link)
         with anyio.fail_after(10):
-            while server.node_id not in bus.registry.remote_nodes():
-                await anyio.sleep(0.01)
+            await bus.wait_peer(server.node_id)
         for _ in range(100):  # warm-up
             await bus.call("node.ping", provider=server.node_id)
         for _ in range(rounds):

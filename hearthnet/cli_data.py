@@ -115,7 +115,7 @@ def _expand(paths: Iterable[str]) -> list[Path]:
 
 
 def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
-    """Where to ingest: --on, else the node holding the corpus, else this node, else any that accepts new ones."""
+    """Where to ingest: --on, the corpus's holder, this node, or any node accepting new corpora."""
     if on:
         return on
     status = client.call("node.status").output
@@ -127,10 +127,10 @@ def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
         if c["capability"].startswith("rag.query@") and c["params"].get("corpus") == corpus
     ]
     if holders:
-        return own if own in holders else holders[0]
+        return str(own if own in holders else holders[0])
     ingesters = [c for c in caps if c["capability"].startswith("rag.ingest@")]
     if any(c["node"] == own for c in ingesters):
-        return own
+        return str(own)
     accepting = [c["node"] for c in ingesters if c["params"].get("accepts_new")]
     if accepting:
         return str(accepting[0])
@@ -214,9 +214,8 @@ def cmd_query(args: argparse.Namespace) -> None:
     for c in chunks:
         md = c["metadata"]
         snippet = " ".join(str(c.get("text") or "").split())[:160]
-        lines.append(
-            f"{c['rank']:>2}. {c['score']:.3f}  {md.get('doc_title', '?')} p.{md.get('page', '?')}\n    {snippet}"
-        )
+        where = f"{md.get('doc_title', '?')} p.{md.get('page', '?')}"
+        lines.append(f"{c['rank']:>2}. {c['score']:.3f}  {where}\n    {snippet}")
     document = {"chunks": chunks, "meta": result.meta, "provider": result.provider}
     _emit(args, document, "\n".join(lines) if lines else "(no matches)")
 

@@ -44,7 +44,8 @@ def show_answer(node: MeshNode, label: str, question: str) -> None:
     for chunk in out["chunks"]:
         md = chunk["metadata"]
         snippet = textwrap.shorten(" ".join(chunk["text"].split()), 110)
-        say(f"      {chunk['rank']}. score {chunk['score']:.3f}  {md['doc_title']}, page {md['page']}: {snippet}")
+        where = f"{md['doc_title']}, page {md['page']}"
+        say(f"      {chunk['rank']}. score {chunk['score']:.3f}  {where}: {snippet}")
 
 
 def short(node_id: str) -> str:
@@ -96,19 +97,28 @@ def main() -> int:
             step(5, "Every node holds the signed rag.document.ingested events (gossip)")
             for node in (a, b, c):
                 wait_for(
-                    lambda node=node: sum(e["event_type"] == "rag.document.ingested"  # type: ignore[misc]
-                                          for e in node.cli_json("events")["events"]) == len(pdfs),
+                    lambda node=node: (
+                        sum(
+                            e["event_type"] == "rag.document.ingested"  # type: ignore[misc]
+                            for e in node.cli_json("events")["events"]
+                        )
+                        == len(pdfs)
+                    ),
                     timeout=30,
                     what=f"{node.name} to receive the ingest events",
                 )
-                events = [e for e in node.cli_json("events")["events"] if e["event_type"] == "rag.document.ingested"]
+                events = [
+                    e for e in node.cli_json("events")["events"] if e["event_type"] == "rag.document.ingested"
+                ]
                 titles = ", ".join(e["data"]["title"] for e in events)
                 say(f"    {node.name:7} has {len(events)} ingest events: {titles}")
 
             step(6, "Corpora reachable from C")
             for corpus in c.cli_json("corpora")["corpora"]:
-                say(f"    {corpus['name']}: {corpus['docs']} documents, {corpus['chunks']} chunks, "
-                    f"{corpus['embedding_model']}, on {short(corpus['node'])}")
+                say(
+                    f"    {corpus['name']}: {corpus['docs']} documents, {corpus['chunks']} chunks, "
+                    f"{corpus['embedding_model']}, on {short(corpus['node'])}"
+                )
             say("\nDone. Stopping the nodes and removing the temporary homes.")
             return 0
         except Exception as exc:

@@ -29,10 +29,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "ERROR_CODES",
     "BadRequest",
     "BusError",
     "CapacityExceeded",
-    "ERROR_CODES",
     "Expired",
     "InternalError",
     "InvalidSignature",

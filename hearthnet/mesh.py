@@ -207,8 +207,7 @@ async def member_bus(node: MeshNode, identity_home: Path) -> AsyncIterator[Any]:
     async with anyio.create_task_group() as tg:
         tg.start_soon(bus.attach, link)
         with anyio.fail_after(10):
-            while node.node_id not in bus.registry.remote_nodes():
-                await anyio.sleep(0.01)
+            await bus.wait_peer(node.node_id)
         try:
             yield bus
         finally:

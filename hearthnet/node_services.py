@@ -68,7 +68,11 @@ def rag_service(parts: NodeParts) -> Service | None:
 
     def find_event(corpus: str, doc_cid: str) -> str | None:
         for event in event_log.events_of_type(INGESTED, effective_only=True):
-            if event.author == own_id and event.data.get("corpus") == corpus and event.data.get("doc_cid") == doc_cid:
+            if (
+                event.author == own_id
+                and event.data.get("corpus") == corpus
+                and event.data.get("doc_cid") == doc_cid
+            ):
                 return event.event_id
         return None
 

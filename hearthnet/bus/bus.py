@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -52,7 +52,7 @@ log = structlog.get_logger("hearthnet.bus")
 
 LevelOf = Callable[[str], Level | None]
 ControlCallback = Callable[[PeerSession, dict[str, Any]], Awaitable[None]]
-SessionCallback = Callable[[PeerSession], Awaitable[None]]
+SessionCallback = Callable[[PeerSession], Coroutine[Any, Any, None]]
 
 _HEALTH_NEUTRAL = ("bad_request", "unauthorized", "not_found", "schema_mismatch", "capacity_exceeded")
 _RETRYABLE = ("partition", "timeout", "capacity_exceeded", "internal_error", "not_found")
@@ -90,6 +90,7 @@ class CapabilityBus:
         self._control: dict[str, ControlCallback] = {}
         self._on_session_up: list[SessionCallback] = []
         self._on_session_down: list[SessionCallback] = []
+        self._peer_ready: dict[str, anyio.Event] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -138,6 +139,7 @@ class CapabilityBus:
         finally:
             if self.sessions.get(link.peer_id) is session:
                 del self.sessions[link.peer_id]
+                self._peer_ready.pop(link.peer_id, None)
                 self.registry.drop_remote(link.peer_id)
                 self.router.forget(link.peer_id)
             log.info("peer_down", peer=link.peer_id, reason=session.close_reason or "closed")
@@ -151,6 +153,12 @@ class CapabilityBus:
     async def _session_run_then_cancel(self, session: PeerSession, scope: anyio.CancelScope) -> None:
         await session.run()
         scope.cancel()
+
+    async def wait_peer(self, node_id: str) -> None:
+        """Return once ``node_id`` is connected and its manifest is known."""
+        if node_id in self.registry.remote_nodes():
+            return
+        await self._peer_ready.setdefault(node_id, anyio.Event()).wait()
 
     async def disconnect(self, node_id: str) -> None:
         session = self.sessions.get(node_id)
@@ -200,6 +208,7 @@ class CapabilityBus:
             if not session.manifest_seen:
                 # The peer is usable once we know what it offers: only now run the "up" callbacks.
                 session.manifest_seen = True
+                self._peer_ready.setdefault(session.peer_id, anyio.Event()).set()
                 for cb in self._on_session_up:
                     session.spawn(cb, session)
             return

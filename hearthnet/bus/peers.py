@@ -21,7 +21,7 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.session import PeerSession
 from hearthnet.errors import BusError, ProtocolError
 from hearthnet.identity import Identity
-from hearthnet.transport.link import Admit, Link, accept_link, open_link
+from hearthnet.transport.link import Admit, Link, accept_link, open_link, socket_peer_address
 from hearthnet.transport.tcp import create_listener, listener_port
 
 log = structlog.get_logger("hearthnet.peers")
@@ -133,11 +133,7 @@ class PeerManager:
             await listener.serve(self._handle_inbound)
 
     async def _handle_inbound(self, stream: anyio.abc.SocketStream) -> None:
-        try:
-            host, port = stream.extra(anyio.abc.SocketAttribute.remote_address)[:2]
-            remote = f"{host}:{port}"
-        except (KeyError, TypeError, ValueError, anyio.TypedAttributeLookupError):
-            remote = "?"
+        remote = socket_peer_address(stream, default="?")
         community = self._community_id()
         if community is None:
             await stream.aclose()

@@ -105,9 +105,14 @@ def _probe_identity(mesh: LocalMesh) -> Identity:
     if "probe" not in mesh.nodes:
         probe = mesh.add("probe")
         mesh.invite(mesh.nodes["a"], probe, "member", start=False)
-        wait_for(lambda: probe.node_id in {e["data"].get("node_id") for e in
-                                           mesh.nodes["b"].cli_json("events")["events"]},
-                 timeout=30, what="probe's invite to gossip")
+        wait_for(
+            lambda: (
+                probe.node_id
+                in {e["data"].get("node_id") for e in mesh.nodes["b"].cli_json("events")["events"]}
+            ),
+            timeout=30,
+            what="probe's invite to gossip",
+        )
     return load_identity(mesh.nodes["probe"].home / "identity.key")
 
 
@@ -125,7 +130,11 @@ async def test_oversized_frame_closes_the_link_and_changes_nothing(mesh: LocalMe
     identity = _probe_identity(mesh)
     before = event_ids(a)
     link = await open_link(
-        "127.0.0.1", port_of(a), identity=identity, community_id=a.status()["community_id"], admit=lambda _: None
+        "127.0.0.1",
+        port_of(a),
+        identity=identity,
+        community_id=a.status()["community_id"],
+        admit=lambda _: None,
     )
     await link._stream.send(HEADER.pack(64 * 1024 * 1024) + b"x" * 1024)
     await _assert_link_closed_by_peer(link)
@@ -138,7 +147,11 @@ async def test_tampered_ciphertext_closes_the_link(mesh: LocalMesh) -> None:
     a, b, _ = nodes(mesh)
     identity = _probe_identity(mesh)
     link = await open_link(
-        "127.0.0.1", port_of(a), identity=identity, community_id=a.status()["community_id"], admit=lambda _: None
+        "127.0.0.1",
+        port_of(a),
+        identity=identity,
+        community_id=a.status()["community_id"],
+        admit=lambda _: None,
     )
     # A well-formed frame whose ciphertext does not authenticate under the session key.
     forged = bytes(48)

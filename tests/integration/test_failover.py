@@ -14,7 +14,10 @@ from hearthnet.errors import BusError
 from hearthnet.mesh import LocalMesh, MeshNode, wait_for
 
 # Long inputs so one embed.text call takes seconds on this 2-core machine.
-TEXTS = [f"Paragraph {i}: " + "the hearth keeps the household warm through the long winter. " * 14 for i in range(96)]
+TEXTS = [
+    f"Paragraph {i}: " + "the hearth keeps the household warm through the long winter. " * 14
+    for i in range(96)
+]
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,11 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
         m.invite(a, b, "trusted")
         m.invite(a, c, "member")
         m.wait_full_mesh(timeout=90)
-        wait_for(lambda: any(x["capability"] == "embed.text@1.0" for x in b.status()["capabilities"]),
-                 timeout=60, what="B to see A's embedder")
+        wait_for(
+            lambda: any(x["capability"] == "embed.text@1.0" for x in b.status()["capabilities"]),
+            timeout=60,
+            what="B to see A's embedder",
+        )
         yield m
     finally:
         m.close()
@@ -94,12 +97,18 @@ def test_ingest_is_idempotent_on_doc_cid(mesh: LocalMesh) -> None:
 
 def test_ingest_event_gossips_to_every_member(mesh: LocalMesh) -> None:
     def ingested(node: MeshNode) -> set[str]:
-        return {e["data"]["doc_cid"] for e in node.cli_json("events")["events"]
-                if e["event_type"] == "rag.document.ingested" and e["data"]["corpus"] == "household"}
+        return {
+            e["data"]["doc_cid"]
+            for e in node.cli_json("events")["events"]
+            if e["event_type"] == "rag.document.ingested" and e["data"]["corpus"] == "household"
+        }
 
     a, b, c = nodes(mesh)
-    wait_for(lambda: len(ingested(a)) == len(ingested(b)) == len(ingested(c)) == 3, timeout=30,
-             what="three ingest events on every node")
+    wait_for(
+        lambda: len(ingested(a)) == len(ingested(b)) == len(ingested(c)) == 3,
+        timeout=30,
+        what="three ingest events on every node",
+    )
     events = [e for e in c.cli_json("events")["events"] if e["event_type"] == "rag.document.ingested"]
     assert all(e["author"] == b.node_id for e in events)
 
@@ -112,7 +121,7 @@ def test_plain_member_gets_unauthorized_from_ingest(mesh: LocalMesh) -> None:
 
 
 def test_query_errors_have_the_right_codes(mesh: LocalMesh) -> None:
-    a, b, _ = nodes(mesh)
+    a, _, _ = nodes(mesh)
     proc = a.cli("query", "anything", "--corpus", "no-such-corpus", check=False)
     assert proc.returncode != 0 and proc.stderr.startswith("hearthnet: not_found:")
     proc = a.cli("query", "anything", "--corpus", "household", "-k", "21", check=False)
@@ -131,8 +140,17 @@ def test_personal_corpus_is_never_reachable_from_another_node(mesh: LocalMesh) -
     assert b.cli_json("query", "seeds", "--corpus", "personal")["chunks"]
     caps = [c for c in a.status()["capabilities"] if c["capability"] == "rag.query@1.0"]
     assert all(c["params"]["corpus"] != "personal" for c in caps)
-    proc = a.cli("call", "rag.query", "--params", '{"corpus": "personal"}', "--input", '{"query": "seeds"}',
-                 "--provider", b.node_id, check=False)
+    proc = a.cli(
+        "call",
+        "rag.query",
+        "--params",
+        '{"corpus": "personal"}',
+        "--input",
+        '{"query": "seeds"}',
+        "--provider",
+        b.node_id,
+        check=False,
+    )
     assert proc.returncode != 0 and "not_found" in proc.stderr
     # no event announces a personal document
     assert not [e for e in a.cli_json("events")["events"] if e["data"].get("corpus") == "personal"]
@@ -162,7 +180,9 @@ def test_every_shared_pdf_ingests_or_gets_its_specific_bad_request(mesh: LocalMe
     hit = a.cli_json("query", "Who must file Form 1040-NR?", "--corpus", "shared", "-k", "3")
     titles = [ch["metadata"]["doc_title"] for ch in hit["chunks"]]
     assert any("1040" in t or "i1040nr" in t.lower() for t in titles), titles
-    assert all(isinstance(ch["metadata"]["page"], int) and ch["metadata"]["page"] >= 1 for ch in hit["chunks"])
+    assert all(
+        isinstance(ch["metadata"]["page"], int) and ch["metadata"]["page"] >= 1 for ch in hit["chunks"]
+    )
 
 
 def test_no_document_text_or_vectors_in_any_log(mesh: LocalMesh) -> None:

@@ -34,7 +34,8 @@ def test_services_never_import_each_other() -> None:
     for name in SERVICE_NAMES:
         for path in (PKG / "services" / name).rglob("*.py"):
             others = [
-                m for m in imports_of(path)
+                m
+                for m in imports_of(path)
                 if m.startswith("hearthnet.services.") and m.split(".")[2] not in (name, "base")
             ]
             assert not others, f"services/{name}/{path.name} imports {others}"
@@ -42,7 +43,7 @@ def test_services_never_import_each_other() -> None:
 
 def test_lower_layers_never_import_higher_ones() -> None:
     for i, layer in enumerate(LAYERS):
-        higher = LAYERS[i + 1 :] + ["node", "cli", "client", "control"]
+        higher = [*LAYERS[i + 1 :], "node", "cli", "client", "control"]
         for path in (PKG / layer).rglob("*.py"):
             for module in imports_of(path):
                 parts = module.split(".")

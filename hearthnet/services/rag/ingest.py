@@ -20,9 +20,9 @@ import structlog
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition
-from hearthnet.wire.vectors import decode_embeddings
 from hearthnet.services.rag.chunker import Chunk, chunk_document, detect_language
 from hearthnet.services.rag.reader import Document, read_document
+from hearthnet.wire.vectors import decode_embeddings
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
@@ -60,7 +60,9 @@ class Embedder:
                 timeout=self.timeout_seconds,
             )
         except NotFound as exc:
-            raise Partition(f"no embed.text provider for model {self.model} is reachable: {exc.message}") from exc
+            raise Partition(
+                f"no embed.text provider for model {self.model} is reachable: {exc.message}"
+            ) from exc
         vectors = decode_embeddings(result.output)
         if vectors.shape[0] != len(texts):
             raise InternalError(f"embed.text returned {vectors.shape[0]} vectors for {len(texts)} texts")
@@ -108,7 +110,9 @@ class EmbeddedDocument:
     truncated: int
 
 
-async def embed_chunks(embedder: Embedder, chunks: Sequence[Chunk], progress: Progress | None) -> EmbeddedDocument:
+async def embed_chunks(
+    embedder: Embedder, chunks: Sequence[Chunk], progress: Progress | None
+) -> EmbeddedDocument:
     """Embed in bounded batches through the bus, reporting progress."""
     parts: list[np.ndarray] = []
     tokens = truncated = 0

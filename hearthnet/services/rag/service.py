@@ -25,7 +25,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.services.rag.events import INGESTED
-from hearthnet.services.rag.ingest import Embedder, embed_chunks, prepare, run_blocking
+from hearthnet.services.rag.ingest import Embedder, PreparedDocument, embed_chunks, prepare, run_blocking
 from hearthnet.services.rag.names import validate_corpus_name
 from hearthnet.services.rag.store import CorpusStore, build_where
 
@@ -144,14 +144,21 @@ class RagService:
 
     def _list_registration(self) -> Registration:
         return Registration(
-            CapabilityDescriptor("rag.list_corpora", (1, 0), max_concurrent=8, timeout_seconds=10.0, idempotent=True),
+            CapabilityDescriptor(
+                "rag.list_corpora", (1, 0), max_concurrent=8, timeout_seconds=10.0, idempotent=True
+            ),
             self._handle_list,
         )
 
     def _reindex_registration(self) -> Registration:
         return Registration(
             CapabilityDescriptor(
-                "rag.reindex", (1, 0), timeout_seconds=3600.0, local_only=True, streaming=True, max_concurrent=1
+                "rag.reindex",
+                (1, 0),
+                timeout_seconds=3600.0,
+                local_only=True,
+                streaming=True,
+                max_concurrent=1,
             ),
             self._handle_reindex,
         )
@@ -184,13 +191,19 @@ class RagService:
         )
         chunks = []
         for rank, hit in enumerate(hits, start=1):
-            item: dict[str, Any] = {"rank": rank, "score": round(float(hit.score), 6), "metadata": hit.metadata}
+            item: dict[str, Any] = {
+                "rank": rank,
+                "score": round(float(hit.score), 6),
+                "metadata": hit.metadata,
+            }
             if include_text:
                 item["text"] = hit.text
             chunks.append(item)
         self.queries += 1
         ms = round((time.perf_counter() - started) * 1000, 3)
-        log.info("rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id)
+        log.info(
+            "rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id
+        )
         return {"chunks": chunks}, {"corpus": corpus, "ms": ms, "embedding_model": info.embedding_model}
 
     # rag.ingest ---------------------------------------------------------------------
@@ -205,7 +218,8 @@ class RagService:
         own = self._own_level()
         if own is None or own < Level.TRUSTED:
             raise Unauthorized(
-                "this node is not trusted in its community, so it may not announce ingests; ask an anchor to promote it"
+                "this node is not trusted in its community, so it may not announce ingests; "
+                "ask an anchor to promote it"
             )
         lock = self._doc_locks.setdefault((corpus, doc_cid), anyio.Lock())
         async with lock:
@@ -213,39 +227,50 @@ class RagService:
             if existing is not None:
                 output, event_id = existing
                 if event_id is None:
-                    event_id = await self._emit(corpus, doc_cid, title, language or "und", output["chunks_indexed"])
-                return output, {"corpus": corpus, "ms": _ms(started), "ingest_event_id": event_id, "existing": True}
+                    event_id = await self._emit(
+                        corpus, doc_cid, title, language or "und", output["chunks_indexed"]
+                    )
+                return output, {
+                    "corpus": corpus,
+                    "ms": _ms(started),
+                    "ingest_event_id": event_id,
+                    "existing": True,
+                }
             await ctx.send({"stage": "fetch", "current": 0, "total": 1})
             hint = None if ctx.is_local else ctx.caller
             await self._bus.call(
-                "file.fetch", (1, 0), input={"doc_cid": doc_cid, "hint": hint}, provider=self._bus.node_id,
+                "file.fetch",
+                (1, 0),
+                input={"doc_cid": doc_cid, "hint": hint},
+                provider=self._bus.node_id,
                 timeout=max(30.0, ctx.remaining()),
             )
-            data = await run_blocking(self._blobs.read_blob, doc_cid, limiter=self._store_limiter)
             max_tokens = self._embedder.max_tokens()
             await ctx.send({"stage": "read", "current": 0, "total": 1})
-            prepared = await run_blocking(
-                lambda: prepare(
-                    data,
-                    doc_cid=doc_cid,
-                    title=title,
-                    language=language,
-                    max_tokens=max_tokens,
-                    filename_hint=filename,
-                    extra_metadata=metadata,
-                ),
-                limiter=self._cpu_limiter,
+
+            prepared = await self._prepare(
+                doc_cid,
+                title=title,
+                language=language,
+                filename=filename,
+                metadata=metadata,
+                max_tokens=max_tokens,
             )
-            del data
             embedded = await embed_chunks(self._embedder, prepared.chunks, ctx.send)
             dim = int(embedded.vectors.shape[1])
             await run_blocking(
-                lambda: self._store.create_corpus(corpus, embedding_model=self._settings.embedding_model, dim=dim),
+                lambda: self._store.create_corpus(
+                    corpus, embedding_model=self._settings.embedding_model, dim=dim
+                ),
                 limiter=self._store_limiter,
             )
             await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
             await run_blocking(
-                self._store.add_document, corpus, prepared.chunks, embedded.vectors, limiter=self._store_limiter
+                self._store.add_document,
+                corpus,
+                prepared.chunks,
+                embedded.vectors,
+                limiter=self._store_limiter,
             )
             self._announce_corpus(corpus)
             doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
@@ -273,11 +298,39 @@ class RagService:
             },
         )
 
+    async def _prepare(
+        self,
+        doc_cid: str,
+        *,
+        title: str,
+        language: str | None,
+        filename: str | None,
+        metadata: dict[str, Any],
+        max_tokens: int,
+    ) -> PreparedDocument:
+        """Read and chunk a stored blob in a worker; its bytes never reach the event loop."""
+
+        def work() -> PreparedDocument:
+            return prepare(
+                self._blobs.read_blob(doc_cid),
+                doc_cid=doc_cid,
+                title=title,
+                language=language,
+                max_tokens=max_tokens,
+                filename_hint=filename,
+                extra_metadata=metadata,
+            )
+
+        result: PreparedDocument = await run_blocking(work, limiter=self._cpu_limiter)
+        return result
+
     async def _existing(self, corpus: str, doc_cid: str) -> tuple[dict[str, Any], str | None] | None:
         def lookup() -> tuple[int, int] | None:
             if corpus not in self._store.corpora() or not self._store.has_document(corpus, doc_cid):
                 return None
-            return self._store.document_chunk_count(corpus, doc_cid), self._store.document_tokens(corpus, doc_cid)
+            return self._store.document_chunk_count(corpus, doc_cid), self._store.document_tokens(
+                corpus, doc_cid
+            )
 
         found = await run_blocking(lookup, limiter=self._store_limiter)
         if found is None:
@@ -289,7 +342,13 @@ class RagService:
     async def _emit(self, corpus: str, doc_cid: str, title: str, language: str, chunks: int) -> str:
         if corpus == PERSONAL:
             return ""  # the personal corpus is never announced to the community
-        data = {"corpus": corpus, "doc_cid": doc_cid, "title": title[:1000], "language": language, "chunks": chunks}
+        data = {
+            "corpus": corpus,
+            "doc_cid": doc_cid,
+            "title": title[:1000],
+            "language": language,
+            "chunks": chunks,
+        }
         return await self._append_event(INGESTED, data)
 
     # rag.list_corpora ----------------------------------------------------------------
@@ -321,7 +380,10 @@ class RagService:
         docs = await run_blocking(self._store.documents, corpus, limiter=self._store_limiter)
         if not docs:
             raise NotFound(f"corpus {corpus} has no documents to reindex")
-        missing = [d["doc_cid"] for d in docs if not self._blobs.has_blob(d["doc_cid"])]
+        missing = await run_blocking(
+            lambda: [d["doc_cid"] for d in docs if not self._blobs.has_blob(d["doc_cid"])],
+            limiter=self._store_limiter,
+        )
         if missing:
             raise NotFound(
                 f"{len(missing)} source documents of {corpus} are not in this node's blob store "
@@ -330,13 +392,13 @@ class RagService:
         max_tokens = self._embedder.max_tokens()
         prepared_docs = []
         for i, doc in enumerate(docs):
-            data = await run_blocking(self._blobs.read_blob, doc["doc_cid"], limiter=self._store_limiter)
-            prepared = await run_blocking(
-                lambda data=data, doc=doc: prepare(
-                    data, doc_cid=doc["doc_cid"], title=doc.get("title", ""), language=doc.get("language"),
-                    max_tokens=max_tokens, filename_hint=None, extra_metadata={},
-                ),
-                limiter=self._cpu_limiter,
+            prepared = await self._prepare(
+                doc["doc_cid"],
+                title=str(doc.get("title", "")),
+                language=doc.get("language"),
+                filename=None,
+                metadata={},
+                max_tokens=max_tokens,
             )
             embedded = await embed_chunks(self._embedder, prepared.chunks, None)
             prepared_docs.append((prepared.chunks, embedded.vectors))
