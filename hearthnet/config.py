@@ -215,6 +215,8 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         embedding = replace(embedding, model_dir=env["HEARTHNET_MODEL_DIR"])
     if "HEARTHNET_RAG" in env:
         rag = replace(rag, enabled=_bool(env["HEARTHNET_RAG"], "HEARTHNET_RAG"))
+    if "HEARTHNET_RAG_MODEL" in env:
+        rag = replace(rag, embedding_model=env["HEARTHNET_RAG_MODEL"])
     if "HEARTHNET_CHROMA_URL" in env:
         rag = replace(rag, chroma_url=env["HEARTHNET_CHROMA_URL"] or None)
     if "RAG_QUERY_TIMEOUT_SECONDS" in env:
