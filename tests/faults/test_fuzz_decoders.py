@@ -19,16 +19,23 @@ SEEDS = fuzz.build_seeds()
 SETTINGS = settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 
 wire_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**64 - 1) | st.floats()
-    | st.text(max_size=40) | st.binary(max_size=40),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats()
+    | st.text(max_size=40)
+    | st.binary(max_size=40),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner, max_size=5),
     max_leaves=20,
-)  # fmt: skip
+)
 
 
 @SETTINGS
-@given(data=st.binary(max_size=2048), splits=st.lists(st.integers(1, 512), max_size=20),
-       max_frame=st.sampled_from([1, 16, 1024, 1 << 20]))  # fmt: skip
+@given(
+    data=st.binary(max_size=2048),
+    splits=st.lists(st.integers(1, 512), max_size=20),
+    max_frame=st.sampled_from([1, 16, 1024, 1 << 20]),
+)
 def test_frame_decoder_takes_any_bytes_in_any_split(data: bytes, splits: list[int], max_frame: int) -> None:
     dec = FrameDecoder(max_frame=max_frame)
     pos = 0
@@ -102,8 +109,12 @@ def test_event_and_manifest_parsers_raise_only_bus_errors(seed: int, resign: boo
     body = fuzz.mutate(manifest["body"], rng, SEEDS.packed)
     sig = SEEDS.identity.sign(body) if resign else manifest["sig"]
     try:
-        verify_manifest({"body": body, "sig": sig}, peer_id=SEEDS.identity.node_id,
-                        community_id=fuzz.COMMUNITY, now_ms=fuzz.NOW_MS)  # fmt: skip
+        verify_manifest(
+            {"body": body, "sig": sig},
+            peer_id=SEEDS.identity.node_id,
+            community_id=fuzz.COMMUNITY,
+            now_ms=fuzz.NOW_MS,
+        )
     except BusError:
         pass
 
