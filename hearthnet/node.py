@@ -86,19 +86,18 @@ class Node:
     # trust -----------------------------------------------------------------
     def _level_of(self, node_id: str) -> Level | None:
         assert self.event_log is not None
-        return self.event_log.membership().level_of(node_id)
+        return self.event_log.level_of(node_id)
 
     def _is_member(self, node_id: str) -> bool:
         return self._level_of(node_id) is not None
 
     def _admit(self, node_id: str) -> None:
         assert self.event_log is not None and self.identity is not None
-        membership = self.event_log.membership()
-        if membership.is_revoked(node_id):
+        if self.event_log.is_revoked(node_id):
             raise Revoked(f"{node_id} has been revoked from this community")
-        if membership.level_of(node_id) is not None:
+        if self.event_log.level_of(node_id) is not None:
             return
-        if membership.founder is None and node_id in self._bootstrap_ids:
+        if self.event_log.membership().founder is None and node_id in self._bootstrap_ids:
             return  # we joined but have not synced yet: trust the inviter named in our token
         raise Unauthorized(f"{node_id} is not a member of this community")
 

@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, overload
 
 import anyio
 import anyio.abc
@@ -56,6 +56,9 @@ SessionCallback = Callable[[PeerSession], Coroutine[Any, Any, None]]
 
 _HEALTH_NEUTRAL = ("bad_request", "unauthorized", "not_found", "schema_mismatch", "capacity_exceeded")
 _RETRYABLE = ("partition", "timeout", "capacity_exceeded", "internal_error", "not_found")
+
+
+_UNSET = object()
 
 
 def _now_ms() -> int:
@@ -256,9 +259,8 @@ class CapabilityBus:
                 caller_level=level,
                 deadline=anyio.current_time() + req.deadline_ms / 1000,
             )
-            with inc.scope:
-                result = await self._invoke(reg, ctx, stats)
-            if inc.scope.cancelled_caught:
+            result = await self._invoke(reg, ctx, stats, incoming=inc)
+            if result is None:
                 return  # the caller cancelled: it expects no answer
         except BusError as exc:
             error = exc
@@ -279,8 +281,22 @@ class CapabilityBus:
                 f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}"
             )
 
-    async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult:
-        """Run a handler under its concurrency limit and deadline; map every failure to a BusError."""
+    @overload
+    async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult: ...
+
+    @overload
+    async def _invoke(
+        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall
+    ) -> CallResult | None: ...
+
+    async def _invoke(
+        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall | None = None
+    ) -> CallResult | None:
+        """Run a handler under its concurrency limit and deadline; map every failure to a BusError.
+
+        One cancel scope carries both the deadline and, for a call from a peer,
+        the peer's ``cancel``; ``None`` means the peer cancelled.
+        """
         d = reg.descriptor
         if stats.in_flight >= d.max_concurrent:
             retry = int(max(10.0, stats.p50_ms()))
@@ -292,14 +308,20 @@ class CapabilityBus:
         started = time.perf_counter()
         code: str | None = None
         try:
-            remaining = ctx.deadline - anyio.current_time()
-            if remaining <= 0:
+            if ctx.deadline <= anyio.current_time():
                 raise Timeout(f"deadline passed before {d.ref} started")
-            try:
-                with anyio.fail_after(remaining):
-                    value = await reg.handler(ctx)
-            except TimeoutError as exc:
-                raise Timeout(f"{d.ref} did not finish within its deadline") from exc
+            value: Any = _UNSET
+            with anyio.CancelScope(deadline=ctx.deadline) as scope:
+                if incoming is not None:
+                    incoming.scope = scope
+                    if incoming.cancelled:
+                        scope.cancel()
+                value = await reg.handler(ctx)
+            if value is _UNSET:
+                if incoming is not None and incoming.cancelled:
+                    code = "cancelled"
+                    return None
+                raise Timeout(f"{d.ref} did not finish within its deadline")
             output, meta = value if isinstance(value, tuple) else (value, {})
             meta = dict(meta)
             meta.setdefault("ms", round((time.perf_counter() - started) * 1000, 3))

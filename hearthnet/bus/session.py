@@ -163,29 +163,44 @@ class OutgoingCall:
 
 @dataclass
 class IncomingCall:
-    """The peer's call being served here."""
+    """The peer's call being served here.
+
+    Stream state (input queue, output credit) exists only for streamed calls:
+    a plain call costs no more than its request and its answer.
+    """
 
     request: Request
     session: PeerSession
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    output_credit: Credit = field(default_factory=lambda: Credit(WINDOW))
+    scope: anyio.CancelScope | None = None
+    """The scope the handler runs in (set by the dispatcher); a ``cancel`` message cancels it."""
+    cancelled: bool = False
+    output_credit: Credit | None = None
     input_tx: MemoryObjectSendStream[dict[str, Any] | None] | None = None
     input_rx: MemoryObjectReceiveStream[dict[str, Any] | None] | None = None
     consumed: int = 0
-    finished: bool = False
 
     def __post_init__(self) -> None:
-        # WINDOW input frames plus the end marker
-        self.input_tx, self.input_rx = anyio.create_memory_object_stream[dict[str, Any] | None](WINDOW + 1)
+        if self.request.stream:
+            self.output_credit = Credit(WINDOW)
+            # WINDOW input frames plus the end marker
+            self.input_tx, self.input_rx = anyio.create_memory_object_stream[dict[str, Any] | None](
+                WINDOW + 1
+            )
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
 
     async def send_frame(self, data: dict[str, Any]) -> None:
-        if not self.request.stream:
+        if self.output_credit is None:
             return  # the caller did not ask for frames
         await self.output_credit.acquire()
         await self.session.send({"t": "frame", "id": self.request.id, "data": data})
 
     async def receive_input(self) -> dict[str, Any] | None:
-        assert self.input_rx is not None
+        if self.input_rx is None:
+            return None  # a plain call has no input frames
         try:
             item = await self.input_rx.receive()
         except anyio.EndOfStream:
@@ -341,9 +356,8 @@ class PeerSession:
                 return
             if t == "in":
                 data = msg.get("data")
-                if not isinstance(data, dict):
-                    raise ProtocolError("input frame must be a map")
-                assert inc.input_tx is not None
+                if not isinstance(data, dict) or inc.input_tx is None:
+                    raise ProtocolError("input frame must be a map, on a streamed call")
                 try:
                     inc.input_tx.send_nowait(data)
                 except anyio.WouldBlock as exc:
@@ -351,14 +365,14 @@ class PeerSession:
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
             elif t == "in_end":
-                assert inc.input_tx is not None
-                try:
-                    inc.input_tx.send_nowait(None)
-                except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    pass
+                if inc.input_tx is not None:
+                    try:
+                        inc.input_tx.send_nowait(None)
+                    except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        pass
             elif t == "cancel":
-                inc.scope.cancel()
-            else:
+                inc.cancel()
+            elif inc.output_credit is not None:
                 inc.output_credit.grant(_credit_amount(msg))
         elif isinstance(t, str):
             await self._on_control(self, msg)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hearthnet.community.levels import Level
 from hearthnet.community.membership import CREATED, Membership, community_id_for, derive_membership
 from hearthnet.errors import BadRequest, BusError, InternalError
 from hearthnet.events.envelope import Event, sign_event
@@ -211,6 +212,15 @@ class EventLog:
         """The membership derived from all stored events (a copy; cached internally)."""
         with self._lock:
             return self._current().copy()
+
+    def level_of(self, node_id: str) -> Level | None:
+        """A member's current level, without copying the membership (the bus asks on every call)."""
+        with self._lock:
+            return self._current().level_of(node_id)
+
+    def is_revoked(self, node_id: str) -> bool:
+        with self._lock:
+            return self._current().is_revoked(node_id)
 
     def get(self, event_id: str) -> Event | None:
         with self._lock:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,11 +84,11 @@ class Identity:
             raise BadRequest("an Ed25519 seed has 32 bytes")
         return cls(nacl.signing.SigningKey(seed))
 
-    @property
+    @functools.cached_property
     def public_key(self) -> bytes:
         return bytes(self.signing_key.verify_key)
 
-    @property
+    @functools.cached_property
     def node_id(self) -> str:
         return node_id_from_public_key(self.public_key)
 
