@@ -186,6 +186,7 @@ class Node:
             advertise_host=config.network.advertise_host,
             max_frame=config.network.max_frame,
             handshake_timeout=config.network.handshake_timeout,
+            state_path=config.home / "peers.json",
         )
         for peer in bootstrap:
             node_id = peer.get("node_id")

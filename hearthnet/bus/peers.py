@@ -9,8 +9,11 @@ manifests, and from ``peers`` messages (the addresses of their neighbours).
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,6 +30,7 @@ from hearthnet.transport.tcp import create_listener, listener_port
 log = structlog.get_logger("hearthnet.peers")
 
 MAX_BACKOFF = 15.0
+_MAX_PEERS = 1024
 _MAX_ADDRESSES_PER_PEER = 8
 
 
@@ -57,6 +61,7 @@ class PeerManager:
         advertise_host: str | None = None,
         max_frame: int,
         handshake_timeout: float = 5.0,
+        state_path: Path | None = None,
     ) -> None:
         self._bus = bus
         self._identity = identity
@@ -69,7 +74,9 @@ class PeerManager:
         self._max_frame = max_frame
         self._handshake_timeout = handshake_timeout
         self.bound_port: int | None = None
+        self._state_path = state_path
         self._address_book: dict[str, list[str]] = {}
+        self._book_dirty = anyio.Event()
         self._bootstrap: set[str] = set()
         self._dial: dict[str, _DialState] = {}
         self._dialing: set[str] = set()
@@ -103,6 +110,12 @@ class PeerManager:
             return
         known.insert(0, address)
         del known[_MAX_ADDRESSES_PER_PEER:]
+        if len(self._address_book) > _MAX_PEERS:
+            # Forget the peers we learned of first; members we dial are re-learned from manifests.
+            for stale in list(self._address_book)[: len(self._address_book) - _MAX_PEERS]:
+                if stale not in self._bootstrap:
+                    del self._address_book[stale]
+        self._book_dirty.set()
         self._dial.pop(node_id, None)
         self.wake()
 
@@ -119,14 +132,64 @@ class PeerManager:
 
     # running -----------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
-        listener = await create_listener(self._listen_host, self._listen_port)
+        state = await anyio.to_thread.run_sync(self._load_state)
+        listener = await self._listen(state.get("port"))
         self.bound_port = listener_port(listener)
         log.info("listening", host=self._listen_host, port=self.bound_port)
+        self._book_dirty.set()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._accept_loop, listener)
             tg.start_soon(self._dial_loop)
+            tg.start_soon(self._save_loop)
             task_status.started(self.bound_port)
+
+    async def _listen(self, previous_port: Any) -> Any:
+        """Bind the configured port; with port 0, try the port we had last time so peers find us again."""
+        if self._listen_port == 0 and isinstance(previous_port, int) and 0 < previous_port < 65536:
+            try:
+                return await create_listener(self._listen_host, previous_port)
+            except OSError:
+                log.info("previous_port_taken", port=previous_port)
+        return await create_listener(self._listen_host, self._listen_port)
+
+    # persistence: where peers were, so a restarted node can find them ---------------
+    def _load_state(self) -> dict[str, Any]:
+        if self._state_path is None or not self._state_path.exists():
+            return {}
+        try:
+            state = json.loads(self._state_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            log.warning("peer_state_unreadable", path=str(self._state_path))
+            return {}
+        if not isinstance(state, dict):
+            return {}
+        peers = state.get("peers", {})
+        if isinstance(peers, dict):
+            for node_id, addresses in list(peers.items())[:_MAX_PEERS]:
+                if isinstance(node_id, str) and isinstance(addresses, list):
+                    for a in addresses[:_MAX_ADDRESSES_PER_PEER]:
+                        if isinstance(a, str):
+                            self.add_address(node_id, a)
+        return state
+
+    def _save_state(self) -> None:
+        if self._state_path is None:
+            return
+        state = {"port": self.bound_port, "peers": self.known_addresses()}
+        tmp = self._state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        os.replace(tmp, self._state_path)
+
+    async def _save_loop(self) -> None:
+        while True:
+            await self._book_dirty.wait()
+            self._book_dirty = anyio.Event()
+            try:
+                await anyio.to_thread.run_sync(self._save_state)
+            except OSError as exc:
+                log.warning("peer_state_not_saved", error=type(exc).__name__)
+            await anyio.sleep(1.0)  # coalesce bursts of learned addresses into one write
 
     async def _accept_loop(self, listener: Any) -> None:
         async with listener:
@@ -234,6 +297,7 @@ class PeerManager:
 
     # peer exchange ---------------------------------------------------------------
     async def _send_peers(self, session: PeerSession) -> None:
+        self._book_dirty.set()  # the new peer's manifest addresses are worth remembering
         book = {
             n: a for n, a in self.known_addresses().items() if n in self._bus.sessions or self._is_member(n)
         }

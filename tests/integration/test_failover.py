@@ -84,3 +84,30 @@ def test_idempotent_call_survives_its_provider_being_killed(mesh: LocalMesh) -> 
     assert not thread.is_alive()
     assert box["error"].code in ("partition", "timeout")
     assert box["seconds"] < 120
+
+
+def test_cli_embed_call_from_a_node_without_an_embedder_returns_plain_lists(mesh: LocalMesh) -> None:
+    """Runs after the kill test, which stopped both embedders: it restarts one."""
+    a, c = mesh.nodes["a"], mesh.nodes["c"]
+    if a.process is None or a.process.poll() is not None:
+        a.start()
+        a.wait_ready()
+    wait_for(lambda: a.node_id in embed_providers(c), timeout=60, what="c to see a's embedder again")
+    out = c.cli_json("call", "embed.text", "--input", '{"texts": ["a warm hearth", "a cold winter"]}')
+    assert out["provider"] == a.node_id
+    vectors = out["output"]["embeddings"]
+    assert len(vectors) == 2 and all(len(v) == 384 for v in vectors)
+    assert abs(sum(x * x for x in vectors[0]) - 1.0) < 1e-3
+    assert out["meta"]["model"] == "all-MiniLM-L6-v2" and out["meta"]["truncated"] == 0
+    proc = c.cli("call", "embed.text", "--input", '{"texts": []}', check=False)
+    assert proc.returncode != 0 and proc.stderr.startswith("hearthnet: bad_request:")
+    proc = c.cli(
+        "call",
+        "embed.text",
+        "--params",
+        '{"model": "no-such-model"}',
+        "--input",
+        '{"texts": ["x"]}',
+        check=False,
+    )
+    assert proc.returncode != 0 and proc.stderr.startswith("hearthnet: not_found:")
