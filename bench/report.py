@@ -1,0 +1,116 @@
+"""Render benchmark results: a Markdown table and the rag.query latency plot.
+
+python -m bench.report [bench/results/latest.json]   # prints the table again
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 100:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
+
+
+def _miss(m: Mapping[str, Any]) -> str:
+    """How far a failed figure is from its target, in the target's own terms where possible."""
+    ratio, target = m.get("ratio"), str(m.get("target", ""))
+    ours = m["ours"]
+    import re
+
+    mult = re.search(r"([<>]=)\s*([\d.]+)x", target)
+    if mult and ratio is not None:
+        limit = float(mult.group(2))
+        return f"misses by {abs(ratio - limit) / limit:.0%} ({ratio:.2f}x vs {limit:g}x)"
+    pct = re.search(r">=\s*(\d+)%", target)
+    if pct and ratio is not None:
+        return f"misses by {float(pct.group(1)) - ratio * 100:.0f} points ({ratio:.0%} of floor)"
+    absolute = re.search(r"([<>]=)\s*([\d.]+)\s*(ms|/s)?", target)
+    if absolute:
+        limit = float(absolute.group(2))
+        return f"misses by {abs(ours - limit):.3g} {m.get('unit', '')} ({ours:.3g} vs {limit:g})"
+    return "misses"
+
+
+def markdown_table(metrics: Iterable[Mapping[str, Any]]) -> str:
+    rows = [
+        "| benchmark | metric | ours: median (min-max) | floor | ratio | target | result |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in metrics:
+        if m.get("failed"):
+            rows.append(
+                f"| {m['issue']} | **failed to run** | - | - | - | - | FAIL: {m.get('note', '')[:200]} |"
+            )
+            continue
+        ours = f"{_num(m['ours'])} {m['unit']}"
+        if m.get("ours_min") is not None and m.get("ours_max") is not None:
+            ours += f" ({_num(m['ours_min'])}-{_num(m['ours_max'])})"
+        ratio = "-" if m.get("ratio") is None else f"{m['ratio']:.2f}x"
+        passed = m.get("passed")
+        result = "reported" if passed is None else ("pass" if passed else f"**FAIL**, {_miss(m)}")
+        name = m["name"] + (f" — {m['note']}" if m.get("note") else "")
+        floor = _num(m.get("floor"))
+        rows.append(f"| {m['issue']} | {name} | {ours} | {floor} | {ratio} | {m['target']} | {result} |")
+    return "\n".join(rows)
+
+
+def plot_rag_latency(plot: Mapping[str, Any], out: Path) -> Path | None:
+    """rag.query p50 against corpus size for local and remote callers (and the floor), min-max bars."""
+    if not plot.get("sizes"):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = plot["sizes"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for key, label, style in (
+        ("local", "rag.query, local caller (member bus)", "o-"),
+        ("remote", "rag.query, remote caller (via another node)", "s-"),
+        ("floor", "floor: in-process embed + exact search", "^--"),
+    ):
+        vals = plot.get(key) or []
+        if not vals:
+            continue
+        med = [v[0] for v in vals]
+        lo = [v[0] - v[1] for v in vals]
+        hi = [v[2] - v[0] for v in vals]
+        ax.errorbar(sizes[: len(vals)], med, yerr=[lo, hi], fmt=style, capsize=4, label=label)
+    ax.set_xscale("log")
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([f"{s // 1000}k" for s in sizes])
+    ax.set_xlabel("chunks in the corpus")
+    ax.set_ylabel("p50 latency (ms), median of rounds, min-max bars")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("rag.query latency vs corpus size (k = 10)")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def main() -> None:
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "latest.json"
+    data = json.loads(path.read_text())
+    print(markdown_table(data["metrics"]))
+
+
+if __name__ == "__main__":
+    main()
