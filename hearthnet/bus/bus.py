@@ -393,6 +393,32 @@ class CapabilityBus:
             last = Timeout(f"{capability} deadline passed before any provider answered")
         raise last
 
+    def _local_call(
+        self,
+        capability: str,
+        version: Version,
+        params: dict[str, Any],
+        input: dict[str, Any],
+        deadline: float,
+        trace_id: str,
+        *,
+        stream: bool,
+    ) -> tuple[Registration, LocalCallContext]:
+        """The handler and context of a call this node makes to itself (with the owner's rights)."""
+        reg = self._resolve(capability, version, params, remote_caller=False)
+        ctx = LocalCallContext(
+            capability=capability,
+            version=version,
+            params=params,
+            input=input,
+            caller=self.node_id,
+            caller_level=Level.ANCHOR,
+            deadline=deadline,
+            trace_id=trace_id,
+            stream=stream,
+        )
+        return reg, ctx
+
     async def _call_one(
         self,
         cand: ProviderInfo,
@@ -404,18 +430,7 @@ class CapabilityBus:
         trace_id: str,
     ) -> CallResult:
         if cand.is_local:
-            reg = self._resolve(capability, version, params, remote_caller=False)
-            ctx = LocalCallContext(
-                capability=capability,
-                version=version,
-                params=params,
-                input=input,
-                caller=self.node_id,
-                caller_level=Level.ANCHOR,
-                deadline=deadline,
-                trace_id=trace_id,
-                stream=False,
-            )
+            reg, ctx = self._local_call(capability, version, params, input, deadline, trace_id, stream=False)
             return await self._invoke(reg, ctx, self.stats.get(reg.descriptor.ref))
         session = self.sessions.get(cand.node_id)
         if session is None:
@@ -474,18 +489,7 @@ class CapabilityBus:
         deadline = anyio.current_time() + budget
         trace = trace_id or secrets.token_hex(8)
         if cand.is_local:
-            reg = self._resolve(capability, version, params_d, remote_caller=False)
-            ctx = LocalCallContext(
-                capability=capability,
-                version=version,
-                params=params_d,
-                input=input_d,
-                caller=self.node_id,
-                caller_level=Level.ANCHOR,
-                deadline=deadline,
-                trace_id=trace,
-                stream=True,
-            )
+            reg, ctx = self._local_call(capability, version, params_d, input_d, deadline, trace, stream=True)
             local = _LocalStream(ctx)
             failure: Exception | None = None
             async with anyio.create_task_group() as tg:
