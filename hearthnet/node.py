@@ -128,6 +128,7 @@ class Node:
         return {
             "capabilities": self.bus.stats.snapshot(),
             "peers": len(self.bus.sessions),
+            "peer_faults": self.bus.peer_faults(),
             "events": self.community.health(),
             "services": {s.name: s.health() for s in self.services},
         }

@@ -94,6 +94,7 @@ class CapabilityBus:
         self._on_session_up: list[SessionCallback] = []
         self._on_session_down: list[SessionCallback] = []
         self._peer_ready: dict[str, anyio.Event] = {}
+        self._peer_faults: dict[str, dict[str, int]] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -140,6 +141,9 @@ class CapabilityBus:
                 tg.start_soon(self._session_run_then_cancel, session, tg.cancel_scope)
                 await session.send_quiet({"t": "manifest", "manifest": self._signed_manifest()})
         finally:
+            faults = self._peer_faults.setdefault(link.peer_id, {"protocol_errors": 0, "refused_calls": 0})
+            faults["protocol_errors"] += int(session.protocol_error)
+            faults["refused_calls"] += session.refused_calls
             if self.sessions.get(link.peer_id) is session:
                 del self.sessions[link.peer_id]
                 self._peer_ready.pop(link.peer_id, None)
@@ -156,6 +160,14 @@ class CapabilityBus:
     async def _session_run_then_cancel(self, session: PeerSession, scope: anyio.CancelScope) -> None:
         await session.run()
         scope.cancel()
+
+    def peer_faults(self) -> dict[str, dict[str, int]]:
+        """Per peer: links closed for protocol errors, calls refused for too many in flight."""
+        out = {peer: dict(counts) for peer, counts in self._peer_faults.items()}
+        for peer, session in self.sessions.items():
+            entry = out.setdefault(peer, {"protocol_errors": 0, "refused_calls": 0})
+            entry["refused_calls"] += session.refused_calls
+        return out
 
     async def wait_peer(self, node_id: str) -> None:
         """Return once ``node_id`` is connected and its manifest is known."""

@@ -231,6 +231,8 @@ class PeerSession:
         self.closed = anyio.Event()
         self.close_reason: str = ""
         self.manifest_seen = False
+        self.refused_calls = 0
+        self.protocol_error = False
 
     # sending -----------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:
@@ -296,6 +298,7 @@ class PeerSession:
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     self.close_reason = "closed"
                 except ProtocolError as exc:
+                    self.protocol_error = True
                     self.close_reason = f"protocol error: {exc.message}"
                     log.warning("link_protocol_error", peer=self.peer_id, reason=exc.message)
                 except BusError as exc:
@@ -384,6 +387,7 @@ class PeerSession:
         if req.id in self.incoming:
             raise ProtocolError("request id reused while in flight")
         if len(self.incoming) >= MAX_INCOMING_PER_PEER:
+            self.refused_calls += 1
             err = CapacityExceeded("too many calls in flight from this peer", retry_after_ms=50)
             await self.send_quiet({"t": "error", "id": req.id, **err.to_wire()})
             return

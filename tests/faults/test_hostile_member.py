@@ -135,6 +135,9 @@ async def test_hostile_member_is_rejected_counted_and_harmless(mesh: LocalMesh) 
     )
     counted = len(log_records(a, "link_protocol_error")) - protocol_errors_before
     report(S, f"A logged {counted} link_protocol_error records for the {len(attacks)} hostile links")
+    faults = a.cli_json("call", "node.stats")["output"]["peer_faults"].get(mallory.node_id, {})
+    report(S, f"node.stats counts for Mallory: {faults}")
+    assert faults.get("protocol_errors", 0) >= len(attacks)
 
     # --- forged events pushed through gossip -------------------------------------------------
     async with member_bus(a, mal.home) as bus:

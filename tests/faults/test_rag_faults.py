@@ -255,12 +255,6 @@ def test_disk_full_during_ingest_is_a_clear_error_and_leaves_nothing(mesh: Local
     assert {e["data"]["doc_cid"] for e in ingested_events(a, "notes")} == {first["results"][0]["doc_cid"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG hearthnet/services/rag/store.py add_document: sqlite3.OperationalError 'database or disk is "
-    "full' (and chroma's OSError ENOSPC) escape unmapped, so the caller sees only 'internal error in "
-    "rag.ingest@1.0 (trace_id=...)'",
-)
 def test_disk_full_error_says_the_disk_is_full() -> None:
     if not DISK_FULL_ERRORS:
         pytest.skip("the disk-full scenario did not run")

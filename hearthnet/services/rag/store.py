@@ -14,10 +14,12 @@ store directory at a time (``fcntl.flock`` on ``writer.lock``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import math
 import os
 import re
+import shutil
 import sqlite3
 import threading
 import time
@@ -30,7 +32,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import structlog
 
-from hearthnet.errors import BadRequest, InternalError, NotFound, Partition
+from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound, Partition
 from hearthnet.services.rag.chunker import Chunk
 from hearthnet.services.rag.names import collection_name, validate_corpus_name
 
@@ -53,6 +55,9 @@ _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin
 _RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
 
 _log = structlog.get_logger("hearthnet.rag.store")
+_SQLITE_FULL = 13
+_NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_MIN_FREE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -451,12 +456,13 @@ class CorpusStore:
             st = self._status(name, doc_cid)
             if st is not None and st[0] == "complete":
                 return
-            self._db.execute(
-                "INSERT OR REPLACE INTO documents VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
-                (name, doc_cid, len(chunks), text_bytes, language, time.time(), tokens, title),
-            )
-            self._pending.setdefault(name, set()).add(doc_cid)
         try:
+            with self._lock:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO documents VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+                    (name, doc_cid, len(chunks), text_bytes, language, time.time(), tokens, title),
+                )
+                self._pending.setdefault(name, set()).add(doc_cid)
             for a in range(0, len(chunks), self._batch):
                 part = chunks[a : a + self._batch]
                 self._write_batch(
@@ -472,14 +478,45 @@ class CorpusStore:
                     "WHERE corpus = ? AND doc_cid = ?",
                     (time.time(), name, doc_cid),
                 )
-        except BaseException:
-            with contextlib.suppress(InternalError, Partition):
+        except BaseException as exc:
+            # Undo the partial document; a second failure while undoing must not hide the first
+            # (recover() finishes the job at the next start).
+            with contextlib.suppress(Exception):
                 self._purge(name, doc_cid)
+            if isinstance(exc, Exception):
+                full = self._out_of_space(exc, needed=text_bytes + vecs.nbytes)
+                if full is not None:
+                    raise full from exc
             raise
         finally:
             with self._lock:
                 self._pending.get(name, set()).discard(doc_cid)
         _log.info("rag_document_added", corpus=name, doc_cid=doc_cid, chunks=len(chunks))
+
+    def _out_of_space(self, exc: Exception, *, needed: int) -> CapacityExceeded | None:
+        """A clear ``capacity_exceeded`` when a write failed because the disk is full.
+
+        SQLite says so by error code, the OS by errno; ChromaDB's native layer
+        only by message, so for it the free space left on the store's disk decides.
+        """
+        cause: BaseException | None = exc
+        by_code = False
+        while cause is not None and not by_code:
+            if isinstance(cause, sqlite3.Error) and getattr(cause, "sqlite_errorcode", None) == _SQLITE_FULL:
+                by_code = True
+            elif isinstance(cause, OSError) and cause.errno in _NO_SPACE_ERRNOS:
+                by_code = True
+            cause = cause.__cause__ or cause.__context__
+        try:
+            free = shutil.disk_usage(self.root).free
+        except OSError:
+            free = -1
+        if not by_code and not (0 <= free < max(needed, _MIN_FREE_BYTES)):
+            return None
+        return CapacityExceeded(
+            f"the corpus store under {self.root} is out of disk space ({max(free, 0)} bytes free, "
+            f"about {needed} needed): free some space, then ingest again; nothing was stored"
+        )
 
     def _purge(self, name: str, doc_cid: str) -> int:
         """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row."""
