@@ -53,6 +53,9 @@ _MAX_IN_VALUES = 1000
 _FILTER_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 _RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
+OVERFETCH_FACTOR = 20
+OVERFETCH_MIN = 200
+"""A filtered query first looks at this many nearest chunks unfiltered (see ``_overfetch_then_filter``)."""
 
 _log = structlog.get_logger("hearthnet.rag.store")
 _SQLITE_FULL = 13
@@ -115,6 +118,43 @@ def _condition(key: str, cond: Any) -> dict[str, Any]:
     if op in _RANGE_OPERATORS and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise BadRequest(f"{op} for {key!r} needs a number")
     return {key: {op: value}}
+
+
+def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
+    """Evaluate a :func:`build_where` clause on one chunk's metadata (a missing key never matches)."""
+    if "$and" in clause:
+        return all(where_matches(c, metadata) for c in clause["$and"])
+    if "$or" in clause:
+        return any(where_matches(c, metadata) for c in clause["$or"])
+    ((key, cond),) = clause.items()
+    ((op, value),) = cond.items()
+    if key not in metadata:
+        return False
+    actual = metadata[key]
+    if op == "$eq":
+        return bool(actual == value)
+    if op == "$ne":
+        return bool(actual != value)
+    if op == "$in":
+        return actual in value
+    if op == "$nin":
+        return actual not in value
+    if isinstance(actual, bool) or not isinstance(actual, int | float):
+        return False
+    return bool(
+        {"$gt": actual > value, "$gte": actual >= value, "$lt": actual < value, "$lte": actual <= value}[op]
+    )
+
+
+def _scored(res: Mapping[str, Any], include_text: bool) -> list[ScoredChunk]:
+    ids = res["ids"][0]
+    metas = (res.get("metadatas") or [[{}] * len(ids)])[0]
+    dists = (res.get("distances") or [[1.0] * len(ids)])[0]
+    texts = res["documents"][0] if include_text and res.get("documents") else [None] * len(ids)
+    return [
+        ScoredChunk(chunk_id=i, text=t, metadata=dict(m or {}), score=1.0 - float(d))
+        for i, t, m, d in zip(ids, texts, metas, dists, strict=True)
+    ]
 
 
 def build_where(filter: Mapping[str, Any]) -> dict[str, Any]:
@@ -580,20 +620,35 @@ class CorpusStore:
         clause = build_where(where) if where else None
         with self._lock:
             pending = sorted(self._pending.get(name, ()))
+        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
+        if clause is not None and not pending:
+            hits = self._overfetch_then_filter(col, name, vec, k, clause, include)
+            if hits is not None:
+                return hits
         if pending:
             hide: dict[str, Any] = {"doc_cid": {"$nin": pending}}
             clause = hide if clause is None else {"$and": [clause, hide]}
-        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
         with _chroma_errors("query"):
             res = col.query(query_embeddings=[vec], n_results=k, where=clause, include=include)
-        ids = res["ids"][0]
-        metas = (res.get("metadatas") or [[{}] * len(ids)])[0]
-        dists = (res.get("distances") or [[1.0] * len(ids)])[0]
-        texts = res["documents"][0] if include_text and res.get("documents") else [None] * len(ids)
-        return [
-            ScoredChunk(chunk_id=i, text=t, metadata=dict(m or {}), score=1.0 - float(d))
-            for i, t, m, d in zip(ids, texts, metas, dists, strict=True)
-        ]
+        return _scored(res, include_text)
+
+    def _overfetch_then_filter(
+        self, col: Any, name: str, vec: np.ndarray, k: int, clause: Mapping[str, Any], include: list[str]
+    ) -> list[ScoredChunk] | None:
+        """Filtered search without ChromaDB's pre-filter (slow at 100k: it scans metadata first).
+
+        Take the ``OVERFETCH`` nearest chunks unfiltered and keep those matching
+        the clause: if at least ``k`` match, they are exactly the filtered top-k
+        (any closer match would be among the nearest).  Otherwise ``None``, and
+        the caller runs the filtered query.
+        """
+        n = min(max(k * OVERFETCH_FACTOR, OVERFETCH_MIN), self.info(name).chunks)
+        if n <= k:
+            return None
+        with _chroma_errors("query"):
+            res = col.query(query_embeddings=[vec], n_results=n, include=include)
+        hits = [h for h in _scored(res, "documents" in include) if where_matches(clause, h.metadata)]
+        return hits[:k] if len(hits) >= k else None
 
     def close(self) -> None:
         """Release the writer lock and the ledger (idempotent)."""
