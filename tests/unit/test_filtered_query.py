@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,7 +34,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.parametrize("flt", FILTERS)
 @pytest.mark.parametrize("seed", [11, 12, 13])
-def test_overfetch_matches_chromadb_filtered_search(store: CorpusStore, flt: dict[str, Any], seed: int) -> None:
+def test_overfetch_matches_chromadb_filtered_search(
+    store: CorpusStore, flt: dict[str, Any], seed: int
+) -> None:
     query = unit_vectors(1, seed=seed)[0]
     ours = store.query("c", query, k=10, where=flt)
     col = store._collection("c")
