@@ -107,7 +107,7 @@ async def _remote(far: MeshNode, chunks: list[str], queries: list[str]) -> tuple
 
 
 def run(quick: bool = False) -> list[Metric]:
-    n_chunks, n_queries, rounds = (64, 40, 3) if quick else (128, 100, 5)
+    n_chunks, n_queries, rounds = (32, 30, 3) if quick else (128, 100, 5)
     model = OnnxModel(find_model_files(), OnnxSettings(intra_op_threads=1))
     # measure_direct builds its texts with make_chunks(seed=7): the same call gives the same texts.
     chunks = make_chunks(model, n_chunks, min_tokens=CHUNK_TOKENS[0], max_tokens=CHUNK_TOKENS[1])
@@ -130,7 +130,7 @@ def run(quick: bool = False) -> list[Metric]:
         opts = event_loop_options()
         for _ in range(rounds):
             d = measure_direct(
-                intra_op_threads=1, parallel=2, batch_size=1, n_chunks=n_chunks, lengths=CHUNK_TOKENS
+                intra_op_threads=1, parallel=2, batch_size=2, n_chunks=n_chunks, lengths=CHUNK_TOKENS
             )
             res["d_cps"].append(d.chunks_per_s)
             res["d_p50"].append(percentile(direct_query_latency(model, queries), 0.5))
