@@ -9,6 +9,12 @@ floor measured in the same run (see ``specs/benchmarks.md``).
 
 from __future__ import annotations
 
+import os
+
+# Idle OpenBLAS threads spin after each matrix product and steal the CPU that the
+# next in-process embedding (the floors) needs; one BLAS thread keeps floors honest.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import argparse
 import datetime as dt
 import importlib
