@@ -7,7 +7,13 @@ import platform
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+SHARED_DATA = Path(
+    os.environ.get("HEARTHNET_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data")
+)
+"""The shared third-party data (PDFs, SciFact) beside the repository."""
 
 
 @dataclass(frozen=True)

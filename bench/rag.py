@@ -39,13 +39,13 @@ from typing import Any
 import anyio
 import numpy as np
 
-from bench.common import Metric, machine, median_range, percentile
+from bench.common import SHARED_DATA, Metric, machine, median_range, percentile
 from bench.rag_recall import perturbed
 from bench.scifact import CACHE, doc_vectors, query_vectors, test_queries
 from hearthnet.cli import event_loop_options
 from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
 
-PDF = Path("/work/shared/data/pdfs/de_geotopo_lecture_notes.pdf")
+PDF = SHARED_DATA / "pdfs" / "de_geotopo_lecture_notes.pdf"
 MODEL = "all-MiniLM-L6-v2"
 SIGMA = 0.02
 LANGS = ("en", "de", "fr")

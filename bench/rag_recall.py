@@ -30,7 +30,9 @@ from typing import Any
 
 import numpy as np
 
-SCIFACT = Path("/work/shared/data/scifact/corpus.jsonl")
+from bench.common import SHARED_DATA
+
+SCIFACT = SHARED_DATA / "scifact" / "corpus.jsonl"
 CACHE_DIR = Path(tempfile.gettempdir()) / "hearthnet-bench"
 
 

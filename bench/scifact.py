@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import Metric, machine, median_range, percentile
+from bench.common import SHARED_DATA, Metric, machine, median_range, percentile
 
-DATA = Path("/work/shared/data/scifact")
+DATA = SHARED_DATA / "scifact"
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
 MODEL = "all-MiniLM-L6-v2"
 TARGET_NDCG = 0.645

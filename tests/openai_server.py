@@ -48,8 +48,15 @@ class OpenAIEmbeddingServer:
                     {"object": "embedding", "index": i, "embedding": bag_of_words_vector(t, dim)}
                     for i, t in enumerate(inputs)
                 ]
-                self._send(200, {"object": "list", "data": data, "model": outer.model,
-                                 "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": data,
+                        "model": outer.model,
+                        "usage": {"prompt_tokens": 0, "total_tokens": 0},
+                    },
+                )
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 raw = json.dumps(payload).encode()

@@ -25,11 +25,12 @@ from hearthnet.client import Client
 from hearthnet.errors import BusError
 from hearthnet.mesh import LocalMesh, MeshNode, wait_for
 from hearthnet.services.rag.ingest import prepare
+from tests.shared_data import PDF_DIR
 
 from .conftest import log_records, node_stats, report
 
 ROOT = Path(__file__).resolve().parents[2]
-PDFS = ROOT.parent / "shared" / "data" / "pdfs"
+PDFS = PDF_DIR
 DEMO = ROOT / "hearthnet" / "demo"
 BIG = PDFS / "fr_chelsea_transport_plan.pdf"  # 216 chunks: seconds of embedding, long enough to kill mid-way
 SMALL = DEMO / "heating_handbook.pdf"

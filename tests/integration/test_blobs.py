@@ -13,8 +13,9 @@ import pytest
 from hearthnet.blobs import BlobStore, Manifest
 from hearthnet.errors import Unauthorized
 from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
+from tests.shared_data import PDF_DIR
 
-PDFS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pdfs"
+PDFS = PDF_DIR
 NO_MODELS = {"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"}
 
 

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from tests.shared_data import PDF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-SHARED_PDFS = ROOT.parent / "shared" / "data" / "pdfs"
+SHARED_PDFS = PDF_DIR
 DEMO = ROOT / "hearthnet" / "demo"
 
 # Expected outcome of every shared PDF: "ok" or a fragment of its specific bad_request message.

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from hearthnet.blobs import BlobStore, CorruptBlob, Manifest, blob_cid, chunk_cid, manifest_for_bytes
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
+from tests.shared_data import PDF_DIR
 
-PDF_DIR = Path("/work/shared/data/pdfs")
 PDFS = sorted(PDF_DIR.glob("*.pdf"))
 SMALL = 64  # chunk size for tests that want many chunks from little data
 

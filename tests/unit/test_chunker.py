@@ -19,8 +19,7 @@ from hearthnet.services.rag.chunker import (
 )
 from hearthnet.services.rag.reader import Document, PageText, read_document
 from hearthnet.services.rag.tokens import count_tokens
-
-PDF_DIR = Path("/work/shared/data/pdfs")
+from tests.shared_data import PDF_DIR
 
 
 def test_chunk_text_respects_paragraph_boundaries() -> None:

@@ -19,8 +19,8 @@ from hearthnet.services.rag.chunker import Chunk, chunk_document
 from hearthnet.services.rag.names import collection_name, corpus_from_collection, validate_corpus_name
 from hearthnet.services.rag.reader import read_document
 from hearthnet.services.rag.store import CorpusStore, build_where
+from tests.shared_data import PDF_DIR
 
-PDF_DIR = Path("/work/shared/data/pdfs")
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.reader import detect_content_type, read_document
-
-PDF_DIR = Path("/work/shared/data/pdfs")
+from tests.shared_data import PDF_DIR
 
 # file -> expected outcome: "ok" or a fragment of the specific BadRequest message
 EXPECTED: dict[str, str] = {
