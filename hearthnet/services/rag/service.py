@@ -178,10 +178,13 @@ class RagService:
         if corpus == PERSONAL and not ctx.is_local:
             raise NotFound("corpus personal is never reachable from another node")
         query, k, where, include_text = _query_input(ctx.input)
-        info = await run_blocking(self._store.info, corpus, limiter=self._store_limiter)
-        if info.embedding_model != self._settings.embedding_model:
+        registered = self._registered_corpora.get(corpus)
+        if registered is None:
+            raise NotFound(f"corpus {corpus} is not held by this node")
+        model = str(registered["embedding_model"])
+        if model != self._settings.embedding_model:
             raise NotFound(
-                f"corpus {corpus} was embedded with {info.embedding_model} but this node embeds with "
+                f"corpus {corpus} was embedded with {model} but this node embeds with "
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
         vectors, _, _ = await self._embedder.embed([query])
@@ -204,7 +207,7 @@ class RagService:
         log.info(
             "rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id
         )
-        return {"chunks": chunks}, {"corpus": corpus, "ms": ms, "embedding_model": info.embedding_model}
+        return {"chunks": chunks}, {"corpus": corpus, "ms": ms, "embedding_model": model}
 
     # rag.ingest ---------------------------------------------------------------------
     async def _handle_ingest(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:

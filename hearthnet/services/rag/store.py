@@ -611,7 +611,11 @@ class CorpusStore:
     ) -> list[ScoredChunk]:
         """The ``k`` most similar chunks; ``where`` is a ``rag.query`` filter (see :func:`build_where`)."""
         col = self._collection(name)
-        dim = self.info(name).dim
+        with self._lock:
+            row = self._row(name)
+        if row is None:
+            raise NotFound(f"corpus {name!r} does not exist")
+        dim = row[1]
         vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
         if vec.shape != (dim,) or not np.isfinite(vec).all():
             raise BadRequest(f"query embedding must be {dim} finite floats")
@@ -642,7 +646,12 @@ class CorpusStore:
         (any closer match would be among the nearest).  Otherwise ``None``, and
         the caller runs the filtered query.
         """
-        n = min(max(k * OVERFETCH_FACTOR, OVERFETCH_MIN), self.info(name).chunks)
+        with self._lock:
+            (total,) = self._db.execute(
+                "SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ? AND status = 'complete'",
+                (name,),
+            ).fetchone()
+        n = min(max(k * OVERFETCH_FACTOR, OVERFETCH_MIN), int(total))
         if n <= k:
             return None
         with _chroma_errors("query"):
