@@ -1,0 +1,186 @@
+"""Load: 1,000+ small documents, then 200 concurrent rag.query callers from two other nodes.
+
+Node A hosts the corpus and the embedder; B and C are members without either.
+100 callers on B and 100 on C call ``rag.query`` through their nodes' control
+sockets for a fixed time.  Reported: throughput, p50/p99 of answered calls,
+errors by code, and A's RSS sampled every few seconds (flat after the first
+minute is the requirement).  Required: no crash, no hang, every failure is
+``capacity_exceeded`` with a retry hint.
+
+    python -m bench.load [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bench.common import SHARED_DATA, Metric, machine, percentile
+from hearthnet.client import AsyncClient
+from hearthnet.errors import BusError
+from hearthnet.mesh import LocalMesh, MeshNode
+
+CALLERS_PER_NODE = 100
+
+
+def _rss_mb(node: MeshNode) -> float:
+    assert node.process is not None
+    for line in Path(f"/proc/{node.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _write_docs(root: Path, n: int) -> tuple[list[Path], list[str]]:
+    """``n`` small text documents from SciFact abstracts, and queries that match some of them."""
+    root.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    titles: list[str] = []
+    with (SHARED_DATA / "scifact" / "corpus.jsonl").open() as f:
+        for line in f:
+            doc = json.loads(line)
+            # Small documents (about one chunk each), as the drafts seed's e-mail drafts are.
+            text = f"{doc.get('title', '')}\n\n{doc.get('text', '')}"[:700]
+            path = root / f"{doc['_id']}.txt"
+            path.write_text(text, encoding="utf-8")
+            paths.append(path)
+            titles.append(str(doc.get("title", "")))
+            if len(paths) == n:
+                break
+    return paths, [t for t in titles if len(t) > 20]
+
+
+async def _drive(
+    homes: list[Path], queries: list[str], seconds: float, sample: Any
+) -> tuple[list[float], Counter[str], list[int], float]:
+    latencies: list[float] = []
+    errors: Counter[str] = Counter()
+    hints: list[int] = []
+    stop_at = anyio.current_time() + seconds
+    rng = random.Random(7)
+
+    async def caller(home: Path) -> None:
+        client = AsyncClient(home)
+        while anyio.current_time() < stop_at:
+            query = rng.choice(queries)
+            t = time.perf_counter()
+            try:
+                await client.call("rag.query", {"corpus": "load"}, {"query": query, "k": 5}, timeout=10)
+                latencies.append((time.perf_counter() - t) * 1000)
+            except BusError as exc:
+                errors[exc.code] += 1
+                if exc.retry_after_ms:
+                    hints.append(exc.retry_after_ms)
+                    # a well-behaved client honours the hint (bounded so the test keeps pressure)
+                    await anyio.sleep(min(exc.retry_after_ms, 200) / 1000)
+
+    started = anyio.current_time()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sample, stop_at)
+        for home in homes:
+            for _ in range(CALLERS_PER_NODE):
+                tg.start_soon(caller, home)
+    return latencies, errors, hints, anyio.current_time() - started
+
+
+def run(quick: bool = False) -> list[Metric]:
+    n_docs, seconds = (1000, 75) if quick else (1200, 180)
+    with tempfile.TemporaryDirectory() as tmp, LocalMesh(Path(tmp) / "mesh") as mesh:
+        mesh.env["HEARTHNET_LOG_LEVEL"] = "warning"
+        a = mesh.add("a")
+        b = mesh.add("b", env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
+        c = mesh.add("c", env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
+        mesh.found(a)
+        mesh.invite(a, b, "member")
+        mesh.invite(a, c, "member")
+        mesh.wait_full_mesh(timeout=90)
+        paths, queries = _write_docs(Path(tmp) / "docs", n_docs)
+        t = time.monotonic()
+        out = a.cli_json("ingest", str(Path(tmp) / "docs"), "--corpus", "load", timeout=7200)
+        ingest_s = time.monotonic() - t
+        ok = sum(1 for r in out["results"] if r["ok"])
+        rss: list[tuple[float, float]] = []
+
+        async def sample(stop_at: float) -> None:
+            t0 = anyio.current_time()
+            while anyio.current_time() < stop_at:
+                rss.append((anyio.current_time() - t0, _rss_mb(a)))
+                await anyio.sleep(2.0)
+
+        latencies, errors, hints, elapsed = anyio.run(_drive, [b.home, c.home], queries, seconds, sample)
+        alive = a.process is not None and a.process.poll() is None
+        after_first_minute = [m for s, m in rss if s >= 60] or [m for _, m in rss[len(rss) // 2 :]]
+        growth = (max(after_first_minute) - min(after_first_minute)) if after_first_minute else 0.0
+    answered = len(latencies)
+    unexplained = sum(v for k, v in errors.items() if k != "capacity_exceeded")
+    hinted = len(hints) == errors.get("capacity_exceeded", 0)
+    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+    note = (
+        f"{ok}/{len(paths)} docs ingested in {ingest_s:.0f} s; errors by code {dict(errors)}; "
+        f"A alive after the run: {alive}; RSS samples (MB) {[round(m) for _, m in rss[::5]]}"
+    )
+    return [
+        Metric(
+            "evidence",
+            "load: rag.query answered/s (200 callers on 2 nodes)",
+            "calls/s",
+            round(answered / elapsed, 1),
+            None,
+            None,
+            "reported",
+            None,
+            note=note,
+        ),
+        Metric(
+            "evidence",
+            "load: p50 / p99 of answered calls",
+            "ms",
+            round(p50, 1),
+            None,
+            None,
+            f"p99 bounded (<= 10 s deadline); p99 = {p99:.0f} ms",
+            p99 < 10_000,
+        ),
+        Metric(
+            "evidence",
+            "load: failures that are not capacity_exceeded with a retry hint",
+            "count",
+            float(unexplained + (0 if hinted else 1)),
+            None,
+            None,
+            "0, and no crash or hang",
+            unexplained == 0 and hinted and alive,
+        ),
+        Metric(
+            "evidence",
+            "load: node RSS growth after the first minute",
+            "MB",
+            round(growth, 1),
+            None,
+            None,
+            "flat (< 50 MB)",
+            growth < 50,
+            ours_min=round(min((m for _, m in rss), default=0), 1),
+            ours_max=round(max((m for _, m in rss), default=0), 1),
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    metrics = run(args.quick)
+    print(json.dumps({"machine": machine(), "metrics": [m.to_json() for m in metrics]}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
