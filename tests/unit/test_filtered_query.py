@@ -40,8 +40,12 @@ def test_overfetch_matches_chromadb_filtered_search(
     query = unit_vectors(1, seed=seed)[0]
     ours = store.query("c", query, k=10, where=flt)
     col = store._collection("c")
-    res = col.query(query_embeddings=[query], n_results=10, where=build_where(flt), include=["metadatas"])
+    res = col.query(
+        query_embeddings=[query], n_results=10, where=build_where(flt), include=["metadatas", "documents"]
+    )
     assert [h.chunk_id for h in ours] == res["ids"][0]
+    assert [h.text for h in ours] == res["documents"][0]
+    assert [h.metadata for h in ours] == res["metadatas"][0]
     assert all(where_matches(build_where(flt), h.metadata) for h in ours)
     scores = [h.score for h in ours]
     assert scores == sorted(scores, reverse=True)

@@ -53,8 +53,8 @@ _MAX_IN_VALUES = 1000
 _FILTER_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 _RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
-OVERFETCH_FACTOR = 20
-OVERFETCH_MIN = 200
+OVERFETCH_FACTOR = 5
+OVERFETCH_MIN = 50
 """A filtered query first looks at this many nearest chunks unfiltered (see ``_overfetch_then_filter``)."""
 
 _log = structlog.get_logger("hearthnet.rag.store")
@@ -655,9 +655,17 @@ class CorpusStore:
         if n <= k:
             return None
         with _chroma_errors("query"):
-            res = col.query(query_embeddings=[vec], n_results=n, include=include)
-        hits = [h for h in _scored(res, "documents" in include) if where_matches(clause, h.metadata)]
-        return hits[:k] if len(hits) >= k else None
+            # Metadata only: the texts of the few chunks kept are fetched afterwards.
+            res = col.query(query_embeddings=[vec], n_results=n, include=["metadatas", "distances"])
+        hits = [h for h in _scored(res, False) if where_matches(clause, h.metadata)][:k]
+        if len(hits) < k:
+            return None
+        if "documents" not in include:
+            return hits
+        with _chroma_errors("query"):
+            got = col.get(ids=[h.chunk_id for h in hits], include=["documents"])
+        texts = dict(zip(got["ids"], got.get("documents") or [], strict=False))
+        return [ScoredChunk(h.chunk_id, texts.get(h.chunk_id), h.metadata, h.score) for h in hits]
 
     def close(self) -> None:
         """Release the writer lock and the ledger (idempotent)."""
