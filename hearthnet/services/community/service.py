@@ -121,23 +121,17 @@ class CommunityService:
     # gossip -------------------------------------------------------------------------
     async def _on_events_changed(self, session: PeerSession, msg: dict[str, Any]) -> None:
         # Never pull inside the link's reader task: it would wait on its own link.
-        self._bus_spawn(session.peer_id)
+        session.spawn(self._pull_quietly, session.peer_id)
 
     async def _on_session_up(self, session: PeerSession) -> None:
         await self.pull_from(session.peer_id)
 
-    def _bus_spawn(self, peer: str) -> None:
-        tg = self._task_group
-        if tg is not None:
-            tg.start_soon(self.pull_from, peer)
-
-    _task_group: anyio.abc.TaskGroup | None = None
+    async def _pull_quietly(self, peer: str) -> None:
+        await self.pull_from(peer)
 
     async def run(self) -> None:
-        """Owns the tasks that pull on notification and the periodic anti-entropy."""
-        async with anyio.create_task_group() as tg:
-            self._task_group = tg
-            tg.start_soon(self.run_anti_entropy)
+        """The periodic anti-entropy round (pulls on notification run in each link's task group)."""
+        await self.run_anti_entropy()
 
     async def pull_from(self, peer: str) -> int:
         """Pull everything ``peer`` has that we lack; returns how many events were accepted."""
