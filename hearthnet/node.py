@@ -82,6 +82,8 @@ class Node:
         self.community: CommunityService | None = None
         self.services: list[Service] = []
         self.started = anyio.Event()
+        self._bootstrap_ids: set[str] = set()
+        """The inviter named in our join token: admitted until our log says who the members are."""
 
     # trust -----------------------------------------------------------------
     def _level_of(self, node_id: str) -> Level | None:
@@ -167,7 +169,6 @@ class Node:
         self.event_log = event_log = await anyio.to_thread.run_sync(
             lambda: EventLog(config.events_path, rules=rules)
         )
-        self._bootstrap_ids = set()
         bootstrap = read_bootstrap(config)
         self.bus = bus = CapabilityBus(
             identity,
