@@ -22,12 +22,8 @@ from pathlib import Path
 import anyio
 
 from bench.common import Metric, machine, median_range, percentile
-from hearthnet.bus.bus import CapabilityBus
 from hearthnet.cli import event_loop_options
-from hearthnet.community.levels import Level
-from hearthnet.identity import load_identity
-from hearthnet.mesh import LocalMesh
-from hearthnet.transport import open_link
+from hearthnet.mesh import LocalMesh, member_bus
 from hearthnet.wire.codec import pack
 from hearthnet.wire.frames import FrameDecoder, encode_frame
 
@@ -105,19 +101,8 @@ async def floor_throughput(port: int, n: int, window: int = 32) -> float:
 
 async def ours(mesh: LocalMesh, n_latency: int, n_throughput: int, rounds: int) -> dict[str, list[float]]:
     server = mesh.nodes["a"]
-    identity = load_identity(mesh.nodes["bench"].home / "identity.key")
-    status = server.status()
-    port = int(status["addresses"][0].rpartition(":")[2])
-    levels = {server.node_id: Level.ANCHOR}
-    bus = CapabilityBus(identity, level_of=levels.get, community_id=lambda: status["community_id"])
-    link = await open_link(
-        "127.0.0.1", port, identity=identity, community_id=status["community_id"], admit=lambda _: None
-    )
     results: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(bus.attach, link)
-        with anyio.fail_after(10):
-            await bus.wait_peer(server.node_id)
+    async with member_bus(server, mesh.nodes["bench"].home) as bus:
         for _ in range(100):  # warm-up
             await bus.call("node.ping", provider=server.node_id)
         for _ in range(rounds):
@@ -141,7 +126,6 @@ async def ours(mesh: LocalMesh, n_latency: int, n_throughput: int, rounds: int) 
                 for _ in range(32):
                     workers.start_soon(worker)
             results["cps"].append(n_throughput / (time.perf_counter() - t))
-        tg.cancel_scope.cancel()
     return results
 
 

@@ -345,12 +345,7 @@ class PeerSession:
                 data = msg.get("data")
                 if not isinstance(data, dict) or call.frames_tx is None:
                     raise ProtocolError("unexpected stream frame")
-                try:
-                    call.frames_tx.send_nowait(data)
-                except anyio.WouldBlock as exc:
-                    raise ProtocolError("peer sent stream frames beyond its credit") from exc
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    pass
+                _deliver_within_credit(call.frames_tx, data, "stream frames")
             else:
                 call.input_credit.grant(_credit_amount(msg))
         elif t in ("in", "in_end", "cancel", "credit_out"):
@@ -361,12 +356,7 @@ class PeerSession:
                 data = msg.get("data")
                 if not isinstance(data, dict) or inc.input_tx is None:
                     raise ProtocolError("input frame must be a map, on a streamed call")
-                try:
-                    inc.input_tx.send_nowait(data)
-                except anyio.WouldBlock as exc:
-                    raise ProtocolError("peer sent input frames beyond its credit") from exc
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                    pass
+                _deliver_within_credit(inc.input_tx, data, "input frames")
             elif t == "in_end":
                 if inc.input_tx is not None:
                     try:
@@ -401,6 +391,16 @@ class PeerSession:
             await self._dispatcher(self, inc)
         finally:
             self.incoming.pop(inc.request.id, None)
+
+
+def _deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:
+    """Queue a peer's frame; its queue holds exactly the credit granted, so a full queue is a violation."""
+    try:
+        tx.send_nowait(data)
+    except anyio.WouldBlock as exc:
+        raise ProtocolError(f"peer sent {what} beyond its credit") from exc
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass  # our side stopped listening; the frame is no longer wanted
 
 
 def _credit_amount(msg: dict[str, Any]) -> int:
