@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 
-# Idle OpenBLAS threads spin after each matrix product and steal the CPU that the
-# next in-process embedding (the floors) needs; one BLAS thread keeps floors honest.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Idle OpenBLAS threads spin ~0.1 s after each matrix product and steal the CPU that
+# the next embedding needs.  Same setting as `hearthnet node run` (which the mesh
+# nodes inherit anyway), so floors and nodes run the same BLAS.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 import argparse
 import datetime as dt

@@ -193,6 +193,10 @@ def cmd_join(args: argparse.Namespace) -> None:
 
 
 def cmd_node_run(args: argparse.Namespace) -> None:
+    # Before numpy loads: idle OpenBLAS threads busy-wait ~0.1 s after each matrix
+    # product by default (measured: 4x the CPU of the work itself on a 10k-chunk exact
+    # search), stealing the core the next embedding needs; 2^4 cycles, then sleep.
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     from hearthnet.config import load_config
     from hearthnet.node import Node
     from hearthnet.observability import configure_logging

@@ -88,9 +88,10 @@ def fake_chunks(doc_cid: str, n: int, *, language: str = "en") -> list[Chunk]:
     ]
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Any:
-    s = CorpusStore(tmp_path / "rag")
+@pytest.fixture(params=["exact", "hnsw"])
+def store(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    """Every store test runs on both query paths: in-memory exact search and ChromaDB's HNSW."""
+    s = CorpusStore(tmp_path / "rag", exact_max_chunks=0 if request.param == "hnsw" else 30_000)
     yield s
     s.close()
 

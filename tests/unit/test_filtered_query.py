@@ -21,9 +21,11 @@ FILTERS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    s = CorpusStore(tmp_path_factory.mktemp("filtered") / "rag")
+@pytest.fixture(scope="module", params=["exact", "hnsw"])
+def store(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
+    """Exact in-memory search and the HNSW over-fetch path must both agree with ChromaDB's filter."""
+    budget = 0 if request.param == "hnsw" else 30_000
+    s = CorpusStore(tmp_path_factory.mktemp("filtered") / "rag", exact_max_chunks=budget)
     s.create_corpus("c", embedding_model="m", dim=16)
     for d in range(6):
         chunks = fake_chunks(f"d{d}", 60, language="de" if d % 2 else "en")

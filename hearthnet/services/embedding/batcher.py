@@ -114,11 +114,17 @@ class MicroBatcher(Generic[T]):
             return req.out
         self._pending.append(req)
         try:
+            if len(self._pending) == 1 and self._limiter.available_tokens >= 1 and self._one_batch(req):
+                # Fast path (a lone small caller on an idle model, e.g. one query): its turn runs
+                # right here, without helper tasks; callers arriving meanwhile join the next batch.
+                async with self._limiter:
+                    await self._run_one()
             # Up to one worker per limiter token, so a single large call still uses every inference slot.
             workers = min(int(self._limiter.total_tokens), req.unscheduled)
-            async with anyio.create_task_group() as tg:
-                for _ in range(workers):
-                    tg.start_soon(self._work, req)
+            if workers:
+                async with anyio.create_task_group() as tg:
+                    for _ in range(workers):
+                        tg.start_soon(self._work, req)
             await req.done.wait()  # anything left is in flight on another caller's turn
         finally:
             if req in self._pending:  # cancelled before all items ran: drop the rest
@@ -126,6 +132,9 @@ class MicroBatcher(Generic[T]):
         if req.error is not None:
             raise req.error
         return req.out
+
+    def _one_batch(self, req: _Request[T]) -> bool:
+        return len(req.items) <= self._max_items and max(req.costs) * len(req.items) <= self._max_tokens
 
     async def _work(self, req: _Request[T]) -> None:
         while req.unscheduled and not req.done.is_set():

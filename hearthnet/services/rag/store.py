@@ -9,6 +9,11 @@ On open, :meth:`CorpusStore.recover` deletes the chunks of every document that
 is not ``complete`` (a writer killed midway, even by ``kill -9``), and queries
 exclude documents that are pending in this process.  One process writes a
 store directory at a time (``fcntl.flock`` on ``writer.lock``).
+
+Small corpora are searched exactly: while a corpus fits the store's
+``exact_max_chunks`` budget, its complete documents are also held in an
+:class:`~hearthnet.services.rag.exact.ExactIndex` (loaded on its first query)
+and queries never touch the HNSW index.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import math
 import os
 import re
@@ -34,9 +40,11 @@ import structlog
 
 from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound, Partition
 from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.exact import ExactIndex
 from hearthnet.services.rag.names import collection_name, validate_corpus_name
 
 __all__ = [
+    "EXACT_MAX_CHUNKS",
     "HNSW_PARAMS",
     "SCHEMA_VERSION",
     "CorpusInfo",
@@ -53,6 +61,8 @@ _MAX_IN_VALUES = 1000
 _FILTER_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 _RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
+EXACT_MAX_CHUNKS = 30_000
+"""Chunks, summed over corpora, searched exactly in memory (~2.5 KB each: vector, text, metadata)."""
 OVERFETCH_FACTOR = 5
 OVERFETCH_MIN = 50
 """A filtered query first looks at this many nearest chunks unfiltered (see ``_overfetch_then_filter``)."""
@@ -251,6 +261,7 @@ class CorpusStore:
         server_url: str | None = None,
         hnsw_params: Mapping[str, Any] | None = None,
         batch_size: int | None = None,
+        exact_max_chunks: int = EXACT_MAX_CHUNKS,
     ) -> None:
         import chromadb
         from chromadb.config import Settings
@@ -263,6 +274,10 @@ class CorpusStore:
         self._hnsw = dict(HNSW_PARAMS if hnsw_params is None else hnsw_params)
         self._pending: dict[str, set[str]] = {}
         self._collections: dict[str, Any] = {}
+        self._exact_budget = max(0, exact_max_chunks)
+        self._exact: dict[str, ExactIndex] = {}
+        self._too_big: set[str] = set()
+        """Corpora that did not fit the exact budget when last tried (retried after a delete)."""
         try:
             self._db = sqlite3.connect(
                 self.root / "ledger.sqlite3", check_same_thread=False, isolation_level=None
@@ -457,6 +472,8 @@ class CorpusStore:
                 self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
                 self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
                 self._collections.pop(name, None)
+                self._exact.pop(name, None)
+                self._too_big.discard(name)
             self.create_corpus(name, embedding_model=embedding_model, dim=dim)
         for chunks, vectors in documents:
             self.add_document(name, chunks, vectors)
@@ -518,6 +535,7 @@ class CorpusStore:
                     "WHERE corpus = ? AND doc_cid = ?",
                     (time.time(), name, doc_cid),
                 )
+                self._exact_added(name, ids, vecs, [c.text for c in chunks], [c.metadata for c in chunks])
         except BaseException as exc:
             # Undo the partial document; a second failure while undoing must not hide the first
             # (recover() finishes the job at the next start).
@@ -565,6 +583,10 @@ class CorpusStore:
             self._db.execute(
                 "UPDATE documents SET status = 'deleting' WHERE corpus = ? AND doc_cid = ?", (name, doc_cid)
             )
+            index = self._exact.get(name)
+            if index is not None:
+                index.remove_doc(doc_cid)
+            self._too_big.clear()  # space was freed: every corpus may be tried again
         with _chroma_errors("delete chunks"):
             found = col.get(where={"doc_cid": doc_cid}, include=[])
             ids = list(found["ids"])
@@ -625,6 +647,13 @@ class CorpusStore:
         with self._lock:
             pending = sorted(self._pending.get(name, ()))
         include = ["metadatas", "distances", *(["documents"] if include_text else [])]
+        index = self._exact_index(name, col)
+        if index is not None:
+            matches = None if clause is None else functools.partial(where_matches, clause)
+            return [
+                ScoredChunk(h.chunk_id, h.text if include_text else None, h.metadata, h.score)
+                for h in index.search(vec, k, matches)
+            ]
         if clause is not None and not pending:
             hits = self._overfetch_then_filter(col, name, vec, k, clause, include)
             if hits is not None:
@@ -635,6 +664,78 @@ class CorpusStore:
         with _chroma_errors("query"):
             res = col.query(query_embeddings=[vec], n_results=k, where=clause, include=include)
         return _scored(res, include_text)
+
+    # ----------------------------------------------------------------- exact search
+
+    def _exact_used(self, besides: str | None = None) -> int:
+        return sum(len(ix) for name, ix in self._exact.items() if name != besides)
+
+    def _exact_added(
+        self,
+        name: str,
+        ids: list[str],
+        vecs: np.ndarray,
+        texts: list[str],
+        metas: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Keep a loaded exact index equal to the corpus (caller holds the lock)."""
+        index = self._exact.get(name)
+        if index is None:
+            return
+        if self._exact_used() + len(ids) > self._exact_budget:
+            del self._exact[name]  # grew past the budget: HNSW from now on
+            self._too_big.add(name)
+            return
+        index.add(ids, vecs, texts, metas)
+
+    def _exact_index(self, name: str, col: Any) -> ExactIndex | None:
+        """The corpus's exact index, loading it if the corpus fits the budget; else ``None``."""
+        with self._lock:
+            index = self._exact.get(name)
+            if index is not None or name in self._too_big or self._exact_budget == 0:
+                return index
+            row = self._row(name)
+            if row is None:
+                return None
+            complete = {
+                str(r[0]): int(r[1])
+                for r in self._db.execute(
+                    "SELECT doc_cid, chunks FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
+                )
+            }
+            total = sum(complete.values())
+            if total > self._exact_budget - self._exact_used(besides=name):
+                self._too_big.add(name)
+                return None
+            # Loaded under the lock, so no document completes or starts deleting meanwhile;
+            # chunks of documents being written now are in Chroma but not yet complete: skipped.
+            index = ExactIndex(row[1])
+            offset = 0
+            with _chroma_errors("load corpus for exact search"):
+                while True:
+                    got = col.get(
+                        include=["embeddings", "documents", "metadatas"], limit=self._batch, offset=offset
+                    )
+                    ids = list(got["ids"])
+                    if not ids:
+                        break
+                    offset += len(ids)
+                    keep = [i for i, m in enumerate(got["metadatas"]) if (m or {}).get("doc_cid") in complete]
+                    if keep:
+                        index.add(
+                            [ids[i] for i in keep],
+                            np.asarray(got["embeddings"], dtype=np.float32)[keep],
+                            [got["documents"][i] or "" for i in keep],
+                            [got["metadatas"][i] or {} for i in keep],
+                        )
+            if len(index) != total:
+                # The ledger and Chroma disagree (should not happen): trust neither copy, use HNSW.
+                _log.warning("rag_exact_index_mismatch", corpus=name, ledger=total, loaded=len(index))
+                self._too_big.add(name)
+                return None
+            self._exact[name] = index
+            _log.info("rag_exact_index_loaded", corpus=name, chunks=total, bytes=index.nbytes)
+            return index
 
     def _overfetch_then_filter(
         self, col: Any, name: str, vec: np.ndarray, k: int, clause: Mapping[str, Any], include: list[str]
@@ -671,6 +772,7 @@ class CorpusStore:
         """Release the writer lock and the ledger (idempotent)."""
         with self._lock:
             self._collections.clear()
+            self._exact.clear()
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
             self._writer.release()

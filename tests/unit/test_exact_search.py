@@ -1,0 +1,136 @@
+"""Exact in-memory search of small corpora: equal to brute force, and always equal to the corpus."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hearthnet.services.rag.exact import ExactIndex
+from hearthnet.services.rag.store import CorpusStore, build_where, where_matches
+from tests.unit.test_corpus_store import fake_chunks, unit_vectors
+
+
+def brute_force(vecs: np.ndarray, metas: list[dict[str, Any]], q: np.ndarray, k: int, flt: Any) -> list[int]:
+    sims = vecs @ (q / np.linalg.norm(q))
+    order = sorted(range(len(vecs)), key=lambda i: (-sims[i], i))
+    clause = build_where(flt) if flt else None
+    return [i for i in order if clause is None or where_matches(clause, metas[i])][:k]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 80),
+    k=st.integers(1, 25),
+    seed=st.integers(0, 10_000),
+    flt=st.sampled_from([None, {"language": "de"}, {"page": {"$gte": 4}}, {"doc_cid": "none"}]),
+)
+def test_exact_index_equals_brute_force(n: int, k: int, seed: int, flt: Any) -> None:
+    vecs = unit_vectors(n, seed=seed) if n else np.zeros((0, 16), dtype=np.float32)
+    chunks = fake_chunks("d", n)
+    metas = [dict(c.metadata, language="de" if i % 3 == 0 else "en") for i, c in enumerate(chunks)]
+    index = ExactIndex(16)
+    index.add([c.chunk_id for c in chunks], vecs, [c.text for c in chunks], metas)
+    q = unit_vectors(1, seed=seed + 1)[0] * 3.0  # not unit length: the index normalizes
+    clause = build_where(flt) if flt else None
+    hits = index.search(q, k, None if clause is None else (lambda md: where_matches(clause, md)))
+    assert [h.chunk_id for h in hits] == [chunks[i].chunk_id for i in brute_force(vecs, metas, q, k, flt)]
+    assert all(-1.0001 <= h.score <= 1.0001 for h in hits)
+
+
+def test_remove_doc_keeps_the_rest_in_order() -> None:
+    index = ExactIndex(16)
+    for d in ("a", "b", "c"):
+        chunks = fake_chunks(d, 4)
+        index.add(
+            [c.chunk_id for c in chunks],
+            unit_vectors(4, seed=ord(d)),
+            [c.text for c in chunks],
+            [c.metadata for c in chunks],
+        )
+    assert index.remove_doc("b") == 4 and index.remove_doc("b") == 0 and len(index) == 8
+    hits = index.search(unit_vectors(1, seed=ord("c"))[0], 8)
+    assert {h.metadata["doc_cid"] for h in hits} == {"a", "c"}
+    assert hits[0].chunk_id == "c-0"
+
+
+def test_store_exact_index_follows_adds_deletes_and_budget(tmp_path: Path) -> None:
+    store = CorpusStore(tmp_path / "rag", exact_max_chunks=100)
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        va = unit_vectors(30, seed=1)
+        store.add_document("kb", fake_chunks("a", 30), va)
+        assert store.query("kb", va[5], k=1)[0].chunk_id == "a-5"
+        assert len(store._exact["kb"]) == 30  # loaded on the first query
+        vb = unit_vectors(30, seed=2)
+        store.add_document("kb", fake_chunks("b", 30), vb)  # added to the loaded index at completion
+        assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7"
+        assert store.delete_document("kb", "a") == 30
+        assert len(store._exact["kb"]) == 30
+        assert store.query("kb", va[5], k=1)[0].metadata["doc_cid"] == "b"
+        store.add_document("kb", fake_chunks("c", 80), unit_vectors(80, seed=3))  # 110 > 100: HNSW
+        assert "kb" not in store._exact
+        assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7"
+        assert store.delete_document("kb", "c") == 80  # fits again: reloaded from ChromaDB
+        assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7" and len(store._exact["kb"]) == 30
+    finally:
+        store.close()
+
+
+def test_document_being_written_is_invisible_to_exact_search(tmp_path: Path) -> None:
+    """A query between a document's batches sees none of it, even when it loads the index then."""
+    store = CorpusStore(tmp_path / "rag", batch_size=10)
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        store.add_document("kb", fake_chunks("a", 10), unit_vectors(10, seed=1))
+        vb = unit_vectors(30, seed=2)
+        midway, resume = threading.Event(), threading.Event()
+        seen: list[set[str]] = []
+        real = store._write_batch
+
+        def paused(*args: Any) -> None:
+            real(*args)
+            if not midway.is_set():
+                midway.set()
+                assert resume.wait(30)
+
+        store._write_batch = paused  # type: ignore[method-assign]
+        writer = threading.Thread(target=store.add_document, args=("kb", fake_chunks("b", 30), vb))
+        writer.start()
+        assert midway.wait(30)
+        seen.append({h.metadata["doc_cid"] for h in store.query("kb", vb[0], k=20)})  # loads the index now
+        resume.set()
+        writer.join(30)
+        seen.append({h.metadata["doc_cid"] for h in store.query("kb", vb[0], k=20)})
+        assert seen == [{"a"}, {"a", "b"}]
+        assert len(store._exact["kb"]) == 40
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("include_text", [True, False])
+def test_exact_and_hnsw_paths_agree_on_real_store(tmp_path: Path, include_text: bool) -> None:
+    exact = CorpusStore(tmp_path / "e")
+    hnsw = CorpusStore(tmp_path / "h", exact_max_chunks=0)
+    try:
+        for s in (exact, hnsw):
+            s.create_corpus("kb", embedding_model="m", dim=16)
+            for d in range(4):
+                s.add_document("kb", fake_chunks(f"d{d}", 25), unit_vectors(25, seed=d))
+        for seed in range(5):
+            q = unit_vectors(1, seed=100 + seed)[0]
+            a = exact.query("kb", q, k=10, include_text=include_text)
+            b = hnsw.query("kb", q, k=10, include_text=include_text)
+            assert [(h.chunk_id, h.text, h.metadata) for h in a] == [
+                (h.chunk_id, h.text, h.metadata) for h in b
+            ]
+            assert np.allclose([h.score for h in a], [h.score for h in b], atol=1e-5)
+        assert "kb" in exact._exact and not hnsw._exact
+    finally:
+        exact.close()
+        hnsw.close()
