@@ -45,7 +45,9 @@ __all__ = [
     "SchemaMismatch",
     "Timeout",
     "Unauthorized",
+    "bus_error_in",
     "error_from_wire",
+    "unwrap_group",
 ]
 
 
@@ -190,3 +192,44 @@ def error_from_wire(payload: dict[str, Any]) -> BusError:
     if cls is None:
         return InternalError(f"unknown error code {code!r}: {message}", retry_after_ms=retry_after_ms)
     return cls(message, retry_after_ms=retry_after_ms)
+
+
+def bus_error_in(exc: BaseException) -> BusError | None:
+    """The ``BusError`` a task group's ``ExceptionGroup`` stands for, if that is all it holds.
+
+    A handler that runs helpers in a task group gets its own ``BadRequest`` back
+    wrapped in a group; the caller must still see ``bad_request``.  Only when
+    every leaf is a ``BusError`` is the first one returned: a group that also
+    holds a real bug stays an internal error.
+    """
+    if isinstance(exc, BusError):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    matched, rest = exc.split(BusError)
+    if matched is None or rest is not None:
+        return None
+    leaf: BaseException = matched
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf if isinstance(leaf, BusError) else None
+
+
+def unwrap_group(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What a task group's ``ExceptionGroup`` should be re-raised as.
+
+    Its ``BusError`` if every leaf is one (see :func:`bus_error_in`), else its
+    only leaf, else the group itself.
+    """
+    err = bus_error_in(group)
+    if err is not None:
+        return err
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group

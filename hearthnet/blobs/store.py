@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
 import os
 import sqlite3
 import tempfile
@@ -37,12 +38,14 @@ from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, chunk_cid, cid_hex, is_ci
 from hearthnet.blobs.manifest import MAX_CHUNK_SIZE, Manifest, ManifestBuilder, manifest_for_bytes
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "BlobInfo", "BlobStore", "CorruptBlob"]
+__all__ = ["DEFAULT_STALE_AFTER_S", "BlobInfo", "BlobStore", "CorruptBlob", "DirSync", "IncomingChunks"]
 
 DEFAULT_STALE_AFTER_S: Final = 24 * 3600.0
 """Incomplete unpinned manifests and unreferenced chunks older than this are collected by ``gc``."""
 
 _MAX_PENDING_DIRS: Final = 1024
+INCOMING_GROUP: Final = 16
+"""Chunks an :class:`IncomingChunks` writes before making them durable together (4 MiB)."""
 """Directory fsyncs batched by one put before they are flushed (bounds memory)."""
 
 _SCHEMA: Final = """
@@ -86,6 +89,35 @@ class BlobInfo:
     pinned: bool
     complete: bool
     last_used: int
+
+
+class DirSync:
+    """Directories whose renames still await an fsync, shared by the writer threads of one put.
+
+    A chunk's *content* is fsynced before its rename either way; deferring the
+    directory fsync only lets the rename's durability wait until :meth:`flush`,
+    which the writer calls before it records the blob complete.  A crash before
+    that can lose a renamed chunk (it is then missing and sent again), never
+    leave a wrong one.
+    """
+
+    def __init__(self) -> None:
+        self._dirs: set[Path] = set()
+        self._lock = threading.Lock()
+
+    def add(self, directory: Path) -> None:
+        with self._lock:
+            self._dirs.add(directory)
+            full = len(self._dirs) >= _MAX_PENDING_DIRS
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """fsync every directory added so far (blocking)."""
+        with self._lock:
+            dirs, self._dirs = self._dirs, set()
+        for d in dirs:
+            _fsync_dir(d)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -226,7 +258,7 @@ class BlobStore:
         return self._manifests_dir / f"{cid_hex(doc_cid)}.msgpack"
 
     def _atomic_write(
-        self, dest: Path, parts: tuple[bytes | memoryview, ...], pending_dirs: set[Path] | None = None
+        self, dest: Path, parts: tuple[bytes | memoryview, ...], pending_dirs: DirSync | None = None
     ) -> None:
         """Write to ``tmp/``, fsync, rename onto ``dest``, fsync the directory.
 
@@ -255,10 +287,6 @@ class BlobStore:
             _fsync_dir(parent)
             return
         pending_dirs.add(parent)
-        if len(pending_dirs) >= _MAX_PENDING_DIRS:
-            for d in pending_dirs:
-                _fsync_dir(d)
-            pending_dirs.clear()
 
     # ------------------------------------------------------------------ writing
 
@@ -289,7 +317,7 @@ class BlobStore:
                     del self._inflight[cid]
 
     def _store_verified_chunk(
-        self, chunk_id: str, data: bytes | memoryview, pending_dirs: set[Path] | None = None
+        self, chunk_id: str, data: bytes | memoryview, pending_dirs: DirSync | None = None
     ) -> bool:
         """Write a chunk whose hash the caller has checked; caller marked it in flight."""
         path = self._chunk_path(chunk_id)
@@ -307,13 +335,17 @@ class BlobStore:
             )
         return not present
 
+    def incoming(self, group: int = INCOMING_GROUP) -> IncomingChunks:
+        """A writer for the chunks of one blob arriving from a peer (see :class:`IncomingChunks`)."""
+        return IncomingChunks(self, group)
+
     def put_bytes(self, data: bytes, *, pin: bool = False) -> Manifest:
         """Store ``data`` as a complete blob; returns its manifest."""
         self.check_quota(len(data))
         manifest = manifest_for_bytes(data, self.chunk_size)
         view = memoryview(data)
         held: list[str] = []
-        dirs: set[Path] = set()
+        dirs = DirSync()
         try:
             for i, cid in enumerate(manifest.chunks):
                 with self._lock:
@@ -321,8 +353,7 @@ class BlobStore:
                 held.append(cid)
                 start = i * self.chunk_size
                 self._store_verified_chunk(cid, view[start : start + self.chunk_size], dirs)
-            for d in dirs:
-                _fsync_dir(d)
+            dirs.flush()
             self._register(manifest, pin=pin, complete=True)
         finally:
             self._release(held)
@@ -333,7 +364,7 @@ class BlobStore:
         self.check_quota(Path(path).stat().st_size)
         builder = ManifestBuilder(self.chunk_size)
         held: list[str] = []
-        dirs: set[Path] = set()
+        dirs = DirSync()
         try:
             with open(path, "rb") as f:
                 while chunk := _read_exact(f, self.chunk_size):
@@ -342,8 +373,7 @@ class BlobStore:
                         self._inflight[cid] += 1
                     held.append(cid)
                     self._store_verified_chunk(cid, chunk, dirs)
-            for d in dirs:
-                _fsync_dir(d)
+            dirs.flush()
             manifest = builder.build()
             self._register(manifest, pin=pin, complete=True)
         finally:
@@ -515,11 +545,16 @@ class BlobStore:
             tick = self._tick()
             self._db.execute("UPDATE blobs SET last_used = ? WHERE doc_cid = ?", (tick, doc_cid))
 
-    def get_chunk(self, chunk_id: str) -> bytes:
-        """One verified chunk; :class:`NotFound` if absent, :class:`CorruptBlob` if it failed its hash."""
+    def get_chunk(self, chunk_id: str, *, touch: bool = True) -> bytes:
+        """One verified chunk; :class:`NotFound` if absent, :class:`CorruptBlob` if it failed its hash.
+
+        ``touch=False`` leaves the LRU order alone (a caller streaming a whole
+        blob touches it once with :meth:`touch` instead of once per chunk).
+        """
         parse_cid(chunk_id)
         data = self._read_chunk(chunk_id)
-        self._touch_blobs_of_chunk(chunk_id)
+        if touch:
+            self._touch_blobs_of_chunk(chunk_id)
         return data
 
     def _complete_manifest(self, doc_cid: str) -> Manifest:
@@ -717,3 +752,179 @@ class BlobStore:
                 f"blob store holds {usage} bytes that cannot be evicted (pinned or in use);"
                 f" {incoming_bytes} more would exceed the {cap} byte cap"
             )
+
+
+def _syncfs_function() -> Callable[[int], int] | None:
+    """``syncfs(2)`` from the C library (Linux), or ``None`` where it does not exist."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+_SYNCFS = _syncfs_function()
+
+
+def _sync_filesystem(path: Path) -> None:
+    """Make every write to the filesystem holding ``path`` durable (one journal commit)."""
+    assert _SYNCFS is not None
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _SYNCFS(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs failed: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class _Staged:
+    chunk_id: str
+    size: int
+    dest: Path
+    tmp: str | None
+    """Temporary file holding the bytes (``None``: an intact copy was already stored)."""
+
+
+class IncomingChunks:
+    """Writes the chunks of one incoming blob, durable and visible in groups.
+
+    :meth:`add` verifies a chunk against its id and writes it to a temporary
+    file without fsync (several threads may add at once).  Every ``group``
+    chunks, and on :meth:`commit`, the group is made durable together: one
+    ``syncfs`` (or, where there is none, an fsync per file) makes the contents
+    durable, then the files are renamed into place and recorded in one SQLite
+    transaction; :meth:`commit` ends with another ``syncfs`` (or directory
+    fsyncs) for the renames.  So a file under ``chunks/`` still always has
+    durable, verified content, at a fraction of the per-file cost measured in
+    ``specs/blobs.md``.  A chunk added but not yet committed is not stored: a
+    crash loses it and it is sent again.
+
+    Call :meth:`commit` when the stream ends, however it ends, then
+    :meth:`close` (``with`` does the latter).
+    """
+
+    def __init__(self, store: BlobStore, group: int) -> None:
+        if group < 1:
+            raise ValueError("group must be at least 1")
+        self._store = store
+        self._group = group
+        self._lock = threading.Lock()
+        self._staged: list[_Staged] = []
+        self._renamed_dirs: set[Path] = set()
+        self.added = 0
+        """Chunks accepted so far (verified; durable after the next commit)."""
+        self.written = 0
+        """Chunks that were not stored yet and were written."""
+
+    def add(self, chunk_id: str, data: bytes) -> None:
+        """Verify ``data`` against ``chunk_id`` and stage it; a mismatch is ``BadRequest``."""
+        store = self._store
+        parse_cid(chunk_id)
+        if len(data) > MAX_CHUNK_SIZE:
+            raise BadRequest(f"chunk of {len(data)} bytes exceeds the {MAX_CHUNK_SIZE} byte limit")
+        actual = chunk_cid(data)
+        if actual != chunk_id:
+            raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")
+        dest = store._chunk_path(chunk_id)
+        with store._lock:
+            store._inflight[chunk_id] += 1
+        try:
+            try:
+                present = dest.stat().st_size == len(data)
+            except FileNotFoundError:
+                present = False
+            tmp: str | None = None
+            if not present:
+                fd, tmp = tempfile.mkstemp(dir=store._tmp_dir, prefix="w-")
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    if _SYNCFS is None:
+                        os.fsync(fd)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
+                finally:
+                    os.close(fd)
+        except BaseException:
+            store._release([chunk_id])
+            raise
+        with self._lock:
+            self._staged.append(_Staged(chunk_id, len(data), dest, tmp))
+            self.added += 1
+            full = len(self._staged) >= self._group
+        if full:
+            self._commit_group()
+
+    def _commit_group(self) -> None:
+        with self._lock:
+            staged, self._staged = self._staged, []
+        if not staged:
+            return
+        store = self._store
+        try:
+            if _SYNCFS is not None and any(item.tmp is not None for item in staged):
+                _sync_filesystem(store._tmp_dir)
+            renamed: set[Path] = set()
+            with store._lock:  # renames are ordered against quarantine and delete
+                for item in staged:
+                    if item.tmp is None:
+                        continue
+                    parent = item.dest.parent
+                    if parent not in store._made_dirs:
+                        parent.mkdir(parents=True, exist_ok=True)
+                        store._made_dirs.add(parent)
+                    os.replace(item.tmp, item.dest)
+                    item.tmp = None
+                    renamed.add(parent)
+                    self.written += 1
+            with self._lock:
+                self._renamed_dirs |= renamed
+            with store._lock, store._tx():
+                now = store._clock()
+                store._db.executemany(
+                    "INSERT INTO chunks VALUES (?, ?, ?)"
+                    " ON CONFLICT(chunk_id) DO UPDATE SET size = excluded.size",
+                    [(item.chunk_id, item.size, now) for item in staged],
+                )
+        finally:
+            self._discard(staged)
+
+    def commit(self) -> None:
+        """Make every staged chunk durable and visible (blocking)."""
+        self._commit_group()
+        with self._lock:
+            dirs, self._renamed_dirs = self._renamed_dirs, set()
+        if not dirs:
+            return
+        if _SYNCFS is not None:
+            _sync_filesystem(self._store._tmp_dir)
+        else:
+            for d in dirs:
+                _fsync_dir(d)
+
+    def close(self) -> None:
+        """Drop whatever is staged and not committed (its temporary files are deleted)."""
+        with self._lock:
+            staged, self._staged = self._staged, []
+        self._discard(staged)
+
+    def _discard(self, staged: list[_Staged]) -> None:
+        for item in staged:
+            if item.tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(item.tmp)
+        self._store._release([item.chunk_id for item in staged])
+
+    def __enter__(self) -> IncomingChunks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -44,6 +44,7 @@ from hearthnet.errors import (
     SchemaMismatch,
     Timeout,
     Unauthorized,
+    bus_error_in,
 )
 from hearthnet.identity import Identity
 from hearthnet.transport.link import Link
@@ -342,6 +343,10 @@ class CapabilityBus:
             code = exc.code
             raise
         except Exception as exc:
+            inner = bus_error_in(exc)
+            if inner is not None:  # a handler's own BusError, wrapped by its task group
+                code = inner.code
+                raise inner from None
             code = "internal_error"
             log.exception("handler_failed", capability=d.ref, trace_id=ctx.trace_id)
             raise InternalError(f"internal error in {d.ref} (trace_id={ctx.trace_id})") from exc

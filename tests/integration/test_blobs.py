@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from hearthnet.blobs import BlobStore, Manifest
-from hearthnet.errors import Unauthorized
+from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
 from tests.shared_data import PDF_DIR
 
@@ -116,6 +116,40 @@ async def test_interrupted_put_resumes_sending_only_missing_chunks(mesh: LocalMe
     got = n2.cli_json("file", "get", manifest.doc_cid, "--out", str(tmp_path / "back.bin"))
     assert got["source"] == "local"
     assert (tmp_path / "back.bin").read_bytes() == data
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_put_with_a_forged_chunk_is_bad_request_and_stores_nothing_wrong(
+    mesh: LocalMesh, tmp_path: Path
+) -> None:
+    n2 = mesh.nodes["n2"]
+    data = os.urandom(6 * 256 * 1024)
+    store = BlobStore(tmp_path / "forge-blobs")
+    manifest = store.put_bytes(data)
+    async with member_bus(n2, mesh.nodes["uploader"].home) as bus:
+        with pytest.raises(BadRequest, match="does not match its id"):
+            async with bus.stream(
+                "file.put", input={"manifest": manifest.to_wire()}, provider=n2.node_id
+            ) as call:
+                need = (await call.frames().__anext__())["need"]
+                for i, chunk_id in enumerate(need):
+                    body = store.get_chunk(chunk_id)
+                    if i == 3:
+                        body = bytes([body[0] ^ 1]) + body[1:]
+                    await call.send({"chunk_id": chunk_id, "data": body})
+                await call.end_input()
+                await call.result()
+        # The honest chunks stay (a resumed put skips them); the forged one was never written.
+        async with bus.stream(
+            "file.put", input={"manifest": manifest.to_wire()}, provider=n2.node_id
+        ) as call:
+            need = (await call.frames().__anext__())["need"]
+            assert manifest.chunks[3] in need
+            for chunk_id in need:
+                await call.send({"chunk_id": chunk_id, "data": store.get_chunk(chunk_id)})
+            await call.end_input()
+            assert (await call.result()).output["doc_cid"] == manifest.doc_cid
     store.close()
 
 

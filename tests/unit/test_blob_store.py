@@ -401,3 +401,60 @@ def test_chunk_put_without_manifest_is_readable(store: BlobStore) -> None:
     assert store.has_chunk(cid)
     assert store.get_chunk(cid) == data
     assert store.usage_bytes() == 300
+
+
+# -- IncomingChunks: chunks arriving from a peer, durable in groups ----------------------------
+def test_incoming_chunks_are_invisible_until_their_group_commits(tmp_path: Path) -> None:
+    store = small_store(tmp_path / "s")
+    try:
+        data = os.urandom(5 * 1024)
+        manifest = manifest_for_bytes(data, 1024)
+        store.put_manifest(manifest)
+        with store.incoming(group=2) as incoming:
+            incoming.add(manifest.chunks[0], data[:1024])
+            assert not store.has_chunk(manifest.chunks[0])  # staged, not committed
+            incoming.add(manifest.chunks[1], data[1024:2048])  # the group is full: committed
+            assert store.has_chunk(manifest.chunks[0]) and store.has_chunk(manifest.chunks[1])
+            incoming.add(manifest.chunks[2], data[2048:3072])
+            assert not store.has_chunk(manifest.chunks[2])
+        # closed without commit: the staged chunk is dropped with its temporary file
+        assert not store.has_chunk(manifest.chunks[2])
+        assert list((tmp_path / "s" / "tmp").iterdir()) == []
+        assert store.missing_chunks(manifest) == list(manifest.chunks[2:])
+    finally:
+        store.close()
+
+
+def test_incoming_chunks_reject_forgery_and_commit_from_threads(tmp_path: Path) -> None:
+    store = small_store(tmp_path / "s")
+    try:
+        data = os.urandom(40 * 1024)
+        manifest = manifest_for_bytes(data, 1024)
+        store.put_manifest(manifest)
+        parts = [data[i * 1024 : (i + 1) * 1024] for i in range(40)]
+        with store.incoming(group=7) as incoming:
+            with pytest.raises(BadRequest, match="does not match its id"):
+                incoming.add(manifest.chunks[0], parts[1])
+            threads = [
+                threading.Thread(
+                    target=lambda k=k: [incoming.add(manifest.chunks[i], parts[i]) for i in range(k, 40, 4)]
+                )
+                for k in range(4)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            incoming.commit()
+            assert incoming.added == 40 and incoming.written == 40
+        assert store.missing_chunks(manifest) == []
+        assert store.complete(manifest.doc_cid).doc_cid == manifest.doc_cid
+        assert list((tmp_path / "s" / "tmp").iterdir()) == []
+        # A second delivery of the same chunks writes nothing new.
+        with store.incoming() as again:
+            for i in range(40):
+                again.add(manifest.chunks[i], parts[i])
+            again.commit()
+            assert again.added == 40 and again.written == 0
+    finally:
+        store.close()

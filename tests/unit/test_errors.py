@@ -64,3 +64,25 @@ def test_unknown_code_becomes_internal_error_keeping_the_code() -> None:
 )
 def test_malformed_error_payloads_still_give_a_bus_error(payload: dict[str, object]) -> None:
     assert isinstance(error_from_wire(payload), BusError)
+
+
+def test_bus_error_in_unwraps_task_group_errors_only_when_all_are_bus_errors() -> None:
+    from hearthnet.errors import BadRequest, NotFound, bus_error_in
+
+    bad = BadRequest("chunk does not match its id")
+    assert bus_error_in(bad) is bad
+    assert bus_error_in(ExceptionGroup("tg", [bad])) is bad
+    assert bus_error_in(ExceptionGroup("tg", [ExceptionGroup("inner", [bad]), NotFound("x")])) is bad
+    assert bus_error_in(ExceptionGroup("tg", [bad, KeyError("bug")])) is None
+    assert bus_error_in(KeyError("bug")) is None
+
+
+def test_unwrap_group_prefers_bus_errors_then_a_sole_leaf() -> None:
+    from hearthnet.errors import BadRequest, unwrap_group
+
+    bad = BadRequest("x")
+    assert unwrap_group(ExceptionGroup("tg", [bad])) is bad
+    broken = ConnectionResetError("peer gone")
+    assert unwrap_group(ExceptionGroup("tg", [ExceptionGroup("inner", [broken])])) is broken
+    two = ExceptionGroup("tg", [KeyError("a"), ValueError("b")])
+    assert unwrap_group(two) is two
