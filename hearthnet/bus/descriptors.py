@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,9 @@ def parse_capability_ref(ref: str) -> tuple[str, Version]:
     return name, parse_version(ver) if ver else (1, 0)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_version(text: str) -> Version:
+    """``"X.Y"`` -> ``(X, Y)`` (cached: every request carries one; a bad one raises each time)."""
     major, dot, minor = text.partition(".")
     if not dot or not major.isdigit() or not minor.isdigit():
         raise BadRequest(f"a version looks like X.Y, got {text!r:.20}")
