@@ -134,3 +134,40 @@ def test_exact_and_hnsw_paths_agree_on_real_store(tmp_path: Path, include_text: 
     finally:
         exact.close()
         hnsw.close()
+
+
+def test_a_load_racing_a_completed_write_is_discarded(tmp_path: Path) -> None:
+    store = CorpusStore(tmp_path / "rag")
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        store.add_document("kb", fake_chunks("a", 5), unit_vectors(5, seed=1))
+        col = store._collection("kb")
+
+        class WriteDuringLoad:
+            fired = False
+
+            def get(self, **kw: Any) -> Any:
+                if not self.fired:
+                    self.fired = True  # a document completes while the copy is being read
+                    store.add_document("kb", fake_chunks("b", 5), unit_vectors(5, seed=2))
+                return col.get(**kw)
+
+        assert store._exact_index("kb", WriteDuringLoad()) is None
+        assert "kb" not in store._exact
+        hits = store.query("kb", unit_vectors(5, seed=2)[0], k=10)  # loads a fresh copy
+        assert len(store._exact["kb"]) == 10 and {h.metadata["doc_cid"] for h in hits} == {"a", "b"}
+    finally:
+        store.close()
+
+
+def test_warm_exact_loads_what_fits(tmp_path: Path) -> None:
+    store = CorpusStore(tmp_path / "rag", exact_max_chunks=50)
+    try:
+        for name, n in (("small", 20), ("large", 60)):
+            store.create_corpus(name, embedding_model="m", dim=16)
+            store.add_document(name, fake_chunks(name, n), unit_vectors(n, seed=n))
+        assert store.warm_exact() == ["small"]
+        assert set(store._exact) == {"small"}
+        assert store.query("large", unit_vectors(60, seed=60)[3], k=1)[0].chunk_id == "large-3"  # HNSW
+    finally:
+        store.close()

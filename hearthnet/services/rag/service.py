@@ -88,6 +88,8 @@ class RagService:
         recovered = await run_blocking(self._store.recover, limiter=self._store_limiter)
         if any(recovered.values()):
             log.warning("partial_documents_removed", corpora={k: v for k, v in recovered.items() if v})
+        # Small corpora are searched exactly from memory: load them now, not on the first query.
+        await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
 
     async def stop(self) -> None:
         await anyio.to_thread.run_sync(self._store.close)
