@@ -23,7 +23,9 @@ from __future__ import annotations
 import builtins
 import contextlib
 import ctypes
+import errno
 import os
+import shutil
 import sqlite3
 import tempfile
 import threading
@@ -89,6 +91,34 @@ class BlobInfo:
     pinned: bool
     complete: bool
     last_used: int
+
+
+_NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_SQLITE_FULL: Final = 13
+
+
+@contextlib.contextmanager
+def _disk_full_is_capacity(root: Path, needed: int) -> Iterator[None]:
+    """A write that fails because the disk (or a quota) is full is ``capacity_exceeded``, not a crash."""
+    try:
+        yield
+    except (OSError, sqlite3.Error) as exc:
+        full = (
+            exc.errno in _NO_SPACE
+            if isinstance(exc, OSError)
+            else getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
+        )
+        if not full:
+            raise
+        try:
+            free = shutil.disk_usage(root).free
+        except OSError:
+            free = 0
+        raise CapacityExceeded(
+            f"the blob store under {root} is out of disk space ({free} bytes free, about {needed} "
+            "more needed): free some space, then send again (whole chunks already stored are kept "
+            "and not sent again)"
+        ) from exc
 
 
 class DirSync:
@@ -270,19 +300,20 @@ class BlobStore:
         if parent not in self._made_dirs:
             parent.mkdir(parents=True, exist_ok=True)
             self._made_dirs.add(parent)
-        fd, tmp_name = tempfile.mkstemp(dir=self._tmp_dir, prefix="w-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                for part in parts:
-                    f.write(part)
-                f.flush()
-                os.fsync(f.fileno())
-            with self._lock:  # renames are ordered against quarantine and delete
-                os.replace(tmp_name, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
-            raise
+        with _disk_full_is_capacity(self.root, sum(len(p) for p in parts)):
+            fd, tmp_name = tempfile.mkstemp(dir=self._tmp_dir, prefix="w-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    for part in parts:
+                        f.write(part)
+                    f.flush()
+                    os.fsync(f.fileno())
+                with self._lock:  # renames are ordered against quarantine and delete
+                    os.replace(tmp_name, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name)
+                raise
         if pending_dirs is None:
             _fsync_dir(parent)
             return
@@ -840,19 +871,8 @@ class IncomingChunks:
                 present = False
             tmp: str | None = None
             if not present:
-                fd, tmp = tempfile.mkstemp(dir=store._tmp_dir, prefix="w-")
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    if _SYNCFS is None:
-                        os.fsync(fd)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp)
-                    raise
-                finally:
-                    os.close(fd)
+                with _disk_full_is_capacity(store.root, len(data)):
+                    tmp = self._write_temp(data)
         except BaseException:
             store._release([chunk_id])
             raise
@@ -863,6 +883,22 @@ class IncomingChunks:
         if full:
             self._commit_group()
 
+    def _write_temp(self, data: bytes) -> str:
+        fd, tmp = tempfile.mkstemp(dir=self._store._tmp_dir, prefix="w-")
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if _SYNCFS is None:
+                os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            os.close(fd)
+        return tmp
+
     def _commit_group(self) -> None:
         with self._lock:
             staged, self._staged = self._staged, []
@@ -870,32 +906,38 @@ class IncomingChunks:
             return
         store = self._store
         try:
-            if _SYNCFS is not None and any(item.tmp is not None for item in staged):
-                _sync_filesystem(store._tmp_dir)
-            renamed: set[Path] = set()
-            with store._lock:  # renames are ordered against quarantine and delete
-                for item in staged:
-                    if item.tmp is None:
-                        continue
-                    parent = item.dest.parent
-                    if parent not in store._made_dirs:
-                        parent.mkdir(parents=True, exist_ok=True)
-                        store._made_dirs.add(parent)
-                    os.replace(item.tmp, item.dest)
-                    item.tmp = None
-                    renamed.add(parent)
-                    self.written += 1
-            with self._lock:
-                self._renamed_dirs |= renamed
-            with store._lock, store._tx():
-                now = store._clock()
-                store._db.executemany(
-                    "INSERT INTO chunks VALUES (?, ?, ?)"
-                    " ON CONFLICT(chunk_id) DO UPDATE SET size = excluded.size",
-                    [(item.chunk_id, item.size, now) for item in staged],
-                )
+            with _disk_full_is_capacity(store.root, sum(item.size for item in staged)):
+                self._publish(staged)
         finally:
             self._discard(staged)
+
+    def _publish(self, staged: list[_Staged]) -> None:
+        """Durable contents, then renames, then one index transaction (caller discards leftovers)."""
+        store = self._store
+        if _SYNCFS is not None and any(item.tmp is not None for item in staged):
+            _sync_filesystem(store._tmp_dir)
+        renamed: set[Path] = set()
+        with store._lock:  # renames are ordered against quarantine and delete
+            for item in staged:
+                if item.tmp is None:
+                    continue
+                parent = item.dest.parent
+                if parent not in store._made_dirs:
+                    parent.mkdir(parents=True, exist_ok=True)
+                    store._made_dirs.add(parent)
+                os.replace(item.tmp, item.dest)
+                item.tmp = None
+                renamed.add(parent)
+                self.written += 1
+        with self._lock:
+            self._renamed_dirs |= renamed
+        with store._lock, store._tx():
+            now = store._clock()
+            store._db.executemany(
+                "INSERT INTO chunks VALUES (?, ?, ?)"
+                " ON CONFLICT(chunk_id) DO UPDATE SET size = excluded.size",
+                [(item.chunk_id, item.size, now) for item in staged],
+            )
 
     def commit(self) -> None:
         """Make every staged chunk durable and visible (blocking)."""
@@ -904,11 +946,12 @@ class IncomingChunks:
             dirs, self._renamed_dirs = self._renamed_dirs, set()
         if not dirs:
             return
-        if _SYNCFS is not None:
-            _sync_filesystem(self._store._tmp_dir)
-        else:
-            for d in dirs:
-                _fsync_dir(d)
+        with _disk_full_is_capacity(self._store.root, 0):
+            if _SYNCFS is not None:
+                _sync_filesystem(self._store._tmp_dir)
+            else:
+                for d in dirs:
+                    _fsync_dir(d)
 
     def close(self) -> None:
         """Drop whatever is staged and not committed (its temporary files are deleted)."""

@@ -458,3 +458,32 @@ def test_incoming_chunks_reject_forgery_and_commit_from_threads(tmp_path: Path) 
             assert again.added == 40 and again.written == 0
     finally:
         store.close()
+
+
+def test_a_full_disk_is_capacity_exceeded_and_leaves_nothing_partial(tmp_path: Path) -> None:
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, timeout=20
+    )
+    if proc.returncode != 0:
+        pytest.skip("mounting a tmpfs was refused here")
+    try:
+        store = BlobStore(mount / "blobs")
+        try:
+            data = os.urandom(6 << 20)  # more than the filesystem holds
+            with pytest.raises(CapacityExceeded, match="out of disk space"):
+                store.put_bytes(data)
+            manifest = manifest_for_bytes(data)
+            with pytest.raises(CapacityExceeded, match="out of disk space"), store.incoming() as incoming:
+                for i, cid in enumerate(manifest.chunks):
+                    incoming.add(cid, data[i * manifest.chunk_size : (i + 1) * manifest.chunk_size])
+                incoming.commit()
+            assert list((mount / "blobs" / "tmp").iterdir()) == []
+            assert not store.has_blob(manifest.doc_cid)
+        finally:
+            store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=20)
