@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.reader import Document
+from hearthnet.services.rag.reader import Document, PageText
 from hearthnet.services.rag.tokens import DEFAULT_COUNTER, TokenCounter
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "MIN_CHUNK_TOKENS",
     "RESERVED_METADATA",
     "Chunk",
+    "PageChunker",
     "chunk_document",
     "chunk_id_for",
     "chunk_params_for",
@@ -193,6 +194,54 @@ def _check_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+class PageChunker:
+    """Chunks a document page by page; ``chunk_index`` (and so ``chunk_id``) runs across pages.
+
+    Feeding every page of a document in order gives exactly :func:`chunk_document`'s
+    chunks, so a document can be chunked while it is still being read.
+    """
+
+    def __init__(
+        self,
+        *,
+        doc_cid: str,
+        doc_title: str,
+        language: str,
+        max_tokens: int,
+        overlap_ratio: float = 0.15,
+        extra_metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not 0.0 <= overlap_ratio <= 0.5:
+            raise BadRequest("overlap_ratio must be between 0 and 0.5")
+        self._size, _ = chunk_params_for(max_tokens)
+        self._overlap = round(self._size * overlap_ratio)
+        self._extra = _check_extra(extra_metadata)
+        self._doc_cid = doc_cid
+        self._doc_title = doc_title
+        self._language = language
+        self.count = 0
+        """Chunks produced so far."""
+
+    def chunks_of(self, page: PageText) -> list[Chunk]:
+        meta = {
+            **self._extra,
+            "doc_cid": self._doc_cid,
+            "doc_title": self._doc_title,
+            "page": page.page,
+            "language": self._language,
+        }
+        out: list[Chunk] = []
+        for c in chunk_text(
+            page.text, tokens_per_chunk=self._size, overlap_tokens=self._overlap, metadata=meta
+        ):
+            index = self.count
+            m = {**c.metadata, "chunk_index": index}
+            cid = chunk_id_for(self._doc_cid, index, int(m["char_start"]), page.page)
+            out.append(Chunk(chunk_id=cid, text=c.text, metadata=m))
+            self.count += 1
+        return out
+
+
 def chunk_document(
     doc: Document,
     *,
@@ -207,21 +256,19 @@ def chunk_document(
 
     ``language`` may be empty (or ``"auto"``) to detect it from the text.
     """
-    if not 0.0 <= overlap_ratio <= 0.5:
-        raise BadRequest("overlap_ratio must be between 0 and 0.5")
-    size, _ = chunk_params_for(max_tokens)
-    overlap = round(size * overlap_ratio)
-    extra = _check_extra(extra_metadata)
     if not language or language == "auto":
         language = detect_language("\n".join(p.text for p in doc.pages[:20])[:20000])
+    chunker = PageChunker(
+        doc_cid=doc_cid,
+        doc_title=doc_title,
+        language=language,
+        max_tokens=max_tokens,
+        overlap_ratio=overlap_ratio,
+        extra_metadata=extra_metadata,
+    )
     out: list[Chunk] = []
     for page in doc.pages:
-        meta = {**extra, "doc_cid": doc_cid, "doc_title": doc_title, "page": page.page, "language": language}
-        for c in chunk_text(page.text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta):
-            index = len(out)
-            m = {**c.metadata, "chunk_index": index}
-            cid = chunk_id_for(doc_cid, index, int(m["char_start"]), page.page)
-            out.append(Chunk(chunk_id=cid, text=c.text, metadata=m))
+        out.extend(chunker.chunks_of(page))
     return out
 
 

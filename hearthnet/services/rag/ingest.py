@@ -9,8 +9,9 @@ gone, bad file, cancelled call — leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,8 @@ import structlog
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition
-from hearthnet.services.rag.chunker import Chunk, chunk_document, detect_language
-from hearthnet.services.rag.reader import Document, read_document
+from hearthnet.services.rag.chunker import Chunk, PageChunker, detect_language
+from hearthnet.services.rag.reader import Document, DocumentHeader, PageText, stream_document
 from hearthnet.wire.vectors import decode_embeddings
 
 log = structlog.get_logger("hearthnet.rag.ingest")
@@ -77,6 +78,93 @@ class PreparedDocument:
     language: str
 
 
+LANGUAGE_PAGES = 5
+"""Pages read before chunking starts: the document's language is guessed from them."""
+
+
+class StreamedDocument:
+    """Reads and chunks a document page by page (blocking: use it from a worker thread).
+
+    Opening it reads the header, so an unreadable, encrypted or unsupported
+    file fails here, before any work.  :meth:`chunk_groups` then yields the
+    chunks of each page as it is read (after the first ``LANGUAGE_PAGES``,
+    which decide the language); the chunks are exactly those of
+    :func:`prepare`.  :meth:`prepared` gives the whole result afterwards.
+    """
+
+    def __init__(
+        self,
+        data: bytes,
+        *,
+        doc_cid: str,
+        title: str,
+        language: str | None,
+        max_tokens: int,
+        filename_hint: str | None,
+        extra_metadata: Mapping[str, Any],
+    ) -> None:
+        self._parts = stream_document(data, filename_hint=filename_hint)
+        header = next(self._parts)
+        assert isinstance(header, DocumentHeader)
+        self.header = header
+        self._doc_cid = doc_cid
+        self._title = title or header.title_hint or doc_cid[:19]
+        self._language = language
+        self._max_tokens = max_tokens
+        self._extra = extra_metadata
+        self._pages: list[PageText] = []
+        self._chunks: list[Chunk] = []
+        self._done = False
+
+    def chunk_groups(self) -> Iterator[list[Chunk]]:
+        head: list[PageText] = []
+        chunker: PageChunker | None = None
+        with contextlib.closing(self._parts):
+            for part in self._parts:
+                if not isinstance(part, PageText):
+                    continue
+                self._pages.append(part)
+                if chunker is None:
+                    head.append(part)
+                    if len(head) < LANGUAGE_PAGES:
+                        continue
+                    chunker = self._chunker(head)
+                    yield from self._chunked(chunker, head)
+                else:
+                    yield from self._chunked(chunker, [part])
+            if chunker is None:  # fewer pages than LANGUAGE_PAGES
+                yield from self._chunked(self._chunker(head), head)
+        self._done = True
+
+    def _chunker(self, head: list[PageText]) -> PageChunker:
+        if not self._language:
+            self._language = detect_language(" ".join(p.text for p in head[:LANGUAGE_PAGES])[:20_000])
+        return PageChunker(
+            doc_cid=self._doc_cid,
+            doc_title=self._title,
+            language=self._language,
+            max_tokens=self._max_tokens,
+            extra_metadata=self._extra,
+        )
+
+    def _chunked(self, chunker: PageChunker, pages: list[PageText]) -> Iterator[list[Chunk]]:
+        for page in pages:
+            chunks = chunker.chunks_of(page)
+            self._chunks.extend(chunks)
+            if chunks:
+                yield chunks
+
+    def prepared(self) -> PreparedDocument:
+        """The document and all its chunks, once :meth:`chunk_groups` is exhausted."""
+        if not self._done:
+            raise RuntimeError("read every chunk group first")
+        if not self._chunks:
+            raise BadRequest(f"no text to index in {self._doc_cid}: the document has no extractable text")
+        h = self.header
+        document = Document(self._pages, h.content_type, h.title_hint, h.page_count)
+        return PreparedDocument(document, self._chunks, str(self._language))
+
+
 def prepare(
     data: bytes,
     *,
@@ -87,20 +175,19 @@ def prepare(
     filename_hint: str | None,
     extra_metadata: Mapping[str, Any],
 ) -> PreparedDocument:
-    """Blocking: read and chunk a document (run in a worker thread)."""
-    document = read_document(data, filename_hint=filename_hint)
-    lang = language or detect_language(" ".join(p.text for p in document.pages[:5])[:20_000])
-    chunks = chunk_document(
-        document,
+    """Blocking: read and chunk a whole document (run in a worker thread)."""
+    doc = StreamedDocument(
+        data,
         doc_cid=doc_cid,
-        doc_title=title or document.title_hint or doc_cid[:19],
-        language=lang,
+        title=title,
+        language=language,
         max_tokens=max_tokens,
+        filename_hint=filename_hint,
         extra_metadata=extra_metadata,
     )
-    if not chunks:
-        raise BadRequest(f"no text to index in {doc_cid}: the document has no extractable text")
-    return PreparedDocument(document, chunks, lang)
+    for _ in doc.chunk_groups():
+        pass
+    return doc.prepared()
 
 
 @dataclass(frozen=True)
@@ -110,24 +197,39 @@ class EmbeddedDocument:
     truncated: int
 
 
-async def embed_chunks(
-    embedder: Embedder, chunks: Sequence[Chunk], progress: Progress | None
+async def embed_streamed(
+    embedder: Embedder, groups: AsyncIterable[list[Chunk]], progress: Progress | None
 ) -> EmbeddedDocument:
-    """Embed in bounded batches through the bus, reporting progress."""
+    """Embed chunks as they arrive, in calls of ``EMBED_BATCH`` (the last one may be shorter).
+
+    Progress frames count chunks: ``current`` embedded of ``total`` read so far.
+    """
     parts: list[np.ndarray] = []
-    tokens = truncated = 0
+    pending: list[Chunk] = []
+    tokens = truncated = done = seen = 0
     started = time.perf_counter()
-    for start in range(0, len(chunks), EMBED_BATCH):
-        batch = chunks[start : start + EMBED_BATCH]
+
+    async def embed(batch: list[Chunk]) -> None:
+        nonlocal tokens, truncated, done
         vectors, t, tr = await embedder.embed([c.text for c in batch])
         parts.append(vectors)
         tokens += t
         truncated += tr
+        done += len(batch)
         if progress is not None:
-            await progress({"stage": "embed", "current": start + len(batch), "total": len(chunks)})
+            await progress({"stage": "embed", "current": done, "total": seen})
+
+    async for group in groups:
+        pending.extend(group)
+        seen += len(group)
+        while len(pending) >= EMBED_BATCH:
+            batch, pending = pending[:EMBED_BATCH], pending[EMBED_BATCH:]
+            await embed(batch)
+    if pending:
+        await embed(pending)
     log.info(
         "chunks_embedded",
-        chunks=len(chunks),
+        chunks=done,
         truncated=truncated,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )

@@ -9,11 +9,13 @@ structure, truncated), never page text.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import re
 import threading
 import warnings
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -26,9 +28,11 @@ from hearthnet.errors import BadRequest, InternalError
 __all__ = [
     "CONTENT_TYPES",
     "Document",
+    "DocumentHeader",
     "PageText",
     "detect_content_type",
     "read_document",
+    "stream_document",
 ]
 
 PDF = "application/pdf"
@@ -78,6 +82,15 @@ class Document:
     """A read document: its pages in order and what we could learn about it."""
 
     pages: list[PageText]
+    content_type: str
+    title_hint: str | None
+    page_count: int
+
+
+@dataclass(frozen=True)
+class DocumentHeader:
+    """What is known about a document once it is open, before its pages are read."""
+
     content_type: str
     title_hint: str | None
     page_count: int
@@ -144,12 +157,36 @@ def detect_content_type(data: bytes, filename_hint: str | None = None) -> str:
 
 def read_document(data: bytes, *, filename_hint: str | None = None, max_pages: int = 5000) -> Document:
     """Read ``data`` into pages; raise :class:`BadRequest` with a specific hint if we cannot."""
+    with contextlib.closing(stream_document(data, filename_hint=filename_hint, max_pages=max_pages)) as parts:
+        header = next(parts)
+        assert isinstance(header, DocumentHeader)
+        pages = [p for p in parts if isinstance(p, PageText)]
+    return Document(
+        pages=pages,
+        content_type=header.content_type,
+        title_hint=header.title_hint,
+        page_count=header.page_count,
+    )
+
+
+def stream_document(
+    data: bytes, *, filename_hint: str | None = None, max_pages: int = 5000
+) -> Generator[DocumentHeader | PageText, None, None]:
+    """A :class:`DocumentHeader`, then the pages in order, read one at a time.
+
+    Errors are those of :func:`read_document` and come as early as they can:
+    an unreadable, encrypted or oversized file before the header, "no text on
+    any page" after the last page.  Close the generator if you stop early.
+    """
     if len(data) == 0:
         raise BadRequest("file is empty (0 bytes)")
     ctype = detect_content_type(data, filename_hint)
     if ctype == PDF:
-        return _read_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
-    return _read_text(data, ctype, filename_hint)
+        yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+        return
+    doc = _read_text(data, ctype, filename_hint)
+    yield DocumentHeader(doc.content_type, doc.title_hint, doc.page_count)
+    yield from doc.pages
 
 
 def _clean(text: str) -> str:
@@ -186,11 +223,14 @@ def _password_error() -> BadRequest:
     return BadRequest("PDF is encrypted with a password; decrypt it first (e.g. qpdf --decrypt)")
 
 
-def _read_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Document:
+_Parts = Generator[DocumentHeader | PageText, None, None]
+
+
+def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
     with _warnings_lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            return _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+            yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
         finally:
             for w in caught:
                 _log.warning(
@@ -203,7 +243,7 @@ def _read_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Docu
                 )
 
 
-def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Document:
+def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
     try:
         reader = PdfReader(io.BytesIO(data))
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
@@ -219,9 +259,10 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Doc
         raise BadRequest("PDF has no pages: nothing to index")
     if page_count > max_pages:
         raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
+    yield DocumentHeader(PDF, _pdf_title(reader) or _stem(filename_hint), page_count)
 
-    pages: list[PageText] = []
     failed = 0
+    any_text = False
     for number in range(1, page_count + 1):
         try:
             text = reader.pages[number - 1].extract_text() or ""
@@ -231,17 +272,13 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> Doc
             failed += 1
             _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
             text = ""
-        pages.append(PageText(page=number, text=_clean(text)))
-    if not any(p.text.strip() for p in pages):
+        page = PageText(page=number, text=_clean(text))
+        any_text = any_text or bool(page.text.strip())
+        yield page
+    if not any_text:
         if failed == page_count:
             raise BadRequest(f"not a readable PDF: none of {page_count} pages could be parsed; re-export it")
         raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
-    return Document(
-        pages=pages,
-        content_type=PDF,
-        title_hint=_pdf_title(reader) or _stem(filename_hint),
-        page_count=page_count,
-    )
 
 
 def _pdf_title(reader: PdfReader) -> str | None:

@@ -23,9 +23,18 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.errors import BadRequest, NotFound, Unauthorized, unwrap_group
+from hearthnet.services.rag.chunker import Chunk
 from hearthnet.services.rag.events import INGESTED
-from hearthnet.services.rag.ingest import Embedder, PreparedDocument, embed_chunks, prepare, run_blocking
+from hearthnet.services.rag.ingest import (
+    EmbeddedDocument,
+    Embedder,
+    PreparedDocument,
+    Progress,
+    StreamedDocument,
+    embed_streamed,
+    run_blocking,
+)
 from hearthnet.services.rag.names import validate_corpus_name
 from hearthnet.services.rag.store import CorpusStore, build_where
 
@@ -51,6 +60,10 @@ class RagSettings:
     embed_timeout_seconds: float = 10.0
     accept_new_corpora: bool = True
     store_threads: int = 2
+
+
+PAGES_AHEAD = 4
+"""Pages of chunks read ahead of the embedding during an ingest."""
 
 
 class RagService:
@@ -253,15 +266,15 @@ class RagService:
             max_tokens = self._embedder.max_tokens()
             await ctx.send({"stage": "read", "current": 0, "total": 1})
 
-            prepared = await self._prepare(
+            prepared, embedded = await self._read_and_embed(
                 doc_cid,
                 title=title,
                 language=language,
                 filename=filename,
                 metadata=metadata,
                 max_tokens=max_tokens,
+                progress=ctx.send,
             )
-            embedded = await embed_chunks(self._embedder, prepared.chunks, ctx.send)
             dim = int(embedded.vectors.shape[1])
             await run_blocking(
                 lambda: self._store.create_corpus(
@@ -303,7 +316,7 @@ class RagService:
             },
         )
 
-    async def _prepare(
+    async def _read_and_embed(
         self,
         doc_cid: str,
         *,
@@ -312,11 +325,19 @@ class RagService:
         filename: str | None,
         metadata: dict[str, Any],
         max_tokens: int,
-    ) -> PreparedDocument:
-        """Read and chunk a stored blob in a worker; its bytes never reach the event loop."""
+        progress: Progress | None,
+    ) -> tuple[PreparedDocument, EmbeddedDocument]:
+        """Read and chunk a stored blob in a worker while its first chunks are already embedded.
 
-        def work() -> PreparedDocument:
-            return prepare(
+        The worker hands each page's chunks over a small buffer (``PAGES_AHEAD``),
+        so reading (pypdf: ~50 ms a page here) overlaps embedding instead of
+        preceding it; the document's bytes never reach the event loop.
+        """
+        send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
+        result: list[PreparedDocument] = []
+
+        def read() -> None:
+            doc = StreamedDocument(
                 self._blobs.read_blob(doc_cid),
                 doc_cid=doc_cid,
                 title=title,
@@ -325,9 +346,25 @@ class RagService:
                 filename_hint=filename,
                 extra_metadata=metadata,
             )
+            for group in doc.chunk_groups():
+                anyio.from_thread.run(send.send, group)
+            result.append(doc.prepared())
 
-        result: PreparedDocument = await run_blocking(work, limiter=self._cpu_limiter)
-        return result
+        async def reader() -> None:
+            async with send:
+                try:
+                    await run_blocking(read, limiter=self._cpu_limiter)
+                except anyio.BrokenResourceError:
+                    return  # the embedding side failed and stopped listening: its error is reported
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader)
+                async with receive:
+                    embedded = await embed_streamed(self._embedder, receive, progress)
+        except BaseExceptionGroup as group:
+            raise unwrap_group(group) from None
+        return result[0], embedded
 
     async def _existing(self, corpus: str, doc_cid: str) -> tuple[dict[str, Any], str | None] | None:
         def lookup() -> tuple[int, int] | None:
@@ -397,15 +434,15 @@ class RagService:
         max_tokens = self._embedder.max_tokens()
         prepared_docs = []
         for i, doc in enumerate(docs):
-            prepared = await self._prepare(
+            prepared, embedded = await self._read_and_embed(
                 doc["doc_cid"],
                 title=str(doc.get("title", "")),
                 language=doc.get("language"),
                 filename=None,
                 metadata={},
                 max_tokens=max_tokens,
+                progress=None,
             )
-            embedded = await embed_chunks(self._embedder, prepared.chunks, None)
             prepared_docs.append((prepared.chunks, embedded.vectors))
             await ctx.send({"stage": "reindex", "current": i + 1, "total": len(docs)})
         dim = int(prepared_docs[0][1].shape[1])

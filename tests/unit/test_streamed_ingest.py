@@ -1,0 +1,85 @@
+"""Reading and chunking page by page gives exactly the chunks of reading the whole document first."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearthnet.errors import BadRequest
+from hearthnet.services.rag.chunker import chunk_document, detect_language
+from hearthnet.services.rag.ingest import LANGUAGE_PAGES, StreamedDocument, prepare
+from hearthnet.services.rag.reader import read_document
+from tests.shared_data import PDF_DIR
+
+CID = "blake3:" + "ab" * 32
+
+
+def _whole(data: bytes, name: str) -> list[tuple[str, str, dict[str, object]]]:
+    """The pre-streaming pipeline: read everything, guess the language, chunk."""
+    doc = read_document(data, filename_hint=name)
+    lang = detect_language(" ".join(p.text for p in doc.pages[:LANGUAGE_PAGES])[:20_000])
+    title = doc.title_hint or CID[:19]
+    chunks = chunk_document(doc, doc_cid=CID, doc_title=title, language=lang, max_tokens=256)
+    return [(c.chunk_id, c.text, c.metadata) for c in chunks]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "en_paper_naacl06_shinyama_2col.pdf",  # several pages
+        "zh_quarterly_report.pdf",  # no spaces between words
+        "encrypted_empty_user_password.pdf",
+        "scanned_with_ocr_text_layer.pdf",  # fewer pages than LANGUAGE_PAGES
+    ],
+)
+def test_streamed_chunks_equal_whole_document_chunks(name: str) -> None:
+    data = (PDF_DIR / name).read_bytes()
+    doc = StreamedDocument(
+        data, doc_cid=CID, title="", language=None, max_tokens=256, filename_hint=name, extra_metadata={}
+    )
+    groups = list(doc.chunk_groups())
+    streamed = [(c.chunk_id, c.text, c.metadata) for g in groups for c in g]
+    assert streamed == _whole(data, name)
+    assert all(groups)  # a group is never empty
+    prepared = doc.prepared()
+    assert [c.chunk_id for c in prepared.chunks] == [s[0] for s in streamed]
+    assert prepared.document.page_count == doc.header.page_count == len(prepared.document.pages)
+    assert [
+        (c.chunk_id, c.text)
+        for c in prepare(
+            data, doc_cid=CID, title="", language=None, max_tokens=256, filename_hint=name, extra_metadata={}
+        ).chunks
+    ] == [(s[0], s[1]) for s in streamed]
+
+
+def test_errors_come_as_early_as_they_can() -> None:
+    with pytest.raises(BadRequest, match="password"):  # before any page is read
+        StreamedDocument(
+            (PDF_DIR / "encrypted_password_openpassword.pdf").read_bytes(),
+            doc_cid=CID,
+            title="",
+            language=None,
+            max_tokens=256,
+            filename_hint=None,
+            extra_metadata={},
+        )
+    scanned = StreamedDocument(
+        (PDF_DIR / "scanned_image_only_no_text.pdf").read_bytes(),
+        doc_cid=CID,
+        title="",
+        language=None,
+        max_tokens=256,
+        filename_hint=None,
+        extra_metadata={},
+    )
+    with pytest.raises(BadRequest, match="run OCR first"):  # after the last page
+        list(scanned.chunk_groups())
+    with pytest.raises(RuntimeError, match="read every chunk group"):
+        StreamedDocument(
+            b"# Notes\n\nsome text",
+            doc_cid=CID,
+            title="",
+            language="en",
+            max_tokens=256,
+            filename_hint="n.md",
+            extra_metadata={},
+        ).prepared()
