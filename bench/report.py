@@ -6,6 +6,7 @@ python -m bench.report [bench/results/latest.json]   # prints the table again
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -28,8 +29,10 @@ def _miss(m: Mapping[str, Any]) -> str:
     """How far a failed figure is from its target, in the target's own terms where possible."""
     ratio, target = m.get("ratio"), str(m.get("target", ""))
     ours = m["ours"]
-    import re
-
+    plus = re.search(r"\+\s*([\d.]+)\s*ms", target)
+    if plus and m.get("floor") is not None:
+        limit = float(m["floor"]) + float(plus.group(1))
+        return f"misses by {ours - limit:.3g} ms ({ours:.3g} vs {limit:.3g})"
     mult = re.search(r"([<>]=)\s*([\d.]+)x", target)
     if mult and ratio is not None:
         limit = float(mult.group(2))
