@@ -48,6 +48,21 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[k]
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(total, steal) CPU ticks since boot from /proc/stat; (0, 0) where there is none."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields), (fields[7] if len(fields) > 7 else 0)
+
+
+def steal_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Share of CPU time the hypervisor gave to other guests between two :func:`cpu_ticks`."""
+    total = after[0] - before[0]
+    return round(100.0 * (after[1] - before[1]) / total, 1) if total > 0 else 0.0
+
+
 def machine() -> dict[str, Any]:
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     return {

@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any
 
-from bench.common import machine
+from bench.common import cpu_ticks, machine, steal_pct
 from bench.report import RESULTS, markdown_table, plot_rag_latency
 
 BENCHMARKS = ("bus", "blobs", "embed", "rag", "scifact", "load", "fuzz")
@@ -52,6 +52,7 @@ def main() -> None:
             "load_avg_1m_before": machine()["load_avg_1m"],
         }
         print(f"== bench.{name} {'(quick)' if args.quick else ''}", flush=True)
+        ticks = cpu_ticks()
         try:
             module = importlib.import_module(f"bench.{name}")
             if name == "rag":
@@ -75,6 +76,7 @@ def main() -> None:
             entry["error"] = f"{type(exc).__name__}: {exc}"
         entry["seconds"] = round(time.perf_counter() - t0, 1)
         entry["load_avg_1m_after"] = machine()["load_avg_1m"]
+        entry["cpu_steal_pct"] = steal_pct(ticks, cpu_ticks())
         runs.append(entry)
         metrics.extend(rows)
         print(f"   {name}: {entry['seconds']} s, {'ok' if entry['ok'] else 'FAILED'}", flush=True)
@@ -96,7 +98,9 @@ def main() -> None:
         f"# Benchmarks ({'quick' if args.quick else 'full'} run)\n\n"
         f"{started} - {doc['finished']}; {m['cores']} cores, 1-min load {m['load_avg_1m']} at the end, "
         f"Python {m['python']}, {m['platform']}.\n"
-        f"Per benchmark: " + ", ".join(f"{r['benchmark']} {r['seconds']} s" for r in runs) + ".\n\n"
+        "Per benchmark (CPU time stolen by the hypervisor for other guests): "
+        + ", ".join(f"{r['benchmark']} {r['seconds']} s ({r['cpu_steal_pct']}% stolen)" for r in runs)
+        + ".\n\n"
     )
     footer = f"\n\n![rag.query latency]({png.name})\n" if png else "\n"
     (RESULTS / "latest.md").write_text(header + table + footer)
