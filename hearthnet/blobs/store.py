@@ -93,6 +93,16 @@ class BlobInfo:
     last_used: int
 
 
+def _verify_chunk(chunk_id: str, data: bytes) -> None:
+    """``BadRequest`` unless ``data`` is a chunk of allowed size whose BLAKE3 id is ``chunk_id``."""
+    parse_cid(chunk_id)
+    if len(data) > MAX_CHUNK_SIZE:
+        raise BadRequest(f"chunk of {len(data)} bytes exceeds the {MAX_CHUNK_SIZE} byte limit")
+    actual = chunk_cid(data)
+    if actual != chunk_id:
+        raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")
+
+
 _NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _SQLITE_FULL: Final = 13
 
@@ -327,12 +337,7 @@ class BlobStore:
         Returns ``False`` if an intact copy (same size) was already stored.
         A wrong id is :class:`BadRequest` and nothing is written.
         """
-        parse_cid(chunk_id)
-        if len(data) > MAX_CHUNK_SIZE:
-            raise BadRequest(f"chunk of {len(data)} bytes exceeds the {MAX_CHUNK_SIZE} byte limit")
-        actual = chunk_cid(data)
-        if actual != chunk_id:
-            raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")
+        _verify_chunk(chunk_id, data)
         with self._lock:
             self._inflight[chunk_id] += 1
         try:
@@ -855,12 +860,7 @@ class IncomingChunks:
     def add(self, chunk_id: str, data: bytes) -> None:
         """Verify ``data`` against ``chunk_id`` and stage it; a mismatch is ``BadRequest``."""
         store = self._store
-        parse_cid(chunk_id)
-        if len(data) > MAX_CHUNK_SIZE:
-            raise BadRequest(f"chunk of {len(data)} bytes exceeds the {MAX_CHUNK_SIZE} byte limit")
-        actual = chunk_cid(data)
-        if actual != chunk_id:
-            raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")
+        _verify_chunk(chunk_id, data)
         dest = store._chunk_path(chunk_id)
         with store._lock:
             store._inflight[chunk_id] += 1
