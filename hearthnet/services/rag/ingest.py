@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +116,7 @@ class StreamedDocument:
         self._chunks: list[Chunk] = []
         self._done = False
 
-    def chunk_groups(self) -> Iterator[list[Chunk]]:
+    def chunk_groups(self) -> Generator[list[Chunk], None, None]:
         head: list[PageText] = []
         chunker: PageChunker | None = None
         with contextlib.closing(self._parts):

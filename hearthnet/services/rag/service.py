@@ -10,6 +10,7 @@ its ``rag.query`` answers ``not_found`` with the reindex command.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -346,8 +347,10 @@ class RagService:
                 filename_hint=filename,
                 extra_metadata=metadata,
             )
-            for group in doc.chunk_groups():
-                anyio.from_thread.run(send.send, group)
+            # Closed at once however this ends, so the reader's pypdf warning capture ends with it.
+            with contextlib.closing(doc.chunk_groups()) as groups:
+                for group in groups:
+                    anyio.from_thread.run(send.send, group)
             result.append(doc.prepared())
 
         async def reader() -> None:
