@@ -40,15 +40,15 @@ from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, chunk_cid, cid_hex, is_ci
 from hearthnet.blobs.manifest import MAX_CHUNK_SIZE, Manifest, ManifestBuilder, manifest_for_bytes
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "BlobInfo", "BlobStore", "CorruptBlob", "DirSync", "IncomingChunks"]
+__all__ = ["DEFAULT_STALE_AFTER_S", "BlobInfo", "BlobStore", "CorruptBlob", "IncomingChunks"]
 
 DEFAULT_STALE_AFTER_S: Final = 24 * 3600.0
 """Incomplete unpinned manifests and unreferenced chunks older than this are collected by ``gc``."""
 
 _MAX_PENDING_DIRS: Final = 1024
+"""Directory fsyncs batched by one put before they are flushed (bounds memory)."""
 INCOMING_GROUP: Final = 16
 """Chunks an :class:`IncomingChunks` writes before making them durable together (4 MiB)."""
-"""Directory fsyncs batched by one put before they are flushed (bounds memory)."""
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS blobs (
@@ -131,33 +131,48 @@ def _disk_full_is_capacity(root: Path, needed: int) -> Iterator[None]:
         ) from exc
 
 
-class DirSync:
-    """Directories whose renames still await an fsync, shared by the writer threads of one put.
+class _DirSync:
+    """Directories whose renames still await an fsync, during one local put.
 
     A chunk's *content* is fsynced before its rename either way; deferring the
     directory fsync only lets the rename's durability wait until :meth:`flush`,
-    which the writer calls before it records the blob complete.  A crash before
-    that can lose a renamed chunk (it is then missing and sent again), never
+    which the writer calls before it registers the blob.  A crash before that
+    can lose a renamed chunk (it is then missing and written again), never
     leave a wrong one.
     """
 
     def __init__(self) -> None:
         self._dirs: set[Path] = set()
-        self._lock = threading.Lock()
 
     def add(self, directory: Path) -> None:
-        with self._lock:
-            self._dirs.add(directory)
-            full = len(self._dirs) >= _MAX_PENDING_DIRS
-        if full:
+        self._dirs.add(directory)
+        if len(self._dirs) >= _MAX_PENDING_DIRS:
             self.flush()
 
     def flush(self) -> None:
         """fsync every directory added so far (blocking)."""
-        with self._lock:
-            dirs, self._dirs = self._dirs, set()
+        dirs, self._dirs = self._dirs, set()
         for d in dirs:
             _fsync_dir(d)
+
+
+def _write_temp(tmp_dir: Path, parts: tuple[bytes | memoryview, ...], *, fsync: bool) -> str:
+    """Write ``parts`` to a new file in ``tmp_dir`` (fsynced if asked); its path, or nothing left behind."""
+    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix="w-")
+    try:
+        for part in parts:
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view) :]
+        if fsync:
+            os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.close(fd)
+    return tmp
 
 
 def _fsync_dir(path: Path) -> None:
@@ -298,7 +313,7 @@ class BlobStore:
         return self._manifests_dir / f"{cid_hex(doc_cid)}.msgpack"
 
     def _atomic_write(
-        self, dest: Path, parts: tuple[bytes | memoryview, ...], pending_dirs: DirSync | None = None
+        self, dest: Path, parts: tuple[bytes | memoryview, ...], pending_dirs: _DirSync | None = None
     ) -> None:
         """Write to ``tmp/``, fsync, rename onto ``dest``, fsync the directory.
 
@@ -311,13 +326,8 @@ class BlobStore:
             parent.mkdir(parents=True, exist_ok=True)
             self._made_dirs.add(parent)
         with _disk_full_is_capacity(self.root, sum(len(p) for p in parts)):
-            fd, tmp_name = tempfile.mkstemp(dir=self._tmp_dir, prefix="w-")
+            tmp_name = _write_temp(self._tmp_dir, parts, fsync=True)
             try:
-                with os.fdopen(fd, "wb") as f:
-                    for part in parts:
-                        f.write(part)
-                    f.flush()
-                    os.fsync(f.fileno())
                 with self._lock:  # renames are ordered against quarantine and delete
                     os.replace(tmp_name, dest)
             except BaseException:
@@ -353,7 +363,7 @@ class BlobStore:
                     del self._inflight[cid]
 
     def _store_verified_chunk(
-        self, chunk_id: str, data: bytes | memoryview, pending_dirs: DirSync | None = None
+        self, chunk_id: str, data: bytes | memoryview, pending_dirs: _DirSync | None = None
     ) -> bool:
         """Write a chunk whose hash the caller has checked; caller marked it in flight."""
         path = self._chunk_path(chunk_id)
@@ -381,7 +391,7 @@ class BlobStore:
         manifest = manifest_for_bytes(data, self.chunk_size)
         view = memoryview(data)
         held: list[str] = []
-        dirs = DirSync()
+        dirs = _DirSync()
         try:
             for i, cid in enumerate(manifest.chunks):
                 with self._lock:
@@ -400,7 +410,7 @@ class BlobStore:
         self.check_quota(Path(path).stat().st_size)
         builder = ManifestBuilder(self.chunk_size)
         held: list[str] = []
-        dirs = DirSync()
+        dirs = _DirSync()
         try:
             with open(path, "rb") as f:
                 while chunk := _read_exact(f, self.chunk_size):
@@ -872,7 +882,7 @@ class IncomingChunks:
             tmp: str | None = None
             if not present:
                 with _disk_full_is_capacity(store.root, len(data)):
-                    tmp = self._write_temp(data)
+                    tmp = _write_temp(store._tmp_dir, (data,), fsync=_SYNCFS is None)
         except BaseException:
             store._release([chunk_id])
             raise
@@ -882,22 +892,6 @@ class IncomingChunks:
             full = len(self._staged) >= self._group
         if full:
             self._commit_group()
-
-    def _write_temp(self, data: bytes) -> str:
-        fd, tmp = tempfile.mkstemp(dir=self._store._tmp_dir, prefix="w-")
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if _SYNCFS is None:
-                os.fsync(fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        finally:
-            os.close(fd)
-        return tmp
 
     def _commit_group(self) -> None:
         with self._lock:
