@@ -318,7 +318,7 @@ class PeerSession:
         with anyio.CancelScope(shield=True):
             await self.link.aclose()
 
-    def spawn(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``fn`` as a task that ends with this session (never inside the reader itself)."""
         if self._tg is not None and not self.closed.is_set():
             self._tg.start_soon(fn, *args)

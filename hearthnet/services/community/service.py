@@ -121,13 +121,10 @@ class CommunityService:
     # gossip -------------------------------------------------------------------------
     async def _on_events_changed(self, session: PeerSession, msg: dict[str, Any]) -> None:
         # Never pull inside the link's reader task: it would wait on its own link.
-        session.spawn(self._pull_quietly, session.peer_id)
+        session.spawn(self.pull_from, session.peer_id)
 
     async def _on_session_up(self, session: PeerSession) -> None:
         await self.pull_from(session.peer_id)
-
-    async def _pull_quietly(self, peer: str) -> None:
-        await self.pull_from(peer)
 
     async def run(self) -> None:
         """The periodic anti-entropy round (pulls on notification run in each link's task group)."""
