@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ExactHit", "ExactIndex"]
+__all__ = ["ExactIndex", "ScoredChunk"]
 
 
 @dataclass(frozen=True)
-class ExactHit:
+class ScoredChunk:
+    """A query hit; ``score`` is cosine similarity, ``1 - cosine distance`` (higher is better)."""
+
     chunk_id: str
-    text: str
+    text: str | None
     metadata: dict[str, Any]
     score: float
 
@@ -100,11 +102,14 @@ class ExactIndex:
         query: npt.NDArray[np.float32],
         k: int,
         matches: Callable[[Mapping[str, Any]], bool] | None = None,
-    ) -> list[ExactHit]:
+        *,
+        include_text: bool = True,
+    ) -> list[ScoredChunk]:
         """The ``k`` chunks most similar to ``query`` (ties broken by insertion order).
 
         With ``matches``, the ``k`` most similar among chunks whose metadata it
-        accepts: exact, however selective the filter.
+        accepts: exact, however selective the filter.  Without ``include_text``
+        the hits carry no text.
         """
         snap = self._snap
         n = len(snap.ids)
@@ -118,12 +123,13 @@ class ExactIndex:
             order = part[np.lexsort((part, -sims[part]))]
         else:
             order = np.lexsort((np.arange(n), -sims))
-        hits: list[ExactHit] = []
+        hits: list[ScoredChunk] = []
         for i in order:
             meta = snap.metadatas[i]
             if matches is not None and not matches(meta):
                 continue
-            hits.append(ExactHit(snap.ids[i], snap.texts[i], dict(meta), float(sims[i])))
+            text = snap.texts[i] if include_text else None
+            hits.append(ScoredChunk(snap.ids[i], text, dict(meta), float(sims[i])))
             if len(hits) == k:
                 break
         return hits

@@ -40,7 +40,7 @@ import structlog
 
 from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound, Partition
 from hearthnet.services.rag.chunker import Chunk
-from hearthnet.services.rag.exact import ExactIndex
+from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
 from hearthnet.services.rag.names import collection_name, validate_corpus_name
 
 __all__ = [
@@ -71,16 +71,6 @@ _log = structlog.get_logger("hearthnet.rag.store")
 _SQLITE_FULL = 13
 _NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _MIN_FREE_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class ScoredChunk:
-    """A query hit; ``score`` is ``1 - cosine distance`` (higher is better)."""
-
-    chunk_id: str
-    text: str | None
-    metadata: dict[str, Any]
-    score: float
 
 
 @dataclass(frozen=True)
@@ -648,16 +638,13 @@ class CorpusStore:
         if k < 1:
             raise BadRequest("k must be at least 1")
         clause = build_where(where) if where else None
-        with self._lock:
-            pending = sorted(self._pending.get(name, ()))
-        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
         index = self._exact_index(name, col)
         if index is not None:
             matches = None if clause is None else functools.partial(where_matches, clause)
-            return [
-                ScoredChunk(h.chunk_id, h.text if include_text else None, h.metadata, h.score)
-                for h in index.search(vec, k, matches)
-            ]
+            return index.search(vec, k, matches, include_text=include_text)
+        with self._lock:
+            pending = sorted(self._pending.get(name, ()))
+        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
         if clause is not None and not pending:
             hits = self._overfetch_then_filter(col, name, vec, k, clause, include)
             if hits is not None:
@@ -719,25 +706,27 @@ class CorpusStore:
                 return None
             generation = self._exact_gen.get(name, 0)
         # Chunks of documents being written now are in Chroma but not complete: skipped.
-        index = ExactIndex(row[1])
+        ids: list[str] = []
+        vectors: list[np.ndarray] = []
+        texts: list[str] = []
+        metas: list[Mapping[str, Any]] = []
         offset = 0
         with _chroma_errors("load corpus for exact search"):
             while True:
                 got = col.get(
                     include=["embeddings", "documents", "metadatas"], limit=self._batch, offset=offset
                 )
-                ids = list(got["ids"])
-                if not ids:
+                if not got["ids"]:
                     break
-                offset += len(ids)
+                offset += len(got["ids"])
                 keep = [i for i, m in enumerate(got["metadatas"]) if (m or {}).get("doc_cid") in complete]
-                if keep:
-                    index.add(
-                        [ids[i] for i in keep],
-                        np.asarray(got["embeddings"], dtype=np.float32)[keep],
-                        [got["documents"][i] or "" for i in keep],
-                        [got["metadatas"][i] or {} for i in keep],
-                    )
+                ids += [got["ids"][i] for i in keep]
+                vectors.append(np.asarray(got["embeddings"], dtype=np.float32)[keep])
+                texts += [got["documents"][i] or "" for i in keep]
+                metas += [got["metadatas"][i] or {} for i in keep]
+        index = ExactIndex(row[1])
+        if ids:  # one copy into the index, not one growing concatenation per page
+            index.add(ids, np.concatenate(vectors), texts, metas)
         with self._lock:
             if self._exact_gen.get(name, 0) != generation or name in self._exact:
                 return self._exact.get(name)  # changed meanwhile: not this copy
