@@ -24,7 +24,7 @@ import pytest
 from hearthnet.client import Client
 from hearthnet.errors import BusError
 from hearthnet.mesh import LocalMesh, MeshNode, wait_for
-from hearthnet.services.rag.ingest import prepare
+from hearthnet.services.rag.ingest import StreamedDocument
 from tests.shared_data import PDF_DIR
 
 from .conftest import log_records, node_stats, report
@@ -126,7 +126,7 @@ def ingest(via: MeshNode, path: Path, corpus: str, on: MeshNode) -> tuple[int, d
 
 def expected_chunks(path: Path) -> int:
     """What a clean ingest produces: the same reader and chunker, the bus's 256-token window."""
-    prepared = prepare(
+    prepared = StreamedDocument(
         path.read_bytes(),
         doc_cid="b3:expected",
         title="",
@@ -134,7 +134,7 @@ def expected_chunks(path: Path) -> int:
         max_tokens=256,
         filename_hint=path.name,
         extra_metadata={},
-    )
+    ).read_all()
     return len(prepared.chunks)
 
 

@@ -6,11 +6,17 @@ import pytest
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunker import chunk_document, detect_language
-from hearthnet.services.rag.ingest import LANGUAGE_PAGES, StreamedDocument, prepare
+from hearthnet.services.rag.ingest import LANGUAGE_PAGES, StreamedDocument
 from hearthnet.services.rag.reader import read_document
 from tests.shared_data import PDF_DIR
 
 CID = "blake3:" + "ab" * 32
+
+
+def _open(data: bytes, name: str | None = None, language: str | None = None) -> StreamedDocument:
+    return StreamedDocument(
+        data, doc_cid=CID, title="", language=language, max_tokens=256, filename_hint=name, extra_metadata={}
+    )
 
 
 def _whole(data: bytes, name: str) -> list[tuple[str, str, dict[str, object]]]:
@@ -33,9 +39,7 @@ def _whole(data: bytes, name: str) -> list[tuple[str, str, dict[str, object]]]:
 )
 def test_streamed_chunks_equal_whole_document_chunks(name: str) -> None:
     data = (PDF_DIR / name).read_bytes()
-    doc = StreamedDocument(
-        data, doc_cid=CID, title="", language=None, max_tokens=256, filename_hint=name, extra_metadata={}
-    )
+    doc = _open(data, name)
     groups = list(doc.chunk_groups())
     streamed = [(c.chunk_id, c.text, c.metadata) for g in groups for c in g]
     assert streamed == _whole(data, name)
@@ -43,43 +47,16 @@ def test_streamed_chunks_equal_whole_document_chunks(name: str) -> None:
     prepared = doc.prepared()
     assert [c.chunk_id for c in prepared.chunks] == [s[0] for s in streamed]
     assert prepared.document.page_count == doc.header.page_count == len(prepared.document.pages)
-    assert [
-        (c.chunk_id, c.text)
-        for c in prepare(
-            data, doc_cid=CID, title="", language=None, max_tokens=256, filename_hint=name, extra_metadata={}
-        ).chunks
-    ] == [(s[0], s[1]) for s in streamed]
+    assert [(c.chunk_id, c.text) for c in _open(data, name).read_all().chunks] == [
+        (s[0], s[1]) for s in streamed
+    ]
 
 
 def test_errors_come_as_early_as_they_can() -> None:
     with pytest.raises(BadRequest, match="password"):  # before any page is read
-        StreamedDocument(
-            (PDF_DIR / "encrypted_password_openpassword.pdf").read_bytes(),
-            doc_cid=CID,
-            title="",
-            language=None,
-            max_tokens=256,
-            filename_hint=None,
-            extra_metadata={},
-        )
-    scanned = StreamedDocument(
-        (PDF_DIR / "scanned_image_only_no_text.pdf").read_bytes(),
-        doc_cid=CID,
-        title="",
-        language=None,
-        max_tokens=256,
-        filename_hint=None,
-        extra_metadata={},
-    )
+        _open((PDF_DIR / "encrypted_password_openpassword.pdf").read_bytes())
+    scanned = _open((PDF_DIR / "scanned_image_only_no_text.pdf").read_bytes())
     with pytest.raises(BadRequest, match="run OCR first"):  # after the last page
         list(scanned.chunk_groups())
     with pytest.raises(RuntimeError, match="read every chunk group"):
-        StreamedDocument(
-            b"# Notes\n\nsome text",
-            doc_cid=CID,
-            title="",
-            language="en",
-            max_tokens=256,
-            filename_hint="n.md",
-            extra_metadata={},
-        ).prepared()
+        _open(b"# Notes\n\nsome text", "n.md", "en").prepared()

@@ -88,8 +88,9 @@ class StreamedDocument:
     Opening it reads the header, so an unreadable, encrypted or unsupported
     file fails here, before any work.  :meth:`chunk_groups` then yields the
     chunks of each page as it is read (after the first ``LANGUAGE_PAGES``,
-    which decide the language); the chunks are exactly those of
-    :func:`prepare`.  :meth:`prepared` gives the whole result afterwards.
+    which decide the language); the chunks are exactly those of reading the
+    whole document first.  :meth:`prepared` gives the whole result afterwards,
+    :meth:`read_all` does both at once.
     """
 
     def __init__(
@@ -154,6 +155,12 @@ class StreamedDocument:
             if chunks:
                 yield chunks
 
+    def read_all(self) -> PreparedDocument:
+        """Blocking: read and chunk the whole document (:meth:`chunk_groups`, then :meth:`prepared`)."""
+        for _ in self.chunk_groups():
+            pass
+        return self.prepared()
+
     def prepared(self) -> PreparedDocument:
         """The document and all its chunks, once :meth:`chunk_groups` is exhausted."""
         if not self._done:
@@ -163,31 +170,6 @@ class StreamedDocument:
         h = self.header
         document = Document(self._pages, h.content_type, h.title_hint, h.page_count)
         return PreparedDocument(document, self._chunks, str(self._language))
-
-
-def prepare(
-    data: bytes,
-    *,
-    doc_cid: str,
-    title: str,
-    language: str | None,
-    max_tokens: int,
-    filename_hint: str | None,
-    extra_metadata: Mapping[str, Any],
-) -> PreparedDocument:
-    """Blocking: read and chunk a whole document (run in a worker thread)."""
-    doc = StreamedDocument(
-        data,
-        doc_cid=doc_cid,
-        title=title,
-        language=language,
-        max_tokens=max_tokens,
-        filename_hint=filename_hint,
-        extra_metadata=extra_metadata,
-    )
-    for _ in doc.chunk_groups():
-        pass
-    return doc.prepared()
 
 
 @dataclass(frozen=True)
