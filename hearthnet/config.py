@@ -53,10 +53,19 @@ class NetworkConfig:
     advertise_host: str | None = None
     max_frame: int = DEFAULT_MAX_FRAME
     handshake_timeout: float = 5.0
+    keepalive_seconds: float = 10.0
+    """A link we have written nothing on for this long gets a keepalive frame."""
+    dead_after_seconds: float = 30.0
+    """A link nothing has arrived on for this long is closed as dead (peer off or network cut)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise BadRequest("listen_port must be 0..65535")
+        if not 0 < 2 * self.keepalive_seconds <= self.dead_after_seconds:
+            raise BadRequest(
+                f"dead_after_seconds ({self.dead_after_seconds:g}) must be at least twice "
+                f"keepalive_seconds ({self.keepalive_seconds:g})"
+            )
         if not 64 * 1024 <= self.max_frame <= 64 * 1024 * 1024:
             raise BadRequest("max_frame must be between 64 KiB and 64 MiB")
 
@@ -153,6 +162,8 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
             advertise_host=net.get("advertise_host"),
             max_frame=int(net.get("max_frame", DEFAULT_MAX_FRAME)),
             handshake_timeout=_positive_float(net.get("handshake_timeout", 5.0), "handshake_timeout"),
+            keepalive_seconds=_positive_float(net.get("keepalive_seconds", 10.0), "keepalive_seconds"),
+            dead_after_seconds=_positive_float(net.get("dead_after_seconds", 30.0), "dead_after_seconds"),
         )
         emb = _section(data, "embedding")
         openai = tuple(
@@ -209,6 +220,18 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         network = replace(network, listen_host=host, listen_port=port)
     if "HEARTHNET_ADVERTISE_HOST" in env:
         network = replace(network, advertise_host=env["HEARTHNET_ADVERTISE_HOST"])
+    keepalive = env.get("HEARTHNET_KEEPALIVE_SECONDS")
+    dead_after = env.get("HEARTHNET_DEAD_AFTER_SECONDS")
+    if keepalive is not None or dead_after is not None:  # together: one alone may not fit the other's default
+        network = replace(
+            network,
+            keepalive_seconds=network.keepalive_seconds
+            if keepalive is None
+            else _positive_float(keepalive, "HEARTHNET_KEEPALIVE_SECONDS"),
+            dead_after_seconds=network.dead_after_seconds
+            if dead_after is None
+            else _positive_float(dead_after, "HEARTHNET_DEAD_AFTER_SECONDS"),
+        )
     if "HEARTHNET_EMBEDDING" in env:
         embedding = replace(embedding, enabled=_bool(env["HEARTHNET_EMBEDDING"], "HEARTHNET_EMBEDDING"))
     if "HEARTHNET_MODEL_DIR" in env:

@@ -18,6 +18,7 @@ import structlog
 from hearthnet import __version__
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.peers import PeerManager
+from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.config import NodeConfig
 from hearthnet.control import ControlServer
@@ -176,6 +177,7 @@ class Node:
             community_id=lambda: event_log.community_id,
             name=config.name,
             addresses=lambda: self.peers.addresses() if self.peers else [],
+            liveness=Liveness(config.network.keepalive_seconds, config.network.dead_after_seconds),
         )
         self.peers = peers = PeerManager(
             bus,

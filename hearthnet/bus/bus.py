@@ -31,7 +31,7 @@ from hearthnet.bus.descriptors import (
 from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
 from hearthnet.bus.registry import Registry
 from hearthnet.bus.router import Router
-from hearthnet.bus.session import IncomingCall, OutgoingCall, PeerSession
+from hearthnet.bus.session import IncomingCall, Liveness, OutgoingCall, PeerSession
 from hearthnet.bus.stats import StatsBook
 from hearthnet.community.levels import Level
 from hearthnet.errors import (
@@ -81,8 +81,10 @@ class CapabilityBus:
         community_id: Callable[[], str | None],
         name: str = "",
         addresses: Callable[[], list[str]] = list,
+        liveness: Liveness | None = None,
     ) -> None:
         self.identity = identity
+        self.liveness = liveness or Liveness()
         self._level_of = level_of
         self._community_id = community_id
         self.name = name
@@ -131,7 +133,9 @@ class CapabilityBus:
     # sessions -----------------------------------------------------------------
     async def attach(self, link: Link) -> None:
         """Serve one authenticated link until it closes (run it in a task)."""
-        session = PeerSession(link, dispatcher=self._dispatch_remote, on_control=self._handle_control)
+        session = PeerSession(
+            link, dispatcher=self._dispatch_remote, on_control=self._handle_control, liveness=self.liveness
+        )
         old = self.sessions.get(link.peer_id)
         self.sessions[link.peer_id] = session
         if old is not None:

@@ -11,10 +11,15 @@ Messages (all maps with a ``t`` type field)::
     error   {id, error, message, retry_after_ms?}
     credit_in  {id, n}            handler grants the caller n more input frames
     credit_out {id, n}            caller grants the handler n more stream frames
+    keepalive  {}                 sent when we have sent nothing for a while; ignored
     anything else                 a control message handed to ``on_control``
 
 Request ids are chosen by the caller; the direction of each message type tells
-whose id it is.  Stream frames in both directions use credit-based flow
+whose id it is.  Liveness: a side that has written nothing for
+``keepalive_seconds`` sends a ``keepalive``, and a link on which nothing has
+arrived for ``dead_after_seconds`` is closed as dead (a peer that lost power
+or sits behind a cut network never sends the FIN or RST that would tell us).
+Stream frames in both directions use credit-based flow
 control (``WINDOW`` frames in flight), so a slow consumer slows its producer
 instead of filling memory; a peer that sends beyond its credit breaks the
 protocol and the link is closed.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +55,18 @@ log = structlog.get_logger("hearthnet.bus.session")
 WINDOW = 16
 MAX_INCOMING_PER_PEER = 256
 _MAX_DEADLINE_MS = 3_600_000
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """When to send a ``keepalive`` and when to give a silent link up."""
+
+    keepalive_seconds: float = 10.0
+    dead_after_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.keepalive_seconds and self.dead_after_seconds >= 2 * self.keepalive_seconds):
+            raise ValueError("keepalive_seconds must be positive and dead_after_seconds at least twice it")
 
 
 @dataclass
@@ -219,8 +237,16 @@ ControlHandler = Callable[["PeerSession", dict[str, Any]], Awaitable[None]]
 class PeerSession:
     """Runs the reader loop of one link and routes every message to its call."""
 
-    def __init__(self, link: Link, *, dispatcher: Dispatcher, on_control: ControlHandler) -> None:
+    def __init__(
+        self,
+        link: Link,
+        *,
+        dispatcher: Dispatcher,
+        on_control: ControlHandler,
+        liveness: Liveness | None = None,
+    ) -> None:
         self.link = link
+        self.liveness = liveness or Liveness()
         self.peer_id = link.peer_id
         self._dispatcher = dispatcher
         self._on_control = on_control
@@ -291,12 +317,13 @@ class PeerSession:
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
+                tg.start_soon(self._watch_liveness, tg.cancel_scope)
                 try:
                     while True:
                         msg = await self.link.receive()
                         await self._route(msg)
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    self.close_reason = "closed"
+                    self.close_reason = self.close_reason or "closed"
                 except ProtocolError as exc:
                     self.protocol_error = True
                     self.close_reason = f"protocol error: {exc.message}"
@@ -317,6 +344,25 @@ class PeerSession:
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self.link.aclose()
+
+    async def _watch_liveness(self, reader: anyio.CancelScope) -> None:
+        """Send a keepalive when we have been quiet; end the session when the peer has been silent."""
+        keepalive, dead_after = self.liveness.keepalive_seconds, self.liveness.dead_after_seconds
+        link = self.link
+        tried = 0.0  # a keepalive stuck behind a full socket buffer is not sent again meanwhile
+        while True:
+            now = time.monotonic()
+            silent = now - link.last_received
+            if silent >= dead_after:
+                self.close_reason = f"peer silent for {silent:.1f} s (dead after {dead_after:g} s)"
+                log.warning("link_silent", peer=self.peer_id, seconds=round(silent, 1))
+                reader.cancel()
+                return
+            quiet = now - max(link.last_sent, tried)
+            if quiet >= keepalive:
+                tried, quiet = now, 0.0
+                self.spawn(self.send_quiet, {"t": "keepalive"})
+            await anyio.sleep(max(min(keepalive - quiet, dead_after - silent), 0.01))
 
     def spawn(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``fn`` as a task that ends with this session (never inside the reader itself)."""
@@ -367,6 +413,8 @@ class PeerSession:
                 inc.cancel()
             elif inc.output_credit is not None:
                 inc.output_credit.grant(_credit_amount(msg))
+        elif t == "keepalive":
+            return  # its arrival already counted as a sign of life
         elif isinstance(t, str):
             await self._on_control(self, msg)
         else:

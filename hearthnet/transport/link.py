@@ -15,6 +15,7 @@ TCP connect.  Errors a caller sees:
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -87,6 +88,10 @@ class Link:
         self._recv_lock = _new_lock()
         self._closed = False
         self._eof = False
+        self.last_received = time.monotonic()
+        """``time.monotonic()`` when bytes last arrived from the peer (liveness checks)."""
+        self.last_sent = self.last_received
+        """``time.monotonic()`` when our frames were last written to the stream."""
 
     def __repr__(self) -> str:
         role = "initiator" if self.initiator else "responder"
@@ -134,6 +139,7 @@ class Link:
                     await self._abort()
                     raise Partition(f"link to {self.peer_id} broke while sending") from exc
             self._flushed = upto
+            self.last_sent = time.monotonic()
 
     async def receive(self) -> dict[str, Any]:
         """The next message from the peer (see the module docstring for errors)."""
@@ -157,6 +163,7 @@ class Link:
                 except _STREAM_ERRORS as exc:
                     await self._abort()
                     raise Partition(f"link to {self.peer_id} is closed") from exc
+                self.last_received = time.monotonic()
                 try:
                     frames.extend(self._decoder.feed(data))
                 except ProtocolError:

@@ -48,12 +48,26 @@ def test_environment_overrides(tmp_path: Path) -> None:
     assert config.rag.embed_timeout_seconds == 7.0 and config.embedding.timeout_seconds == 7.0
 
 
+def test_link_liveness_settings_from_toml_and_environment(tmp_path: Path) -> None:
+    base = config_from_mapping(tmp_path, {})
+    assert (base.network.keepalive_seconds, base.network.dead_after_seconds) == (10.0, 30.0)
+    toml = config_from_mapping(tmp_path, {"network": {"keepalive_seconds": 5, "dead_after_seconds": 12}})
+    assert (toml.network.keepalive_seconds, toml.network.dead_after_seconds) == (5.0, 12.0)
+    # Both together, although the keepalive alone would not fit the default dead_after (2 x 25 > 30).
+    env = apply_env(base, {"HEARTHNET_KEEPALIVE_SECONDS": "25", "HEARTHNET_DEAD_AFTER_SECONDS": "60"})
+    assert (env.network.keepalive_seconds, env.network.dead_after_seconds) == (25.0, 60.0)
+    with pytest.raises(BadRequest, match="at least twice"):
+        config_from_mapping(tmp_path, {"network": {"keepalive_seconds": 5, "dead_after_seconds": 9}})
+
+
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
         ({"HEARTHNET_LISTEN": "nonsense"}, "HOST:PORT"),
         ({"HEARTHNET_EMBEDDING": "maybe"}, "true or false"),
         ({"RAG_QUERY_TIMEOUT_SECONDS": "-1"}, "positive"),
+        ({"HEARTHNET_KEEPALIVE_SECONDS": "20"}, "at least twice"),
+        ({"HEARTHNET_DEAD_AFTER_SECONDS": "abc"}, "must be a number"),
     ],
 )
 def test_bad_environment_values_are_rejected_with_a_reason(

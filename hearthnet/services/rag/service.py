@@ -204,6 +204,7 @@ class RagService:
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
         vectors, _, _ = await self._embedder.embed([query])
+        embedded = time.perf_counter()
         hits = await run_blocking(
             lambda: self._store.query(corpus, vectors[0], k=k, where=where, include_text=include_text),
             limiter=self._store_limiter,
@@ -223,7 +224,12 @@ class RagService:
         log.info(
             "rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id
         )
-        return {"chunks": chunks}, {"corpus": corpus, "ms": ms, "embedding_model": model}
+        return {"chunks": chunks}, {
+            "corpus": corpus,
+            "ms": ms,
+            "embed_ms": round((embedded - started) * 1000, 3),
+            "embedding_model": model,
+        }
 
     # rag.ingest ---------------------------------------------------------------------
     async def _handle_ingest(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
