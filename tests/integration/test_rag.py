@@ -80,6 +80,7 @@ def test_demo_pdfs_ingested_on_b_from_a_answer_with_the_right_page(mesh: LocalMe
         assert top["metadata"]["page"] == 1
         assert "October" in top["text"]
         assert result["meta"]["embedding_model"] == "all-MiniLM-L6-v2"
+        assert 0 < result["meta"]["embed_ms"] < result["meta"]["ms"]
     garden = c.cli_json("query", "when do potatoes go into the ground", "--corpus", "household", "-k", "1")
     assert garden["chunks"][0]["metadata"]["page"] == 2
 
