@@ -96,22 +96,28 @@ def _cut(ns: dict[str, str], on: bool) -> None:
     _ip("-n", ns["b"], "route", verb, "blackhole", f"{ADDR['a']}/32")
 
 
+def _linked_pair(mesh: LocalMesh, namespaces: dict[str, str], env: dict[str, str]) -> tuple[MeshNode, MeshNode]:
+    """A (founder) and B (anchor), each in its namespace, linked to each other."""
+    a = mesh.add("a", env={"HEARTHNET_LISTEN": f"{ADDR['a']}:0", **env})
+    b = mesh.add("b", env={"HEARTHNET_LISTEN": f"{ADDR['b']}:0", **env})
+    a.cli_json("community", "create", "split")
+    _start_in(a, namespaces["a"])
+    a.wait_ready()
+    token = a.cli_json("invite", b.node_id, "--level", "anchor")["token"]
+    b.cli("join", token)
+    _start_in(b, namespaces["b"])
+    b.wait_ready()
+    mesh.wait_full_mesh([a, b], timeout=60)
+    return a, b
+
+
 def test_gossip_converges_after_a_two_way_cut(
     tmp_path_factory: pytest.TempPathFactory, namespaces: dict[str, str]
 ) -> None:
     mesh = LocalMesh(tmp_path_factory.mktemp("partition"))
     mesh.env.update(NO_MODELS)
     try:
-        a = mesh.add("a", env={"HEARTHNET_LISTEN": f"{ADDR['a']}:0"})
-        b = mesh.add("b", env={"HEARTHNET_LISTEN": f"{ADDR['b']}:0"})
-        a.cli_json("community", "create", "split")
-        _start_in(a, namespaces["a"])
-        a.wait_ready()
-        token = a.cli_json("invite", b.node_id, "--level", "anchor")["token"]
-        b.cli("join", token)
-        _start_in(b, namespaces["b"])
-        b.wait_ready()
-        mesh.wait_full_mesh([a, b], timeout=60)
+        a, b = _linked_pair(mesh, namespaces, {})
         wait_for(lambda: event_ids(a) == event_ids(b), timeout=30, what="A and B to agree before the cut")
         before = event_ids(a)
         report(
@@ -163,5 +169,37 @@ def test_gossip_converges_after_a_two_way_cut(
         assert len(final_a) == len(set(final_a)) == len(expected)
         assert final_a == final_b
         assert a.cli_json("call", "node.ping", "--provider", b.node_id)["output"]["pong"] is True
+    finally:
+        mesh.close()
+
+
+def test_a_silent_peer_is_dropped_during_the_cut_and_relinked_after(
+    tmp_path_factory: pytest.TempPathFactory, namespaces: dict[str, str]
+) -> None:
+    """Keepalives find the blackholed peer (no FIN, no RST) on both sides; the peer manager relinks."""
+    mesh = LocalMesh(tmp_path_factory.mktemp("silent"))
+    mesh.env.update(NO_MODELS)
+    liveness = {"HEARTHNET_KEEPALIVE_SECONDS": "1", "HEARTHNET_DEAD_AFTER_SECONDS": "3"}
+    try:
+        a, b = _linked_pair(mesh, namespaces, liveness)
+        assert [p for p in a.status()["capabilities"] if p.get("node") == b.node_id]
+        _cut(namespaces, True)
+        wait_for(
+            lambda: b.node_id not in a.peer_ids() and a.node_id not in b.peer_ids(),
+            timeout=30,
+            what="both sides to drop the silent link (dead after 3 s)",
+        )
+        silent = [r for n in (a, b) for r in log_records(n, "link_silent")]
+        report(S, f"cut: both sides dropped the link; link_silent records: {len(silent)}")
+        assert len(silent) >= 2
+        assert not [p for p in a.status()["capabilities"] if p.get("node") == b.node_id]
+        _cut(namespaces, False)
+        wait_for(
+            lambda: b.node_id in a.peer_ids() and a.node_id in b.peer_ids(),
+            timeout=60,
+            what="A and B to link again after the cut heals",
+        )
+        assert a.cli_json("call", "node.ping", "--provider", b.node_id)["output"]["pong"] is True
+        report(S, "healed: A and B linked again and B answers A's ping")
     finally:
         mesh.close()
