@@ -96,7 +96,9 @@ def _cut(ns: dict[str, str], on: bool) -> None:
     _ip("-n", ns["b"], "route", verb, "blackhole", f"{ADDR['a']}/32")
 
 
-def _linked_pair(mesh: LocalMesh, namespaces: dict[str, str], env: dict[str, str]) -> tuple[MeshNode, MeshNode]:
+def _linked_pair(
+    mesh: LocalMesh, namespaces: dict[str, str], env: dict[str, str]
+) -> tuple[MeshNode, MeshNode]:
     """A (founder) and B (anchor), each in its namespace, linked to each other."""
     a = mesh.add("a", env={"HEARTHNET_LISTEN": f"{ADDR['a']}:0", **env})
     b = mesh.add("b", env={"HEARTHNET_LISTEN": f"{ADDR['b']}:0", **env})

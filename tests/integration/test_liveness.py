@@ -73,8 +73,11 @@ async def relay_to(port: int) -> AsyncIterator[Relay]:
             tg.cancel_scope.cancel()
 
 
+Pair = tuple[CapabilityBus, CapabilityBus, Relay, list[PeerSession]]
+
+
 @asynccontextmanager
-async def two_buses_via_relay() -> AsyncIterator[tuple[CapabilityBus, CapabilityBus, Relay, list[PeerSession]]]:
+async def two_buses_via_relay() -> AsyncIterator[Pair]:
     ida, idb = Identity.generate(), Identity.generate()
     levels = {ida.node_id: Level.TRUSTED, idb.node_id: Level.TRUSTED}
     a, b = (
