@@ -10,6 +10,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hearthnet.observability import configure_logging
+
+# The benchmark process's own buses and clients log warnings only, to stderr:
+# stdout carries the JSON result.
+configure_logging("warning")
+
 SHARED_DATA = Path(
     os.environ.get("HEARTHNET_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data")
 )
