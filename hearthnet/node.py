@@ -26,6 +26,7 @@ from hearthnet.errors import BadRequest, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
 from hearthnet.events.rules import EventRules, default_rules
 from hearthnet.identity import Identity, load_identity
+from hearthnet.observability import process_figures
 from hearthnet.services.base import Service
 from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService
@@ -134,6 +135,7 @@ class Node:
             "peer_faults": self.bus.peer_faults(),
             "events": self.community.health(),
             "services": {s.name: s.health() for s in self.services},
+            "process": process_figures(),
         }
 
     def status(self) -> dict[str, Any]:

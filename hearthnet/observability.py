@@ -7,7 +7,11 @@ retrieved content or vectors.
 from __future__ import annotations
 
 import logging
+import resource
 import sys
+import threading
+from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -48,3 +52,21 @@ class _StructlogHandler(logging.Handler):
             logger.warning("library_log", **event)
         else:
             logger.info("library_log", **event)
+
+
+def process_figures() -> dict[str, Any]:
+    """This process's resident memory (now and peak, MB) and OS threads, for ``node.stats``."""
+    fields: dict[str, int] = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "Threads"):
+                fields[key] = int(value.split()[0])
+    except (OSError, ValueError, IndexError):  # not Linux
+        pass
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {
+        "rss_mb": round(fields["VmRSS"] / 1024, 1) if "VmRSS" in fields else None,
+        "peak_rss_mb": round(peak_kib / 1024, 1),
+        "threads": fields.get("Threads", threading.active_count()),
+    }

@@ -230,8 +230,19 @@ async def test_overload_answers_capacity_exceeded_with_retry_hint(mesh: LocalMes
     assert outcomes.count("ok") == 32  # node.echo's max_concurrent
     assert outcomes.count("capacity_exceeded") == 16
     assert all(h > 0 for h in hints)
-    stats = b.cli_json("call", "node.stats")["output"]["capabilities"]["node.echo@1.0"]
+    out = b.cli_json("call", "node.stats")["output"]
+    stats = out["capabilities"]["node.echo@1.0"]
     assert stats["errors_by_code"].get("capacity_exceeded", 0) >= 16
+    # The node process reports its own memory (a running node with no models: tens of MB).
+    proc = out["process"]
+    assert b.process is not None
+    assert 10 < proc["rss_mb"] <= proc["peak_rss_mb"] + 1 and proc["threads"] >= 1
+    assert abs(proc["rss_mb"] - _vm_rss_mb(b.process.pid)) < 64
+
+
+def _vm_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 
 
 def test_revoked_member_is_cut_off_within_seconds(mesh: LocalMesh) -> None:

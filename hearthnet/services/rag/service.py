@@ -203,6 +203,7 @@ class RagService:
                 f"corpus {corpus} was embedded with {model} but this node embeds with "
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
+        embedding = time.perf_counter()
         vectors, _, _ = await self._embedder.embed([query])
         embedded = time.perf_counter()
         hits = await run_blocking(
@@ -227,7 +228,7 @@ class RagService:
         return {"chunks": chunks}, {
             "corpus": corpus,
             "ms": ms,
-            "embed_ms": round((embedded - started) * 1000, 3),
+            "embed_ms": round((embedded - embedding) * 1000, 3),
             "embedding_model": model,
         }
 
