@@ -101,12 +101,15 @@ class Link:
     def closed(self) -> bool:
         return self._closed
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any], *, linger: bool = False) -> None:
         """Encode, seal and write one message; safe to call from many tasks at once.
 
         Sealing and queueing happen without an await, so counter order equals
         queue order; whoever holds the write lock flushes everything queued in
-        one write, which coalesces bursts from concurrent senders.
+        one write, which coalesces bursts from concurrent senders.  With
+        ``linger`` (the caller expects other sends right behind this one, e.g.
+        many calls in flight) the writer first lets the other ready tasks run
+        for one turn of the event loop, so their frames join the same write.
         """
         payload = pack(message)
         if len(payload) > self._max_payload:
@@ -123,6 +126,9 @@ class Link:
         async with self._send_lock:
             if self._flushed >= ticket:
                 return  # a concurrent sender wrote our frame with its own
+            if linger and self._queued == ticket:
+                # Not cancellable: the frame is sealed and must not be left behind unwritten.
+                await anyio.lowlevel.cancel_shielded_checkpoint()
             if self._closed:
                 raise Partition(f"link to {self.peer_id} is closed")
             data = b"".join(self._out)

@@ -1,0 +1,89 @@
+"""How a link turns concurrent sends into stream writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+from hearthnet.identity import Identity
+from hearthnet.transport import Link, accept_link, initiate_link, memory_stream_pair
+from hearthnet.transport.memory import MemoryByteStream
+
+COMMUNITY = "ed25519:test-community"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class CountingStream(anyio.abc.ByteStream):
+    """Counts the writes that reach the underlying stream."""
+
+    def __init__(self, inner: MemoryByteStream) -> None:
+        self.inner = inner
+        self.writes = 0
+
+    async def send(self, item: bytes) -> None:
+        self.writes += 1
+        await self.inner.send(item)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        return await self.inner.receive(max_bytes)
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def linked() -> tuple[Link, Link, CountingStream]:
+    alice, bob = Identity.generate(), Identity.generate()
+    a_end, b_end = memory_stream_pair()
+    counted = CountingStream(a_end)
+    out: dict[str, Link] = {}
+
+    async def respond() -> None:
+        out["b"] = await accept_link(
+            b_end, identity=bob, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(respond)
+        out["a"] = await initiate_link(
+            counted, identity=alice, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
+        )
+    return out["a"], out["b"], counted
+
+
+async def burst(link: Link, n: int, *, linger: bool) -> None:
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(lambda i=i: link.send({"i": i}, linger=linger))
+
+
+async def receive_all(link: Link, n: int) -> list[Any]:
+    with anyio.fail_after(5):
+        return [(await link.receive())["i"] for _ in range(n)]
+
+
+@pytest.mark.anyio
+async def test_lingering_senders_share_one_write_and_keep_their_order() -> None:
+    a, b, counted = await linked()
+    before = counted.writes
+    await burst(a, 32, linger=True)
+    assert counted.writes - before == 1
+    assert await receive_all(b, 32) == list(range(32))
+
+
+@pytest.mark.anyio
+async def test_without_linger_the_first_sender_writes_at_once() -> None:
+    a, b, counted = await linked()
+    before = counted.writes
+    await burst(a, 32, linger=False)
+    assert counted.writes - before > 1  # the first frame did not wait for the others
+    assert await receive_all(b, 32) == list(range(32))
