@@ -253,10 +253,8 @@ class Floor:
         v = self.model.run(self.model.tokenize([text]))[0]
         return v / np.linalg.norm(v)
 
-    def times(self, sub: np.ndarray, texts: list[str], *, warm: bool = True) -> dict[str, list[float]]:
+    def times(self, sub: np.ndarray, texts: list[str]) -> dict[str, list[float]]:
         """Per text: embed, then exact top-10 over the rows of ``sub``."""
-        if warm:
-            self.embed(texts[0])
         total: list[float] = []
         emb: list[float] = []
         for text in texts:
@@ -308,11 +306,12 @@ async def _query_interleaved(
             assert res.provider != far.node_id and len(res.output["chunks"]) == 10
 
         for text in texts[:3]:  # warm every path
+            floor.embed(text)
             await local(text)
             if client is not None:
                 await remote(text)
         for text in texts:
-            f = floor.times(sub, [text], warm=False)
+            f = floor.times(sub, [text])
             out["floor"] += f["total"]
             out["embed"] += f["embed"]
             t = time.perf_counter()
