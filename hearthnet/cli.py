@@ -262,7 +262,9 @@ def cmd_status(args: argparse.Namespace) -> None:
         print(f"listening  {', '.join(st.get('addresses', [])) or '-'}")
         print(f"peers      {len(st.get('peers', []))}")
         for p in st.get("peers", []):
-            print(f"  {p['node_id']}  {p.get('level') or '?':8} {p.get('address', '')}  {p.get('name', '')}")
+            heard = f"  heard {p['last_heard_s']:g} s ago" if "last_heard_s" in p else ""
+            level = p.get("level") or "?"
+            print(f"  {p['node_id']}  {level:8} {p.get('address', '')}  {p.get('name', '')}{heard}")
         print("capabilities")
         for c in st.get("capabilities", []):
             where = "local" if c.get("local") else c["node"]

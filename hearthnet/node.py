@@ -7,6 +7,7 @@ and runs them in one task group until cancelled.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,7 @@ class Node:
     def status(self) -> dict[str, Any]:
         assert self.bus is not None
         peers = []
+        now = time.monotonic()
         for node_id, session in sorted(self.bus.sessions.items()):
             level = self._level_of(node_id)
             manifest = self.bus.registry.remote_nodes().get(node_id)
@@ -150,6 +152,8 @@ class Node:
                     "name": manifest.name if manifest else "",
                     "level": level.label if level else None,
                     "address": session.link.remote_address,
+                    # Seconds since anything arrived on the link (closed as dead past dead_after_seconds).
+                    "last_heard_s": round(now - session.link.last_received, 1),
                 }
             )
         caps = [

@@ -61,6 +61,10 @@ def test_each_node_sees_the_other_two_with_their_levels(mesh: LocalMesh) -> None
         assert status["level"] == levels[node.node_id]
         peers = {p["node_id"]: p["level"] for p in status["peers"]}
         assert peers == {n: lvl for n, lvl in levels.items() if n != node.node_id}
+        # Keepalives (every 10 s on an idle link) keep each peer heard from well within dead_after (30 s).
+        assert all(0 <= p["last_heard_s"] < 30 for p in status["peers"])
+        human = node.cli("status").stdout
+        assert all(f"{n}  {lvl}" in human for n, lvl in peers.items()) and "heard" in human
         remote_caps = {(c["capability"], c["node"]) for c in status["capabilities"] if not c["local"]}
         assert {("node.ping@1.0", n) for n in peers} <= remote_caps
     # every node holds the same log, in the same replay order
