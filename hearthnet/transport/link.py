@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from hearthnet.errors import BusError, Partition, ProtocolError, Timeout
 from hearthnet.identity.keys import Identity
