@@ -23,6 +23,7 @@ from hearthnet.community.levels import Level
 from hearthnet.errors import Partition
 from hearthnet.identity.keys import Identity
 from hearthnet.transport import create_listener, listener_port, open_link, serve_links
+from tests.polling import wait_until
 
 COMMUNITY = "ed25519:test-community"
 LIVENESS = Liveness(keepalive_seconds=0.1, dead_after_seconds=0.5)
@@ -116,12 +117,6 @@ async def two_buses_via_relay() -> AsyncIterator[Pair]:
             tg.cancel_scope.cancel()
 
 
-async def wait_until(predicate: Any, timeout: float) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.01)
-
-
 @pytest.mark.anyio
 async def test_idle_link_is_kept_alive_by_keepalives() -> None:
     async def echo(ctx: Any) -> dict[str, Any]:
@@ -165,9 +160,7 @@ async def test_silent_link_is_closed_on_both_sides_and_fails_pending_calls() -> 
             relay.frozen = True
             frozen_at = anyio.current_time()
             # dead_after is 0.5 s; the call's own deadline (60 s) must not be what ends it.
-            with anyio.fail_after(10):
-                while len(ended) < 2:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: len(ended) >= 2, timeout=10)
         assert anyio.current_time() - frozen_at < 10
         assert len(outcome) == 1 and "lost" in outcome[0].message
         assert {s.peer_id for s in ended} == {a.node_id, b.node_id}

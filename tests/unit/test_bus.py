@@ -25,6 +25,7 @@ from hearthnet.errors import (
 )
 from hearthnet.identity import Identity
 from hearthnet.transport import accept_link, initiate_link, memory_stream_pair
+from tests.polling import wait_until
 
 COMMUNITY = "hc1:test"
 
@@ -42,12 +43,6 @@ class Mesh:
 
 def make_bus(identity: Identity, levels: dict[str, Level], name: str) -> CapabilityBus:
     return CapabilityBus(identity, level_of=levels.get, community_id=lambda: COMMUNITY, name=name)
-
-
-async def wait_until(predicate: Any, timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.001)
 
 
 @asynccontextmanager
