@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import ctypes
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ import anyio
 
 from hearthnet.client import Client, resolve_home
 from hearthnet.errors import BadRequest, BusError
+from hearthnet.process_settings import tune_malloc
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -193,37 +193,12 @@ def cmd_join(args: argparse.Namespace) -> None:
     )
 
 
-MALLOC_ARENAS = 2
-"""glibc malloc arenas for a running node (see :func:`limit_malloc_arenas`)."""
-
-
-def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas, unless ``MALLOC_ARENA_MAX`` already chose; ``True`` if applied.
-
-    glibc gives threads that allocate at the same time arenas of their own, up
-    to eight per core, and each keeps the memory freed into it.  A node's
-    worker threads (ONNX, ChromaDB, SQLite, blob writers) then hold on to
-    peaks in every arena.  Measured with 200 rag.query callers against a RAG
-    node for 150 s: 370 -> 481 MB with the default, 327 -> 359 MB with two
-    arenas, and 3 % more queries answered.  Must run before the worker threads start.
-    Does nothing off glibc (musl has no ``mallopt``).
-    """
-    if os.environ.get("MALLOC_ARENA_MAX"):
-        return False  # read by glibc itself at start-up
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    m_arena_max = -8  # from <malloc.h>
-    return bool(mallopt(m_arena_max, arenas))
-
-
 def cmd_node_run(args: argparse.Namespace) -> None:
     # Before numpy loads: idle OpenBLAS threads busy-wait ~0.1 s after each matrix
     # product by default (measured: 4x the CPU of the work itself on a 10k-chunk exact
     # search), stealing the core the next embedding needs; 2^4 cycles, then sleep.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-    limit_malloc_arenas()
+    tune_malloc()
     from hearthnet.config import load_config
     from hearthnet.node import Node
     from hearthnet.observability import configure_logging

@@ -809,7 +809,7 @@ def _syncfs_function() -> Callable[[int], int] | None:
         return None
     fn.argtypes = [ctypes.c_int]
     fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 _SYNCFS = _syncfs_function()
