@@ -7,7 +7,7 @@ no I/O; :class:`BlobStore` is the blocking on-disk store (wrap it in
 
 from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, blob_cid, chunk_cid, is_cid, parse_cid
 from hearthnet.blobs.manifest import MAX_CHUNK_SIZE, Manifest, ManifestBuilder, manifest_for_bytes
-from hearthnet.blobs.store import BlobInfo, BlobStore, CorruptBlob
+from hearthnet.blobs.store import BlobInfo, BlobStore, CorruptBlob, ReassemblyCheck
 
 __all__ = [
     "CHUNK_SIZE",
@@ -18,6 +18,7 @@ __all__ = [
     "CorruptBlob",
     "Manifest",
     "ManifestBuilder",
+    "ReassemblyCheck",
     "blob_cid",
     "chunk_cid",
     "is_cid",

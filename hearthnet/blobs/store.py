@@ -40,7 +40,14 @@ from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, chunk_cid, cid_hex, is_ci
 from hearthnet.blobs.manifest import MAX_CHUNK_SIZE, Manifest, ManifestBuilder, manifest_for_bytes
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 
-__all__ = ["DEFAULT_STALE_AFTER_S", "BlobInfo", "BlobStore", "CorruptBlob", "IncomingChunks"]
+__all__ = [
+    "DEFAULT_STALE_AFTER_S",
+    "BlobInfo",
+    "BlobStore",
+    "CorruptBlob",
+    "IncomingChunks",
+    "ReassemblyCheck",
+]
 
 DEFAULT_STALE_AFTER_S: Final = 24 * 3600.0
 """Incomplete unpinned manifests and unreferenced chunks older than this are collected by ``gc``."""
@@ -80,6 +87,42 @@ CREATE TABLE IF NOT EXISTS meta (
 
 class CorruptBlob(NotFound):
     """A stored chunk or blob failed verification; it was quarantined and can be refetched."""
+
+
+class ReassemblyCheck:
+    """Hashes the chunks of one manifest as they stream past, to spare re-reading them.
+
+    Feed every chunk in manifest order (:meth:`feed`); :meth:`matches` is true
+    only if exactly the manifest's chunks came, in order, each of its exact
+    length, and their concatenation hashes to ``doc_cid``.  Anything else
+    (a gap, a repeat, a resumed transfer) simply does not match, and
+    :meth:`BlobStore.complete` reads the stored chunks back instead.
+    """
+
+    __slots__ = ("_broken", "_hasher", "_manifest", "_next")
+
+    def __init__(self, manifest: Manifest) -> None:
+        self._manifest = manifest
+        self._hasher = CidHasher()
+        self._next = 0
+        self._broken = False
+
+    def feed(self, chunk_id: str, data: bytes) -> None:
+        """The next chunk that passed (its id is verified separately, when it is stored)."""
+        m, i = self._manifest, self._next
+        if self._broken or i >= len(m.chunks) or m.chunks[i] != chunk_id or len(data) != m.chunk_length(i):
+            self._broken = True
+            return
+        self._hasher.update(data)
+        self._next = i + 1
+
+    def matches(self, manifest: Manifest) -> bool:
+        return (
+            not self._broken
+            and manifest == self._manifest
+            and self._next == len(manifest.chunks)
+            and self._hasher.cid() == manifest.doc_cid
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,17 +520,34 @@ class BlobStore:
             seen.add(cid)
         return out
 
-    def complete(self, doc_cid: str) -> Manifest:
+    def complete(self, doc_cid: str, *, reassembly: ReassemblyCheck | None = None) -> Manifest:
         """Check that all chunks are present and reassemble to ``doc_cid``; mark the blob complete.
 
         Missing chunks -> :class:`BadRequest` (the manifest stays, fetch the rest).
         A reassembly that does not hash to ``doc_cid`` -> the manifest is dropped
         and :class:`BadRequest` raised.  A corrupt chunk -> :class:`CorruptBlob`.
+
+        ``reassembly``: the writer saw every chunk of this manifest, in order,
+        and hashed them as they passed; if it matched, the chunks are not read
+        back (they were each verified against their ids when stored).
         """
         manifest = self.get_manifest(doc_cid)
         missing = self.missing_chunks(manifest)
         if missing:
             raise BadRequest(f"blob {doc_cid} is missing {len(missing)} of {len(manifest.chunks)} chunks")
+        if reassembly is None or not reassembly.matches(manifest):
+            self._check_reassembly(manifest)
+        with self._lock, self._tx():
+            tick = self._tick()
+            self._db.execute(
+                "UPDATE blobs SET complete = 1, last_used = ?, changed_at = ? WHERE doc_cid = ?",
+                (tick, self._clock(), doc_cid),
+            )
+        return manifest
+
+    def _check_reassembly(self, manifest: Manifest) -> None:
+        """Read the stored chunks back in order and compare their hash with ``doc_cid``."""
+        doc_cid = manifest.doc_cid
         hasher = CidHasher()
         for i, cid in enumerate(manifest.chunks):
             data = self._read_chunk(cid)
@@ -498,13 +558,6 @@ class BlobStore:
         if hasher.cid() != doc_cid:
             self.delete(doc_cid)
             raise BadRequest(f"chunks do not reassemble to {doc_cid}; manifest dropped")
-        with self._lock, self._tx():
-            tick = self._tick()
-            self._db.execute(
-                "UPDATE blobs SET complete = 1, last_used = ?, changed_at = ? WHERE doc_cid = ?",
-                (tick, self._clock(), doc_cid),
-            )
-        return manifest
 
     # ------------------------------------------------------------------ reading
 

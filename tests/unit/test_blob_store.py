@@ -13,7 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hearthnet.blobs import BlobStore, CorruptBlob, Manifest, blob_cid, chunk_cid, manifest_for_bytes
+from hearthnet.blobs import (
+    BlobStore,
+    CorruptBlob,
+    Manifest,
+    ReassemblyCheck,
+    blob_cid,
+    chunk_cid,
+    manifest_for_bytes,
+)
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 from tests.shared_data import PDF_DIR
 
@@ -129,6 +137,69 @@ def test_complete_drops_a_manifest_that_does_not_reassemble(tmp_path: Path) -> N
             store.get_manifest(bogus.doc_cid)
         assert not store.has_blob(bogus.doc_cid)
         assert chunk_files(tmp_path / "b") == []
+
+
+def _pieces(payload: bytes) -> list[bytes]:
+    return [payload[i : i + SMALL] for i in range(0, len(payload), SMALL)]
+
+
+def test_complete_trusts_a_matching_in_order_reassembly_without_reading_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = os.urandom(5 * SMALL + 3)
+    manifest = manifest_for_bytes(payload, SMALL)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(manifest)
+        check = ReassemblyCheck(manifest)
+        for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
+            store.put_chunk(cid, piece)
+            check.feed(cid, piece)
+        reads: list[str] = []
+        real_read = store._read_chunk
+        monkeypatch.setattr(store, "_read_chunk", lambda cid: reads.append(cid) or real_read(cid))
+        assert store.complete(manifest.doc_cid, reassembly=check) == manifest
+        assert reads == []
+        assert store.read_blob(manifest.doc_cid) == payload
+        # Without one, every chunk is read back and hashed.
+        store.complete(manifest.doc_cid)
+        assert reads[-len(manifest.chunks) :] == list(manifest.chunks)
+
+
+def test_complete_still_checks_missing_chunks_with_a_matching_reassembly(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(manifest)
+        check = ReassemblyCheck(manifest)
+        for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
+            check.feed(cid, piece)
+        store.put_chunk(manifest.chunks[0], _pieces(payload)[0])
+        with pytest.raises(BadRequest, match="missing 2 of 3"):
+            store.complete(manifest.doc_cid, reassembly=check)
+        assert not store.has_blob(manifest.doc_cid)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_a_reassembly_matches_only_the_manifests_exact_bytes_in_order(data: st.DataObject) -> None:
+    payload = data.draw(st.binary(min_size=1, max_size=6 * SMALL))
+    manifest = manifest_for_bytes(payload, SMALL)
+    pieces = list(zip(manifest.chunks, _pieces(payload), strict=True))
+    fed = data.draw(
+        st.one_of(
+            st.just(pieces),
+            st.permutations(pieces),
+            st.lists(st.sampled_from(pieces), max_size=8),
+            st.just(pieces).map(lambda p: [*p[:-1], (p[-1][0], p[-1][1] + b"x")]),
+            st.just(pieces).map(lambda p: [*p[:-1], (p[-1][0], bytes([p[-1][1][0] ^ 1]) + p[-1][1][1:])]),
+        )
+    )
+    check = ReassemblyCheck(manifest)
+    for cid, piece in fed:
+        check.feed(cid, piece)
+    assert check.matches(manifest) == (fed == pieces)
+    other = manifest_for_bytes(payload + b"!", SMALL)
+    assert not check.matches(other)
 
 
 # ---------------------------------------------------------------- verification

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import structlog
 
-from hearthnet.blobs import BlobStore, Manifest, chunk_cid, is_cid
+from hearthnet.blobs import BlobStore, Manifest, ReassemblyCheck, chunk_cid, is_cid
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
@@ -151,6 +151,9 @@ class FileService:
         await self._io(self.store.check_quota, len(missing_before) * manifest.chunk_size)
         await self._io(lambda: self.store.put_manifest(manifest, pin=pin))
         need = set(missing_before)
+        # A fresh put streams every chunk in order: hash the document on the way
+        # so that completing it need not read everything back from disk.
+        reassembly = ReassemblyCheck(manifest) if missing_before == list(manifest.chunks) else None
         await ctx.send({"need": missing_before})
         received = 0
         async with self._chunk_writer() as write:
@@ -164,13 +167,15 @@ class FileService:
                 if chunk_id not in need:
                     raise BadRequest(f"chunk {chunk_id} was not asked for")
                 need.discard(chunk_id)
+                if reassembly is not None:
+                    reassembly.feed(chunk_id, data)
                 await write(chunk_id, data)
                 received += 1
         if need:
             raise BadRequest(
                 f"put ended with {len(need)} chunks still missing; call file.put again to resume"
             )
-        await self._io(self.store.complete, manifest.doc_cid)
+        await self._io(lambda: self.store.complete(manifest.doc_cid, reassembly=reassembly))
         log.info(
             "blob_put",
             doc_cid=manifest.doc_cid,
@@ -406,6 +411,7 @@ class FileService:
             have = existing
         fetched = 0
         manifest: Manifest | None = None
+        reassembly: ReassemblyCheck | None = None
         async with (
             self._chunk_writer() as write,
             self._bus.stream(
@@ -423,6 +429,8 @@ class FileService:
                         raise ProtocolError("peer answered with the manifest of another document")
                     await self._io(self.store.check_quota, manifest.size)
                     await self._io(self.store.put_manifest, manifest)
+                    if not have:  # every chunk comes, in order: hash the document on the way
+                        reassembly = ReassemblyCheck(manifest)
                     continue
                 chunk_id, data, index = frame.get("chunk_id"), frame.get("data"), frame.get("index")
                 if not isinstance(chunk_id, str) or not isinstance(data, bytes) or not isinstance(index, int):
@@ -431,12 +439,14 @@ class FileService:
                     raise ProtocolError("peer sent a chunk that is not in the manifest at that index")
                 if chunk_cid(data) != chunk_id:
                     raise BadRequest(f"peer {node} sent a chunk that does not match its id")
+                if reassembly is not None:
+                    reassembly.feed(chunk_id, data)
                 await write(chunk_id, data)
                 fetched += 1
                 if progress is not None:
                     await progress({"stage": "fetch", "current": index + 1, "total": len(manifest.chunks)})
             await call.result()
-        await self._io(self.store.complete, doc_cid)
+        await self._io(lambda: self.store.complete(doc_cid, reassembly=reassembly))
         return fetched
 
     def _known_chunks_of(self, doc_cid: str) -> list[str]:
