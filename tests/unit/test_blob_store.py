@@ -143,6 +143,14 @@ def _pieces(payload: bytes) -> list[bytes]:
     return [payload[i : i + SMALL] for i in range(0, len(payload), SMALL)]
 
 
+def _fed_check(manifest: Manifest, payload: bytes) -> ReassemblyCheck:
+    """A check that saw the whole payload pass, chunk by chunk, in order."""
+    check = ReassemblyCheck(manifest)
+    for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
+        check.feed(cid, piece)
+    return check
+
+
 def test_complete_trusts_a_matching_in_order_reassembly_without_reading_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,10 +158,9 @@ def test_complete_trusts_a_matching_in_order_reassembly_without_reading_back(
     manifest = manifest_for_bytes(payload, SMALL)
     with small_store(tmp_path / "b") as store:
         store.put_manifest(manifest)
-        check = ReassemblyCheck(manifest)
         for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
             store.put_chunk(cid, piece)
-            check.feed(cid, piece)
+        check = _fed_check(manifest, payload)
         reads: list[str] = []
         real_read = store._read_chunk
         monkeypatch.setattr(store, "_read_chunk", lambda cid: reads.append(cid) or real_read(cid))
@@ -170,9 +177,7 @@ def test_complete_still_checks_missing_chunks_with_a_matching_reassembly(tmp_pat
     manifest = manifest_for_bytes(payload, SMALL)
     with small_store(tmp_path / "b") as store:
         store.put_manifest(manifest)
-        check = ReassemblyCheck(manifest)
-        for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
-            check.feed(cid, piece)
+        check = _fed_check(manifest, payload)
         store.put_chunk(manifest.chunks[0], _pieces(payload)[0])
         with pytest.raises(BadRequest, match="missing 2 of 3"):
             store.complete(manifest.doc_cid, reassembly=check)
