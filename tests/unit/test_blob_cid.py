@@ -36,6 +36,7 @@ def test_exported_names() -> None:
             "CorruptBlob",
             "Manifest",
             "ManifestBuilder",
+            "ReassemblyCheck",
             "blob_cid",
             "chunk_cid",
             "is_cid",
