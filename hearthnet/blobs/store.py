@@ -117,6 +117,7 @@ class ReassemblyCheck:
         self._next = i + 1
 
     def matches(self, manifest: Manifest) -> bool:
+        """Whether exactly ``manifest``'s chunks were fed, in order, and hash to its ``doc_cid``."""
         return (
             not self._broken
             and manifest == self._manifest
