@@ -46,6 +46,8 @@ Admit = Callable[[str], None]
 """``admit(peer_node_id)`` returns to accept the peer, raises ``Unauthorized``/``Revoked`` to refuse."""
 
 RECEIVE_SIZE = 65536
+LINGER_BATCH = 16
+"""A lingering burst is written every this many frames (see :meth:`Link.send`)."""
 _OK = {"ok": True}
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
@@ -86,6 +88,7 @@ class Link:
         self._queued = 0
         self._flushed = 0
         self._send_lock = _new_lock()
+        self._lingering = False  # a lingering sender will write what is queued at the end of this turn
         self._recv_lock = _new_lock()
         self._closed = False
         self._eof = False
@@ -103,14 +106,19 @@ class Link:
         return self._closed
 
     async def send(self, message: dict[str, Any], *, linger: bool = False) -> None:
-        """Encode, seal and write one message; safe to call from many tasks at once.
+        """Encode, seal and queue one message, and see that it is written; safe from many tasks at once.
 
         Sealing and queueing happen without an await, so counter order equals
-        queue order; whoever holds the write lock flushes everything queued in
-        one write, which coalesces bursts from concurrent senders.  With
-        ``linger`` (the caller expects other sends right behind this one, e.g.
-        many calls in flight) the writer first lets the other ready tasks run
-        for one turn of the event loop, so their frames join the same write.
+        queue order, and whoever writes takes everything queued in one write,
+        which coalesces bursts from concurrent senders.  With ``linger`` (the
+        caller expects other sends right behind this one, e.g. many calls in
+        flight) the first such sender lets the other ready tasks run for one
+        turn of the event loop and then writes what they queued; the others
+        return as soon as their frame is queued.  So that the peer can start on
+        a burst before it has all been produced, a lingering burst is written
+        every ``LINGER_BATCH`` frames rather than only at the end of the turn.
+        Once a lingering sender has queued a frame, it will be written (or
+        the link closes): its write is not cancellable.
         """
         payload = pack(message)
         if len(payload) > self._max_payload:
@@ -123,13 +131,25 @@ class Link:
         self._out.append(HEADER.pack(len(sealed)))
         self._out.append(sealed)
         self._queued += 1
-        ticket = self._queued
+        if not linger:
+            await self._flush(self._queued)
+            return
+        if self._queued - self._flushed < LINGER_BATCH:
+            if self._lingering:
+                return  # the lingering sender writes this frame at the end of the turn
+            self._lingering = True
+            try:
+                await anyio.lowlevel.cancel_shielded_checkpoint()
+            finally:
+                self._lingering = False
+        with anyio.CancelScope(shield=True):
+            await self._flush(self._queued)
+
+    async def _flush(self, ticket: int) -> None:
+        """Write every queued frame unless frame number ``ticket`` has been written already."""
         async with self._send_lock:
             if self._flushed >= ticket:
                 return  # a concurrent sender wrote our frame with its own
-            if linger and self._queued == ticket:
-                # Not cancellable: the frame is sealed and must not be left behind unwritten.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
             if self._closed:
                 raise Partition(f"link to {self.peer_id} is closed")
             data = b"".join(self._out)

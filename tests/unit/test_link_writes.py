@@ -6,10 +6,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 
 from hearthnet.identity import Identity
 from hearthnet.transport import Link, accept_link, initiate_link, memory_stream_pair
+from hearthnet.transport.link import LINGER_BATCH
 from hearthnet.transport.memory import MemoryByteStream
 
 COMMUNITY = "ed25519:test-community"
@@ -75,9 +77,33 @@ async def receive_all(link: Link, n: int) -> list[Any]:
 async def test_lingering_senders_share_one_write_and_keep_their_order() -> None:
     a, b, counted = await linked()
     before = counted.writes
-    await burst(a, 32, linger=True)
+    await burst(a, LINGER_BATCH - 1, linger=True)
     assert counted.writes - before == 1
-    assert await receive_all(b, 32) == list(range(32))
+    assert await receive_all(b, LINGER_BATCH - 1) == list(range(LINGER_BATCH - 1))
+
+
+@pytest.mark.anyio
+async def test_a_long_lingering_burst_is_written_every_batch_so_the_peer_can_start() -> None:
+    a, b, counted = await linked()
+    before = counted.writes
+    await burst(a, 2 * LINGER_BATCH + 1, linger=True)
+    # A full batch is written at once; what queues while a write is under way joins the next one.
+    assert 2 <= counted.writes - before <= 3
+    assert await receive_all(b, 2 * LINGER_BATCH + 1) == list(range(2 * LINGER_BATCH + 1))
+
+
+@pytest.mark.anyio
+async def test_frames_of_cancelled_lingering_senders_are_still_written() -> None:
+    a, b, _counted = await linked()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(lambda i=i: a.send({"i": i}, linger=True))
+            await anyio.lowlevel.checkpoint()  # every sender has queued; the first lingers
+            scope.cancel()
+    assert await receive_all(b, 3) == [0, 1, 2]
+    await a.send({"i": 3})
+    assert await receive_all(b, 1) == [3]
 
 
 @pytest.mark.anyio
