@@ -9,7 +9,7 @@ retried on the next provider, and over ``max_concurrent`` a handler answers
 
 from __future__ import annotations
 
-import secrets
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
@@ -64,6 +64,11 @@ _UNSET = object()
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _new_trace_id() -> str:
+    """16 hex digits that tie a call's log lines together (unique, not secret)."""
+    return f"{random.getrandbits(64):016x}"
 
 
 def _version_text(v: Version) -> str:
@@ -328,14 +333,15 @@ class CapabilityBus:
             if ctx.deadline <= anyio.current_time():
                 raise Timeout(f"deadline passed before {d.ref} started")
             value: Any = _UNSET
-            with anyio.CancelScope(deadline=ctx.deadline) as scope:
-                if incoming is not None:
-                    incoming.scope = scope
-                    if incoming.cancelled:
-                        scope.cancel()
+            if incoming is None:
+                scope = anyio.CancelScope(deadline=ctx.deadline)
+            else:  # the peer's session times it (one timer for all its calls)
+                scope = anyio.CancelScope()
+                incoming.enforce_deadline(scope, ctx.deadline)
+            with scope:
                 value = await reg.handler(ctx)
             if value is _UNSET:
-                if incoming is not None and incoming.cancelled:
+                if incoming is not None and incoming.cancelled and not incoming.deadline_passed:
                     code = "cancelled"
                     return None
                 raise Timeout(f"{d.ref} did not finish within its deadline")
@@ -360,7 +366,13 @@ class CapabilityBus:
 
     # calling ----------------------------------------------------------------------
     def _candidates(
-        self, capability: str, version: Version, params: Mapping[str, Any], provider: str | None
+        self,
+        capability: str,
+        version: Version,
+        params: Mapping[str, Any],
+        provider: str | None,
+        *,
+        now: float,
     ) -> list[ProviderInfo]:
         candidates = self.registry.providers(capability, version, params)
         if provider is not None:
@@ -376,9 +388,7 @@ class CapabilityBus:
             if c.is_local:
                 stats = self.stats.get(c.descriptor.ref)
                 local_saturated = stats.in_flight >= c.descriptor.max_concurrent
-        return self.router.order(
-            candidates, capability, now=anyio.current_time(), local_saturated=local_saturated
-        )
+        return self.router.order(candidates, capability, now=now, local_saturated=local_saturated)
 
     async def call(
         self,
@@ -393,15 +403,19 @@ class CapabilityBus:
     ) -> CallResult:
         """Call the best provider; retry an idempotent call on the next one."""
         params_d, input_d = dict(params or {}), dict(input or {})
-        candidates = self._candidates(capability, version, params_d, provider)
+        now = anyio.current_time()
+        candidates = self._candidates(capability, version, params_d, provider, now=now)
         budget = timeout if timeout is not None else candidates[0].descriptor.timeout_seconds
-        deadline = anyio.current_time() + budget
-        trace = trace_id or secrets.token_hex(8)
+        deadline = now + budget
+        trace = trace_id or _new_trace_id()
         last: BusError | None = None
         for attempt, cand in enumerate(candidates):
-            if attempt and (last is None or last.code not in _RETRYABLE or not cand.descriptor.idempotent):
-                break
-            if anyio.current_time() >= deadline:
+            if attempt and (
+                last is None
+                or last.code not in _RETRYABLE
+                or not cand.descriptor.idempotent
+                or anyio.current_time() >= deadline
+            ):
                 break
             try:
                 return await self._call_one(cand, capability, version, params_d, input_d, deadline, trace)
@@ -469,14 +483,10 @@ class CapabilityBus:
                 deadline_ms=max(1, int(remaining * 1000)),
                 trace_id=trace_id,
                 stream=False,
+                # the handler's own deadline answers first; this covers a peer that never does
+                give_up_at=deadline + 0.05,
             )
-            with anyio.fail_after(max(0.0, deadline - anyio.current_time()) + 0.05):
-                result = await call.result.wait()
-        except TimeoutError as exc:
-            if call is not None:
-                await call.cancel()
-            self.router.record_failure(cand.node_id, capability, now=anyio.current_time(), counts=True)
-            raise Timeout(f"{capability} on {cand.node_id} did not answer within the deadline") from exc
+            result = await call.result.wait()
         except BusError as exc:
             self.router.record_failure(
                 cand.node_id, capability, now=anyio.current_time(), counts=exc.code not in _HEALTH_NEUTRAL
@@ -505,10 +515,11 @@ class CapabilityBus:
     ) -> AsyncIterator[CallStream]:
         """A streamed call on the best provider (no retry: frames may already be consumed)."""
         params_d, input_d = dict(params or {}), dict(input or {})
-        cand = self._candidates(capability, version, params_d, provider)[0]
+        now = anyio.current_time()
+        cand = self._candidates(capability, version, params_d, provider, now=now)[0]
         budget = timeout if timeout is not None else cand.descriptor.timeout_seconds
-        deadline = anyio.current_time() + budget
-        trace = trace_id or secrets.token_hex(8)
+        deadline = now + budget
+        trace = trace_id or _new_trace_id()
         if cand.is_local:
             reg, ctx = self._local_call(capability, version, params_d, input_d, deadline, trace, stream=True)
             local = _LocalStream(ctx)

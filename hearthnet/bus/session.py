@@ -27,6 +27,7 @@ protocol and the link is closed.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import time
@@ -46,6 +47,7 @@ from hearthnet.errors import (
     CapacityExceeded,
     Partition,
     ProtocolError,
+    Timeout,
     error_from_wire,
 )
 from hearthnet.transport.link import Link
@@ -131,14 +133,17 @@ class OutgoingCall:
     id: int
     session: PeerSession
     stream: bool
+    capability: str = ""
     result: OneShot[CallResult] = field(default_factory=OneShot)
-    input_credit: Credit = field(default_factory=lambda: Credit(WINDOW))
+    input_credit: Credit | None = None
+    """Input frames the handler lets us send (streamed calls only)."""
     frames_tx: MemoryObjectSendStream[dict[str, Any]] | None = None
     frames_rx: MemoryObjectReceiveStream[dict[str, Any]] | None = None
     consumed: int = 0
 
     def __post_init__(self) -> None:
         if self.stream:
+            self.input_credit = Credit(WINDOW)
             self.frames_tx, self.frames_rx = anyio.create_memory_object_stream[dict[str, Any]](WINDOW)
 
     def finish(self, value: CallResult | BaseException) -> None:
@@ -148,9 +153,11 @@ class OutgoingCall:
             self.result.set(value)
         if self.frames_tx is not None:
             self.frames_tx.close()
-        self.input_credit.grant(1 << 30)  # wake any sender; it will see the call is over
+        if self.input_credit is not None:
+            self.input_credit.grant(1 << 30)  # wake any sender; it will see the call is over
 
     async def send_input(self, data: dict[str, Any]) -> None:
+        assert self.input_credit is not None, "input frames go with streamed calls"
         await self.input_credit.acquire()
         if self.result.done:
             return
@@ -192,6 +199,9 @@ class IncomingCall:
     scope: anyio.CancelScope | None = None
     """The scope the handler runs in (set by the dispatcher); a ``cancel`` message cancels it."""
     cancelled: bool = False
+    """The caller sent ``cancel``."""
+    deadline_passed: bool = False
+    """The call's deadline came before its answer (the session's timer cancelled the scope)."""
     output_credit: Credit | None = None
     input_tx: MemoryObjectSendStream[dict[str, Any] | None] | None = None
     input_rx: MemoryObjectReceiveStream[dict[str, Any] | None] | None = None
@@ -209,6 +219,14 @@ class IncomingCall:
         self.cancelled = True
         if self.scope is not None:
             self.scope.cancel()
+
+    def enforce_deadline(self, scope: anyio.CancelScope, deadline: float) -> None:
+        """Run the handler in ``scope``: a ``cancel`` from the caller or ``deadline``
+        (``anyio.current_time()`` scale) cancels it; one timer per session keeps the time."""
+        self.scope = scope
+        if self.cancelled:
+            scope.cancel()
+        self.session._add_timer(deadline, self)
 
     async def send_frame(self, data: dict[str, Any]) -> None:
         if self.output_credit is None:
@@ -254,6 +272,19 @@ class PeerSession:
         self.outgoing: dict[int, OutgoingCall] = {}
         self.incoming: dict[int, IncomingCall] = {}
         self._tg: anyio.abc.TaskGroup | None = None
+        # Calls from the peer are served by pooled worker tasks: handing a call to a
+        # waiting worker costs a fraction of spawning a task for it.
+        self._work_tx, self._work_rx = anyio.create_memory_object_stream[IncomingCall](math.inf)
+        self._idle_workers = 0
+        self.workers = 0
+        # Deadlines of calls both ways in one heap of (time, tiebreak, call) served by one
+        # timer task, instead of a timed cancel scope per call: when to give up on our
+        # calls, when to stop the peer's.  Entries of finished calls are skipped when they
+        # come up (and pruned when they pile up).
+        self._timers: list[tuple[float, int, OutgoingCall | IncomingCall]] = []
+        self._timer_seq = itertools.count()
+        self._next_timer = math.inf
+        self._timers_changed = anyio.Event()
         self.closed = anyio.Event()
         self.close_reason: str = ""
         self.manifest_seen = False
@@ -288,11 +319,16 @@ class PeerSession:
         deadline_ms: int,
         trace_id: str,
         stream: bool,
+        give_up_at: float | None = None,
     ) -> OutgoingCall:
+        """Send a request; with ``give_up_at`` (``anyio.current_time()`` scale) the call fails
+        with ``timeout`` at that time unless answered, and the peer is told to cancel it."""
         if self.closed.is_set():
             raise Partition(f"link to {self.peer_id} is closed")
-        call = OutgoingCall(next(self._ids), self, stream)
+        call = OutgoingCall(next(self._ids), self, stream, capability)
         self.outgoing[call.id] = call
+        if give_up_at is not None:
+            self._add_timer(give_up_at, call)
         try:
             await self.send(
                 {
@@ -319,6 +355,7 @@ class PeerSession:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._watch_liveness, tg.cancel_scope)
+                tg.start_soon(self._run_timers)
                 try:
                     while True:
                         msg = await self.link.receive()
@@ -365,6 +402,43 @@ class PeerSession:
                 self.spawn(self.send_quiet, {"t": "keepalive"})
             await anyio.sleep(max(min(keepalive - quiet, dead_after - silent), 0.01))
 
+    def _pending(self, call: OutgoingCall | IncomingCall) -> bool:
+        if isinstance(call, OutgoingCall):
+            return self.outgoing.get(call.id) is call
+        return self.incoming.get(call.request.id) is call  # the peer may reuse an id later
+
+    def _add_timer(self, when: float, call: OutgoingCall | IncomingCall) -> None:
+        heap = self._timers
+        if len(heap) > 1024 and len(heap) > 4 * (len(self.outgoing) + len(self.incoming)):
+            heap[:] = [entry for entry in heap if self._pending(entry[2])]
+            heapq.heapify(heap)
+        heapq.heappush(heap, (when, next(self._timer_seq), call))
+        if when < self._next_timer:
+            self._timers_changed.set()
+
+    async def _run_timers(self) -> None:
+        """Fail our unanswered calls with ``timeout`` and cancel the peer's calls at their times."""
+        heap = self._timers
+        while True:
+            now = anyio.current_time()
+            while heap and heap[0][0] <= now:
+                call = heapq.heappop(heap)[2]
+                if not self._pending(call):
+                    continue
+                if isinstance(call, OutgoingCall):
+                    del self.outgoing[call.id]
+                    call.finish(
+                        Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
+                    )
+                    self.spawn(self.send_quiet, {"t": "cancel", "id": call.id})
+                elif call.scope is not None:
+                    call.deadline_passed = True
+                    call.scope.cancel()
+            self._next_timer = heap[0][0] if heap else math.inf
+            self._timers_changed = anyio.Event()
+            with anyio.move_on_after(self._next_timer - now):
+                await self._timers_changed.wait()
+
     def spawn(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``fn`` as a task that ends with this session (never inside the reader itself)."""
         if self._tg is not None and not self.closed.is_set():
@@ -393,8 +467,10 @@ class PeerSession:
                 if not isinstance(data, dict) or call.frames_tx is None:
                     raise ProtocolError("unexpected stream frame")
                 _deliver_within_credit(call.frames_tx, data, "stream frames")
-            else:
+            elif call.input_credit is not None:
                 call.input_credit.grant(_credit_amount(msg))
+            else:
+                raise ProtocolError("input credit for a call that takes no input frames")
         elif t in ("in", "in_end", "cancel", "credit_out"):
             inc = self.incoming.get(rid) if isinstance(rid, int) else None
             if inc is None:
@@ -432,14 +508,22 @@ class PeerSession:
             return
         inc = IncomingCall(req, self)
         self.incoming[req.id] = inc
-        assert self._tg is not None
-        self._tg.start_soon(self._serve, inc)
+        if self._idle_workers:
+            self._idle_workers -= 1  # that worker will take this call (or one queued before it)
+        else:
+            assert self._tg is not None
+            self.workers += 1  # at most one per call in flight, so at most MAX_INCOMING_PER_PEER
+            self._tg.start_soon(self._worker)
+        self._work_tx.send_nowait(inc)
 
-    async def _serve(self, inc: IncomingCall) -> None:
-        try:
-            await self._dispatcher(self, inc)
-        finally:
-            self.incoming.pop(inc.request.id, None)
+    async def _worker(self) -> None:
+        """Serve the peer's calls one after another until the session ends."""
+        async for inc in self._work_rx:
+            try:
+                await self._dispatcher(self, inc)
+            finally:
+                self.incoming.pop(inc.request.id, None)
+            self._idle_workers += 1
 
 
 def _deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:

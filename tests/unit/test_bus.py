@@ -331,7 +331,7 @@ async def test_repeated_failures_quarantine_a_provider() -> None:
         assert a.router.is_quarantined(b.node_id, "test.q", anyio.current_time())
         c.register(reg("test.q", echo, idempotent=True))
         await announce(c)
-        order = [p.node_id for p in a._candidates("test.q", (1, 0), {}, None)]
+        order = [p.node_id for p in a._candidates("test.q", (1, 0), {}, None, now=anyio.current_time())]
         assert order == [c.node_id]  # the quarantined provider is skipped while another exists
         assert (await a.call("test.q")).provider == c.node_id
 

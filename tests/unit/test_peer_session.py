@@ -1,0 +1,182 @@
+"""One peer session over an in-memory link, driven from a raw link on the other side."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from hearthnet.bus.session import IncomingCall, PeerSession
+from hearthnet.errors import Timeout
+from hearthnet.identity import Identity
+from hearthnet.transport import Link, accept_link, initiate_link, memory_stream_pair
+from tests.polling import wait_until
+
+COMMUNITY = "ed25519:test-community"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def answer(session: PeerSession, inc: IncomingCall) -> None:
+    await session.send_quiet({"t": "done", "id": inc.request.id, "output": {}, "meta": {}})
+
+
+async def ignore_control(_session: PeerSession, _msg: dict[str, Any]) -> None:
+    return None
+
+
+@asynccontextmanager
+async def session_and_raw_link(
+    dispatcher: Any = answer,
+) -> AsyncIterator[tuple[PeerSession, Link]]:
+    """A running ``PeerSession`` and the raw link of its peer."""
+    alice, bob = Identity.generate(), Identity.generate()
+    a_end, b_end = memory_stream_pair()
+    links: dict[str, Link] = {}
+
+    async def respond() -> None:
+        links["raw"] = await accept_link(
+            b_end, identity=bob, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(respond)
+        links["ours"] = await initiate_link(
+            a_end, identity=alice, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
+        )
+    session = PeerSession(links["ours"], dispatcher=dispatcher, on_control=ignore_control)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(session.run)
+        try:
+            yield session, links["raw"]
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def request(rid: int, *, deadline_ms: int = 5000, hang: bool = False) -> dict[str, Any]:
+    return {
+        "t": "req",
+        "id": rid,
+        "capability": "test.x",
+        "params": {},
+        "input": {"hang": hang},
+        "deadline_ms": deadline_ms,
+    }
+
+
+@pytest.mark.anyio
+async def test_an_unanswered_call_times_out_at_its_give_up_time_and_the_peer_is_told() -> None:
+    async with session_and_raw_link() as (session, raw):
+        give_up_at = anyio.current_time() + 0.2
+        call = await session.request(
+            "test.x", "1.0", {}, {}, deadline_ms=150, trace_id="t", stream=False, give_up_at=give_up_at
+        )
+        with anyio.fail_after(5):
+            sent = await raw.receive()
+            assert sent["t"] == "req"
+            with pytest.raises(Timeout, match=r"test\.x"):
+                await call.result.wait()
+            assert anyio.current_time() >= give_up_at
+            assert await raw.receive() == {"t": "cancel", "id": sent["id"]}
+        assert call.id not in session.outgoing
+
+
+@pytest.mark.anyio
+async def test_a_later_call_with_an_earlier_give_up_time_is_not_kept_waiting() -> None:
+    async with session_and_raw_link() as (session, raw):
+        now = anyio.current_time()
+        slow = await session.request(
+            "test.x", "1.0", {}, {}, deadline_ms=60_000, trace_id="t", stream=False, give_up_at=now + 60
+        )
+        fast = await session.request(
+            "test.x", "1.0", {}, {}, deadline_ms=100, trace_id="t", stream=False, give_up_at=now + 0.1
+        )
+        with anyio.fail_after(5), pytest.raises(Timeout):
+            await fast.result.wait()
+        assert not slow.result.done
+        del raw
+
+
+@pytest.mark.anyio
+async def test_answered_calls_do_not_pile_up_in_the_give_up_heap() -> None:
+    async with session_and_raw_link() as (session, raw):
+        for _ in range(3000):
+            call = await session.request(
+                "test.x",
+                "1.0",
+                {},
+                {},
+                deadline_ms=60_000,
+                trace_id="t",
+                stream=False,
+                give_up_at=anyio.current_time() + 60,
+            )
+            sent = await raw.receive()
+            await raw.send({"t": "done", "id": sent["id"], "output": {"n": sent["id"]}, "meta": {}})
+            assert (await call.result.wait()).output == {"n": call.id}
+        assert len(session._timers) <= 1025  # pruned once answered calls dominate it
+
+
+@pytest.mark.anyio
+async def test_calls_are_served_by_reused_workers_at_most_one_per_call_in_flight() -> None:
+    gate = anyio.Event()
+
+    async def gated(session: PeerSession, inc: IncomingCall) -> None:
+        await gate.wait()
+        await answer(session, inc)
+
+    async with session_and_raw_link(gated) as (session, raw):
+        gate.set()
+        with anyio.fail_after(5):
+            for rid in range(1, 101):  # one after another: one worker serves them all
+                await raw.send(request(rid))
+                assert (await raw.receive())["id"] == rid
+        assert session.workers == 1
+        gate = anyio.Event()
+        with anyio.fail_after(5):
+            for rid in range(101, 133):  # 32 at once: each waits in its own worker
+                await raw.send(request(rid))
+            await wait_until(lambda: len(session.incoming) == 32)
+            gate.set()
+            answered = {(await raw.receive())["id"] for _ in range(32)}
+        assert answered == set(range(101, 133))
+        assert session.workers == 32
+        await wait_until(lambda: not session.incoming)
+
+
+@pytest.mark.anyio
+async def test_the_peers_call_is_stopped_at_its_deadline_and_a_reused_id_is_not() -> None:
+    gate = anyio.Event()
+
+    async def timed(session: PeerSession, inc: IncomingCall) -> None:
+        scope = anyio.CancelScope()
+        inc.enforce_deadline(scope, anyio.current_time() + inc.request.deadline_ms / 1000)
+        with scope:
+            if inc.request.input["hang"]:
+                await gate.wait()
+        if inc.deadline_passed:
+            await session.send_quiet(
+                {"t": "error", "id": inc.request.id, "error": "timeout", "message": "late"}
+            )
+        else:
+            await answer(session, inc)
+
+    async with session_and_raw_link(timed) as (session, raw):
+        with anyio.fail_after(5):
+            await raw.send(request(7, deadline_ms=200))
+            assert (await raw.receive())["t"] == "done"
+            await raw.send(request(7, hang=True))  # the same id again, once the first is over
+            await raw.send(request(8, deadline_ms=300, hang=True))
+            late = await raw.receive()
+            assert (late["t"], late["id"], late["error"]) == ("error", 8, "timeout")
+            # by now the first call 7's deadline (200 ms) has come up too, and was skipped
+            assert 7 in session.incoming and not session.incoming[7].deadline_passed
+            gate.set()
+            done = await raw.receive()
+            assert (done["t"], done["id"]) == ("done", 7)
