@@ -9,12 +9,10 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
-from hearthnet.identity import Identity
-from hearthnet.transport import Link, accept_link, initiate_link, memory_stream_pair
+from hearthnet.transport import Link
 from hearthnet.transport.link import LINGER_BATCH
 from hearthnet.transport.memory import MemoryByteStream
-
-COMMUNITY = "ed25519:test-community"
+from tests.memory_links import memory_link_pair
 
 
 @pytest.fixture
@@ -44,22 +42,15 @@ class CountingStream(anyio.abc.ByteStream):
 
 
 async def linked() -> tuple[Link, Link, CountingStream]:
-    alice, bob = Identity.generate(), Identity.generate()
-    a_end, b_end = memory_stream_pair()
-    counted = CountingStream(a_end)
-    out: dict[str, Link] = {}
+    counted: list[CountingStream] = []
 
-    async def respond() -> None:
-        out["b"] = await accept_link(
-            b_end, identity=bob, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
-        )
+    def count(stream: anyio.abc.ByteStream) -> anyio.abc.ByteStream:
+        assert isinstance(stream, MemoryByteStream)
+        counted.append(CountingStream(stream))
+        return counted[0]
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(respond)
-        out["a"] = await initiate_link(
-            counted, identity=alice, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
-        )
-    return out["a"], out["b"], counted
+    a, b = await memory_link_pair(count)
+    return a, b, counted[0]
 
 
 async def burst(link: Link, n: int, *, linger: bool) -> None:

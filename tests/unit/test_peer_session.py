@@ -11,11 +11,9 @@ import pytest
 
 from hearthnet.bus.session import IncomingCall, PeerSession
 from hearthnet.errors import Timeout
-from hearthnet.identity import Identity
-from hearthnet.transport import Link, accept_link, initiate_link, memory_stream_pair
+from hearthnet.transport import Link
+from tests.memory_links import memory_link_pair
 from tests.polling import wait_until
-
-COMMUNITY = "ed25519:test-community"
 
 
 @pytest.fixture
@@ -36,25 +34,12 @@ async def session_and_raw_link(
     dispatcher: Any = answer,
 ) -> AsyncIterator[tuple[PeerSession, Link]]:
     """A running ``PeerSession`` and the raw link of its peer."""
-    alice, bob = Identity.generate(), Identity.generate()
-    a_end, b_end = memory_stream_pair()
-    links: dict[str, Link] = {}
-
-    async def respond() -> None:
-        links["raw"] = await accept_link(
-            b_end, identity=bob, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
-        )
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(respond)
-        links["ours"] = await initiate_link(
-            a_end, identity=alice, community_id=COMMUNITY, admit=lambda _p: None, remote_address="m"
-        )
-    session = PeerSession(links["ours"], dispatcher=dispatcher, on_control=ignore_control)
+    ours, raw = await memory_link_pair()
+    session = PeerSession(ours, dispatcher=dispatcher, on_control=ignore_control)
     async with anyio.create_task_group() as tg:
         tg.start_soon(session.run)
         try:
-            yield session, links["raw"]
+            yield session, raw
         finally:
             tg.cancel_scope.cancel()
 
