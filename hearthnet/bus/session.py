@@ -147,6 +147,8 @@ class OutgoingCall:
             self.frames_tx, self.frames_rx = anyio.create_memory_object_stream[dict[str, Any]](WINDOW)
 
     def finish(self, value: CallResult | BaseException) -> None:
+        """End the call with its answer or an error; the session forgets it (later answers are dropped)."""
+        self.session.outgoing.pop(self.id, None)
         if isinstance(value, BaseException):
             self.result.fail(value)
         else:
@@ -181,9 +183,8 @@ class OutgoingCall:
 
     async def cancel(self) -> None:
         if not self.result.done:
-            self.session.outgoing.pop(self.id, None)
-            await self.session.send_quiet({"t": "cancel", "id": self.id})
             self.finish(Partition("call cancelled"))
+            await self.session.send_quiet({"t": "cancel", "id": self.id})
 
 
 @dataclass
@@ -373,8 +374,7 @@ class PeerSession:
         finally:
             self.closed.set()
             for call in list(self.outgoing.values()):
-                call.finish(Partition(f"link to {self.peer_id} was lost"))
-            self.outgoing.clear()
+                call.finish(Partition(f"link to {self.peer_id} was lost"))  # each leaves `outgoing`
             self.incoming.clear()
             with anyio.CancelScope(shield=True):
                 await self.link.aclose()
@@ -426,7 +426,6 @@ class PeerSession:
                 if not self._pending(call):
                     continue
                 if isinstance(call, OutgoingCall):
-                    del self.outgoing[call.id]
                     call.finish(
                         Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
                     )
@@ -457,10 +456,8 @@ class PeerSession:
                 output, meta = msg.get("output"), msg.get("meta") or {}
                 if not isinstance(output, dict) or not isinstance(meta, dict):
                     raise ProtocolError("done needs map output and meta")
-                self.outgoing.pop(call.id, None)
                 call.finish(CallResult(output, meta, self.peer_id))
             elif t == "error":
-                self.outgoing.pop(call.id, None)
                 call.finish(error_from_wire(msg))
             elif t == "frame":
                 data = msg.get("data")
