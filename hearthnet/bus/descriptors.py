@@ -35,7 +35,7 @@ def parse_capability_ref(ref: str) -> tuple[str, Version]:
 
 @functools.lru_cache(maxsize=256)
 def parse_version(text: str) -> Version:
-    """``"X.Y"`` -> ``(X, Y)`` (cached: every request carries one; a bad one raises each time)."""
+    """``"X.Y"`` -> ``(X, Y)``; anything else is ``BadRequest``."""
     major, dot, minor = text.partition(".")
     if not dot or not major.isdigit() or not minor.isdigit():
         raise BadRequest(f"a version looks like X.Y, got {text!r:.20}")

@@ -59,6 +59,8 @@ class Router:
         local_saturated: bool,
     ) -> list[ProviderInfo]:
         """Candidates in the order to try them."""
+        if len(candidates) == 1:
+            return [candidates[0]]  # whatever its health, it is the only one to try
         local = [c for c in candidates if c.is_local]
         remote = [c for c in candidates if not c.is_local]
         healthy: list[tuple[float, str, ProviderInfo]] = []

@@ -31,6 +31,7 @@ import heapq
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -274,9 +275,12 @@ class PeerSession:
         self.incoming: dict[int, IncomingCall] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         # Calls from the peer are served by pooled worker tasks: handing a call to a
-        # waiting worker costs a fraction of spawning a task for it.
-        self._work_tx, self._work_rx = anyio.create_memory_object_stream[IncomingCall](math.inf)
-        self._idle_workers = 0
+        # waiting worker costs a fraction of spawning a task for it.  Calls wait in
+        # `_work`; an idle worker parks on an event in `_parked`.  Every queued call
+        # has a worker that will look at the queue: a parked one woken for it, a new
+        # one, or one that finishes a call and takes the next before parking.
+        self._work: deque[IncomingCall] = deque()
+        self._parked: list[anyio.Event] = []
         self.workers = 0
         # Deadlines of calls both ways in one heap of (time, tiebreak, call) served by one
         # timer task, instead of a timed cancel scope per call: when to give up on our
@@ -505,22 +509,28 @@ class PeerSession:
             return
         inc = IncomingCall(req, self)
         self.incoming[req.id] = inc
-        if self._idle_workers:
-            self._idle_workers -= 1  # that worker will take this call (or one queued before it)
+        self._work.append(inc)
+        if self._parked:
+            self._parked.pop().set()  # that worker takes this call (or one queued before it)
         else:
             assert self._tg is not None
             self.workers += 1  # at most one per call in flight, so at most MAX_INCOMING_PER_PEER
             self._tg.start_soon(self._worker)
-        self._work_tx.send_nowait(inc)
 
     async def _worker(self) -> None:
-        """Serve the peer's calls one after another until the session ends."""
-        async for inc in self._work_rx:
+        """Serve the peer's calls one after another until the session ends (it cancels us)."""
+        work, dispatch = self._work, self._dispatcher
+        while True:
+            if not work:
+                wake = anyio.Event()
+                self._parked.append(wake)
+                await wake.wait()
+                continue
+            inc = work.popleft()
             try:
-                await self._dispatcher(self, inc)
+                await dispatch(self, inc)
             finally:
                 self.incoming.pop(inc.request.id, None)
-            self._idle_workers += 1
 
 
 def _deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:
