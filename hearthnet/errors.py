@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import anyio
+
 __all__ = [
     "ERROR_CODES",
     "BadRequest",
@@ -51,6 +53,10 @@ __all__ = [
 ]
 
 
+_MAX_WIRE_MESSAGE = 4096
+"""An error's message is cut to this many characters on the wire (it must always fit a frame)."""
+
+
 class BusError(Exception):
     """Root of every error that has a wire code."""
 
@@ -63,7 +69,12 @@ class BusError(Exception):
 
     def to_wire(self) -> dict[str, Any]:
         """The error as the contract's ``{error, message, retry_after_ms?}`` map."""
-        out: dict[str, Any] = {"error": self.code, "message": self.message}
+        message = (
+            self.message
+            if len(self.message) <= _MAX_WIRE_MESSAGE
+            else self.message[:_MAX_WIRE_MESSAGE] + "..."
+        )
+        out: dict[str, Any] = {"error": self.code, "message": message}
         if self.retry_after_ms is not None:
             out["retry_after_ms"] = int(self.retry_after_ms)
         return out
@@ -194,21 +205,30 @@ def error_from_wire(payload: dict[str, Any]) -> BusError:
     return cls(message, retry_after_ms=retry_after_ms)
 
 
+_CONSEQUENCES = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+"""What a task's partner sees when that task fails: its stream was closed or broke."""
+
+
 def bus_error_in(exc: BaseException) -> BusError | None:
     """The ``BusError`` a task group's ``ExceptionGroup`` stands for, if that is all it holds.
 
     A handler that runs helpers in a task group gets its own ``BadRequest`` back
     wrapped in a group; the caller must still see ``bad_request``.  Only when
-    every leaf is a ``BusError`` is the first one returned: a group that also
-    holds a real bug stays an internal error.
+    every leaf is a ``BusError`` — or a closed or broken memory stream, which is
+    how the helper's partner learns of the failure — is the first ``BusError``
+    returned: a group that also holds a real bug stays an internal error.
     """
     if isinstance(exc, BusError):
         return exc
     if not isinstance(exc, BaseExceptionGroup):
         return None
     matched, rest = exc.split(BusError)
-    if matched is None or rest is not None:
+    if matched is None:
         return None
+    if rest is not None:
+        _, other = rest.split(_CONSEQUENCES)
+        if other is not None:
+            return None
     leaf: BaseException = matched
     while isinstance(leaf, BaseExceptionGroup):
         leaf = leaf.exceptions[0]

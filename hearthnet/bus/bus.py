@@ -41,6 +41,7 @@ from hearthnet.errors import (
     InternalError,
     NotFound,
     Partition,
+    ProtocolError,
     SchemaMismatch,
     Timeout,
     Unauthorized,
@@ -288,12 +289,19 @@ class CapabilityBus:
             error = exc
             if stats is None:
                 self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
+        if error is None and result is not None:
+            try:
+                await session.send({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})
+                return
+            except ProtocolError as exc:  # the answer cannot be sent (e.g. larger than a frame)
+                error = BadRequest(
+                    f"{ref} produced an answer this link cannot carry: {exc.message}; ask for less"
+                )
+                log.warning("answer_not_sendable", capability=ref, reason=exc.message, trace_id=req.trace_id)
+            except BusError:
+                return  # the link is gone: nobody is waiting for the answer
         if error is not None:
             await session.send_quiet({"t": "error", "id": req.id, **error.to_wire()})
-        elif result is not None:
-            await session.send_quiet(
-                {"t": "done", "id": req.id, "output": result.output, "meta": result.meta}
-            )
 
     def _check_trust(self, d: CapabilityDescriptor, level: Level | None, caller: str) -> None:
         if level is None:

@@ -243,6 +243,30 @@ async def test_errors_cross_the_wire_as_their_class() -> None:
 
 
 @pytest.mark.anyio
+async def test_an_answer_too_large_for_a_frame_is_a_prompt_bad_request_not_a_timeout() -> None:
+    async def huge(ctx: CallContext) -> dict[str, Any]:
+        return {"blob": b"x" * (2 << 20)}  # twice the default 1 MiB frame
+
+    async def long_message(ctx: CallContext) -> dict[str, Any]:
+        raise NotFound("no such corpus: " + "y" * (2 << 20))
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.huge", huge))
+        b.register(reg("test.long_message", long_message))
+        b.register(reg("test.echo", echo))
+        await announce(b)
+        with anyio.fail_after(5):  # the call's own deadline is 30 s: the answer must come now
+            with pytest.raises(BadRequest, match="cannot carry"):
+                await a.call("test.huge", timeout=30)
+            with pytest.raises(NotFound, match="no such corpus") as info:
+                await a.call("test.long_message", timeout=30)
+        assert len(info.value.message) < 5000
+        assert (await a.call("test.echo", input={"x": 1})).output["echo"] == 1  # the link still works
+
+
+@pytest.mark.anyio
 async def test_over_max_concurrent_answers_capacity_exceeded_with_retry_hint() -> None:
     release = anyio.Event()
 

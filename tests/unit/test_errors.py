@@ -86,3 +86,39 @@ def test_unwrap_group_prefers_bus_errors_then_a_sole_leaf() -> None:
     assert unwrap_group(ExceptionGroup("tg", [ExceptionGroup("inner", [broken])])) is broken
     two = ExceptionGroup("tg", [KeyError("a"), ValueError("b")])
     assert unwrap_group(two) is two
+
+
+def test_a_helpers_bus_error_wins_over_the_broken_stream_its_partner_then_sees() -> None:
+    """A worker fails while the handler is blocked on their full stream: the caller sees the worker's code."""
+    import anyio
+
+    from hearthnet.errors import BadRequest, bus_error_in
+
+    async def scenario() -> BaseException:
+        tx, rx = anyio.create_memory_object_stream[int](0)
+        failed = anyio.Event()
+
+        async def worker() -> None:
+            rx.close()
+            failed.set()
+            raise BadRequest("chunk does not match its id")
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(worker)
+                with anyio.CancelScope(shield=True):  # be the handler still sending when it fails
+                    await failed.wait()
+                    await tx.send(1)
+        except BaseExceptionGroup as group:
+            return group
+        raise AssertionError("the task group should have failed")
+
+    group = anyio.run(scenario)
+    assert isinstance(group, BaseExceptionGroup)
+    assert any(isinstance(e, anyio.BrokenResourceError) for e in group.exceptions)
+    err = bus_error_in(group)
+    assert isinstance(err, BadRequest) and err.code == "bad_request"
+    # a broken stream alone is no BusError, and a real bug next to one stays a bug
+    assert bus_error_in(ExceptionGroup("tg", [anyio.BrokenResourceError()])) is None
+    mixed = ExceptionGroup("tg", [BadRequest("x"), anyio.BrokenResourceError(), KeyError("bug")])
+    assert bus_error_in(mixed) is None
