@@ -215,7 +215,8 @@ class CapabilityBus:
             if self.sessions:
                 message = {"t": "manifest", "manifest": self._signed_manifest()}
                 for session in list(self.sessions.values()):
-                    await session.send_quiet(message)
+                    # in the session's own tasks: a peer that stopped reading holds up only itself
+                    session.spawn(session.send_quiet, message)
 
     async def _handle_control(self, session: PeerSession, msg: dict[str, Any]) -> None:
         t = msg.get("t")

@@ -375,6 +375,9 @@ class PeerSession:
                     self.close_reason = f"{exc.code}: {exc.message}"
                 finally:
                     tg.cancel_scope.cancel()
+                    # Close before waiting for our tasks: a write stuck on a peer that
+                    # stopped reading cannot be cancelled, only failed by the close.
+                    await self.link.aclose()
         finally:
             self.closed.set()
             for call in list(self.outgoing.values()):
@@ -400,11 +403,18 @@ class PeerSession:
                 log.warning("link_silent", peer=self.peer_id, seconds=round(silent, 1))
                 reader.cancel()
                 return
+            blocked_since = link.write_blocked_since
+            blocked = 0.0 if blocked_since is None else now - blocked_since
+            if blocked >= dead_after:
+                self.close_reason = f"peer stopped reading: a write made no progress for {blocked:.1f} s"
+                log.warning("link_write_stalled", peer=self.peer_id, seconds=round(blocked, 1))
+                reader.cancel()
+                return
             quiet = now - max(link.last_sent, tried)
             if quiet >= keepalive:
                 tried, quiet = now, 0.0
                 self.spawn(self.send_quiet, {"t": "keepalive"})
-            await anyio.sleep(max(min(keepalive - quiet, dead_after - silent), 0.01))
+            await anyio.sleep(max(min(keepalive - quiet, dead_after - silent, dead_after - blocked), 0.01))
 
     def _pending(self, call: OutgoingCall | IncomingCall) -> bool:
         if isinstance(call, OutgoingCall):

@@ -96,6 +96,8 @@ class Link:
         """``time.monotonic()`` when bytes last arrived from the peer (liveness checks)."""
         self.last_sent = self.last_received
         """``time.monotonic()`` when our frames were last written to the stream."""
+        self.write_blocked_since: float | None = None
+        """``time.monotonic()`` when the write in progress began (``None``: no write in progress)."""
 
     def __repr__(self) -> str:
         role = "initiator" if self.initiator else "responder"
@@ -117,8 +119,12 @@ class Link:
         return as soon as their frame is queued.  So that the peer can start on
         a burst before it has all been produced, a lingering burst is written
         every ``LINGER_BATCH`` frames rather than only at the end of the turn.
-        Once a lingering sender has queued a frame, it will be written (or
-        the link closes): its write is not cancellable.
+        Once a frame is queued it will be written (or the link closes):
+        waiting for the writer's lock and the write itself are not
+        cancellable, since a sealed frame that is never written would break
+        the counter order.  A write that makes no progress because the peer
+        stopped reading is ended by closing the link (the session's liveness
+        check does, see :attr:`write_blocked_since`).
         """
         payload = pack(message)
         if len(payload) > self._max_payload:
@@ -142,31 +148,33 @@ class Link:
                 await anyio.lowlevel.cancel_shielded_checkpoint()
             finally:
                 self._lingering = False
-        with anyio.CancelScope(shield=True):
-            await self._flush(self._queued)
+        await self._flush(self._queued)
 
     async def _flush(self, ticket: int) -> None:
         """Write every queued frame unless frame number ``ticket`` has been written already."""
-        async with self._send_lock:
-            if self._flushed >= ticket:
-                return  # a concurrent sender wrote our frame with its own
-            if self._closed:
-                raise Partition(f"link to {self.peer_id} is closed")
-            data = b"".join(self._out)
-            self._out.clear()
-            upto = self._queued
-            # The frames are sealed: once taken they must be written whole or the
-            # link is corrupt, so the write is shielded from the caller's
-            # cancellation.  A write stalled by a peer that stopped reading is
-            # ended by closing the link (``aclose``), which fails it.
-            with anyio.CancelScope(shield=True):
+        # The frames are sealed: once queued they must be written whole or the link
+        # is corrupt, so neither the wait for the lock nor the write may be given up
+        # halfway by the caller's cancellation.  A write stalled by a peer that
+        # stopped reading is ended by closing the link, which fails it.
+        with anyio.CancelScope(shield=True):
+            async with self._send_lock:
+                if self._flushed >= ticket:
+                    return  # a concurrent sender wrote our frame with its own
+                if self._closed:
+                    raise Partition(f"link to {self.peer_id} is closed")
+                data = b"".join(self._out)
+                self._out.clear()
+                upto = self._queued
+                self.write_blocked_since = time.monotonic()
                 try:
                     await self._stream.send(data)
                 except _STREAM_ERRORS as exc:
                     await self._abort()
                     raise Partition(f"link to {self.peer_id} broke while sending") from exc
-            self._flushed = upto
-            self.last_sent = time.monotonic()
+                finally:
+                    self.write_blocked_since = None
+                self._flushed = upto
+                self.last_sent = time.monotonic()
 
     async def receive(self) -> dict[str, Any]:
         """The next message from the peer (see the module docstring for errors)."""

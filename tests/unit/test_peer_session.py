@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 
 from hearthnet.bus.session import IncomingCall, PeerSession
@@ -165,3 +166,83 @@ async def test_the_peers_call_is_stopped_at_its_deadline_and_a_reused_id_is_not(
             gate.set()
             done = await raw.receive()
             assert (done["t"], done["id"]) == ("done", 7)
+
+
+async def tcp_link_pair() -> tuple[Link, Link]:
+    """``(ours, peer)``: an authenticated link over real TCP on 127.0.0.1."""
+    from hearthnet.identity import Identity
+    from hearthnet.transport import accept_link, initiate_link
+    from tests.memory_links import COMMUNITY
+
+    alice, bob = Identity.generate(), Identity.generate()
+    out: dict[str, Link] = {}
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listeners:
+        listener = listeners.listeners[0]
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+        async def respond() -> None:
+            stream = await listener.accept()
+            out["peer"] = await accept_link(
+                stream, identity=bob, community_id=COMMUNITY, admit=lambda _p: None, remote_address="t"
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(respond)
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            out["ours"] = await initiate_link(
+                stream, identity=alice, community_id=COMMUNITY, admit=lambda _p: None, remote_address="t"
+            )
+    return out["ours"], out["peer"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("peer_keeps_talking", [False, True])
+async def test_a_peer_that_stops_reading_ends_the_session_and_frees_stuck_writers(
+    peer_keeps_talking: bool,
+) -> None:
+    """A write blocked on a full socket cannot be cancelled; closing the link must fail it.
+
+    Silent peer: the liveness check ends the session.  A peer that still sends
+    keepalives but never reads: the stalled write itself ends it.
+    """
+    from hearthnet.bus.session import Liveness
+    from hearthnet.errors import Partition
+
+    ours, peer = await tcp_link_pair()
+    outcomes: list[str] = []
+
+    async def answer_big(session: PeerSession, inc: IncomingCall) -> None:
+        """The session's own workers get stuck writing answers the peer never reads."""
+        try:
+            await session.send({"t": "done", "id": inc.request.id, "output": {"pad": b"x" * 500_000}})
+            outcomes.append("written")
+        except Partition:
+            outcomes.append("partition")
+
+    session = PeerSession(ours, dispatcher=answer_big, on_control=ignore_control, liveness=Liveness(0.2, 0.6))
+    calls = 40  # 20 MB of answers: far more than the socket buffers hold
+
+    async def flood() -> None:
+        for rid in range(1, calls + 1):
+            await peer.send(request(rid))
+
+    async def chatter() -> None:
+        while True:
+            await peer.send({"t": "keepalive"})
+            await anyio.sleep(0.1)
+
+    with anyio.fail_after(15):
+        async with anyio.create_task_group() as tg:
+            if peer_keeps_talking:
+                tg.start_soon(chatter)
+            tg.start_soon(flood)
+            await session.run()
+            await wait_until(lambda: len(outcomes) == calls)
+            tg.cancel_scope.cancel()
+    assert "partition" in outcomes and set(outcomes) <= {"written", "partition"}
+    assert ours.closed
+    if peer_keeps_talking:
+        assert "stopped reading" in session.close_reason
+    else:  # silent and not reading: whichever check comes first
+        assert "stopped reading" in session.close_reason or "silent" in session.close_reason
+    await peer.aclose()
