@@ -56,6 +56,8 @@ LevelOf = Callable[[str], Level | None]
 ControlCallback = Callable[[PeerSession, dict[str, Any]], Awaitable[None]]
 SessionCallback = Callable[[PeerSession], Coroutine[Any, Any, None]]
 
+UNRESOLVED = "(unresolved)"
+"""``node.stats`` key of peers' calls refused before a capability was found (never the peer's own string)."""
 _HEALTH_NEUTRAL = ("bad_request", "unauthorized", "not_found", "schema_mismatch", "capacity_exceeded")
 _RETRYABLE = ("partition", "timeout", "capacity_exceeded", "internal_error", "not_found")
 
@@ -193,7 +195,9 @@ class CapabilityBus:
 
     # manifests ------------------------------------------------------------------
     def _signed_manifest(self) -> dict[str, Any]:
-        self._manifest_seq += 1
+        # milliseconds since the epoch, kept increasing: a restarted node's manifests are
+        # newer than those of its previous run, which a peer may still hold
+        self._manifest_seq = max(self._manifest_seq + 1, _now_ms())
         descriptors = [r.descriptor for r in self.registry.local()]
         return sign_manifest(
             self.identity,
@@ -266,14 +270,15 @@ class CapabilityBus:
     async def _dispatch_remote(self, session: PeerSession, inc: IncomingCall) -> None:
         req = inc.request
         started = time.perf_counter()
-        ref = f"{req.capability}@{req.version}"
+        ref = UNRESOLVED
         error: BusError | None = None
         result: CallResult | None = None
         stats = None
         try:
             version = parse_version(req.version)
             reg = self._resolve(req.capability, version, req.params, remote_caller=True)
-            stats = self.stats.get(reg.descriptor.ref)
+            ref = reg.descriptor.ref
+            stats = self.stats.get(ref)
             level = self._caller_level(session.peer_id)
             self._check_trust(reg.descriptor, level, session.peer_id)
             assert level is not None
@@ -281,14 +286,16 @@ class CapabilityBus:
                 inc,
                 version=version,
                 caller_level=level,
-                deadline=anyio.current_time() + req.deadline_ms / 1000,
+                # the caller's deadline, but never longer than this capability's own timeout:
+                # a member must not hold a slot for an hour by asking for an hour
+                deadline=anyio.current_time() + min(req.deadline_ms / 1000, reg.descriptor.timeout_seconds),
             )
             result = await self._invoke(reg, ctx, stats, incoming=inc)
             if result is None:
                 return  # the caller cancelled: it expects no answer
         except BusError as exc:
             error = exc
-            if stats is None:
+            if stats is None:  # refused before any capability was found: not under the peer's name
                 self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
         if error is None and result is not None:
             try:
@@ -392,6 +399,10 @@ class CapabilityBus:
                 raise NotFound(f"{provider} offers no {capability}@{_version_text(version)} for these params")
         if not candidates:
             raise NotFound(f"no provider of {capability}@{_version_text(version)} for params {dict(params)}")
+        if any(c.is_local and c.descriptor.local_only for c in candidates):
+            # what this node keeps to itself (the personal corpus) never goes to a peer,
+            # even one that claims to serve the same name and params
+            candidates = [c for c in candidates if c.is_local]
         local_saturated = False
         for c in candidates:
             if c.is_local:

@@ -33,11 +33,15 @@ def parse_capability_ref(ref: str) -> tuple[str, Version]:
     return name, parse_version(ver) if ver else (1, 0)
 
 
+_VERSION_PART = re.compile(r"[0-9]{1,6}")
+_MAX_TIMEOUT_SECONDS = 24 * 3600.0
+
+
 @functools.lru_cache(maxsize=256)
 def parse_version(text: str) -> Version:
-    """``"X.Y"`` -> ``(X, Y)``; anything else is ``BadRequest``."""
+    """``"X.Y"`` -> ``(X, Y)`` in ASCII digits (cached: every request has one; a bad one raises each time)."""
     major, dot, minor = text.partition(".")
-    if not dot or not major.isdigit() or not minor.isdigit():
+    if not (dot and _VERSION_PART.fullmatch(major) and _VERSION_PART.fullmatch(minor)):
         raise BadRequest(f"a version looks like X.Y, got {text!r:.20}")
     return int(major), int(minor)
 
@@ -83,6 +87,8 @@ class CapabilityDescriptor:
             raise BadRequest(f"not a capability name: {self.name!r}")
         if self.max_concurrent < 1:
             raise BadRequest("max_concurrent must be at least 1")
+        if not 0 < self.timeout_seconds <= _MAX_TIMEOUT_SECONDS:  # also false for nan
+            raise BadRequest(f"timeout_seconds must be in (0, {_MAX_TIMEOUT_SECONDS:g}]")
 
     @property
     def ref(self) -> str:
@@ -118,7 +124,7 @@ class CapabilityDescriptor:
                 streaming=bool(data.get("streaming", False)),
                 description=str(data.get("description", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise BadRequest(f"malformed capability descriptor: {type(exc).__name__}") from exc
 
 

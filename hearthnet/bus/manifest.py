@@ -73,8 +73,11 @@ def verify_manifest(wire: Mapping[str, Any], *, peer_id: str, community_id: str,
         if data["community_id"] != community_id:
             raise BadRequest("manifest is for another community")
         expires = int(data["expires_at_ms"])
+        issued = int(data["issued_at_ms"])
         if expires < now_ms:
             raise Expired("manifest has expired")
+        if not 0 < expires - issued <= 2 * MANIFEST_TTL_MS:
+            raise BadRequest("manifest lifetime must be positive and at most twice the TTL")
         caps_raw = data["capabilities"]
         addresses = data["addresses"]
         if not isinstance(caps_raw, list) or len(caps_raw) > MAX_CAPABILITIES:
@@ -86,7 +89,7 @@ def verify_manifest(wire: Mapping[str, Any], *, peer_id: str, community_id: str,
             node_id=peer_id,
             community_id=community_id,
             seq=int(data["seq"]),
-            issued_at_ms=int(data["issued_at_ms"]),
+            issued_at_ms=issued,
             expires_at_ms=expires,
             name=str(data.get("name", "")),
             addresses=tuple(addresses[:16]),
@@ -94,5 +97,5 @@ def verify_manifest(wire: Mapping[str, Any], *, peer_id: str, community_id: str,
         )
     except BusError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise BadRequest(f"malformed manifest: {type(exc).__name__}") from exc

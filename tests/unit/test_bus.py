@@ -213,6 +213,87 @@ async def test_local_only_capability_is_not_advertised_or_served_remotely() -> N
         assert (await b.call("test.private")).provider == b.node_id
 
 
+@pytest.mark.anyio
+async def test_what_is_served_local_only_never_goes_to_a_peer_claiming_the_same() -> None:
+    """A peer advertising our personal corpus must not get our queries, even when ours is busy."""
+    release = anyio.Event()
+    seen_by_peer: list[Any] = []
+
+    async def busy(ctx: CallContext) -> dict[str, Any]:
+        await release.wait()
+        return {"from": "ours"}
+
+    async def impostor(ctx: CallContext) -> dict[str, Any]:
+        seen_by_peer.append(ctx.input)
+        return {"from": "peer"}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        params = {"corpus": "personal"}
+        a.register(reg("test.q", busy, params=params, local_only=True, idempotent=True, max_concurrent=1))
+        b.register(
+            reg("test.q", impostor, params=params, idempotent=True, predicate=params_key_equals("corpus"))
+        )
+        await announce(b)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a.call, "test.q", (1, 0))
+            await wait_until(lambda: a.stats.get("test.q@1.0").in_flight == 1)
+            with pytest.raises(CapacityExceeded):  # saturated: refused, not routed to the peer
+                await a.call("test.q", params=params, input={"query": "my medical results"})
+            release.set()
+        assert seen_by_peer == []
+
+
+@pytest.mark.anyio
+async def test_unknown_capability_names_do_not_grow_stats_and_deadlines_are_capped() -> None:
+    held = anyio.Event()
+
+    async def hold(ctx: CallContext) -> dict[str, Any]:
+        held.set()
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.hold", hold, timeout_seconds=0.5))
+        await announce(b)
+        session = a.sessions[b.node_id]
+        for n in range(50):
+            call = await session.request(
+                f"no.such{n}" + "x" * 1000, "1.0", {}, {}, deadline_ms=2000, trace_id="t", stream=False
+            )
+            with pytest.raises(NotFound):
+                await call.result.wait()
+        call = await session.request("test.echo", "1.²", {}, {}, deadline_ms=2000, trace_id="t", stream=False)
+        with pytest.raises(BadRequest, match=r"X\.Y"):
+            await call.result.wait()
+        refs = set(b.stats.snapshot())
+        assert not any(r.startswith("no.such") for r in refs)
+        assert b.stats.snapshot()["(unresolved)"]["calls"] == 51
+        # the caller asks for an hour; the provider stops the call at its own 0.5 s
+        with anyio.fail_after(5):
+            call = await session.request(
+                "test.hold", "1.0", {}, {}, deadline_ms=3_600_000, trace_id="t", stream=False
+            )
+            with pytest.raises(Timeout):
+                await call.result.wait()
+        assert held.is_set()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"timeout_seconds": float("inf")}, {"timeout_seconds": float("nan")}, {"max_concurrent": float("inf")}],
+)
+def test_descriptors_from_peers_with_absurd_numbers_are_bad_requests(change: dict[str, Any]) -> None:
+    from hearthnet.bus.descriptors import CapabilityDescriptor
+
+    wire = {**CapabilityDescriptor("test.x").to_wire(), **change}
+    with pytest.raises(BadRequest):
+        CapabilityDescriptor.from_wire(wire)
+
+
 async def _raw_private(a: CapabilityBus, b: CapabilityBus) -> None:
     call = await a.sessions[b.node_id].request(
         "test.private", "1.0", {}, {}, deadline_ms=2000, trace_id="t", stream=False
@@ -421,3 +502,36 @@ async def test_link_loss_fails_pending_calls_with_partition() -> None:
             await b.sessions[a.node_id].link.aclose()
         assert len(outcome) == 1
         assert b.node_id not in a.registry.remote_nodes()
+
+
+def test_manifests_valid_for_years_or_with_infinite_numbers_are_refused() -> None:
+    from hearthnet.bus.manifest import sign_manifest, verify_manifest
+    from hearthnet.wire.codec import pack, unpack_map
+
+    peer = Identity.generate()
+    now = 1_800_000_000_000
+
+    def check(wire: dict[str, Any]) -> None:
+        verify_manifest(wire, peer_id=peer.node_id, community_id=COMMUNITY, now_ms=now)
+
+    ok = sign_manifest(
+        peer, community_id=COMMUNITY, seq=1, now_ms=now, name="p", addresses=[], capabilities=[]
+    )
+    check(ok)
+    years = sign_manifest(
+        peer,
+        community_id=COMMUNITY,
+        seq=1,
+        now_ms=now,
+        name="p",
+        addresses=[],
+        capabilities=[],
+        ttl_ms=31 * 365 * 86_400_000,
+    )
+    with pytest.raises(BadRequest, match="lifetime"):
+        check(years)
+    body = unpack_map(ok["body"])
+    body["seq"] = float("inf")
+    raw = pack(body)
+    with pytest.raises(BadRequest):
+        check({"body": raw, "sig": peer.sign(raw)})
