@@ -25,7 +25,7 @@ from hearthnet.bus.session import PeerSession
 from hearthnet.errors import BusError, ProtocolError
 from hearthnet.identity import Identity
 from hearthnet.transport.link import Admit, Link, accept_link, open_link, socket_peer_address
-from hearthnet.transport.tcp import create_listener, listener_port
+from hearthnet.transport.tcp import accept_forever, create_listener, listener_port
 
 log = structlog.get_logger("hearthnet.peers")
 
@@ -193,16 +193,16 @@ class PeerManager:
 
     async def _accept_loop(self, listener: Any) -> None:
         async with listener:
-            await listener.serve(self._handle_inbound)
+            await accept_forever(listener, self._inbound_handshake, self._serve)
 
-    async def _handle_inbound(self, stream: anyio.abc.SocketStream) -> None:
+    async def _inbound_handshake(self, stream: anyio.abc.SocketStream) -> Link | None:
         remote = socket_peer_address(stream, default="?")
         community = self._community_id()
         if community is None:
             await stream.aclose()
-            return
+            return None
         try:
-            link = await accept_link(
+            return await accept_link(
                 stream,
                 identity=self._identity,
                 community_id=community,
@@ -214,11 +214,10 @@ class PeerManager:
         except BusError as exc:
             log.info("inbound_refused", address=remote, code=exc.code, reason=exc.message)
             await stream.aclose()
-            return
+            return None
         except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await stream.aclose()
-            return
-        await self._serve(link)
+            return None
 
     def _prefer(self, link: Link) -> bool:
         """Whether ``link`` should replace an existing link to the same peer."""

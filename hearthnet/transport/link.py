@@ -32,6 +32,7 @@ from hearthnet.wire.codec import pack, unpack_map
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER, FrameDecoder, encode_frame
 
 __all__ = [
+    "HANDSHAKE_MAX_FRAME",
     "RECEIVE_SIZE",
     "Admit",
     "Link",
@@ -46,6 +47,8 @@ Admit = Callable[[str], None]
 """``admit(peer_node_id)`` returns to accept the peer, raises ``Unauthorized``/``Revoked`` to refuse."""
 
 RECEIVE_SIZE = 65536
+HANDSHAKE_MAX_FRAME = 16 * 1024
+"""Largest frame buffered before the peer has proven its key (handshake messages are ~200 bytes)."""
 LINGER_BATCH = 16
 """A lingering burst is written every this many frames (see :meth:`Link.send`)."""
 _OK = {"ok": True}
@@ -337,7 +340,8 @@ async def accept_link(
     handshake_timeout: float = 5.0,
 ) -> Link:
     """Run the responder handshake on an accepted ``stream``; close it on failure."""
-    decoder = FrameDecoder(max_frame=max_frame)
+    # Until the peer has proven itself, it may not make us buffer more than a handshake needs.
+    decoder = FrameDecoder(max_frame=min(max_frame, HANDSHAKE_MAX_FRAME))
     frames: deque[bytes] = deque()
     hs = ResponderHandshake(identity, community_id)
     try:
@@ -359,6 +363,7 @@ async def accept_link(
             keys = hs.session_keys()
             session = Session(keys.send_key, keys.recv_key)
             await _write(stream, session.seal(pack(_OK)))
+            decoder.set_max_frame(max_frame)
     except TimeoutError:
         await anyio.aclose_forcefully(stream)
         raise Timeout(f"handshake with {remote_address} took longer than {handshake_timeout} s") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -13,7 +15,14 @@ from hearthnet.identity.keys import Identity
 from hearthnet.transport.link import Admit, Link, accept_link, socket_peer_address
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME
 
-__all__ = ["LinkHandler", "create_listener", "listener_port", "serve_links"]
+__all__ = [
+    "MAX_PENDING_HANDSHAKES",
+    "LinkHandler",
+    "accept_forever",
+    "create_listener",
+    "listener_port",
+    "serve_links",
+]
 
 LinkHandler = Callable[[Link], Awaitable[None]]
 
@@ -48,10 +57,10 @@ async def serve_links(
     established link, which is closed when the handler returns.
     """
 
-    async def on_connect(stream: anyio.abc.SocketStream) -> None:
+    async def handshake(stream: anyio.abc.SocketStream) -> Link | None:
         remote = socket_peer_address(stream)
         try:
-            link = await accept_link(
+            return await accept_link(
                 stream,
                 identity=identity,
                 community_id=community_id,
@@ -62,9 +71,73 @@ async def serve_links(
             )
         except BusError as exc:
             _log.info("transport.handshake_refused", remote=remote, code=exc.code, reason=exc.message)
-            return
-        _log.debug("transport.link_accepted", remote=remote, peer=link.peer_id)
+            return None
+
+    async def serve(link: Link) -> None:
+        _log.debug("transport.link_accepted", remote=link.remote_address, peer=link.peer_id)
         async with link:
             await handler(link)
 
-    await listener.serve(on_connect)
+    await accept_forever(listener, handshake, serve)
+
+
+MAX_PENDING_HANDSHAKES = 64
+"""Connections still in their handshake; further ones are closed unread until one finishes."""
+_ACCEPT_BACKOFF_MAX = 1.0
+
+
+async def accept_forever(
+    listener: anyio.abc.Listener[anyio.abc.SocketStream],
+    handshake: Callable[[anyio.abc.SocketStream], Awaitable[Link | None]],
+    serve: Callable[[Link], Awaitable[None]],
+    *,
+    max_pending: int = MAX_PENDING_HANDSHAKES,
+) -> None:
+    """Accept connections until cancelled: ``handshake`` each in its own task, then ``serve`` the link.
+
+    ``listener.serve`` would end (and take the node with it) on the first
+    failed ``accept``, e.g. ``EMFILE`` when a flood of connections has used
+    every file descriptor.  Here a failed accept is logged and retried after a
+    growing pause (up to 1 s), and at most ``max_pending`` connections may be
+    in their handshake at once (each bounded by the handshake timeout and a
+    small frame cap); more are closed at once.  ``handshake`` returns the
+    link, or ``None`` after refusing (it closes the stream itself).
+    """
+    subs = getattr(listener, "listeners", None)
+    if subs is not None:  # a MultiListener (one socket per address family)
+        async with anyio.create_task_group() as tg:
+            for sub in subs:
+                tg.start_soon(
+                    functools.partial(accept_forever, sub, handshake, serve, max_pending=max_pending)
+                )
+        return
+    accept: Callable[[], Awaitable[anyio.abc.SocketStream]] = listener.accept  # type: ignore[attr-defined]
+    pending = 0
+
+    async def run(stream: anyio.abc.SocketStream) -> None:
+        nonlocal pending
+        try:
+            link = await handshake(stream)
+        finally:
+            pending -= 1
+        if link is not None:
+            await serve(link)
+
+    backoff = 0.0
+    async with anyio.create_task_group() as tg:
+        while True:
+            try:
+                stream = await accept()
+            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, ...
+                backoff = min(max(2 * backoff, 0.01), _ACCEPT_BACKOFF_MAX)
+                name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+                _log.warning("transport.accept_failed", error=name, retry_in_s=backoff)
+                await anyio.sleep(backoff)
+                continue
+            backoff = 0.0
+            if pending >= max_pending:
+                _log.info("transport.connection_shed", pending=pending)
+                await anyio.aclose_forcefully(stream)
+                continue
+            pending += 1
+            tg.start_soon(run, stream)

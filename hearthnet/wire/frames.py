@@ -37,6 +37,10 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def set_max_frame(self, max_frame: int) -> None:
+        """Change the cap for frames not yet seen (a handshake uses a small one first)."""
+        self._max_frame = max_frame
+
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every frame now complete, in order."""
         self._buf += data
