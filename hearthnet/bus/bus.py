@@ -568,6 +568,8 @@ class CapabilityBus:
             deadline_ms=max(1, int(budget * 1000)),
             trace_id=trace,
             stream=True,
+            # a provider that neither answers nor grants input credit must not hold a sender forever
+            give_up_at=deadline + 0.05,
         )
         remote = _RemoteStream(call, deadline)
         try:
@@ -592,13 +594,23 @@ class _LocalStream(CallStream):
             self._error = exc
         finally:
             self._ctx.frames_tx.close()
+            self._ctx.input_rx.close()  # a sender still waiting learns that nobody will read
             self._done.set()
 
     async def send(self, frame: dict[str, Any]) -> None:
-        await self._ctx.input_tx.send(frame)
+        await self._send_input(frame)
 
     async def end_input(self) -> None:
-        await self._ctx.input_tx.send(None)
+        await self._send_input(None)
+
+    async def _send_input(self, item: dict[str, Any] | None) -> None:
+        """Queue input for the handler; once it has ended, raise its error (or do nothing)."""
+        try:
+            await self._ctx.input_tx.send(item)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._done.wait()
+            if self._error is not None:
+                raise self._error from None
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
         async for frame in self._ctx.frames_rx:

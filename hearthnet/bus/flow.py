@@ -44,6 +44,11 @@ class OneShot(Generic[T]):
     def done(self) -> bool:
         return self._event.is_set()
 
+    @property
+    def error(self) -> BaseException | None:
+        """The exception delivered, if the outcome was a failure."""
+        return self._error
+
     def set(self, value: T) -> bool:
         if self._event.is_set():
             return False

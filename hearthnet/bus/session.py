@@ -160,9 +160,13 @@ class OutgoingCall:
             self.input_credit.grant(1 << 30)  # wake any sender; it will see the call is over
 
     async def send_input(self, data: dict[str, Any]) -> None:
+        """Send one input frame once the handler grants credit; if the call has ended
+        (answered early, failed, timed out), raise its error or do nothing."""
         assert self.input_credit is not None, "input frames go with streamed calls"
         await self.input_credit.acquire()
         if self.result.done:
+            if self.result.error is not None:
+                raise self.result.error
             return
         await self.session.send({"t": "in", "id": self.id, "data": data})
 

@@ -535,3 +535,38 @@ def test_manifests_valid_for_years_or_with_infinite_numbers_are_refused() -> Non
     raw = pack(body)
     with pytest.raises(BadRequest):
         check({"body": raw, "sig": peer.sign(raw)})
+
+
+@pytest.mark.anyio
+async def test_a_streamed_upload_ends_at_its_deadline_when_the_handler_never_reads() -> None:
+    """Remote: no input credit and no answer; local: the handler returns without reading."""
+
+    async def never_reads(ctx: CallContext) -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError
+
+    async def reads_nothing(ctx: CallContext) -> dict[str, Any]:
+        return {"ignored": True}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.up", never_reads, streaming=True, timeout_seconds=0.5))
+        a.register(reg("test.local_up", reads_nothing, streaming=True, local_only=True))
+        await announce(b)
+        sent = 0
+        with anyio.fail_after(5):
+            with pytest.raises(Timeout):
+                async with a.stream("test.up", timeout=0.5) as call:
+                    for i in range(1000):  # far beyond the 16-frame credit window
+                        await call.send({"chunk": i})
+                        sent += 1
+                    await call.end_input()
+                    await call.result()
+        assert 16 <= sent < 1000
+        with anyio.fail_after(5):
+            async with a.stream("test.local_up", timeout=2) as call:
+                for i in range(1000):
+                    await call.send({"chunk": i})
+                await call.end_input()
+                assert (await call.result()).output == {"ignored": True}
