@@ -98,7 +98,14 @@ class PeerManager:
         self._bootstrap.add(node_id)
         self.add_address(node_id, address)
 
-    def add_address(self, node_id: str, address: str) -> None:
+    def add_address(self, node_id: str, address: str, *, vouched: bool = True) -> None:
+        """Remember where ``node_id`` may be reached.
+
+        ``vouched`` addresses (an invite token, the node speaking for itself)
+        go first and may push the oldest out; hearsay from a third party is
+        only appended while there is room, so a member cannot evict another
+        member's real addresses by naming false ones.
+        """
         if node_id == self._identity.node_id:
             return
         try:
@@ -108,8 +115,13 @@ class PeerManager:
         known = self._address_book.setdefault(node_id, [])
         if address in known:
             return
-        known.insert(0, address)
-        del known[_MAX_ADDRESSES_PER_PEER:]
+        if vouched:
+            known.insert(0, address)
+            del known[_MAX_ADDRESSES_PER_PEER:]
+        elif len(known) < _MAX_ADDRESSES_PER_PEER:
+            known.append(address)
+        else:
+            return
         if len(self._address_book) > _MAX_PEERS:
             # Forget the peers we learned of first; members we dial are re-learned from manifests.
             for stale in list(self._address_book)[: len(self._address_book) - _MAX_PEERS]:
@@ -120,11 +132,11 @@ class PeerManager:
         self.wake()
 
     def known_addresses(self) -> dict[str, list[str]]:
+        """Per node, addresses to try in order: its own signed manifest's first, then the book."""
         book = {k: list(v) for k, v in self._address_book.items()}
         for node_id, manifest in self._bus.registry.remote_nodes().items():
-            for a in manifest.addresses:
-                if a not in book.setdefault(node_id, []):
-                    book[node_id].append(a)
+            own = list(manifest.addresses)
+            book[node_id] = own + [a for a in book.get(node_id, []) if a not in own]
         return book
 
     def wake(self) -> None:
@@ -170,7 +182,7 @@ class PeerManager:
                 if isinstance(node_id, str) and isinstance(addresses, list):
                     for a in addresses[:_MAX_ADDRESSES_PER_PEER]:
                         if isinstance(a, str):
-                            self.add_address(node_id, a)
+                            self.add_address(node_id, a, vouched=False)  # keeps the saved order
         return state
 
     def _save_state(self) -> None:
@@ -312,7 +324,7 @@ class PeerManager:
                 continue
             for a in addresses[:_MAX_ADDRESSES_PER_PEER]:
                 if isinstance(a, str):
-                    self.add_address(node_id, a)
+                    self.add_address(node_id, a, vouched=node_id == session.peer_id)
 
     async def _after_down(self, session: PeerSession) -> None:
         state = self._dial.setdefault(session.peer_id, _DialState())
