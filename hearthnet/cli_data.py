@@ -95,9 +95,30 @@ def cmd_file_get(args: argparse.Namespace) -> None:
 
 
 def cmd_file_ls(args: argparse.Namespace) -> None:
-    blobs = Client(args.home).call("file.list", input={"prefix": args.prefix or ""}).output["blobs"]
-    lines = [f"{b['doc_cid']}  {b['size']:>12}  {'pinned' if b['pinned'] else ''}" for b in blobs]
-    _emit(args, {"blobs": blobs}, "\n".join(lines) if lines else "(no blobs)")
+    client = Client(args.home)
+    blobs: list[dict[str, Any]] = []
+    after = ""
+    truncated = False
+    while True:  # file.list answers in pages; `after` continues from the last cid seen
+        page = client.call("file.list", input={"prefix": args.prefix or "", "after": after}).output
+        blobs.extend(page["blobs"])
+        truncated = bool(page.get("truncated"))
+        if not truncated or not page["blobs"]:
+            break
+        after = page["blobs"][-1]["doc_cid"]
+    lines = [f"{b['doc_cid']}  {b['size']:>12}  {_blob_state(b)}".rstrip() for b in blobs]
+    if truncated:
+        lines.append("(list truncated)")
+    incomplete = sum(1 for b in blobs if not b["complete"])
+    if incomplete:
+        lines.append(f"({incomplete} incomplete: chunks missing; `hearthnet file get <cid>` completes one)")
+    _emit(args, {"blobs": blobs, "truncated": truncated}, "\n".join(lines) if lines else "(no blobs)")
+
+
+def _blob_state(blob: dict[str, Any]) -> str:
+    return " ".join(
+        word for word, on in (("pinned", blob["pinned"]), ("incomplete", not blob["complete"])) if on
+    )
 
 
 # -- rag --------------------------------------------------------------------------------

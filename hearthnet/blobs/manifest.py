@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgpack
 
-from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, blob_cid, chunk_cid, is_cid
+from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, blob_cid, chunk_cid, is_cid, parse_cid
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -27,13 +27,16 @@ __all__ = [
     "chunk_count",
     "manifest_for_bytes",
     "split_chunks",
+    "verify_chunk",
 ]
 
 MIN_CHUNK_SIZE: Final = 1
 MAX_CHUNK_SIZE: Final = 4 * 1024 * 1024
 """A peer cannot make us hold a chunk larger than this in memory."""
-MAX_MANIFEST_CHUNKS: Final = 1 << 18
-"""262 144 chunks: 64 GiB at the default chunk size."""
+MAX_MANIFEST_CHUNKS: Final = 12_288
+"""3 GiB at the default chunk size.  A manifest (and a ``need`` or ``skip`` list) travels
+in one link frame: 12 288 ids take ~877 KiB of msgpack, under the default 1 MiB frame
+with room for the envelope; ~14 300 would not fit."""
 
 _WIRE_KEYS: Final = frozenset({"doc_cid", "size", "chunk_size", "chunks"})
 _EMPTY_CID: Final = blob_cid(b"")
@@ -53,9 +56,10 @@ class Manifest:
     """A document's cid, its size, the chunk size and the ordered chunk ids.
 
     Construction validates: every id is a canonical cid, ``chunk_size`` is in
-    ``[MIN_CHUNK_SIZE, MAX_CHUNK_SIZE]``, ``len(chunks) == ceil(size/chunk_size)``,
-    an empty document has the empty cid and a one-chunk document's only chunk
-    *is* the document (same cid).
+    ``[MIN_CHUNK_SIZE, MAX_CHUNK_SIZE]``, ``len(chunks) == ceil(size/chunk_size)``
+    (at most ``MAX_MANIFEST_CHUNKS``), an empty document has the empty cid, a
+    one-chunk document's only chunk *is* the document (same cid), and a short
+    last chunk's id appears nowhere else (so each id has one length).
     """
 
     doc_cid: str
@@ -76,7 +80,11 @@ class Manifest:
             raise BadRequest("manifest chunks must be a tuple of cids")
         expected = chunk_count(self.size, self.chunk_size)
         if expected > MAX_MANIFEST_CHUNKS:
-            raise BadRequest(f"manifest has more than {MAX_MANIFEST_CHUNKS} chunks")
+            raise BadRequest(
+                f"a document of {self.size} bytes in {self.chunk_size} byte chunks needs {expected} chunks;"
+                f" a manifest holds at most {MAX_MANIFEST_CHUNKS}"
+                f" ({MAX_MANIFEST_CHUNKS * self.chunk_size} bytes at this chunk size)"
+            )
         if len(self.chunks) != expected:
             raise BadRequest(
                 f"manifest lists {len(self.chunks)} chunks but size {self.size} "
@@ -89,6 +97,8 @@ class Manifest:
             raise BadRequest("an empty document must have the cid of b''")
         if expected == 1 and self.chunks[0] != self.doc_cid:
             raise BadRequest("a one-chunk document's chunk id must equal its doc_cid")
+        if self.size % self.chunk_size and self.chunks[-1] in self.chunks[:-1]:
+            raise BadRequest("the short last chunk's id also stands for a full-size chunk")
 
     def chunk_length(self, index: int) -> int:
         """Exact byte length of chunk ``index`` (the last one may be short)."""
@@ -97,6 +107,16 @@ class Manifest:
         if index < len(self.chunks) - 1:
             return self.chunk_size
         return self.size - self.chunk_size * index
+
+    def length_of(self, chunk_id: str) -> int:
+        """Exact byte length of the chunk ``chunk_id`` (one of this manifest's ids).
+
+        Well defined because only the last chunk may be short, and its id cannot
+        appear at a full-size position (checked on construction).
+        """
+        if self.chunks and chunk_id == self.chunks[-1]:
+            return self.chunk_length(len(self.chunks) - 1)
+        return self.chunk_size
 
     def to_wire(self) -> dict[str, Any]:
         """The manifest as a msgpack-ready map (field order fixed)."""
@@ -121,7 +141,9 @@ class Manifest:
         if not isinstance(chunks, list | tuple):
             raise BadRequest("manifest chunks must be a list of cids")
         if len(chunks) > MAX_MANIFEST_CHUNKS:
-            raise BadRequest(f"manifest has more than {MAX_MANIFEST_CHUNKS} chunks")
+            raise BadRequest(
+                f"manifest lists {len(chunks)} chunks; a manifest holds at most {MAX_MANIFEST_CHUNKS}"
+            )
         return cls(
             doc_cid=obj["doc_cid"],
             size=obj["size"],
@@ -209,3 +231,13 @@ def manifest_for_bytes(data: bytes | bytearray | memoryview, chunk_size: int = C
     for piece in split_chunks(memoryview(data), chunk_size):
         builder.add(piece)
     return builder.build()
+
+
+def verify_chunk(chunk_id: str, data: bytes) -> None:
+    """``BadRequest`` unless ``data`` is a chunk of allowed size whose BLAKE3 id is ``chunk_id``."""
+    parse_cid(chunk_id)
+    if len(data) > MAX_CHUNK_SIZE:
+        raise BadRequest(f"chunk of {len(data)} bytes exceeds the {MAX_CHUNK_SIZE} byte limit")
+    actual = chunk_cid(data)
+    if actual != chunk_id:
+        raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")

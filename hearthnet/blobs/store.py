@@ -16,28 +16,47 @@ match its name.  Every chunk is hashed on write and on every read.
 
 All methods are blocking and thread-safe; the node calls them through
 ``anyio.to_thread``.  Memory stays bounded by a few chunks whatever the blob size.
+File-level helpers live in :mod:`~hearthnet.blobs.disk`, the writer of chunks
+arriving from a peer in :mod:`~hearthnet.blobs.incoming`.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import ctypes
-import errno
 import os
-import shutil
 import sqlite3
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Final
+from typing import Final
 
 from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, chunk_cid, cid_hex, is_cid, parse_cid
-from hearthnet.blobs.manifest import MAX_CHUNK_SIZE, Manifest, ManifestBuilder, manifest_for_bytes
+from hearthnet.blobs.disk import (
+    DirSync,
+    create_beside,
+    disk_full_is_capacity,
+    export_errors,
+    fsync_dir,
+    intact,
+    manifest_of_file,
+    read_bounded,
+    read_exact,
+    write_temp,
+)
+from hearthnet.blobs.incoming import INCOMING_GROUP, IncomingChunks
+from hearthnet.blobs.manifest import (
+    MAX_CHUNK_SIZE,
+    MAX_MANIFEST_CHUNKS,
+    Manifest,
+    ManifestBuilder,
+    chunk_count,
+    manifest_for_bytes,
+    verify_chunk,
+)
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 
 __all__ = [
@@ -52,10 +71,8 @@ __all__ = [
 DEFAULT_STALE_AFTER_S: Final = 24 * 3600.0
 """Incomplete unpinned manifests and unreferenced chunks older than this are collected by ``gc``."""
 
-_MAX_PENDING_DIRS: Final = 1024
-"""Directory fsyncs batched by one put before they are flushed (bounds memory)."""
-INCOMING_GROUP: Final = 16
-"""Chunks an :class:`IncomingChunks` writes before making them durable together (4 MiB)."""
+_GC_BATCH: Final = 64
+"""Blobs or chunks ``gc`` removes per hold of the lock."""
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS blobs (
@@ -137,121 +154,11 @@ class BlobInfo:
     last_used: int
 
 
-def _verify_chunk(chunk_id: str, data: bytes) -> None:
-    """``BadRequest`` unless ``data`` is a chunk of allowed size whose BLAKE3 id is ``chunk_id``."""
-    parse_cid(chunk_id)
-    if len(data) > MAX_CHUNK_SIZE:
-        raise BadRequest(f"chunk of {len(data)} bytes exceeds the {MAX_CHUNK_SIZE} byte limit")
-    actual = chunk_cid(data)
-    if actual != chunk_id:
-        raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")
-
-
-_NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-_SQLITE_FULL: Final = 13
-
-
-@contextlib.contextmanager
-def _disk_full_is_capacity(root: Path, needed: int) -> Iterator[None]:
-    """A write that fails because the disk (or a quota) is full is ``capacity_exceeded``, not a crash."""
-    try:
-        yield
-    except (OSError, sqlite3.Error) as exc:
-        full = (
-            exc.errno in _NO_SPACE
-            if isinstance(exc, OSError)
-            else getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
-        )
-        if not full:
-            raise
-        try:
-            free = shutil.disk_usage(root).free
-        except OSError:
-            free = 0
-        raise CapacityExceeded(
-            f"the blob store under {root} is out of disk space ({free} bytes free, about {needed} "
-            "more needed): free some space, then send again (whole chunks already stored are kept "
-            "and not sent again)"
-        ) from exc
-
-
-class _DirSync:
-    """Directories whose renames still await an fsync, during one local put.
-
-    A chunk's *content* is fsynced before its rename either way; deferring the
-    directory fsync only lets the rename's durability wait until :meth:`flush`,
-    which the writer calls before it registers the blob.  A crash before that
-    can lose a renamed chunk (it is then missing and written again), never
-    leave a wrong one.
-    """
-
-    def __init__(self) -> None:
-        self._dirs: set[Path] = set()
-
-    def add(self, directory: Path) -> None:
-        self._dirs.add(directory)
-        if len(self._dirs) >= _MAX_PENDING_DIRS:
-            self.flush()
-
-    def flush(self) -> None:
-        """fsync every directory added so far (blocking)."""
-        dirs, self._dirs = self._dirs, set()
-        for d in dirs:
-            _fsync_dir(d)
-
-
-def _write_temp(tmp_dir: Path, parts: tuple[bytes | memoryview, ...], *, fsync: bool) -> str:
-    """Write ``parts`` to a new file in ``tmp_dir`` (fsynced if asked); its path, or nothing left behind."""
-    fd, tmp = tempfile.mkstemp(dir=tmp_dir, prefix="w-")
-    try:
-        for part in parts:
-            view = memoryview(part)
-            while view:
-                view = view[os.write(fd, view) :]
-        if fsync:
-            os.fsync(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    finally:
-        os.close(fd)
-    return tmp
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_bounded(path: Path) -> bytes | None:
-    """The file's bytes, or ``None`` if it is larger than any valid chunk."""
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > MAX_CHUNK_SIZE:
-            return None
-        data = f.read(size + 1)  # +1: a file that grew since fstat still fails its hash
-    assert isinstance(data, bytes)
-    return data if len(data) <= MAX_CHUNK_SIZE else None
-
-
-def _read_exact(f: BinaryIO, n: int) -> bytes:
-    """Read up to ``n`` bytes, short only at end of file."""
-    data = f.read(n)
-    if len(data) == n or not data:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < n:
-        more = f.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
+_UPSERT_CHUNK: Final = (
+    "INSERT INTO chunks VALUES (?, ?, ?)"
+    " ON CONFLICT(chunk_id) DO UPDATE SET size = excluded.size, added_at = excluded.added_at"
+)
+"""Record a stored chunk; storing it again counts as a fresh use (it is not stale)."""
 
 
 class BlobStore:
@@ -357,7 +264,7 @@ class BlobStore:
         return self._manifests_dir / f"{cid_hex(doc_cid)}.msgpack"
 
     def _atomic_write(
-        self, dest: Path, parts: tuple[bytes | memoryview, ...], pending_dirs: _DirSync | None = None
+        self, dest: Path, parts: tuple[bytes | memoryview, ...], pending_dirs: DirSync | None = None
     ) -> None:
         """Write to ``tmp/``, fsync, rename onto ``dest``, fsync the directory.
 
@@ -369,8 +276,8 @@ class BlobStore:
         if parent not in self._made_dirs:
             parent.mkdir(parents=True, exist_ok=True)
             self._made_dirs.add(parent)
-        with _disk_full_is_capacity(self.root, sum(len(p) for p in parts)):
-            tmp_name = _write_temp(self._tmp_dir, parts, fsync=True)
+        with disk_full_is_capacity(self.root, sum(len(p) for p in parts)):
+            tmp_name = write_temp(self._tmp_dir, parts, fsync=True)
             try:
                 with self._lock:  # renames are ordered against quarantine and delete
                     os.replace(tmp_name, dest)
@@ -379,7 +286,7 @@ class BlobStore:
                     os.unlink(tmp_name)
                 raise
         if pending_dirs is None:
-            _fsync_dir(parent)
+            fsync_dir(parent)
             return
         pending_dirs.add(parent)
 
@@ -388,10 +295,10 @@ class BlobStore:
     def put_chunk(self, chunk_id: str, data: bytes) -> bool:
         """Store one chunk after checking ``chunk_cid(data) == chunk_id``.
 
-        Returns ``False`` if an intact copy (same size) was already stored.
+        Returns ``False`` if an intact copy (hash checked) was already stored.
         A wrong id is :class:`BadRequest` and nothing is written.
         """
-        _verify_chunk(chunk_id, data)
+        verify_chunk(chunk_id, data)
         with self._lock:
             self._inflight[chunk_id] += 1
         try:
@@ -407,23 +314,21 @@ class BlobStore:
                     del self._inflight[cid]
 
     def _store_verified_chunk(
-        self, chunk_id: str, data: bytes | memoryview, pending_dirs: _DirSync | None = None
+        self, chunk_id: str, data: bytes | memoryview, pending_dirs: DirSync | None = None
     ) -> bool:
         """Write a chunk whose hash the caller has checked; caller marked it in flight."""
         path = self._chunk_path(chunk_id)
-        try:
-            present = path.stat().st_size == len(data)
-        except FileNotFoundError:
-            present = False
+        present = intact(path, chunk_id)  # a damaged copy (even of the right size) is overwritten
         if not present:
             self._atomic_write(path, (data,), pending_dirs)
-        with self._lock, self._tx():
-            self._db.execute(
-                "INSERT INTO chunks VALUES (?, ?, ?)"
-                " ON CONFLICT(chunk_id) DO UPDATE SET size = excluded.size",
-                (chunk_id, len(data), self._clock()),
-            )
+        self._record_chunks([(chunk_id, len(data))])
         return not present
+
+    def _record_chunks(self, chunks: builtins.list[tuple[str, int]]) -> None:
+        """Index stored chunks ``(id, size)``; storing one again counts as a fresh use (not stale)."""
+        with self._lock, self._tx():
+            now = self._clock()
+            self._db.executemany(_UPSERT_CHUNK, [(cid, size, now) for cid, size in chunks])
 
     def incoming(self, group: int = INCOMING_GROUP) -> IncomingChunks:
         """A writer for the chunks of one blob arriving from a peer (see :class:`IncomingChunks`)."""
@@ -431,11 +336,11 @@ class BlobStore:
 
     def put_bytes(self, data: bytes, *, pin: bool = False) -> Manifest:
         """Store ``data`` as a complete blob; returns its manifest."""
-        self.check_quota(len(data))
-        manifest = manifest_for_bytes(data, self.chunk_size)
+        manifest = manifest_for_bytes(data, self.chunk_size)  # too many chunks: BadRequest, nothing written
+        self.check_quota(self.missing_bytes(manifest))
         view = memoryview(data)
         held: list[str] = []
-        dirs = _DirSync()
+        dirs = DirSync()
         try:
             for i, cid in enumerate(manifest.chunks):
                 with self._lock:
@@ -451,13 +356,22 @@ class BlobStore:
 
     def put_file(self, path: Path, *, pin: bool = False) -> Manifest:
         """Stream the file at ``path`` into the store (memory bounded by one chunk)."""
-        self.check_quota(Path(path).stat().st_size)
+        size = Path(path).stat().st_size
+        if chunk_count(size, self.chunk_size) > MAX_MANIFEST_CHUNKS:
+            raise BadRequest(
+                f"{path} is {size} bytes; one document can be at most"
+                f" {MAX_MANIFEST_CHUNKS * self.chunk_size} bytes ({MAX_MANIFEST_CHUNKS} chunks)"
+            )
+        if not self._fits(size):
+            # Near the cap: count only what is not stored yet (a re-import adds nothing),
+            # which takes one reading pass to learn the chunk ids.
+            self.check_quota(self.missing_bytes(manifest_of_file(path, self.chunk_size)))
         builder = ManifestBuilder(self.chunk_size)
         held: list[str] = []
-        dirs = _DirSync()
+        dirs = DirSync()
         try:
             with open(path, "rb") as f:
-                while chunk := _read_exact(f, self.chunk_size):
+                while chunk := read_exact(f, self.chunk_size):
                     cid = builder.add(chunk)  # hashes the chunk and feeds the document hash
                     with self._lock:
                         self._inflight[cid] += 1
@@ -471,45 +385,75 @@ class BlobStore:
         return manifest
 
     def put_manifest(self, manifest: Manifest, *, pin: bool = False) -> None:
-        """Record a (validated) manifest received from a peer; its chunks may still be missing."""
+        """Record a (validated, not yet verified) manifest from a peer; its chunks may be missing.
+
+        Makes room for the chunks not stored yet (:meth:`check_quota`).  It
+        replaces a stored manifest of the same document that is incomplete or
+        unreadable (a transfer that died, perhaps a peer's made-up one), never a
+        complete one; :meth:`complete` with ``manifest=`` then checks the
+        manifest the transfer actually used.
+        """
         if not isinstance(manifest, Manifest):
             raise BadRequest("put_manifest needs a Manifest")
-        with self._lock:
-            known = self._db.execute("SELECT 1 FROM blobs WHERE doc_cid = ?", (manifest.doc_cid,)).fetchone()
-        if known is None:
-            self.check_quota(manifest.size)
+        self.check_quota(self.missing_bytes(manifest))
         self._register(manifest, pin=pin, complete=False)
 
     def _register(self, manifest: Manifest, *, pin: bool, complete: bool) -> None:
-        """Write the manifest file and its index rows (pin and complete only ever turn on here)."""
-        path = self._manifest_path(manifest.doc_cid)
+        """Write the manifest file and its index rows.
+
+        ``complete=True`` (the caller verified the reassembly): the manifest
+        replaces whatever is stored and the blob is complete, unless one of its
+        chunks left the index meanwhile (quarantined): then :class:`BadRequest`.
+        ``complete=False`` (a peer's manifest): a complete, readable stored
+        manifest is kept; anything else is replaced.  Replacing a manifest
+        restarts its ``complete`` flag; ``pinned`` only ever turns on here.
+        """
+        doc_cid = manifest.doc_cid
         with self._lock:
-            row = self._db.execute("SELECT size FROM blobs WHERE doc_cid = ?", (manifest.doc_cid,)).fetchone()
+            row = self._db.execute("SELECT complete FROM blobs WHERE doc_cid = ?", (doc_cid,)).fetchone()
             existing = None
             if row is not None:
                 with contextlib.suppress(CorruptBlob):  # a damaged file is simply rewritten
-                    existing = self._read_manifest_file(manifest.doc_cid)
-            if existing is not None and existing != manifest and not complete:
-                # Keep what we have; a peer's differently chunked manifest is not merged in.
-                return
-            if existing != manifest:
-                self._atomic_write(path, (manifest.to_bytes(),))
+                    existing = self._read_manifest_file(doc_cid)
+            same = existing == manifest
+            if not complete and row is not None and row[0] and existing is not None and not same:
+                return  # a verified manifest is not displaced by an unverified one
+            if complete:
+                lost = self._unindexed(manifest.chunks)
+                if lost:
+                    raise BadRequest(
+                        f"blob {doc_cid} lost {lost} chunks while it was being completed; send them again"
+                    )
+            if not same:
+                self._atomic_write(self._manifest_path(doc_cid), (manifest.to_bytes(),))
             with self._tx():
                 tick = self._tick()
                 now = self._clock()
-                if row is None or existing != manifest:
-                    self._db.execute("DELETE FROM blob_chunks WHERE doc_cid = ?", (manifest.doc_cid,))
+                if not same:
+                    self._db.execute("DELETE FROM blob_chunks WHERE doc_cid = ?", (doc_cid,))
                     self._db.executemany(
                         "INSERT INTO blob_chunks VALUES (?, ?, ?)",
-                        ((manifest.doc_cid, i, c) for i, c in enumerate(manifest.chunks)),
+                        ((doc_cid, i, c) for i, c in enumerate(manifest.chunks)),
                     )
                 self._db.execute(
                     "INSERT INTO blobs VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(doc_cid) DO UPDATE SET"
                     " size = excluded.size, pinned = max(pinned, excluded.pinned),"
-                    " complete = max(complete, excluded.complete), last_used = excluded.last_used,"
-                    " changed_at = excluded.changed_at",
-                    (manifest.doc_cid, manifest.size, int(pin), int(complete), tick, now),
+                    " complete = CASE WHEN ? THEN excluded.complete"
+                    " ELSE max(complete, excluded.complete) END,"
+                    " last_used = excluded.last_used, changed_at = excluded.changed_at",
+                    (doc_cid, manifest.size, int(pin), int(complete), tick, now, int(not same)),
                 )
+
+    def _unindexed(self, chunk_ids: tuple[str, ...]) -> int:
+        """How many distinct ``chunk_ids`` have no row in the chunk index (lock held)."""
+        wanted = list(dict.fromkeys(chunk_ids))
+        found = 0
+        for start in range(0, len(wanted), 500):
+            batch = wanted[start : start + 500]
+            marks = ",".join("?" * len(batch))
+            query = f"SELECT COUNT(*) FROM chunks WHERE chunk_id IN ({marks})"
+            found += int(self._db.execute(query, batch).fetchone()[0])
+        return len(wanted) - found
 
     def missing_chunks(self, manifest: Manifest) -> list[str]:
         """Ids of ``manifest``'s chunks not stored yet, in manifest order, without repeats."""
@@ -521,29 +465,36 @@ class BlobStore:
             seen.add(cid)
         return out
 
-    def complete(self, doc_cid: str, *, reassembly: ReassemblyCheck | None = None) -> Manifest:
+    def missing_bytes(self, manifest: Manifest) -> int:
+        """Bytes the chunks :meth:`missing_chunks` lists will take (what a transfer adds)."""
+        return sum(manifest.length_of(cid) for cid in self.missing_chunks(manifest))
+
+    def complete(
+        self, doc_cid: str, *, manifest: Manifest | None = None, reassembly: ReassemblyCheck | None = None
+    ) -> Manifest:
         """Check that all chunks are present and reassemble to ``doc_cid``; mark the blob complete.
 
-        Missing chunks -> :class:`BadRequest` (the manifest stays, fetch the rest).
-        A reassembly that does not hash to ``doc_cid`` -> the manifest is dropped
-        and :class:`BadRequest` raised.  A corrupt chunk -> :class:`CorruptBlob`.
+        ``manifest``: the one the transfer used (default: the stored one).  If
+        it checks out it becomes the stored manifest, whatever another transfer
+        stored meanwhile.  Missing chunks -> :class:`BadRequest` (the manifest
+        stays, fetch the rest).  A reassembly that does not hash to ``doc_cid``
+        -> :class:`BadRequest`, and the manifest is dropped if it is still the
+        stored, incomplete one.  A corrupt chunk -> :class:`CorruptBlob`.
 
         ``reassembly``: the writer saw every chunk of this manifest, in order,
         and hashed them as they passed; if it matched, the chunks are not read
         back (they were each verified against their ids when stored).
         """
-        manifest = self.get_manifest(doc_cid)
+        if manifest is None:
+            manifest = self.get_manifest(doc_cid)
+        elif manifest.doc_cid != doc_cid:
+            raise BadRequest(f"the manifest given is for {manifest.doc_cid}, not {doc_cid}")
         missing = self.missing_chunks(manifest)
         if missing:
             raise BadRequest(f"blob {doc_cid} is missing {len(missing)} of {len(manifest.chunks)} chunks")
         if reassembly is None or not reassembly.matches(manifest):
             self._check_reassembly(manifest)
-        with self._lock, self._tx():
-            tick = self._tick()
-            self._db.execute(
-                "UPDATE blobs SET complete = 1, last_used = ?, changed_at = ? WHERE doc_cid = ?",
-                (tick, self._clock(), doc_cid),
-            )
+        self._register(manifest, pin=False, complete=True)
         return manifest
 
     def _check_reassembly(self, manifest: Manifest) -> None:
@@ -553,12 +504,29 @@ class BlobStore:
         for i, cid in enumerate(manifest.chunks):
             data = self._read_chunk(cid)
             if len(data) != manifest.chunk_length(i):
-                self.delete(doc_cid)
-                raise BadRequest(f"manifest for {doc_cid} has a chunk of the wrong length; dropped")
+                dropped = "; manifest dropped" if self._drop_if_unchanged(manifest) else ""
+                raise BadRequest(f"manifest for {doc_cid} has a chunk of the wrong length{dropped}")
             hasher.update(data)
         if hasher.cid() != doc_cid:
-            self.delete(doc_cid)
-            raise BadRequest(f"chunks do not reassemble to {doc_cid}; manifest dropped")
+            dropped = "; manifest dropped" if self._drop_if_unchanged(manifest) else ""
+            raise BadRequest(f"chunks do not reassemble to {doc_cid}{dropped}")
+
+    def _drop_if_unchanged(self, manifest: Manifest) -> bool:
+        """Delete the blob if ``manifest`` is still its stored, incomplete manifest.
+
+        Checked under the lock: a concurrent local put of the real document (or
+        another transfer's manifest) is left alone.
+        """
+        doc_cid = manifest.doc_cid
+        with self._lock:
+            row = self._db.execute("SELECT complete FROM blobs WHERE doc_cid = ?", (doc_cid,)).fetchone()
+            if row is None or row[0]:
+                return False
+            try:
+                stored = self._read_manifest_file(doc_cid)
+            except CorruptBlob:
+                return False
+            return stored == manifest and self._delete_locked(doc_cid)
 
     # ------------------------------------------------------------------ reading
 
@@ -571,6 +539,23 @@ class BlobStore:
 
     def has_chunk(self, chunk_id: str) -> bool:
         return self._chunk_path(chunk_id).is_file()
+
+    def check_held(self, doc_cid: str) -> bool:
+        """Whether ``doc_cid`` is complete and still whole on disk (its manifest readable, no chunk gone).
+
+        Cheaper than reading it back (no hashing).  A complete blob that fails
+        this is marked incomplete, so a transfer can repair it.
+        """
+        if not self.has_blob(doc_cid):
+            return False
+        try:
+            manifest = self.get_manifest(doc_cid)  # a damaged manifest file marks the blob incomplete
+        except NotFound:
+            return False
+        missing = self.missing_chunks(manifest)
+        for cid in missing:
+            self._forget_vanished(cid)
+        return not missing
 
     def _read_manifest_file(self, doc_cid: str) -> Manifest | None:
         try:
@@ -586,25 +571,50 @@ class BlobStore:
         return manifest
 
     def get_manifest(self, doc_cid: str) -> Manifest:
-        """The stored manifest (complete or not); :class:`NotFound` if unknown."""
+        """The stored manifest (complete or not); :class:`NotFound` if unknown.
+
+        A manifest file that is damaged (:class:`CorruptBlob`) or gone marks the
+        blob incomplete: a transfer of the document replaces the manifest.
+        """
         parse_cid(doc_cid)
         with self._lock:
             row = self._db.execute("SELECT 1 FROM blobs WHERE doc_cid = ?", (doc_cid,)).fetchone()
-            manifest = self._read_manifest_file(doc_cid) if row is not None else None
-        if manifest is None:
-            raise NotFound(f"no manifest for {doc_cid}")
+            if row is None:
+                raise NotFound(f"no manifest for {doc_cid}")
+            try:
+                manifest = self._read_manifest_file(doc_cid)
+            except CorruptBlob:
+                self._mark_incomplete(doc_cid)
+                raise
+            if manifest is None:
+                self._mark_incomplete(doc_cid)
+                raise NotFound(f"the manifest file of {doc_cid} is gone")
         return manifest
 
     def _read_chunk(self, chunk_id: str) -> bytes:
         """Read and verify one chunk; quarantine and raise :class:`CorruptBlob` on mismatch."""
         path = self._chunk_path(chunk_id)
         try:
-            data = _read_bounded(path)
+            data = read_bounded(path)
         except FileNotFoundError:
+            self._forget_vanished(chunk_id)
             raise NotFound(f"chunk {chunk_id} is not stored") from None
         if data is not None and chunk_cid(data) == chunk_id:
             return data
         return self._quarantine(chunk_id, path)
+
+    def _forget_vanished(self, chunk_id: str) -> None:
+        """A chunk file is gone: drop it from the index and mark every complete blob using it incomplete."""
+        with self._lock:
+            if self._chunk_path(chunk_id).is_file():
+                return  # stored again meanwhile
+            with self._tx():
+                self._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (chunk_id,))
+                self._db.execute(
+                    "UPDATE blobs SET complete = 0, changed_at = ? WHERE complete = 1 AND doc_cid IN"
+                    " (SELECT doc_cid FROM blob_chunks WHERE chunk_id = ?)",
+                    (self._clock(), chunk_id),
+                )
 
     def _quarantine(self, chunk_id: str, path: Path) -> bytes:
         """Move a chunk that failed its hash out of ``chunks/`` and raise :class:`CorruptBlob`.
@@ -613,7 +623,7 @@ class BlobStore:
         """
         with self._lock:
             try:
-                data = _read_bounded(path)
+                data = read_bounded(path)
                 if data is not None and chunk_cid(data) == chunk_id:
                     return data
             except FileNotFoundError:
@@ -690,7 +700,8 @@ class BlobStore:
     def _mark_incomplete(self, doc_cid: str) -> None:
         with self._lock, self._tx():
             self._db.execute(
-                "UPDATE blobs SET complete = 0, changed_at = ? WHERE doc_cid = ?", (self._clock(), doc_cid)
+                "UPDATE blobs SET complete = 0, changed_at = ? WHERE doc_cid = ? AND complete = 1",
+                (self._clock(), doc_cid),
             )
 
     def read_blob(self, doc_cid: str, *, max_bytes: int = 256 * 1024 * 1024) -> bytes:
@@ -702,31 +713,41 @@ class BlobStore:
         return b"".join(self._iter_verified(manifest))
 
     def export(self, doc_cid: str, dest: Path) -> None:
-        """Write the verified blob to ``dest`` atomically (temp file beside it, then rename)."""
+        """Write the verified blob to ``dest`` atomically (temp file beside it, then rename).
+
+        The file gets the usual mode for a new file (0666 less the umask).  A
+        destination that cannot be written (no such directory, a directory,
+        no permission) is :class:`BadRequest`; a full disk :class:`CapacityExceeded`.
+        """
         manifest = self._complete_manifest(doc_cid)
         self.touch(doc_cid)
         dest = Path(dest)
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                for data in self._iter_verified(manifest):
-                    f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_name, dest)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp_name)
-            raise
-        _fsync_dir(dest.parent)
+        with export_errors(dest, manifest.size):
+            fd, tmp_name = create_beside(dest)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    for data in self._iter_verified(manifest):
+                        f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp_name, dest)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp_name)
+                raise
+            fsync_dir(dest.parent)
 
-    def list(self, prefix: str = "") -> list[BlobInfo]:
-        """Every known document whose cid starts with ``prefix``, sorted by cid."""
+    def list(self, prefix: str = "", *, after: str = "", limit: int | None = None) -> list[BlobInfo]:
+        """Known documents whose cid starts with ``prefix``, sorted by cid.
+
+        ``after``: only cids sorting after it (the last one of the previous page);
+        ``limit``: at most that many.
+        """
         with self._lock:
             rows = self._db.execute(
                 "SELECT doc_cid, size, pinned, complete, last_used FROM blobs"
-                " WHERE substr(doc_cid, 1, ?) = ? ORDER BY doc_cid",
-                (len(prefix), prefix),
+                " WHERE substr(doc_cid, 1, ?) = ? AND doc_cid > ? ORDER BY doc_cid LIMIT ?",
+                (len(prefix), prefix, after, -1 if limit is None else limit),
             ).fetchall()
         return [BlobInfo(r[0], r[1], bool(r[2]), bool(r[3]), r[4]) for r in rows]
 
@@ -768,8 +789,11 @@ class BlobStore:
         self._remove_unreferenced(chunk_ids)
         return gone > 0
 
-    def _remove_unreferenced(self, chunk_ids: builtins.list[str]) -> None:
-        """Delete those of ``chunk_ids`` that no manifest references and no put holds (lock held)."""
+    def _remove_unreferenced(self, chunk_ids: builtins.list[str]) -> int:
+        """Delete those of ``chunk_ids`` that no manifest references and no put holds (lock held).
+
+        Returns how many were deleted.
+        """
         doomed = [
             cid
             for cid in chunk_ids
@@ -782,6 +806,7 @@ class BlobStore:
         for cid in doomed:
             with contextlib.suppress(FileNotFoundError):
                 self._chunk_path(cid).unlink()
+        return len(doomed)
 
     def usage_bytes(self) -> int:
         """Bytes held in chunk files (each distinct chunk counted once)."""
@@ -793,229 +818,113 @@ class BlobStore:
         """Collect stale leftovers, then evict LRU unpinned complete blobs while over ``cap_bytes``.
 
         Stale leftovers are unpinned incomplete manifests and unreferenced chunks
-        untouched for ``stale_after_s``.  Returns the evicted doc_cids.
+        untouched for ``stale_after_s``.  The lock is taken for a small batch of
+        removals at a time, so puts and reads go on during a long collection.
+        Returns the removed doc_cids.
         """
-        with self._lock:
-            return self._gc_locked(self.cap_bytes)
+        removed = self._collect_stale()
+        if self.cap_bytes is not None:
+            removed += self._evict_down_to(self.cap_bytes)
+        return removed
 
-    def _gc_locked(self, target: int | None) -> builtins.list[str]:
-        evicted: builtins.list[str] = []
+    def _collect_stale(self) -> builtins.list[str]:
         horizon = self._clock() - self.stale_after_s
-        stale = [
-            r[0]
-            for r in self._db.execute(
-                "SELECT doc_cid FROM blobs WHERE complete = 0 AND pinned = 0 AND changed_at < ?", (horizon,)
-            ).fetchall()
-        ]
-        for doc_cid in stale:
-            self._delete_locked(doc_cid)
-            evicted.append(doc_cid)
-        orphans = [
-            r[0]
-            for r in self._db.execute(
-                "SELECT c.chunk_id FROM chunks c LEFT JOIN blob_chunks bc USING (chunk_id)"
-                " WHERE bc.chunk_id IS NULL AND c.added_at < ?",
-                (horizon,),
-            ).fetchall()
-        ]
-        self._remove_unreferenced(orphans)
-        if target is None:
-            return evicted
-        usage = self.usage_bytes()
-        if usage <= target:
-            return evicted
-        candidates = self._db.execute(
-            "SELECT doc_cid FROM blobs WHERE pinned = 0 AND complete = 1 ORDER BY last_used, doc_cid"
-        ).fetchall()
-        for (doc_cid,) in candidates:
-            if usage <= target:
+        removed: builtins.list[str] = []
+        while True:
+            with self._lock:
+                batch = [
+                    r[0]
+                    for r in self._db.execute(
+                        "SELECT doc_cid FROM blobs WHERE complete = 0 AND pinned = 0 AND changed_at < ?"
+                        " ORDER BY changed_at LIMIT ?",
+                        (horizon, _GC_BATCH),
+                    ).fetchall()
+                ]
+                for doc_cid in batch:
+                    self._delete_locked(doc_cid)
+                removed.extend(batch)
+            if len(batch) < _GC_BATCH:
                 break
-            self._delete_locked(doc_cid)
-            evicted.append(doc_cid)
-            usage = self.usage_bytes()
+        offset = 0  # orphans still held by a put in progress are skipped, not re-selected forever
+        while True:
+            with self._lock:
+                orphans = [
+                    r[0]
+                    for r in self._db.execute(
+                        "SELECT c.chunk_id FROM chunks c LEFT JOIN blob_chunks bc USING (chunk_id)"
+                        " WHERE bc.chunk_id IS NULL AND c.added_at < ? ORDER BY c.chunk_id LIMIT ? OFFSET ?",
+                        (horizon, _GC_BATCH, offset),
+                    ).fetchall()
+                ]
+                offset += len(orphans) - self._remove_unreferenced(orphans)
+            if len(orphans) < _GC_BATCH:
+                break
+        return removed
+
+    def _evict_down_to(self, target: int) -> builtins.list[str]:
+        """Delete unpinned complete blobs, least recently used first, until usage <= ``target``."""
+        evicted: builtins.list[str] = []
+        while True:
+            with self._lock:
+                if self.usage_bytes() <= target:
+                    break
+                row = self._db.execute(
+                    "SELECT doc_cid FROM blobs WHERE pinned = 0 AND complete = 1"
+                    " ORDER BY last_used, doc_cid LIMIT 1"
+                ).fetchone()
+                if row is None:
+                    break
+                self._delete_locked(row[0])
+                evicted.append(row[0])
         return evicted
 
+    def _evictable_bytes(self) -> int:
+        """Bytes that evicting every unpinned complete blob would free (lock held).
+
+        A chunk is freed only if every manifest referencing it is unpinned and
+        complete and no put in progress holds it.
+        """
+        sole = (
+            "FROM chunks c WHERE EXISTS (SELECT 1 FROM blob_chunks bc WHERE bc.chunk_id = c.chunk_id)"
+            " AND NOT EXISTS (SELECT 1 FROM blob_chunks bc JOIN blobs b ON b.doc_cid = bc.doc_cid"
+            " WHERE bc.chunk_id = c.chunk_id AND (b.pinned = 1 OR b.complete = 0))"
+        )
+        total = int(self._db.execute(f"SELECT COALESCE(SUM(c.size), 0) {sole}").fetchone()[0])
+        for cid in self._inflight:
+            row = self._db.execute(f"SELECT c.size {sole} AND c.chunk_id = ?", (cid,)).fetchone()
+            if row is not None:
+                total -= int(row[0])
+        return total
+
+    def _fits(self, incoming_bytes: int) -> bool:
+        """Whether ``incoming_bytes`` more fit under the cap without evicting anything."""
+        return self.cap_bytes is None or self.usage_bytes() + incoming_bytes <= self.cap_bytes
+
     def check_quota(self, incoming_bytes: int) -> None:
-        """Make room for ``incoming_bytes`` (evicting by LRU); :class:`CapacityExceeded` if impossible."""
+        """Make room for ``incoming_bytes`` (evicting by LRU); :class:`CapacityExceeded` if impossible.
+
+        Nothing is evicted unless the eviction makes enough room: more than the
+        cap, or more than what pinned, incomplete and in-use chunks leave, is
+        refused at once.
+        """
         if incoming_bytes < 0:
             raise BadRequest("incoming_bytes must be >= 0")
         cap = self.cap_bytes
         if cap is None:
             return
+        if incoming_bytes > cap:
+            raise CapacityExceeded(f"{incoming_bytes} bytes are more than the blob store's {cap} byte cap")
         with self._lock:
-            if self.usage_bytes() + incoming_bytes <= cap:
+            if self._fits(incoming_bytes):
                 return
-            self._gc_locked(max(cap - incoming_bytes, 0))
+            self._collect_stale()
             usage = self.usage_bytes()
-        if usage + incoming_bytes > cap:
-            raise CapacityExceeded(
-                f"blob store holds {usage} bytes that cannot be evicted (pinned or in use);"
-                f" {incoming_bytes} more would exceed the {cap} byte cap"
-            )
-
-
-def _syncfs_function() -> Callable[[int], int] | None:
-    """``syncfs(2)`` from the C library (Linux), or ``None`` where it does not exist."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNCFS = _syncfs_function()
-
-
-def _sync_filesystem(path: Path) -> None:
-    """Make every write to the filesystem holding ``path`` durable (one journal commit)."""
-    assert _SYNCFS is not None
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if _SYNCFS(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs failed: {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-@dataclass
-class _Staged:
-    chunk_id: str
-    size: int
-    dest: Path
-    tmp: str | None
-    """Temporary file holding the bytes (``None``: an intact copy was already stored)."""
-
-
-class IncomingChunks:
-    """Writes the chunks of one incoming blob, durable and visible in groups.
-
-    :meth:`add` verifies a chunk against its id and writes it to a temporary
-    file without fsync (several threads may add at once).  Every ``group``
-    chunks, and on :meth:`commit`, the group is made durable together: one
-    ``syncfs`` (or, where there is none, an fsync per file) makes the contents
-    durable, then the files are renamed into place and recorded in one SQLite
-    transaction; :meth:`commit` ends with another ``syncfs`` (or directory
-    fsyncs) for the renames.  So a file under ``chunks/`` still always has
-    durable, verified content, at a fraction of the per-file cost measured in
-    ``specs/blobs.md``.  A chunk added but not yet committed is not stored: a
-    crash loses it and it is sent again.
-
-    Call :meth:`commit` when the stream ends, however it ends, then
-    :meth:`close` (``with`` does the latter).
-    """
-
-    def __init__(self, store: BlobStore, group: int) -> None:
-        if group < 1:
-            raise ValueError("group must be at least 1")
-        self._store = store
-        self._group = group
-        self._lock = threading.Lock()
-        self._staged: list[_Staged] = []
-        self._renamed_dirs: set[Path] = set()
-        self.added = 0
-        """Chunks accepted so far (verified; durable after the next commit)."""
-        self.written = 0
-        """Chunks that were not stored yet and were written."""
-
-    def add(self, chunk_id: str, data: bytes) -> None:
-        """Verify ``data`` against ``chunk_id`` and stage it; a mismatch is ``BadRequest``."""
-        store = self._store
-        _verify_chunk(chunk_id, data)
-        dest = store._chunk_path(chunk_id)
-        with store._lock:
-            store._inflight[chunk_id] += 1
-        try:
-            try:
-                present = dest.stat().st_size == len(data)
-            except FileNotFoundError:
-                present = False
-            tmp: str | None = None
-            if not present:
-                with _disk_full_is_capacity(store.root, len(data)):
-                    tmp = _write_temp(store._tmp_dir, (data,), fsync=_SYNCFS is None)
-        except BaseException:
-            store._release([chunk_id])
-            raise
-        with self._lock:
-            self._staged.append(_Staged(chunk_id, len(data), dest, tmp))
-            self.added += 1
-            full = len(self._staged) >= self._group
-        if full:
-            self._commit_group()
-
-    def _commit_group(self) -> None:
-        with self._lock:
-            staged, self._staged = self._staged, []
-        if not staged:
-            return
-        store = self._store
-        try:
-            with _disk_full_is_capacity(store.root, sum(item.size for item in staged)):
-                self._publish(staged)
-        finally:
-            self._discard(staged)
-
-    def _publish(self, staged: list[_Staged]) -> None:
-        """Durable contents, then renames, then one index transaction (caller discards leftovers)."""
-        store = self._store
-        if _SYNCFS is not None and any(item.tmp is not None for item in staged):
-            _sync_filesystem(store._tmp_dir)
-        renamed: set[Path] = set()
-        with store._lock:  # renames are ordered against quarantine and delete
-            for item in staged:
-                if item.tmp is None:
-                    continue
-                parent = item.dest.parent
-                if parent not in store._made_dirs:
-                    parent.mkdir(parents=True, exist_ok=True)
-                    store._made_dirs.add(parent)
-                os.replace(item.tmp, item.dest)
-                item.tmp = None
-                renamed.add(parent)
-                self.written += 1
-        with self._lock:
-            self._renamed_dirs |= renamed
-        with store._lock, store._tx():
-            now = store._clock()
-            store._db.executemany(
-                "INSERT INTO chunks VALUES (?, ?, ?)"
-                " ON CONFLICT(chunk_id) DO UPDATE SET size = excluded.size",
-                [(item.chunk_id, item.size, now) for item in staged],
-            )
-
-    def commit(self) -> None:
-        """Make every staged chunk durable and visible (blocking)."""
-        self._commit_group()
-        with self._lock:
-            dirs, self._renamed_dirs = self._renamed_dirs, set()
-        if not dirs:
-            return
-        with _disk_full_is_capacity(self._store.root, 0):
-            if _SYNCFS is not None:
-                _sync_filesystem(self._store._tmp_dir)
-            else:
-                for d in dirs:
-                    _fsync_dir(d)
-
-    def close(self) -> None:
-        """Drop whatever is staged and not committed (its temporary files are deleted)."""
-        with self._lock:
-            staged, self._staged = self._staged, []
-        self._discard(staged)
-
-    def _discard(self, staged: list[_Staged]) -> None:
-        for item in staged:
-            if item.tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(item.tmp)
-        self._store._release([item.chunk_id for item in staged])
-
-    def __enter__(self) -> IncomingChunks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+            if usage + incoming_bytes <= cap:
+                return
+            kept = usage - self._evictable_bytes()
+            if kept + incoming_bytes > cap:
+                raise CapacityExceeded(
+                    f"the blob store's cap is {cap} bytes and {kept} of the {usage} it holds are pinned,"
+                    f" incomplete or in use; {incoming_bytes} more do not fit (nothing was evicted)"
+                )
+            self._evict_down_to(cap - incoming_bytes)

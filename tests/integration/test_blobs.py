@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from hearthnet.blobs import BlobStore, Manifest
+from hearthnet.blobs import BlobStore, Manifest, blob_cid
+from hearthnet.blobs.manifest import MAX_MANIFEST_CHUNKS
 from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
 from tests.shared_data import PDF_DIR
@@ -102,6 +105,8 @@ async def test_interrupted_put_resumes_sending_only_missing_chunks(mesh: LocalMe
             # Wait until the receiver has stored what we sent, then walk away mid-put.
             wait_ok = await _wait_chunks_received(n2, half)
             assert wait_ok
+        # `file ls` tells the half-received blob apart.
+        assert f"{manifest.doc_cid}  {len(data):>12}  incomplete" in n2.cli("file", "ls").stdout
         async with bus.stream(
             "file.put", input={"manifest": manifest.to_wire()}, provider=n2.node_id
         ) as call:
@@ -113,6 +118,8 @@ async def test_interrupted_put_resumes_sending_only_missing_chunks(mesh: LocalMe
             result = (await call.result()).output
     assert result["chunks_received"] == len(manifest.chunks) - half
     assert result["doc_cid"] == manifest.doc_cid
+    listed = [line for line in n2.cli("file", "ls").stdout.splitlines() if line.startswith(manifest.doc_cid)]
+    assert listed == [f"{manifest.doc_cid}  {len(data):>12}"]
     got = n2.cli_json("file", "get", manifest.doc_cid, "--out", str(tmp_path / "back.bin"))
     assert got["source"] == "local"
     assert (tmp_path / "back.bin").read_bytes() == data
@@ -199,3 +206,50 @@ async def test_200mb_blob_transfers_with_bounded_receiver_memory(mesh: LocalMesh
     print(f"receiver RSS before {rss_before / 1024:.1f} MB, peak growth {growth_mb:.1f} MB")
     assert growth_mb < 64
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_manifest_of_the_most_chunks_allowed_is_put_and_fetched(
+    mesh: LocalMesh, tmp_path: Path
+) -> None:
+    n1, n2 = mesh.nodes["n1"], mesh.nodes["n2"]
+    data = os.urandom(MAX_MANIFEST_CHUNKS * 64)  # 64-byte chunks: the largest manifest, cheaply
+    store = BlobStore(tmp_path / "many-chunks", chunk_size=64)
+    manifest = store.put_bytes(data)
+    assert len(manifest.chunks) == MAX_MANIFEST_CHUNKS
+    async with member_bus(n1, mesh.nodes["uploader"].home) as bus:
+        # The manifest goes out in the request, the `need` list comes back in one frame.
+        async with bus.stream(
+            "file.put", input={"manifest": manifest.to_wire()}, provider=n1.node_id, timeout=600
+        ) as call:
+            need = (await call.frames().__anext__())["need"]
+            assert len(need) == MAX_MANIFEST_CHUNKS
+            for chunk_id in need:
+                await call.send({"chunk_id": chunk_id, "data": store.get_chunk(chunk_id, touch=False)})
+            await call.end_input()
+            assert (await call.result()).output["chunks_received"] == MAX_MANIFEST_CHUNKS
+    store.close()
+    # n2 fetches it with file.read: the manifest comes back in one frame too.
+    out = tmp_path / "back.bin"
+    got = n2.cli_json("file", "get", manifest.doc_cid, "--out", str(out), timeout=600)
+    assert got["source"] == n1.node_id
+    assert out.read_bytes() == data
+
+
+def test_file_ls_lists_more_blobs_than_one_answer_carries(mesh: LocalMesh) -> None:
+    n1 = mesh.nodes["n1"]
+    many = 6_000
+    # Index rows only (all file.list reads), standing in for 6,000 documents held by n1.
+    db = sqlite3.connect(n1.home / "blobs" / "index.sqlite3", timeout=30)
+    with db:
+        db.executemany(
+            "INSERT INTO blobs VALUES (?, ?, 0, 0, 1, ?)",
+            [(blob_cid(b"ls-%d" % i), 1_000 + i, time.time()) for i in range(many)],
+        )
+    db.close()
+    listed = n1.cli_json("file", "ls")
+    cids = [b["doc_cid"] for b in listed["blobs"]]
+    assert not listed["truncated"] and cids == sorted(set(cids))
+    assert {blob_cid(b"ls-%d" % i) for i in range(many)} <= set(cids)
+    text = n1.cli("file", "ls").stdout.splitlines()
+    assert sum(1 for line in text if line.endswith("  incomplete")) >= many

@@ -199,3 +199,46 @@ def test_from_bytes_rejects_garbage(data: bytes) -> None:
 def test_manifest_constructor_validates() -> None:
     with pytest.raises(BadRequest):
         Manifest(doc_cid=EMPTY, size=0, chunk_size=4, chunks=[])  # type: ignore[arg-type]
+
+
+def test_a_short_last_chunk_cannot_also_stand_for_a_full_chunk() -> None:
+    a, short = b"a" * 4, b"b" * 2
+    with pytest.raises(BadRequest, match="short last chunk"):
+        Manifest(blob_cid(b"doc"), 10, 4, (chunk_cid(short), chunk_cid(a), chunk_cid(short)))
+    ok = Manifest(blob_cid(a + a + short), 10, 4, (chunk_cid(a), chunk_cid(a), chunk_cid(short)))
+    assert [ok.length_of(c) for c in ok.chunks] == [4, 4, 2]
+    full = manifest_for_bytes(b"c" * 8, 4)
+    assert [full.length_of(c) for c in full.chunks] == [4, 4]
+
+
+@given(st.binary(max_size=40), st.integers(1, 8))
+def test_length_of_agrees_with_the_chunks(payload: bytes, chunk_size: int) -> None:
+    manifest = manifest_for_bytes(payload, chunk_size)
+    for piece in split_chunks(payload, chunk_size):
+        assert manifest.length_of(chunk_cid(piece)) == len(piece)
+
+
+def test_the_largest_manifest_fits_one_link_frame_with_room() -> None:
+    """A manifest, a ``need`` list and a ``skip`` list each travel in one frame."""
+    from hearthnet.transport.session import TAG_LEN
+    from hearthnet.wire.codec import pack
+    from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER_LEN
+
+    ids = [blob_cid(i.to_bytes(4, "big")) for i in range(MAX_MANIFEST_CHUNKS)]
+    size = MAX_MANIFEST_CHUNKS * CHUNK_SIZE
+    wire = {"doc_cid": blob_cid(b"big"), "size": size, "chunk_size": CHUNK_SIZE, "chunks": ids}
+    request = {
+        "t": "req",
+        "id": 2**32,
+        "capability": "file.put",
+        "version": [1, 0],
+        "params": {},
+        "input": {"manifest": wire, "pin": True},
+        "deadline_ms": 600_000,
+        "trace_id": "f" * 32,
+        "stream": True,
+    }
+    assert Manifest.from_wire(wire).size == 3 * 1024**3
+    assert len(pack(request)) + TAG_LEN + HEADER_LEN < DEFAULT_MAX_FRAME - 64 * 1024
+    with pytest.raises(BadRequest, match="at most 12288"):
+        Manifest.from_wire({**wire, "size": size + 1, "chunks": [*ids, ids[0]]})

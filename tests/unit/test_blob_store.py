@@ -563,3 +563,335 @@ def test_a_full_disk_is_capacity_exceeded_and_leaves_nothing_partial(tmp_path: P
             store.close()
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=20)
+
+
+# -- a peer's manifest: replaced while incomplete, checked as the transfer used it ---------------
+def _made_up(manifest: Manifest) -> Manifest:
+    """A manifest a hostile peer could send for the same document: right shape, invented chunk ids."""
+    return Manifest(
+        manifest.doc_cid,
+        manifest.size,
+        manifest.chunk_size,
+        tuple(chunk_cid(os.urandom(8)) for _ in manifest.chunks),
+    )
+
+
+def _receive(store: BlobStore, manifest: Manifest, payload: bytes) -> ReassemblyCheck:
+    """Every chunk of ``payload`` through ``IncomingChunks``, as a transfer writes them."""
+    check = ReassemblyCheck(manifest)
+    size = manifest.chunk_size
+    with store.incoming() as incoming:
+        for i, cid in enumerate(manifest.chunks):
+            piece = payload[i * size : (i + 1) * size]
+            check.feed(cid, piece)
+            incoming.add(cid, piece)
+        incoming.commit()
+    return check
+
+
+def test_a_made_up_incomplete_manifest_is_replaced_by_the_next_transfer(tmp_path: Path) -> None:
+    payload = os.urandom(5 * SMALL + 3)
+    honest = manifest_for_bytes(payload, SMALL)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(_made_up(honest))  # a hostile peer answered, then broke the stream
+        store.put_manifest(honest)
+        assert store.get_manifest(honest.doc_cid) == honest
+        check = _receive(store, honest, payload)
+        assert store.complete(honest.doc_cid, manifest=honest, reassembly=check) == honest
+        assert store.read_blob(honest.doc_cid) == payload
+
+
+def test_complete_checks_the_manifest_the_transfer_used(tmp_path: Path) -> None:
+    payload = os.urandom(5 * SMALL + 3)
+    honest = manifest_for_bytes(payload, SMALL)
+    bogus = _made_up(honest)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(honest)
+        store.put_manifest(bogus)  # another transfer stored its manifest meanwhile
+        check = _receive(store, honest, payload)
+        with pytest.raises(BadRequest, match="missing"):
+            store.complete(bogus.doc_cid, manifest=bogus)
+        store.complete(honest.doc_cid, manifest=honest, reassembly=check)
+        assert store.get_manifest(honest.doc_cid) == honest
+        assert store.has_blob(honest.doc_cid)
+        assert store.read_blob(honest.doc_cid) == payload
+        with pytest.raises(BadRequest, match="not"):
+            store.complete(honest.doc_cid, manifest=manifest_for_bytes(b"other", SMALL))
+
+
+def test_a_complete_manifest_is_not_displaced_by_a_peers_manifest(tmp_path: Path) -> None:
+    payload = os.urandom(5 * SMALL + 3)
+    with small_store(tmp_path / "b") as store:
+        stored = store.put_bytes(payload)
+        store.put_manifest(manifest_for_bytes(payload, 2 * SMALL))  # same document, other chunking
+        store.put_manifest(_made_up(stored))
+        assert store.get_manifest(stored.doc_cid) == stored
+        assert store.has_blob(stored.doc_cid)
+
+
+def test_a_failed_read_back_does_not_delete_a_concurrent_local_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = os.urandom(3 * SMALL)
+    real = tmp_path / "real.bin"
+    real.write_bytes(payload)
+    honest = manifest_for_bytes(payload, SMALL)
+    junk = [os.urandom(SMALL) for _ in honest.chunks]
+    bogus = Manifest(honest.doc_cid, honest.size, SMALL, tuple(chunk_cid(j) for j in junk))
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(bogus)
+        for piece in junk:
+            store.put_chunk(chunk_cid(piece), piece)
+        real_read = store._read_chunk
+        reads: list[str] = []
+
+        def read_and_import_midway(cid: str) -> bytes:
+            reads.append(cid)
+            if len(reads) == 2:  # the user's `file put` of the real document lands mid read-back
+                store.put_file(real, pin=True)
+            return real_read(cid)
+
+        monkeypatch.setattr(store, "_read_chunk", read_and_import_midway)
+        with pytest.raises(BadRequest, match="reassemble") as info:
+            store.complete(bogus.doc_cid)
+        assert "dropped" not in info.value.message
+        assert store.has_blob(honest.doc_cid) and store.list()[0].pinned
+        assert store.get_manifest(honest.doc_cid) == honest
+        monkeypatch.undo()
+        assert store.read_blob(honest.doc_cid) == payload
+
+
+# -- damage found later: the blob becomes incomplete and can be repaired -----------------------
+def test_a_damaged_manifest_file_marks_the_blob_incomplete_and_a_transfer_repairs_it(
+    tmp_path: Path,
+) -> None:
+    payload = os.urandom(3 * SMALL + 1)
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_bytes(payload)
+        path = next((tmp_path / "b" / "manifests").iterdir())
+        path.write_bytes(manifest.to_bytes()[:-7])  # torn
+        with pytest.raises(CorruptBlob):
+            store.read_blob(manifest.doc_cid)
+        assert not store.has_blob(manifest.doc_cid)
+        store.put_manifest(manifest)  # the next file.put or fetch
+        store.complete(manifest.doc_cid, manifest=manifest)
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+def test_check_held_notices_a_damaged_manifest_and_a_vanished_chunk(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_bytes(payload)
+        assert store.check_held(manifest.doc_cid)
+        chunk_files(tmp_path / "b")[1].unlink()
+        assert store.has_blob(manifest.doc_cid)  # the index does not know yet
+        assert not store.check_held(manifest.doc_cid)
+        assert not store.has_blob(manifest.doc_cid)
+        store.put_bytes(payload)
+        assert store.check_held(manifest.doc_cid)
+        next((tmp_path / "b" / "manifests").iterdir()).write_bytes(b"\x00garbage")
+        assert not store.check_held(manifest.doc_cid)
+        assert not store.has_blob(manifest.doc_cid)
+
+
+def test_a_chunk_vanishing_at_runtime_marks_its_blobs_incomplete(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_bytes(payload)
+        usage = store.usage_bytes()
+        store._chunk_path(manifest.chunks[1]).unlink()
+        with pytest.raises(NotFound):
+            store.read_blob(manifest.doc_cid)
+        assert not store.has_blob(manifest.doc_cid)
+        assert store.usage_bytes() == usage - SMALL
+        assert store.missing_chunks(manifest) == [manifest.chunks[1]]
+        store.put_chunk(manifest.chunks[1], payload[SMALL : 2 * SMALL])
+        store.complete(manifest.doc_cid)
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+def test_replacing_an_unreadable_complete_manifest_restarts_it_incomplete(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_bytes(payload)
+        next((tmp_path / "b" / "manifests").iterdir()).write_bytes(b"\x00garbage")
+        junk = [os.urandom(SMALL) for _ in manifest.chunks]
+        for piece in junk:
+            store.put_chunk(chunk_cid(piece), piece)
+        bogus = Manifest(manifest.doc_cid, manifest.size, SMALL, tuple(chunk_cid(j) for j in junk))
+        store.put_manifest(bogus)  # a peer's manifest, not checked
+        assert not store.has_blob(manifest.doc_cid)
+        with pytest.raises(BadRequest, match="reassemble"):
+            store.complete(manifest.doc_cid)
+
+
+def test_complete_does_not_undo_a_quarantine_that_happens_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = os.urandom(4 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(manifest)
+        for i, cid in enumerate(manifest.chunks):
+            store.put_chunk(cid, payload[i * SMALL : (i + 1) * SMALL])
+        real_read = store._read_chunk
+        reads: list[str] = []
+
+        def read_then_damage_the_first(cid: str) -> bytes:
+            data = real_read(cid)
+            reads.append(cid)
+            if len(reads) == len(manifest.chunks):  # read back whole; then a reader trips on bit rot
+                first = store._chunk_path(manifest.chunks[0])
+                flip_bit(first, 3)
+                with pytest.raises(CorruptBlob):
+                    real_read(manifest.chunks[0])
+            return data
+
+        monkeypatch.setattr(store, "_read_chunk", read_then_damage_the_first)
+        with pytest.raises(BadRequest, match="lost 1 chunks"):
+            store.complete(manifest.doc_cid)
+        assert not store.has_blob(manifest.doc_cid)
+        assert store.missing_chunks(manifest) == [manifest.chunks[0]]
+
+
+def test_a_same_size_damaged_chunk_is_rewritten_by_every_writer(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    src = tmp_path / "doc.bin"
+    src.write_bytes(payload)
+    with small_store(tmp_path / "b") as store:
+        manifest = store.put_file(src)
+        victim = store._chunk_path(manifest.chunks[1])
+        flip_bit(victim, 100)
+        store.put_file(src)  # re-importing repairs it
+        assert store.read_blob(manifest.doc_cid) == payload
+        flip_bit(victim, 7)
+        assert store.put_chunk(manifest.chunks[1], payload[SMALL : 2 * SMALL]) is True
+        assert store.read_blob(manifest.doc_cid) == payload
+        flip_bit(victim, 9)
+        with store.incoming() as incoming:
+            incoming.add(manifest.chunks[1], payload[SMALL : 2 * SMALL])
+            incoming.add(manifest.chunks[2], payload[2 * SMALL :])
+            incoming.commit()
+            assert incoming.written == 1
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+# -- quota: counts what is missing, refuses before evicting ------------------------------------
+def test_quota_over_the_cap_is_refused_without_evicting_anything(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
+        cached = [store.put_bytes(os.urandom(2 * SMALL)) for _ in range(4)]
+        with pytest.raises(CapacityExceeded, match="more than the blob store's") as info:
+            store.check_quota(11 * SMALL)
+        assert info.value.code == "capacity_exceeded"
+        claim = Manifest(
+            blob_cid(b"wanted"), 11 * SMALL, SMALL, tuple(chunk_cid(bytes([i])) for i in range(11))
+        )
+        with pytest.raises(CapacityExceeded):
+            store.put_manifest(claim)  # a peer's manifest declaring more than the cap
+        assert all(store.has_blob(m.doc_cid) for m in cached)
+
+
+def test_quota_refuses_without_evicting_when_eviction_cannot_make_room(tmp_path: Path) -> None:
+    pinned_payload = os.urandom(4 * SMALL)
+    with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
+        store.put_bytes(pinned_payload, pin=True)
+        partial_payload = os.urandom(3 * SMALL)
+        partial = manifest_for_bytes(partial_payload, SMALL)
+        store.put_manifest(partial)
+        store.put_chunk(partial.chunks[0], partial_payload[:SMALL])  # incomplete: not evictable
+        loose = store.put_bytes(os.urandom(2 * SMALL))
+        sharer = store.put_bytes(pinned_payload[:SMALL])  # its only chunk is also the pinned blob's
+        assert store.usage_bytes() == 7 * SMALL
+        with pytest.raises(CapacityExceeded, match="nothing was evicted") as info:
+            store.check_quota(6 * SMALL)  # evicting frees only `loose`: 5 stay, 5 + 6 > 10
+        assert f"{5 * SMALL} of the {7 * SMALL}" in info.value.message
+        assert store.has_blob(loose.doc_cid) and store.has_blob(sharer.doc_cid)
+        store.check_quota(5 * SMALL)  # this fits once `loose` goes
+        assert not store.has_blob(loose.doc_cid) and store.has_blob(sharer.doc_cid)
+
+
+def test_reimporting_a_stored_document_needs_no_room(tmp_path: Path) -> None:
+    src = tmp_path / "doc.bin"
+    src.write_bytes(os.urandom(6 * SMALL))
+    with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
+        store.put_file(src, pin=True)
+        store.put_file(src, pin=True)
+        store.put_bytes(src.read_bytes())
+        assert store.usage_bytes() == 6 * SMALL
+
+
+def test_a_manifest_needs_room_only_for_the_chunks_not_stored_yet(tmp_path: Path) -> None:
+    payload = os.urandom(8 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    pieces = _pieces(payload)
+    with small_store(tmp_path / "b", cap_bytes=11 * SMALL) as store:
+        store.put_bytes(os.urandom(3 * SMALL), pin=True)
+        for cid, piece in list(zip(manifest.chunks, pieces, strict=True))[:6]:
+            store.put_chunk(cid, piece)  # left by an earlier, interrupted transfer
+        assert store.missing_bytes(manifest) == 2 * SMALL
+        store.put_manifest(manifest)  # 9 held + 2 missing fit; the declared 8 would not
+        for cid, piece in list(zip(manifest.chunks, pieces, strict=True))[6:]:
+            store.put_chunk(cid, piece)
+        store.complete(manifest.doc_cid)
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+def test_a_document_too_large_for_one_manifest_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    from hearthnet.blobs.manifest import MAX_MANIFEST_CHUNKS
+
+    huge = tmp_path / "huge.bin"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_MANIFEST_CHUNKS * SMALL + 1)  # sparse
+    with small_store(tmp_path / "b") as store:
+        with pytest.raises(BadRequest, match="at most"):
+            store.put_file(huge)
+        with pytest.raises(BadRequest, match="at most"):
+            store.put_bytes(b"\0" * (MAX_MANIFEST_CHUNKS * SMALL + 1))
+        assert chunk_files(tmp_path / "b") == [] and store.list() == []
+
+
+# -- export: the caller's mistakes are bad_request, the file gets the usual mode ---------------
+def test_export_to_a_bad_destination_is_bad_request(store: BlobStore, tmp_path: Path) -> None:
+    manifest = store.put_bytes(os.urandom(1000))
+    for dest, reason in (
+        (tmp_path / "no-such-dir" / "out.bin", "does not exist"),
+        (tmp_path, "is a directory"),
+        (tmp_path / "blobs" / "index.sqlite3" / "out.bin", "does not exist"),
+    ):
+        with pytest.raises(BadRequest, match=reason) as info:
+            store.export(manifest.doc_cid, dest)
+        assert info.value.code == "bad_request"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_an_exported_file_gets_the_mode_the_umask_allows(store: BlobStore, tmp_path: Path) -> None:
+    manifest = store.put_bytes(os.urandom(1000))
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        old = os.umask(umask)
+        try:
+            store.export(manifest.doc_cid, tmp_path / f"out-{umask:o}.bin")
+        finally:
+            os.umask(old)
+        assert (tmp_path / f"out-{umask:o}.bin").stat().st_mode & 0o777 == mode
+
+
+def test_export_to_a_full_disk_is_capacity_exceeded(store: BlobStore, tmp_path: Path) -> None:
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, timeout=20
+    )
+    if proc.returncode != 0:
+        pytest.skip("mounting a tmpfs was refused here")
+    try:
+        manifest = store.put_bytes(os.urandom(2 << 20))
+        with pytest.raises(CapacityExceeded, match="no room to export") as info:
+            store.export(manifest.doc_cid, mount / "out.bin")
+        assert info.value.code == "capacity_exceeded"
+        assert list(mount.iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=20)

@@ -11,22 +11,26 @@ Remote capabilities (stream frames as in ARCHITECTURE.md):
 - ``file.read@1.0`` (member, streamed): ``{chunk_id}`` -> the chunk in
   ``output``; or ``{doc_cid, skip?}`` -> a ``{manifest}`` frame, then one
   ``{index, chunk_id, data}`` frame per chunk in order.
-- ``file.list@1.0`` (member): ``{prefix?}`` -> ``{blobs: [...]}``.
+- ``file.list@1.0`` (member): ``{prefix?, after?}`` -> ``{blobs: [...], truncated}``; the
+  answer stops at ``LIST_BUDGET`` encoded bytes, ``after`` (the last cid seen) continues it.
 
 Local only (the CLI through the control socket, other services through the bus):
 ``file.import {path}``, ``file.push {doc_cid, node}``, ``file.fetch {doc_cid, hint?}``,
 ``file.export {doc_cid, path}``.
 
 Memory stays bounded by the flow-control window: at most a few chunks of any
-blob are in memory at once, whatever its size.
+blob are in memory at once, whatever its size.  Transfers of one blob into this
+node take turns.  A background thread collects garbage (``BlobStore.gc``) at
+start and every ``GC_INTERVAL_S``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import structlog
@@ -36,7 +40,8 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, BusError, NotFound, ProtocolError, unwrap_group
+from hearthnet.errors import BadRequest, BusError, NotFound, ProtocolError, bus_error_in, unwrap_group
+from hearthnet.wire.codec import pack
 
 log = structlog.get_logger("hearthnet.file")
 
@@ -47,7 +52,11 @@ READ_AHEAD = 3
 """Chunks a sender reads (and verifies) ahead of the one it is sending."""
 WRITERS = 3
 """Chunks of one put hashed and written at once (file creation dominates here: ~0.2-0.4 ms each)."""
-_MAX_LIST = 10_000
+LIST_BUDGET: Final = 512 * 1024
+"""Encoded bytes of ``blobs`` entries in one ``file.list`` answer (half the default 1 MiB frame)."""
+_LIST_PAGE: Final = 1024
+GC_INTERVAL_S: Final = 600.0
+"""Seconds between garbage collections of the blob store (stale leftovers, then the cap)."""
 
 
 def _cid_input(inp: dict[str, Any], key: str) -> str:
@@ -60,15 +69,27 @@ def _cid_input(inp: dict[str, Any], key: str) -> str:
 class FileService:
     name = "file"
 
-    def __init__(self, *, bus: BusAPI, store: BlobStore, timeout_seconds: float = 600.0) -> None:
+    def __init__(
+        self,
+        *,
+        bus: BusAPI,
+        store: BlobStore,
+        timeout_seconds: float = 600.0,
+        gc_interval_s: float = GC_INTERVAL_S,
+    ) -> None:
         self._bus = bus
         self.store = store
         self._limiter = anyio.CapacityLimiter(_IO_THREADS)
         self._timeout = timeout_seconds
         self.chunks_received = 0
         self.chunks_served = 0
-        self._put_locks: dict[str, anyio.Lock] = {}
-        self._put_waiters: dict[str, int] = {}
+        self.gc_runs = 0
+        """Completed garbage collections of the blob store."""
+        self._transfer_locks: dict[str, anyio.Lock] = {}
+        self._transfer_waiters: dict[str, int] = {}
+        self._gc_interval = gc_interval_s
+        self._gc_stop = threading.Event()
+        self._gc_thread: threading.Thread | None = None
 
     async def _io(self, fn: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
@@ -122,23 +143,49 @@ class FileService:
         ]
 
     async def start(self) -> None:
-        return None
+        """Start the collector: what the last run left behind at once, then every ``gc_interval_s``."""
+        self._gc_thread = threading.Thread(target=self._gc_loop, name="blob-gc", daemon=True)
+        self._gc_thread.start()
 
     async def stop(self) -> None:
+        self._gc_stop.set()
+        if self._gc_thread is not None:
+            await anyio.to_thread.run_sync(self._gc_thread.join)
         await anyio.to_thread.run_sync(self.store.close)
 
     def health(self) -> dict[str, Any]:
-        return {"chunks_received": self.chunks_received, "chunks_served": self.chunks_served}
+        return {
+            "chunks_received": self.chunks_received,
+            "chunks_served": self.chunks_served,
+            "gc_runs": self.gc_runs,
+        }
+
+    def _gc_loop(self) -> None:
+        """The collector thread: off the event loop; ``gc`` holds the store lock a batch at a time."""
+        while True:
+            self._collect_garbage()
+            if self._gc_stop.wait(self._gc_interval):
+                return
+
+    def _collect_garbage(self) -> None:
+        try:
+            removed = self.store.gc()
+        except Exception:
+            log.exception("blob_gc_failed")
+            return
+        self.gc_runs += 1
+        if removed:
+            log.info("blob_gc", removed=len(removed))
 
     # file.put ------------------------------------------------------------------------
     async def _handle_put(self, ctx: CallContext) -> dict[str, Any]:
         manifest = Manifest.from_wire(ctx.input.get("manifest"))
         pin = bool(ctx.input.get("pin", False))
-        async with self._one_put_per_blob(manifest.doc_cid):
+        async with self._one_transfer_per_blob(manifest.doc_cid):
             return await self._put(ctx, manifest, pin)
 
     async def _put(self, ctx: CallContext, manifest: Manifest, pin: bool) -> dict[str, Any]:
-        if await self._io(self.store.has_blob, manifest.doc_cid):
+        if await self._io(self.store.check_held, manifest.doc_cid):
             await ctx.send({"need": []})
             await _drain(ctx)
             return {
@@ -147,9 +194,9 @@ class FileService:
                 "chunks_received": 0,
                 "chunks_total": len(manifest.chunks),
             }
-        missing_before = await self._io(self.store.missing_chunks, manifest)
-        await self._io(self.store.check_quota, len(missing_before) * manifest.chunk_size)
+        # Makes room for the missing chunks; replaces an incomplete manifest another transfer left.
         await self._io(lambda: self.store.put_manifest(manifest, pin=pin))
+        missing_before: list[str] = await self._io(self.store.missing_chunks, manifest)
         need = set(missing_before)
         # A fresh put streams every chunk in order: hash the document on the way
         # so that completing it need not read everything back from disk.
@@ -166,6 +213,7 @@ class FileService:
                     raise BadRequest("a put frame is {chunk_id, data}")
                 if chunk_id not in need:
                     raise BadRequest(f"chunk {chunk_id} was not asked for")
+                _check_length(manifest, chunk_id, data)
                 need.discard(chunk_id)
                 if reassembly is not None:
                     reassembly.feed(chunk_id, data)
@@ -175,7 +223,9 @@ class FileService:
             raise BadRequest(
                 f"put ended with {len(need)} chunks still missing; call file.put again to resume"
             )
-        await self._io(lambda: self.store.complete(manifest.doc_cid, reassembly=reassembly))
+        await self._io(
+            lambda: self.store.complete(manifest.doc_cid, manifest=manifest, reassembly=reassembly)
+        )
         log.info(
             "blob_put",
             doc_cid=manifest.doc_cid,
@@ -194,7 +244,7 @@ class FileService:
     async def _chunk_writer(self) -> AsyncIterator[Callable[[str, bytes], Awaitable[None]]]:
         """``write(chunk_id, data)`` for one incoming blob; everything written is durable on exit.
 
-        A writer task feeds :class:`~hearthnet.blobs.store.IncomingChunks` from
+        A writer task feeds :class:`~hearthnet.blobs.incoming.IncomingChunks` from
         ``WRITERS`` worker threads while the next chunks arrive; ``WRITE_QUEUE``,
         ``WRITERS`` and the flow-control window bound how many chunks are in memory.  However the
         stream ends (done, a bad chunk, the caller walking away), the chunks
@@ -242,18 +292,18 @@ class FileService:
                     incoming.close()
 
     @asynccontextmanager
-    async def _one_put_per_blob(self, doc_cid: str) -> AsyncIterator[None]:
-        """Puts of one blob take turns, so a resumed put sees everything its predecessor committed."""
-        lock = self._put_locks.setdefault(doc_cid, anyio.Lock())
-        self._put_waiters[doc_cid] = self._put_waiters.get(doc_cid, 0) + 1
+    async def _one_transfer_per_blob(self, doc_cid: str) -> AsyncIterator[None]:
+        """Puts and fetches of one blob take turns, so each sees what its predecessor committed."""
+        lock = self._transfer_locks.setdefault(doc_cid, anyio.Lock())
+        self._transfer_waiters[doc_cid] = self._transfer_waiters.get(doc_cid, 0) + 1
         try:
             async with lock:
                 yield
         finally:
-            self._put_waiters[doc_cid] -= 1
-            if not self._put_waiters[doc_cid]:
-                del self._put_waiters[doc_cid]
-                del self._put_locks[doc_cid]
+            self._transfer_waiters[doc_cid] -= 1
+            if not self._transfer_waiters[doc_cid]:
+                del self._transfer_waiters[doc_cid]
+                del self._transfer_locks[doc_cid]
 
     async def _handle_read(self, ctx: CallContext) -> dict[str, Any]:
         if "chunk_id" in ctx.input:
@@ -309,16 +359,32 @@ class FileService:
 
     async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
         prefix = ctx.input.get("prefix", "")
-        if not isinstance(prefix, str):
-            raise BadRequest("input.prefix must be a string")
-        infos = await self._io(self.store.list, prefix)
-        return {
-            "blobs": [
-                {"doc_cid": i.doc_cid, "size": i.size, "pinned": i.pinned, "complete": i.complete}
-                for i in infos[:_MAX_LIST]
-            ],
-            "truncated": len(infos) > _MAX_LIST,
-        }
+        after = ctx.input.get("after", "")
+        if not isinstance(prefix, str) or not isinstance(after, str):
+            raise BadRequest("input.prefix and input.after must be strings")
+        blobs, truncated = await self._io(self._list_page, prefix, after)
+        return {"blobs": blobs, "truncated": truncated}
+
+    def _list_page(self, prefix: str, after: str) -> tuple[list[dict[str, Any]], bool]:
+        """Entries after ``after`` up to ``LIST_BUDGET`` encoded bytes, and whether more remain."""
+        out: list[dict[str, Any]] = []
+        used = 0
+        while True:
+            infos = self.store.list(prefix, after=after, limit=_LIST_PAGE)
+            for info in infos:
+                entry = {
+                    "doc_cid": info.doc_cid,
+                    "size": info.size,
+                    "pinned": info.pinned,
+                    "complete": info.complete,
+                }
+                used += len(pack(entry))
+                if used > LIST_BUDGET:
+                    return out, True
+                out.append(entry)
+            if len(infos) < _LIST_PAGE:
+                return out, False
+            after = infos[-1].doc_cid
 
     # local helpers -------------------------------------------------------------------
     async def _handle_import(self, ctx: CallContext) -> dict[str, Any]:
@@ -386,7 +452,11 @@ class FileService:
 
     async def fetch(self, doc_cid: str, hint: str | None = None, *, progress: Any = None) -> dict[str, Any]:
         """Make ``doc_cid`` local: ask the referring peer first, then other connected members."""
-        if await self._io(self.store.has_blob, doc_cid):
+        async with self._one_transfer_per_blob(doc_cid):
+            return await self._fetch(doc_cid, hint, progress)
+
+    async def _fetch(self, doc_cid: str, hint: str | None, progress: Any) -> dict[str, Any]:
+        if await self._io(self.store.check_held, doc_cid):
             return {"doc_cid": doc_cid, "source": "local", "chunks_fetched": 0}
         providers = [p.node_id for p in self._bus.providers("file.read") if not p.is_local]
         order = ([hint] if hint in providers else []) + [p for p in providers if p != hint]
@@ -398,8 +468,14 @@ class FileService:
                 fetched = await self._fetch_from(doc_cid, node, progress)
                 return {"doc_cid": doc_cid, "source": node, "chunks_fetched": fetched}
             except BusError as exc:
-                log.info("fetch_failed", doc_cid=doc_cid, peer=node, code=exc.code)
-                errors.append(exc)
+                err = exc
+            except BaseExceptionGroup as group:  # a peer's error seen through a task group
+                found = bus_error_in(group)
+                if found is None:
+                    raise
+                err = found
+            log.info("fetch_failed", doc_cid=doc_cid, peer=node, code=err.code)
+            errors.append(err)
         # Prefer a real failure (partition, corrupt data) over "that peer did not have it".
         real = [e for e in errors if not isinstance(e, NotFound)]
         raise real[-1] if real else NotFound(f"no connected member holds {doc_cid}")
@@ -427,7 +503,7 @@ class FileService:
                     manifest = Manifest.from_wire(frame.get("manifest"))
                     if manifest.doc_cid != doc_cid:
                         raise ProtocolError("peer answered with the manifest of another document")
-                    await self._io(self.store.check_quota, manifest.size)
+                    # Makes room for the missing chunks; replaces an incomplete manifest left behind.
                     await self._io(self.store.put_manifest, manifest)
                     if not have:  # every chunk comes, in order: hash the document on the way
                         reassembly = ReassemblyCheck(manifest)
@@ -437,6 +513,7 @@ class FileService:
                     raise ProtocolError("a read frame is {index, chunk_id, data}")
                 if not 0 <= index < len(manifest.chunks) or manifest.chunks[index] != chunk_id:
                     raise ProtocolError("peer sent a chunk that is not in the manifest at that index")
+                _check_length(manifest, chunk_id, data)
                 if chunk_cid(data) != chunk_id:
                     raise BadRequest(f"peer {node} sent a chunk that does not match its id")
                 if reassembly is not None:
@@ -446,7 +523,10 @@ class FileService:
                 if progress is not None:
                     await progress({"stage": "fetch", "current": index + 1, "total": len(manifest.chunks)})
             await call.result()
-        await self._io(lambda: self.store.complete(doc_cid, reassembly=reassembly))
+        if manifest is None:
+            raise ProtocolError(f"peer {node} ended file.read without a manifest")
+        used = manifest
+        await self._io(lambda: self.store.complete(doc_cid, manifest=used, reassembly=reassembly))
         return fetched
 
     def _known_chunks_of(self, doc_cid: str) -> list[str]:
@@ -456,6 +536,13 @@ class FileService:
             return []
         missing = set(self.store.missing_chunks(manifest))
         return [c for c in manifest.chunks if c not in missing]
+
+
+def _check_length(manifest: Manifest, chunk_id: str, data: bytes) -> None:
+    """``BadRequest`` unless ``data`` has the length ``manifest`` gives the chunk ``chunk_id``."""
+    expected = manifest.length_of(chunk_id)
+    if len(data) != expected:
+        raise BadRequest(f"chunk {chunk_id} is {len(data)} bytes; the manifest makes it {expected}")
 
 
 async def _drain(ctx: CallContext) -> None:

@@ -1,0 +1,389 @@
+"""The file service between in-process nodes: real buses over authenticated in-memory links, real stores.
+
+A hostile member is a bus whose ``file.read`` answers what it likes; everything
+else is the code a node runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hearthnet.blobs import BlobStore, Manifest, blob_cid, chunk_cid, manifest_for_bytes
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
+from hearthnet.community.levels import Level
+from hearthnet.errors import BadRequest, Partition, Unauthorized
+from hearthnet.identity import Identity
+from hearthnet.services.file import service as file_service
+from hearthnet.services.file.service import FileService
+from hearthnet.transport import accept_link, initiate_link, memory_stream_pair
+from tests.polling import wait_until
+
+COMMUNITY = "hc1:test"
+SMALL = 1024
+
+Handler = Callable[[CallContext], Awaitable[dict[str, Any]]]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@dataclass
+class Node:
+    bus: CapabilityBus
+    files: FileService | None = None
+
+    @property
+    def id(self) -> str:
+        return self.bus.node_id
+
+    @property
+    def store(self) -> BlobStore:
+        assert self.files is not None
+        return self.files.store
+
+
+@asynccontextmanager
+async def nodes(
+    tmp: Path, names: list[str], *, hostile: dict[str, Handler] | None = None, **store_kw: Any
+) -> AsyncIterator[dict[str, Node]]:
+    """Trusted nodes, every pair linked; each runs a FileService unless it is in ``hostile``
+    (then its ``file.read`` is that handler)."""
+    hostile = hostile or {}
+    ids = {name: Identity.generate() for name in names}
+    levels = {i.node_id: Level.TRUSTED for i in ids.values()}
+
+    def admit(node_id: str) -> None:
+        if node_id not in levels:
+            raise Unauthorized("not a member")
+
+    out: dict[str, Node] = {}
+    for name, identity in ids.items():
+        bus = CapabilityBus(identity, level_of=levels.get, community_id=lambda: COMMUNITY, name=name)
+        node = Node(bus)
+        if name in hostile:
+            bus.register(
+                Registration(
+                    CapabilityDescriptor("file.read", (1, 0), idempotent=True, streaming=True), hostile[name]
+                )
+            )
+        else:
+            node.files = FileService(bus=bus, store=BlobStore(tmp / name, chunk_size=SMALL, **store_kw))
+            for registration in node.files.registrations():
+                bus.register(registration)
+        out[name] = node
+    buses = [n.bus for n in out.values()]
+    async with anyio.create_task_group() as tg:
+        for x, a in enumerate(buses):
+            for b in buses[x + 1 :]:
+                a_end, b_end = memory_stream_pair()
+                links: dict[str, Any] = {}
+
+                async def accept(
+                    b: CapabilityBus = b, end: Any = b_end, links: dict[str, Any] = links
+                ) -> None:
+                    links["b"] = await accept_link(
+                        end, identity=b.identity, community_id=COMMUNITY, admit=admit, remote_address="mem"
+                    )
+
+                async with anyio.create_task_group() as hs:
+                    hs.start_soon(accept)
+                    links["a"] = await initiate_link(
+                        a_end, identity=a.identity, community_id=COMMUNITY, admit=admit, remote_address="mem"
+                    )
+                tg.start_soon(a.attach, links["a"])
+                tg.start_soon(b.attach, links["b"])
+        for bus in buses:
+            tg.start_soon(bus.run_announcer)
+        await wait_until(
+            lambda: all(
+                {p.node_id for p in bus.providers("file.read") if not p.is_local}
+                >= {o.node_id for o in buses} - {bus.node_id}
+                for bus in buses
+            )
+        )
+        try:
+            yield out
+        finally:
+            tg.cancel_scope.cancel()
+            for node in out.values():
+                if node.files is not None:
+                    node.store.close()
+
+
+def pieces(payload: bytes, size: int) -> list[bytes]:
+    return [payload[i : i + size] for i in range(0, len(payload), size)]
+
+
+def made_up(manifest: Manifest) -> Manifest:
+    """Right document, size and chunk size; invented chunk ids."""
+    return Manifest(
+        manifest.doc_cid,
+        manifest.size,
+        manifest.chunk_size,
+        tuple(chunk_cid(os.urandom(8)) for _ in manifest.chunks),
+    )
+
+
+def poisoner(manifest: Manifest) -> Handler:
+    """A member that answers file.read with a made-up manifest, then breaks the stream."""
+
+    async def read(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"manifest": made_up(manifest).to_wire()})
+        raise Partition("link lost")
+
+    return read
+
+
+async def put(bus: CapabilityBus, node: str, manifest: Manifest, chunks: dict[str, bytes]) -> dict[str, Any]:
+    """A trusted member's file.put: offer the manifest, send what is asked for."""
+    async with bus.stream("file.put", input={"manifest": manifest.to_wire()}, provider=node) as call:
+        need = (await call.frames().__anext__())["need"]
+        for chunk_id in need:
+            await call.send({"chunk_id": chunk_id, "data": chunks[chunk_id]})
+        await call.end_input()
+        return dict((await call.result()).output)
+
+
+# -- defect: a made-up manifest blocked every later transfer of the document --------------------
+@pytest.mark.anyio
+async def test_a_made_up_manifest_does_not_block_a_later_fetch_or_put(tmp_path: Path) -> None:
+    payload = os.urandom(5 * SMALL + 7)
+    honest = manifest_for_bytes(payload, SMALL)
+    chunks = dict(zip(honest.chunks, pieces(payload, SMALL), strict=True))
+    async with nodes(tmp_path, ["a", "b", "good", "evil"], hostile={"evil": poisoner(honest)}) as n:
+        a, b, good = n["a"].files, n["b"].files, n["good"]
+        assert a is not None and b is not None
+        # b is poisoned while nobody else holds the document (only the hostile member answers) ...
+        with pytest.raises(Partition):
+            await b.fetch(honest.doc_cid, hint=n["evil"].id)
+        assert b.store.get_manifest(honest.doc_cid) != honest
+        # ... and a trusted member's put of the real document still goes through.
+        out = await put(good.bus, n["b"].id, honest, chunks)
+        assert out["chunks_received"] == len(honest.chunks)
+        assert b.store.read_blob(honest.doc_cid) == payload
+        # a asks the hostile member first: its manifest is stored, then an honest peer serves.
+        good.store.put_bytes(payload)
+        result = await a.fetch(honest.doc_cid, hint=n["evil"].id)
+        assert result["source"] in {good.id, n["b"].id}
+        assert a.store.read_blob(honest.doc_cid) == payload
+
+
+# -- defect: chunk lengths were never checked against the manifest -------------------------------
+@pytest.mark.anyio
+async def test_a_chunk_of_the_wrong_length_is_refused_by_fetch_and_put(tmp_path: Path) -> None:
+    wanted = blob_cid(b"the document the node wants")
+    big = [os.urandom(100_000) for _ in range(8)]
+    claim = Manifest(wanted, len(big), 1, tuple(chunk_cid(b) for b in big))  # "8 bytes"
+
+    async def stuffer(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"manifest": claim.to_wire()})
+        for index, data in enumerate(big):
+            await ctx.send({"index": index, "chunk_id": claim.chunks[index], "data": data})
+        raise Partition("link lost")
+
+    async with nodes(tmp_path, ["a", "evil"], hostile={"evil": stuffer}, cap_bytes=64 * SMALL) as n:
+        a = n["a"].files
+        assert a is not None
+        with pytest.raises(BadRequest, match="100000 bytes; the manifest makes it 1"):
+            await a.fetch(wanted)
+        assert a.store.usage_bytes() == 0
+        with pytest.raises(BadRequest, match="100000 bytes; the manifest makes it 1"):
+            await put(n["evil"].bus, n["a"].id, claim, dict(zip(claim.chunks, big, strict=True)))
+        assert a.store.usage_bytes() == 0
+        a.store.put_bytes(b"0123456789")  # the cap was never filled with undeclared bytes
+
+
+# -- defect: a resumed fetch counted the whole document against the cap again --------------------
+@pytest.mark.anyio
+async def test_a_resumed_fetch_needs_room_only_for_the_missing_chunks(tmp_path: Path) -> None:
+    payload = os.urandom(8 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    parts = pieces(payload, SMALL)
+
+    async def half_then_gone(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"manifest": manifest.to_wire()})
+        for index in range(5):
+            await ctx.send({"index": index, "chunk_id": manifest.chunks[index], "data": parts[index]})
+        return {"doc_cid": manifest.doc_cid}  # and the other three never come
+
+    async with nodes(
+        tmp_path, ["a", "flaky", "good"], hostile={"flaky": half_then_gone}, cap_bytes=12 * SMALL
+    ) as n:
+        a, good = n["a"].files, n["good"]
+        assert a is not None
+        a.store.put_bytes(os.urandom(4 * SMALL), pin=True)
+        with pytest.raises(BadRequest, match="missing 3 of 8"):  # good holds nothing yet
+            await a.fetch(manifest.doc_cid, hint=n["flaky"].id)
+        assert a.store.missing_bytes(manifest) == 3 * SMALL
+        good.store.put_bytes(payload)
+        # 9 KiB held + 3 missing fit the 12 KiB cap; the whole 8 would not.
+        result = await a.fetch(manifest.doc_cid, hint=good.id)
+        assert result["chunks_fetched"] == 3
+        assert a.store.read_blob(manifest.doc_cid) == payload
+
+
+# -- the next peer is tried after a forged chunk; a forged chunk in a put is bad_request ------------
+@pytest.mark.anyio
+async def test_fetch_moves_on_after_a_forged_chunk(tmp_path: Path) -> None:
+    payload = os.urandom(6 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+
+    async def forger(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"manifest": manifest.to_wire()})
+        for index, data in enumerate(pieces(payload, SMALL)):
+            forged = bytes([data[0] ^ 1]) + data[1:] if index == 2 else data
+            await ctx.send({"index": index, "chunk_id": manifest.chunks[index], "data": forged})
+        return {"doc_cid": manifest.doc_cid}
+
+    async with nodes(tmp_path, ["a", "forger", "good"], hostile={"forger": forger}) as n:
+        a, good = n["a"].files, n["good"]
+        assert a is not None
+        good.store.put_bytes(payload)
+        result = await a.fetch(manifest.doc_cid, hint=n["forger"].id)
+        assert result["source"] == good.id
+        assert a.store.read_blob(manifest.doc_cid) == payload
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("position", [0, 5, 20, 39])
+async def test_a_forged_chunk_in_a_put_is_always_bad_request(tmp_path: Path, position: int) -> None:
+    async with nodes(tmp_path, ["a", "up"]) as n:
+        for _ in range(3):
+            payload = os.urandom(40 * SMALL)
+            manifest = manifest_for_bytes(payload, SMALL)
+            chunks = dict(zip(manifest.chunks, pieces(payload, SMALL), strict=True))
+            victim = manifest.chunks[position]
+            chunks[victim] = bytes([chunks[victim][0] ^ 1]) + chunks[victim][1:]
+            with pytest.raises(BadRequest, match="does not match its id"):
+                await put(n["up"].bus, n["a"].id, manifest, chunks)
+
+
+# -- a damaged blob is repaired by the next transfer, not reported as held ------------------------
+@pytest.mark.anyio
+async def test_a_put_repairs_a_blob_whose_manifest_file_was_damaged(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL + 5)
+    async with nodes(tmp_path, ["a", "good"]) as n:
+        a, good = n["a"].files, n["good"].files
+        assert a is not None and good is not None
+        manifest = a.store.put_bytes(payload)
+        good.store.put_bytes(payload)
+        (tmp_path / "a" / "manifests" / f"{manifest.doc_cid[7:]}.msgpack").write_bytes(b"\x00torn")
+        await good.push(manifest.doc_cid, n["a"].id)
+        assert a.store.read_blob(manifest.doc_cid) == payload
+
+
+@pytest.mark.anyio
+async def test_fetch_refetches_a_chunk_that_vanished(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    async with nodes(tmp_path, ["a", "good"]) as n:
+        a, good = n["a"].files, n["good"].files
+        assert a is not None and good is not None
+        manifest = a.store.put_bytes(payload)
+        good.store.put_bytes(payload)
+        a.store._chunk_path(manifest.chunks[1]).unlink()
+        result = await a.fetch(manifest.doc_cid)
+        assert result == {"doc_cid": manifest.doc_cid, "source": n["good"].id, "chunks_fetched": 1}
+        assert a.store.read_blob(manifest.doc_cid) == payload
+
+
+# -- file.list stays inside one frame and pages ---------------------------------------------------
+@pytest.mark.anyio
+async def test_file_list_of_many_blobs_is_truncated_by_size_and_pages(tmp_path: Path) -> None:
+    many = 12_000
+    async with nodes(tmp_path, ["a", "reader"]) as n:
+        # Index rows only (all file.list reads): stands in for 12,000 stored blobs.
+        db = sqlite3.connect(tmp_path / "a" / "index.sqlite3")
+        with db:
+            db.executemany(
+                "INSERT INTO blobs VALUES (?, ?, 0, 0, 1, ?)",
+                [(blob_cid(i.to_bytes(4, "big")), 123_456_789, time.time()) for i in range(many)],
+            )
+        db.close()
+        seen: list[str] = []
+        after = ""
+        pages = 0
+        while True:
+            out = (await n["reader"].bus.call("file.list", input={"after": after}, provider=n["a"].id)).output
+            pages += 1
+            seen.extend(b["doc_cid"] for b in out["blobs"])
+            if not out["truncated"]:
+                break
+            after = out["blobs"][-1]["doc_cid"]
+        assert pages > 1
+        assert seen == sorted({blob_cid(i.to_bytes(4, "big")) for i in range(many)})
+
+
+@pytest.mark.anyio
+async def test_file_list_stops_at_its_byte_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(file_service, "LIST_BUDGET", 1000)
+    async with nodes(tmp_path, ["a"]) as n:
+        files = n["a"].files
+        assert files is not None
+        docs = sorted(files.store.put_bytes(os.urandom(10)).doc_cid for _ in range(20))
+        first = (await n["a"].bus.call("file.list", input={})).output
+        assert first["truncated"] and 0 < len(first["blobs"]) < 20
+        seen = [b["doc_cid"] for b in first["blobs"]]
+        while True:
+            page = (await n["a"].bus.call("file.list", input={"after": seen[-1]})).output
+            seen.extend(b["doc_cid"] for b in page["blobs"])
+            if not page["truncated"]:
+                break
+        assert seen == docs
+        with pytest.raises(BadRequest):
+            await n["a"].bus.call("file.list", input={"after": 3})
+
+
+# -- stale leftovers are collected at start and then periodically ---------------------------------
+def _standalone(store: BlobStore, gc_interval_s: float) -> FileService:
+    bus = CapabilityBus(
+        Identity.generate(), level_of=lambda _n: None, community_id=lambda: COMMUNITY, name="x"
+    )
+    return FileService(bus=bus, store=store, gc_interval_s=gc_interval_s)
+
+
+@pytest.mark.anyio
+async def test_the_service_collects_what_the_last_run_left_when_it_starts(tmp_path: Path) -> None:
+    now = [1_000.0]
+    store = BlobStore(tmp_path / "s", chunk_size=SMALL, stale_after_s=60, clock=lambda: now[0])
+    store.put_manifest(manifest_for_bytes(os.urandom(3 * SMALL), SMALL))  # a transfer that died
+    now[0] += 61
+    files = _standalone(store, gc_interval_s=3600)
+    await files.start()
+    try:
+        await wait_until(lambda: files.gc_runs == 1)
+        assert store.list() == []
+    finally:
+        await files.stop()  # wakes the collector: it does not wait out its hour
+    assert files._gc_thread is not None and not files._gc_thread.is_alive()
+
+
+@pytest.mark.anyio
+async def test_the_service_collects_stale_leftovers_periodically(tmp_path: Path) -> None:
+    now = [1_000.0]
+    store = BlobStore(tmp_path / "s", chunk_size=SMALL, stale_after_s=60, clock=lambda: now[0])
+    files = _standalone(store, gc_interval_s=0.01)
+    await files.start()
+    try:
+        later = manifest_for_bytes(os.urandom(2 * SMALL), SMALL)
+        store.put_manifest(later)
+        runs = files.gc_runs
+        await wait_until(lambda: files.gc_runs > runs + 1)
+        assert [i.doc_cid for i in store.list()] == [later.doc_cid]  # not stale yet
+        now[0] += 61
+        await wait_until(lambda: store.list() == [])
+    finally:
+        await files.stop()
