@@ -122,7 +122,6 @@ def _open_log(home: Path) -> Any:
 
 
 def cmd_community_create(args: argparse.Namespace) -> None:
-    from hearthnet.community.membership import community_id_for
     from hearthnet.identity import load_identity
 
     home: Path = args.home
@@ -133,11 +132,11 @@ def cmd_community_create(args: argparse.Namespace) -> None:
     try:
         if event_log.community_id is not None:
             raise CliError(f"this node already belongs to community {event_log.community_id}")
-        community_id = community_id_for(identity.node_id, args.name)
-        event_log.set_community(community_id)
+        # append_local checks the event first and only then binds the log to its community
         event = event_log.append_local(
             identity, "community.created", {"name": args.name, "founder": identity.node_id}
         )
+        community_id = event.community_id
     finally:
         event_log.close()
     emit(

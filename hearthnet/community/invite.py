@@ -21,7 +21,7 @@ from hearthnet.events.ulid import is_ulid
 from hearthnet.identity.keys import Identity, public_key_from_node_id, verify_signature
 from hearthnet.wire.codec import MsgLimits, pack, unpack_map
 
-__all__ = ["TOKEN_PREFIX", "InviteToken", "decode_token", "encode_token"]
+__all__ = ["TOKEN_PREFIX", "InviteToken", "decode_token", "encode_token", "validate_token"]
 
 TOKEN_PREFIX = "hn1"
 _MAX_TOKEN_CHARS = 8192
@@ -73,7 +73,19 @@ def encode_token(token: InviteToken, inviter_identity: Identity) -> str:
     """Sign ``token`` as ``inviter_identity`` (must be ``token.inviter``); one line."""
     if inviter_identity.node_id != token.inviter:
         raise BadRequest("the token's inviter must be the signing identity")
-    fields: dict[str, Any] = {
+    fields = _fields(token)
+    _validate(fields)
+    body = pack(fields)
+    return f"{TOKEN_PREFIX}.{_b64(body)}.{_b64(inviter_identity.sign(body))}"
+
+
+def validate_token(token: InviteToken) -> None:
+    """Raise ``BadRequest`` if ``token`` could not be encoded (bad address, empty name, ...)."""
+    _validate(_fields(token))
+
+
+def _fields(token: InviteToken) -> dict[str, Any]:
+    return {
         "v": 1,
         "community_id": token.community_id,
         "community_name": token.community_name,
@@ -84,9 +96,6 @@ def encode_token(token: InviteToken, inviter_identity: Identity) -> str:
         "invite_event_id": token.invite_event_id,
         "expires_at": token.expires_at,
     }
-    _validate(fields)
-    body = pack(fields)
-    return f"{TOKEN_PREFIX}.{_b64(body)}.{_b64(inviter_identity.sign(body))}"
 
 
 def decode_token(text: str, *, now_ms: int | None = None) -> InviteToken:

@@ -13,13 +13,30 @@ Two views are kept:
   only grows as events are added, so the log uses it to decide what to *store*
   and replicate: every node then stores the same set regardless of arrival
   order, and the effective state, computed from that set, agrees everywhere.
+
+Backdating.  An author picks its own Lamport times, so a revoked (or demoted)
+node could sign an event that replays *before* its revocation.  A
+``member.revoked`` and a level-lowering ``member.promoted`` therefore carry
+``cutoff_seq``: the target's sequence number up to which the issuer held its
+events.  A *restriction* is such an event that takes effect; the target's
+events with ``seq > cutoff_seq`` that replay before it are judged as if the
+restriction had already happened (revoked: no effect; demoted: at most the
+new level).  Replay meets a restriction only after the events it restricts, so
+:func:`derive_membership` replays again whenever a newly met restriction
+touches an event already applied (the restriction is then *known* from the
+start), and whenever a known restriction turns out not to take effect as one
+(it is then *dead*: it never restricts again).  Each extra pass moves event
+ids from unknown to known or from known to dead, never back, so replay ends,
+and it is a function of the set of events.  A pass always runs to the end and
+settles everything it found at once, so a flood of backdated restrictions
+costs a few passes, not one per event.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -35,6 +52,7 @@ __all__ = [
     "COMMUNITY_ID_PREFIX",
     "MemberInfo",
     "Membership",
+    "Restriction",
     "community_id_for",
     "derive_membership",
 ]
@@ -62,10 +80,31 @@ class MemberInfo:
     since_lamport: int
 
 
+@dataclass(frozen=True)
+class Restriction:
+    """An effective revocation (``level is None``) or demotion of ``target``."""
+
+    event_id: str
+    key: tuple[int, str]
+    target: str
+    cutoff_seq: int
+    level: Level | None
+
+    def covers(self, event: Event) -> bool:
+        """True for the target's events the issuer had not seen that replay before it."""
+        return event.author == self.target and event.seq > self.cutoff_seq and event.key < self.key
+
+
 class Membership:
     """The state of one community at some point of the replay."""
 
-    def __init__(self, community_id: str) -> None:
+    def __init__(
+        self,
+        community_id: str,
+        *,
+        known: Iterable[Restriction] = (),
+        dead: Iterable[str] = (),
+    ) -> None:
         self.community_id = community_id
         self.name: str | None = None
         self.founder: str | None = None
@@ -73,6 +112,15 @@ class Membership:
         self._revoked: set[str] = set()
         self._ever: dict[str, Level] = {}
         self._ignored: set[str] = set()
+        self._known: dict[str, Restriction] = {r.event_id: r for r in known}
+        self._known_by_target: dict[str, list[Restriction]] = {}
+        for r in self._known.values():
+            self._known_by_target.setdefault(r.target, []).append(r)
+        self._dead: set[str] = set(dead)
+        self._applied_seq: dict[str, int] = {}  # author -> highest seq of its events that took effect
+        self._found: list[Restriction] = []
+        self._died: list[str] = []
+        self._last_lamport: dict[str, int] = {}  # author -> highest Lamport time of its events
 
     # -- queries -----------------------------------------------------------
     def level_of(self, node_id: str) -> Level | None:
@@ -102,14 +150,50 @@ class Membership:
         """False if the event was replayed and ignored."""
         return event_id not in self._ignored
 
+    def clock(self) -> int:
+        """The highest Lamport time of the replayed events whose authors are not revoked.
+
+        A revoked node's events do not count, so it cannot push the clock to its
+        limit.  Nothing is lost by ignoring them: every revocation that takes
+        effect replays at or below this clock (its issuer is not revoked, or was
+        revoked later still), so a revoked node's events above it replay after
+        its revocation and never take effect, wherever a new event lands.
+        """
+        return max((t for a, t in self._last_lamport.items() if a not in self._revoked), default=0)
+
+    def standing(self, event: Event) -> tuple[bool, Level | None]:
+        """``(revoked, level)`` of ``event``'s author as that event is judged.
+
+        The author's state at this point of the replay, further limited by the
+        known restrictions that cover the event (see the module docstring).
+        """
+        revoked = event.author in self._revoked
+        level = None if revoked else self.level_of(event.author)
+        for restriction in self._known_by_target.get(event.author, ()):
+            if restriction.covers(event):
+                if restriction.level is None:
+                    revoked, level = True, None
+                elif level is not None:
+                    level = min(level, restriction.level)
+        return revoked, level
+
+    @property
+    def needs_replay(self) -> bool:
+        """True once this replay met a restriction it should have known from the start."""
+        return bool(self._found or self._died)
+
     def copy(self) -> Membership:
-        other = Membership(self.community_id)
+        other = Membership(self.community_id, known=self._known.values(), dead=self._dead)
         other.name = self.name
         other.founder = self.founder
         other._members = dict(self._members)
         other._revoked = set(self._revoked)
         other._ever = dict(self._ever)
         other._ignored = set(self._ignored)
+        other._applied_seq = dict(self._applied_seq)
+        other._found = list(self._found)
+        other._died = list(self._died)
+        other._last_lamport = dict(self._last_lamport)
         return other
 
     def snapshot(self) -> tuple[object, ...]:
@@ -126,7 +210,12 @@ class Membership:
 
     # -- replay ------------------------------------------------------------
     def apply(self, event: Event, rules: EventRules) -> bool:
-        """Apply ``event`` if valid at this point; return False if it is ignored."""
+        """Apply ``event`` if valid at this point; return False if it is ignored.
+
+        Afterwards :attr:`needs_replay` tells whether the result is provisional
+        (only :func:`derive_membership` resolves that; the admission view is
+        exact either way).
+        """
         try:
             rules.check(event, self)
             effective = True
@@ -139,11 +228,44 @@ class Membership:
             admissible = False
         if admissible:
             self._record_grant(event)
-        if not effective:
+        self._last_lamport[event.author] = max(self._last_lamport.get(event.author, 0), event.lamport)
+        restriction = self._restriction_of(event) if effective else None
+        if effective:
+            self._take_effect(event)
+            self._applied_seq[event.author] = max(self._applied_seq.get(event.author, 0), event.seq)
+        else:
             self._ignored.add(event.event_id)
-            return False
-        self._take_effect(event)
-        return True
+        self._track_restriction(event, restriction)
+        return effective
+
+    def _restriction_of(self, event: Event) -> Restriction | None:
+        """The restriction ``event`` imposes if it takes effect here (call before applying it)."""
+        if event.event_type == REVOKED:
+            level = None
+        elif event.event_type == PROMOTED:
+            before = self.level_of(event.data["node_id"])
+            level = Level.parse(event.data["level"])
+            if before is None or level >= before:
+                return None  # raises or keeps the level: nothing to restrict
+        else:
+            return None
+        return Restriction(event.event_id, event.key, event.data["node_id"], event.data["cutoff_seq"], level)
+
+    def _track_restriction(self, event: Event, restriction: Restriction | None) -> None:
+        if event.event_id in self._known:
+            if restriction is None:
+                self._died.append(event.event_id)  # known, but no longer takes effect as a restriction
+            return
+        if restriction is None or event.event_id in self._dead:
+            return
+        if self._applied_seq.get(restriction.target, 0) > restriction.cutoff_seq:
+            self._found.append(restriction)  # it covers an event that was already applied
+
+    def _next_round(self) -> tuple[list[Restriction], set[str]]:
+        died = set(self._died)
+        known = [r for r in self._known.values() if r.event_id not in died]
+        known.extend(r for r in self._found if r.event_id not in died)
+        return known, self._dead | died
 
     def _record_grant(self, event: Event) -> None:
         if event.event_type == CREATED:
@@ -173,10 +295,39 @@ class Membership:
 
 
 def derive_membership(
-    community_id: str, events_in_replay_order: Iterable[Event], rules: EventRules
+    community_id: str,
+    events_in_replay_order: Iterable[Event] | Callable[[], Iterable[Event]],
+    rules: EventRules,
 ) -> Membership:
-    """Replay ``events_in_replay_order`` from an empty community."""
-    membership = Membership(community_id)
-    for event in events_in_replay_order:
-        membership.apply(event, rules)
-    return membership
+    """Replay the events from an empty community, again as long as restrictions require it.
+
+    ``events_in_replay_order`` is a collection, a one-shot iterable (read into
+    a list), or a function returning a fresh iterable for each pass.
+    """
+    if callable(events_in_replay_order):
+        source = events_in_replay_order
+    else:
+        events = (
+            events_in_replay_order
+            if isinstance(events_in_replay_order, Collection)
+            else list(events_in_replay_order)
+        )
+
+        def source() -> Iterable[Event]:
+            return events
+
+    known: list[Restriction] = []
+    dead: set[str] = set()
+    while True:  # each pass makes some restrictions known or dead, never back: it ends
+        membership = Membership(community_id, known=known, dead=dead)
+        passing = iter(source())
+        try:
+            for event in passing:  # a whole pass: all it finds is settled in one more
+                membership.apply(event, rules)
+        finally:
+            close = getattr(passing, "close", None)
+            if close is not None:
+                close()
+        if not membership.needs_replay:
+            return membership
+        known, dead = membership._next_round()

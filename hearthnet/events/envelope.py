@@ -5,6 +5,10 @@ map ``{schema_version, event_id, lamport, wall_clock, community_id, author,
 seq, event_type, data}`` and ``sig`` is the author's Ed25519 signature over
 exactly those bytes.  The body is kept verbatim: it is never re-serialised, so
 what is stored and forwarded is what the author signed.
+
+``event_id`` is bound to ``(author, seq)`` (:func:`event_ulid`): only the
+author can sign a body carrying one of its event ids, so an id names one
+author's one sequence number and nobody can squat on someone else's.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.errors import BadRequest, BusError, InvalidSignature
-from hearthnet.events.ulid import is_ulid, new_ulid
+from hearthnet.events.ulid import event_id_bound_to, event_ulid, is_ulid
 from hearthnet.identity.keys import Identity, verify_signature
 from hearthnet.wire.codec import MsgLimits, pack, unpack_map
 
@@ -136,14 +140,19 @@ def sign_event(
     lamport: int,
     seq: int,
     wall_clock: int | None = None,
-    event_id: str | None = None,
 ) -> Event:
-    """Build and sign an event authored by ``identity``; validated like a received one."""
+    """Build and sign an event authored by ``identity``; validated like a received one.
+
+    The event id is derived from the author, ``seq`` and the wall clock.
+    """
+    now = time.time_ns() // 1_000_000 if wall_clock is None else wall_clock
+    if type(seq) is not int or not 1 <= seq <= MAX_LAMPORT:
+        raise BadRequest("event field 'seq' must be an integer in [1, 2^53)")
     fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
-        "event_id": new_ulid() if event_id is None else event_id,
+        "event_id": event_ulid(identity.node_id, seq, now_ms=now),
         "lamport": lamport,
-        "wall_clock": time.time_ns() // 1_000_000 if wall_clock is None else wall_clock,
+        "wall_clock": now,
         "community_id": community_id,
         "author": identity.node_id,
         "seq": seq,
@@ -201,6 +210,9 @@ def _build(body: bytes, signature: bytes, fields: Mapping[str, Any]) -> Event:
     data = fields["data"]
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise BadRequest("event data must be a map with string keys")
+    seq = _int_field(fields, "seq", 1)
+    if not event_id_bound_to(event_id, author, seq):
+        raise BadRequest("event_id is not the one bound to the event's author and seq")
     if not isinstance(signature, bytes) or len(signature) != 64:
         raise InvalidSignature("event signature must be 64 bytes")
     return Event(
@@ -212,7 +224,7 @@ def _build(body: bytes, signature: bytes, fields: Mapping[str, Any]) -> Event:
         wall_clock=_int_field(fields, "wall_clock", 0),
         community_id=community_id,
         author=author,
-        seq=_int_field(fields, "seq", 1),
+        seq=seq,
         event_type=event_type,
         data=data,
     )

@@ -35,11 +35,7 @@ MAX_VV_ENTRIES = 100_000
 
 
 def lacking(local_vv: Mapping[str, int], remote_vv: Mapping[str, int]) -> dict[str, int]:
-    """Author -> first sequence number the remote lacks, for authors where local is ahead.
-
-    ``local_vv`` may hold the highest *held* sequence per author rather than the
-    highest contiguous one, so events held above a local gap are offered too.
-    """
+    """Author -> first sequence number the remote lacks, for authors where local is ahead."""
     out: dict[str, int] = {}
     for author, local_seq in local_vv.items():
         remote_seq = remote_vv.get(author, 0)

@@ -4,16 +4,19 @@ The node calls it through ``anyio.to_thread.run_sync`` with a limiter; an
 internal lock makes every method safe to call from any thread.
 
 Storage vs effect: an event is *stored* (and replicated) when it is signed,
-belongs to the community, has valid data, does not equivocate, and its author
+belongs to the community, has valid data, does not equivocate, its author
 passes the monotone admission check at its replay position
-(:meth:`EventRules.admit`).  Whether it *takes effect* is decided by replaying
-the stored set (:func:`derive_membership`).  Both are functions of the set of
-events, so every node holding the same set agrees.
+(:meth:`EventRules.admit`), and it continues the author's stored events
+without a gap (seq = held + 1, replaying after its predecessor).  Whether it
+*takes effect* is decided by replaying the stored set
+(:func:`derive_membership`).  Both are functions of the set of events, so
+every node holding the same set agrees.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import sqlite3
 import threading
 import time
@@ -23,8 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.community.levels import Level
-from hearthnet.community.membership import CREATED, Membership, community_id_for, derive_membership
-from hearthnet.errors import BadRequest, BusError, InternalError
+from hearthnet.community.membership import (
+    CREATED,
+    INVITED,
+    PROMOTED,
+    REVOKED,
+    Membership,
+    community_id_for,
+    derive_membership,
+)
+from hearthnet.errors import BadRequest, BusError, InternalError, SchemaMismatch, Unauthorized
 from hearthnet.events.envelope import Event, sign_event
 from hearthnet.events.gossip import DEFAULT_BATCH, MAX_BATCH, lacking, parse_version_vector
 from hearthnet.events.rules import EventRules
@@ -55,8 +66,10 @@ CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
     BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 """
-_STORE_VERSION = "1"
+_STORE_VERSION = "2"  # 2: event ids are bound to (author, seq)
 _COLS = "body, signature"
+_KEY_CHUNK = 64  # keys read per author and query while merging a sync batch
+_WIRE_OVERHEAD = 32  # bytes a {body, sig} map adds around its two byte strings (upper bound)
 
 
 @dataclass(frozen=True)
@@ -79,28 +92,40 @@ class EventLog:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-            self._db.execute(
-                "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_version', ?)", (_STORE_VERSION,)
-            )
+            self._check_store_version(path)
             row = self._db.execute("SELECT value FROM meta WHERE key = 'community_id'").fetchone()
             self._community_id: str | None = None if row is None else str(row[0])
-            self._clock = 0
             self._tail: tuple[int, str] | None = None
+            self._contig: dict[str, int] = {}  # author -> highest seq held without a gap below
+            self._last_key: dict[str, tuple[int, str]] = {}  # author -> key of its event at _contig
             self._max_seq: dict[str, int] = {}
-            self._contig: dict[str, int] = {}
-            self._above: dict[str, set[int]] = {}
-            for author, seq in self._db.execute("SELECT author, seq FROM events ORDER BY author, seq"):
-                self._note_seq(author, seq)
+            rows = self._db.execute("SELECT author, seq, lamport, event_id FROM events ORDER BY author, seq")
+            for author, seq, lamport, event_id in rows:
+                self._note_stored(author, seq, (lamport, event_id))
             tail = self._db.execute(
                 "SELECT lamport, event_id FROM events ORDER BY lamport DESC, event_id DESC LIMIT 1"
             ).fetchone()
             if tail is not None:
                 self._tail = (int(tail[0]), str(tail[1]))
-                self._clock = self._tail[0]
         except BaseException:
             self._db.close()
             raise
         self._membership: Membership | None = None
+
+    def _check_store_version(self, path: Path) -> None:
+        """Refuse a file whose events older code wrote (their ids are not bound to author and seq)."""
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('store_version', ?)", (_STORE_VERSION,)
+        )
+        version = str(self._db.execute("SELECT value FROM meta WHERE key = 'store_version'").fetchone()[0])
+        if version == _STORE_VERSION:
+            return
+        if self._db.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+            raise SchemaMismatch(
+                f"{path.name} holds events of store version {version}; this node reads version "
+                f"{_STORE_VERSION} (event ids bound to their author): move the file away and join again"
+            )
+        self._db.execute("UPDATE meta SET value = ? WHERE key = 'store_version'", (_STORE_VERSION,))
 
     # -- community ---------------------------------------------------------
     @property
@@ -124,7 +149,10 @@ class EventLog:
     def append_local(self, identity: Identity, event_type: str, data: Mapping[str, Any]) -> Event:
         """Sign and store a local event; raise (``Unauthorized``, ``Revoked``...) if not allowed now.
 
-        A ``community.created`` on an unbound log binds it to the derived id.
+        A ``community.created`` on an unbound log binds it to the derived id,
+        after the event passed its checks.  A ``member.revoked`` or
+        ``member.promoted`` without ``cutoff_seq`` gets the target's highest
+        contiguous seq held here.
         """
         with self._lock:
             community_id = self._community_id
@@ -132,21 +160,24 @@ class EventLog:
                 if event_type != CREATED or not isinstance(data.get("name"), str):
                     raise BadRequest("the log has no community yet: create or join one first")
                 community_id = community_id_for(identity.node_id, data["name"])
+            membership = self._current() if self._community_id is not None else Membership(community_id)
+            own = self._last_key.get(identity.node_id)
             event = sign_event(
                 identity,
                 community_id=community_id,
                 event_type=event_type,
-                data=data,
-                lamport=self._clock + 1,
+                data=self._with_cutoff(event_type, data),
+                lamport=max(membership.clock(), 0 if own is None else own[0]) + 1,
                 seq=self._max_seq.get(identity.node_id, 0) + 1,
             )
-            membership = self._current() if self._community_id is not None else Membership(community_id)
             self._rules.check(event, membership)
             if self._community_id is None:
                 self.set_community(community_id)
                 membership = self._current()
             self._store([event])
             membership.apply(event, self._rules)
+            if membership.needs_replay:
+                self._rederive()
             return event
 
     def ingest(self, events: Sequence[Event]) -> IngestReport:
@@ -159,24 +190,29 @@ class EventLog:
                     rejected.append((ev.event_id, BadRequest.code, "the log has no community yet"))
                 return IngestReport([], 0, rejected)
             fresh: dict[str, Event] = {}
+            slots: set[tuple[str, int]] = set()
             for ev in sorted(events, key=lambda e: e.key):
-                reason = self._pre_check(ev, fresh)
+                reason = self._pre_check(ev, fresh, slots)
                 if reason == "duplicate":
                     duplicates += 1
                 elif reason is not None:
                     rejected.append((ev.event_id, BadRequest.code, reason))
                 else:
                     fresh[ev.event_id] = ev
-            if not fresh:
-                return IngestReport([], duplicates, rejected)
-            candidates = list(fresh.values())  # in replay order
+                    slots.add((ev.author, ev.seq))
             try:
+                candidates = self._screen(list(fresh.values()), rejected)  # in replay order
+                if not candidates:
+                    return IngestReport([], duplicates, rejected)
                 accepted, membership = self._admit(candidates, rejected)
                 self._store(accepted)
             except BaseException:
                 self._membership = None
                 raise
-            self._membership = membership
+            if membership.needs_replay:
+                self._rederive()
+            else:
+                self._membership = membership
             return IngestReport(accepted, duplicates, rejected)
 
     # -- reading -----------------------------------------------------------
@@ -186,27 +222,43 @@ class EventLog:
             return {a: s for a, s in self._contig.items() if s > 0}
 
     def missing_for(self, remote_vv: Mapping[str, int], *, limit: int = DEFAULT_BATCH) -> list[Event]:
-        """Events the peer (with ``remote_vv``) lacks: first ``limit`` in replay order."""
+        """Events the peer (with ``remote_vv``) lacks: the first ``limit`` of :meth:`missing_batch`."""
+        return self.missing_batch(remote_vv, limit=limit)[0]
+
+    def missing_batch(
+        self, remote_vv: Mapping[str, int], *, limit: int = DEFAULT_BATCH, max_bytes: int | None = None
+    ) -> tuple[list[Event], bool]:
+        """The first events in replay order that the peer lacks, and whether more remain.
+
+        Each author's events come as a run from the peer's held seq + 1 upward,
+        so a cut batch leaves no gap.  At most ``limit`` events and, if given,
+        ``max_bytes`` of encoded events (always at least one).  Keys are merged
+        first; bodies are read only for the events sent.
+        """
         vv = parse_version_vector(remote_vv)
         limit = max(1, min(int(limit), MAX_BATCH))
         with self._lock:
-            starts = lacking(self._max_seq, vv)
-            rows: list[tuple[int, str, bytes, bytes]] = []
-            for author, first in starts.items():
-                rows.extend(
-                    self._db.execute(
-                        "SELECT lamport, event_id, body, signature FROM events "
-                        "WHERE author = ? AND seq >= ? ORDER BY lamport, event_id LIMIT ?",
-                        (author, first, limit),
-                    )
-                )
-        rows.sort(key=lambda r: (r[0], r[1]))
-        return [Event.from_stored(r[2], r[3]) for r in rows[:limit]]
+            runs = [self._keys_from(author, first) for author, first in lacking(self._contig, vv).items()]
+            keys = list(itertools.islice(heapq.merge(*runs), limit + 1))
+            more = len(keys) > limit
+            events: list[Event] = []
+            used = 0
+            for _lamport, event_id in keys[:limit]:
+                body, signature = self._db.execute(
+                    f"SELECT {_COLS} FROM events WHERE event_id = ?", (event_id,)
+                ).fetchone()
+                size = len(body) + len(signature) + _WIRE_OVERHEAD
+                if events and max_bytes is not None and used + size > max_bytes:
+                    more = True
+                    break
+                events.append(Event.from_stored(body, signature))
+                used += size
+        return events, more
 
     def replay(self) -> list[Event]:
         """All stored events in ``(lamport, event_id)`` order."""
         with self._lock:
-            return list(self._iter(f"SELECT {_COLS} FROM events ORDER BY lamport, event_id", ()))
+            return list(self._replay_iter())
 
     def membership(self) -> Membership:
         """The membership derived from all stored events (a copy; cached internally)."""
@@ -247,8 +299,14 @@ class EventLog:
 
     @property
     def lamport_clock(self) -> int:
-        """The highest Lamport time seen; the next local event gets one more."""
-        return self._clock
+        """The highest Lamport time of a stored event whose author is not revoked.
+
+        A local event gets one more than this or than its author's previous
+        event, whichever is higher.  A revoked member's events never move the
+        clock, so they cannot push it to its limit (see ``Membership.clock``).
+        """
+        with self._lock:
+            return 0 if self._community_id is None else self._current().clock()
 
     def close(self) -> None:
         with self._lock:
@@ -262,60 +320,133 @@ class EventLog:
 
     # -- internals ---------------------------------------------------------
     def _iter(self, sql: str, args: tuple[Any, ...]) -> Iterator[Event]:
-        for body, signature in self._db.execute(sql, args).fetchall():
-            yield Event.from_stored(body, signature)
+        """Stream decoded events; rows are fetched a few hundred at a time."""
+        cursor = self._db.execute(sql, args)
+        try:
+            while rows := cursor.fetchmany(256):
+                for body, signature in rows:
+                    yield Event.from_stored(body, signature)
+        finally:
+            cursor.close()
+
+    def _replay_iter(self) -> Iterator[Event]:
+        return self._iter(f"SELECT {_COLS} FROM events ORDER BY lamport, event_id", ())
 
     def _current(self) -> Membership:
         if self._membership is None:
             if self._community_id is None:
                 raise BadRequest("the log has no community yet")
-            self._membership = derive_membership(self._community_id, self.replay(), self._rules)
+            self._membership = derive_membership(self._community_id, self._replay_iter, self._rules)
         return self._membership
 
-    def _pre_check(self, ev: Event, fresh: Mapping[str, Event]) -> str | None:
+    def _rederive(self) -> None:
+        """Replay everything now (a restriction turned up): here, in the writer's thread, not
+        later in whichever caller (the bus, on the event loop) asks for a level first."""
+        self._membership = None
+        self._current()
+
+    def _with_cutoff(self, event_type: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        target = data.get("node_id")
+        if event_type in (REVOKED, PROMOTED) and "cutoff_seq" not in data and isinstance(target, str):
+            return {**data, "cutoff_seq": self._contig.get(target, 0)}
+        return data
+
+    def _keys_from(self, author: str, first: int) -> Iterator[tuple[int, str]]:
+        """Replay keys of ``author``'s events from seq ``first`` up to its contiguous end, in seq order."""
+        last = self._contig.get(author, 0)
+        after = first - 1
+        while True:
+            rows = self._db.execute(
+                "SELECT lamport, event_id, seq FROM events WHERE author = ? AND seq > ? AND seq <= ? "
+                "ORDER BY seq LIMIT ?",
+                (author, after, last, _KEY_CHUNK),
+            ).fetchall()
+            for lamport, event_id, _seq in rows:
+                yield (lamport, event_id)
+            if len(rows) < _KEY_CHUNK:
+                return
+            after = rows[-1][2]
+
+    def _holds_slot(self, author: str, seq: int) -> bool:
+        if seq <= self._contig.get(author, 0):
+            return True
+        if seq > self._max_seq.get(author, 0):
+            return False
+        row = self._db.execute("SELECT 1 FROM events WHERE author = ? AND seq = ?", (author, seq)).fetchone()
+        return row is not None
+
+    def _pre_check(self, ev: Event, fresh: Mapping[str, Event], slots: set[tuple[str, int]]) -> str | None:
         """Stateless rejections; ``"duplicate"`` for an event already held."""
         if ev.community_id != self._community_id:
             return "event belongs to another community"
         held = fresh.get(ev.event_id)
         if held is None:
             row = self._db.execute("SELECT body FROM events WHERE event_id = ?", (ev.event_id,)).fetchone()
-            if row is not None:
-                return "duplicate" if bytes(row[0]) == ev.body else "conflicting body for a known event id"
-        elif held.body == ev.body:
-            return "duplicate"
+            held_body = None if row is None else bytes(row[0])
         else:
-            return "conflicting body for a known event id"
-        row = self._db.execute(
-            "SELECT event_id FROM events WHERE author = ? AND seq = ?", (ev.author, ev.seq)
-        ).fetchone()
-        if row is not None or any(f.author == ev.author and f.seq == ev.seq for f in fresh.values()):
+            held_body = held.body
+        if held_body is not None:
+            if held_body == ev.body:
+                return "duplicate"
+            return f"equivocation: {ev.author} signed another body for event id {ev.event_id}"
+        if (ev.author, ev.seq) in slots or self._holds_slot(ev.author, ev.seq):
             return f"equivocation: {ev.author} already has an event with seq {ev.seq}"
         return None
+
+    def _screen(self, candidates: list[Event], rejected: list[tuple[str, str, str]]) -> list[Event]:
+        """Refuse, before any replay, what no position could admit.
+
+        Unknown types, bad data, and authors that were never admitted and that
+        no grant or founding event in this batch could admit.  Admission would
+        refuse them all anyway; this keeps junk from forcing a replay of the
+        stored history.
+        """
+        if not candidates:
+            return []
+        valid: list[tuple[Event, bool]] = []
+        for ev in candidates:
+            try:
+                valid.append((ev, self._rules.validate(ev).founding))
+            except BusError as exc:
+                rejected.append((ev.event_id, exc.code, exc.message))
+        current = self._current()
+        named = {e.data.get("node_id") for e, _ in valid if e.event_type in (INVITED, PROMOTED)}
+        named.update(e.author for e, founding in valid if founding)
+        kept: list[Event] = []
+        for ev, founding in valid:
+            if founding or current.ever_level(ev.author) is not None or ev.author in named:
+                kept.append(ev)
+            else:
+                refusal = Unauthorized(f"{ev.author} was never admitted to the community")
+                rejected.append((ev.event_id, refusal.code, refusal.message))
+        return kept
 
     def _admit(
         self, candidates: list[Event], rejected: list[tuple[str, str, str]]
     ) -> tuple[list[Event], Membership]:
         """Check candidates (replay order) at their positions; return accepted + new membership."""
-        assert self._community_id is not None
+        community_id = self._community_id
+        assert community_id is not None
         first = candidates[0].key
         if self._tail is None or first > self._tail:
             membership = self._current().copy()
             stored: Iterable[Event] = ()
         else:  # some land inside the stored history: replay prefix, then merge-walk the suffix
-            membership = derive_membership(
-                self._community_id,
-                self._iter(
+
+            def prefix() -> Iterator[Event]:
+                return self._iter(
                     f"SELECT {_COLS} FROM events WHERE (lamport, event_id) < (?, ?) "
                     "ORDER BY lamport, event_id",
                     first,
-                ),
-                self._rules,
-            )
+                )
+
+            membership = derive_membership(community_id, prefix, self._rules)
             stored = self._iter(
                 f"SELECT {_COLS} FROM events WHERE (lamport, event_id) > (?, ?) ORDER BY lamport, event_id",
                 first,
             )
         accepted: list[Event] = []
+        walked: dict[str, int] = {}  # author -> seq accepted last in this walk
         tagged = heapq.merge(
             ((e.key, 0, e) for e in stored), ((e.key, 1, e) for e in candidates), key=lambda t: t[0]
         )
@@ -323,12 +454,26 @@ class EventLog:
             if is_new:
                 try:
                     self._rules.admit(ev, membership)
+                    self._check_sequence(ev, walked)
                 except BusError as exc:
                     rejected.append((ev.event_id, exc.code, exc.message))
                     continue
                 accepted.append(ev)
+                walked[ev.author] = ev.seq
             membership.apply(ev, self._rules)
         return accepted, membership
+
+    def _check_sequence(self, ev: Event, walked: Mapping[str, int]) -> None:
+        """An author's events are stored without gaps, each replaying after its predecessor."""
+        held = walked.get(ev.author)
+        before: tuple[int, str] | None = None  # a predecessor accepted in this walk replays earlier
+        if held is None:
+            held = self._contig.get(ev.author, 0)
+            before = self._last_key.get(ev.author)
+        if ev.seq != held + 1:
+            raise BadRequest(f"out of sequence: {ev.author} seq {ev.seq}, but only seq 1..{held} are held")
+        if before is not None and before >= ev.key:
+            raise BadRequest(f"{ev.author}'s seq {ev.seq} replays before its seq {held}")
 
     def _store(self, events: Sequence[Event]) -> None:
         if not events:
@@ -349,20 +494,12 @@ class EventLog:
             self._db.execute("ROLLBACK")
             raise InternalError(f"event log write failed: {type(exc).__name__}") from exc
         for e in events:
-            self._note_seq(e.author, e.seq)
-            self._clock = max(self._clock, e.lamport)
+            self._note_stored(e.author, e.seq, e.key)
             if self._tail is None or e.key > self._tail:
                 self._tail = e.key
 
-    def _note_seq(self, author: str, seq: int) -> None:
+    def _note_stored(self, author: str, seq: int, key: tuple[int, str]) -> None:
         self._max_seq[author] = max(self._max_seq.get(author, 0), seq)
-        contig = self._contig.get(author, 0)
-        if seq != contig + 1:
-            self._above.setdefault(author, set()).add(seq)
-            return
-        contig = seq
-        above = self._above.get(author)
-        while above and contig + 1 in above:
-            contig += 1
-            above.discard(contig)
-        self._contig[author] = contig
+        if seq == self._contig.get(author, 0) + 1:
+            self._contig[author] = seq
+            self._last_key[author] = key

@@ -7,8 +7,9 @@ services it does not run), otherwise nodes disagree about what to store.
 Two checks use the same rules:
 
 * :meth:`EventRules.check` — *effective* validity at a point of the replay
-  (current level, revocations, community state).  Used by ``append_local`` and
-  by membership derivation.
+  (current level, revocations, community state, and the known restrictions
+  that cover the event: see :mod:`hearthnet.community.membership`).  Used by
+  ``append_local`` and by membership derivation.
 * :meth:`EventRules.admit` — *admission* for storage and replication, judged
   against the monotone admission view (highest level ever granted).  An event
   admitted by one node is admitted by every node holding at least the same
@@ -31,7 +32,7 @@ from hearthnet.community.membership import (
     community_id_for,
 )
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
-from hearthnet.events.envelope import Event
+from hearthnet.events.envelope import MAX_LAMPORT, Event
 from hearthnet.identity.keys import public_key_from_node_id
 
 __all__ = ["EventRule", "EventRules", "default_rules", "require_fields"]
@@ -89,9 +90,9 @@ class EventRules:
         rule = self._common(event, membership)
         level: Level | None = None
         if not rule.founding:
-            if membership.is_revoked(event.author):
+            revoked, level = membership.standing(event)
+            if revoked:
                 raise Revoked(f"{event.author} has been revoked from the community")
-            level = membership.level_of(event.author)
             if level is None:
                 raise Unauthorized(f"{event.author} is not a member of the community")
             if level < rule.min_level:
@@ -122,6 +123,10 @@ class EventRules:
     def _common(self, event: Event, membership: Membership) -> EventRule:
         if event.community_id != membership.community_id:
             raise BadRequest("event belongs to another community")
+        return self.validate(event)
+
+    def validate(self, event: Event) -> EventRule:
+        """The event's rule, once its type is known and its data valid (no state needed)."""
         rule = self.get(event.event_type)
         try:
             rule.validate(event.data)
@@ -165,15 +170,28 @@ def _validate_created(data: Mapping[str, Any]) -> None:
     _node_id(data["founder"], "founder")
 
 
-def _validate_grant(data: Mapping[str, Any]) -> None:
+def _cutoff(data: Mapping[str, Any]) -> None:
+    if not 0 <= data["cutoff_seq"] <= MAX_LAMPORT:
+        raise BadRequest("cutoff_seq must be an integer in [0, 2^53)")
+
+
+def _validate_invited(data: Mapping[str, Any]) -> None:
     require_fields(data, {"node_id": str, "level": str})
     _node_id(data["node_id"], "node_id")
     _level(data["level"])
 
 
-def _validate_revoked(data: Mapping[str, Any]) -> None:
-    require_fields(data, {"node_id": str, "reason": str})
+def _validate_promoted(data: Mapping[str, Any]) -> None:
+    require_fields(data, {"node_id": str, "level": str, "cutoff_seq": int})
     _node_id(data["node_id"], "node_id")
+    _level(data["level"])
+    _cutoff(data)
+
+
+def _validate_revoked(data: Mapping[str, Any]) -> None:
+    require_fields(data, {"node_id": str, "reason": str, "cutoff_seq": int})
+    _node_id(data["node_id"], "node_id")
+    _cutoff(data)
     if len(data["reason"]) > _MAX_REASON:
         raise BadRequest(f"revocation reason is limited to {_MAX_REASON} characters")
 
@@ -238,11 +256,11 @@ def default_rules() -> EventRules:
         EventRule(
             INVITED,
             Level.TRUSTED,
-            _validate_grant,
+            _validate_invited,
             authorize=_authorize_invited,
             precondition=_precondition_invited,
         )
     )
-    rules.register(EventRule(PROMOTED, Level.ANCHOR, _validate_grant, precondition=_precondition_promoted))
+    rules.register(EventRule(PROMOTED, Level.ANCHOR, _validate_promoted, precondition=_precondition_promoted))
     rules.register(EventRule(REVOKED, Level.ANCHOR, _validate_revoked, precondition=_precondition_revoked))
     return rules

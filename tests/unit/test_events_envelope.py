@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from hearthnet.errors import BadRequest, BusError, InvalidSignature
 from hearthnet.events import SCHEMA_VERSION, Event, is_ulid, sign_event
+from hearthnet.events.envelope import MAX_LAMPORT
+from hearthnet.events.ulid import event_id_bound_to
 from hearthnet.identity.keys import Identity
 from hearthnet.wire.codec import pack, unpack_map
 
@@ -17,21 +19,48 @@ ALICE = Identity.from_seed(b"a" * 32)
 BOB = Identity.from_seed(b"b" * 32)
 
 
+_ARGS: dict[str, Any] = {
+    "community_id": "hc1:test",
+    "event_type": "member.invited",
+    "data": {"node_id": BOB.node_id, "level": "member"},
+    "lamport": 3,
+    "seq": 2,
+    "wall_clock": 1_700_000_000_000,
+}
+
+
 def _event(**overrides: Any) -> Event:
-    args: dict[str, Any] = {
-        "community_id": "hc1:test",
-        "event_type": "member.invited",
-        "data": {"node_id": BOB.node_id, "level": "member"},
-        "lamport": 3,
-        "seq": 2,
-        "wall_clock": 1_700_000_000_000,
-    }
-    args.update(overrides)
-    return sign_event(ALICE, **args)
+    return sign_event(ALICE, **{**_ARGS, **overrides})
 
 
 def _fields(event: Event) -> dict[str, Any]:
     return unpack_map(event.body)
+
+
+@settings(max_examples=100)
+@given(st.integers(1, MAX_LAMPORT), st.integers(0, MAX_LAMPORT))
+def test_event_id_is_bound_to_author_and_seq(seq: int, wall_clock: int) -> None:
+    event = _event(seq=seq, wall_clock=wall_clock)
+    assert is_ulid(event.event_id)
+    assert event_id_bound_to(event.event_id, ALICE.node_id, seq)
+    assert not event_id_bound_to(event.event_id, BOB.node_id, seq)
+    assert not event_id_bound_to(event.event_id, ALICE.node_id, seq + 1)
+    assert Event.from_wire(event.to_wire()) == event
+
+
+def test_nobody_can_sign_a_body_under_another_authors_event_id() -> None:
+    """Else a member could squat on e.g. its own revocation's id and nodes would refuse the real one."""
+    victim = _event(seq=7)
+    fields = unpack_map(sign_event(BOB, **{**_ARGS, "seq": 1}).body)
+    fields["event_id"] = victim.event_id
+    body = pack(fields)
+    with pytest.raises(BadRequest, match="bound"):
+        Event.from_wire({"body": body, "sig": BOB.sign(body)})
+    # the author itself cannot reuse one of its ids for another seq either
+    fields = _fields(victim)
+    fields["seq"] = 8
+    with pytest.raises(BadRequest, match="bound"):
+        Event.from_wire(_signed(fields))
 
 
 def test_sign_verify_round_trip() -> None:

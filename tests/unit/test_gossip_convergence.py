@@ -13,7 +13,16 @@ from hypothesis import strategies as st
 
 from hearthnet.community import Level
 from hearthnet.errors import BusError
-from hearthnet.events import Event, EventLog, EventRule, EventRules, default_rules, pull, require_fields
+from hearthnet.events import (
+    Event,
+    EventLog,
+    EventRule,
+    EventRules,
+    default_rules,
+    pull,
+    require_fields,
+    sign_event,
+)
 from hearthnet.identity.keys import Identity
 
 N_NODES = 5
@@ -94,7 +103,25 @@ _op = st.one_of(
     st.tuples(st.just("sync"), st.integers(0, N_NODES - 1), st.integers(0, N_NODES - 1)),
     st.tuples(st.just("sync"), st.integers(0, N_NODES - 1), st.integers(0, N_NODES - 1)),
     st.tuples(st.just("partition"), st.lists(st.integers(0, 1), min_size=N_NODES, max_size=N_NODES)),
+    # a node signs a document at a Lamport time it picks (often backdated), sometimes skipping a seq
+    st.tuples(st.just("forge"), st.integers(0, N_NODES - 1), st.integers(-6, 2), st.sampled_from([0, 0, 1])),
 )
+
+
+def _forge(log: EventLog, author: int, shift: int, skip: int, n: int) -> None:
+    me = IDS[author]
+    mine = [e for e in log.replay() if e.author == me.node_id]
+    lamport = max(max((e.lamport for e in mine), default=0) + 1, log.lamport_clock + shift)
+    data = {"corpus": "family", "doc_cid": f"blake3:{n:04x}", "title": "t", "language": "en", "chunks": n}
+    event = sign_event(
+        me,
+        community_id=log.community_id or "",
+        event_type="rag.document.ingested",
+        data=data,
+        lamport=lamport,
+        seq=len(mine) + 1 + skip,
+    )
+    log.ingest([event])  # refused unless the author was ever trusted and the seq follows on
 
 
 def _run(logs: list[EventLog], ops: list[tuple[Any, ...]], seed: int) -> None:
@@ -108,6 +135,9 @@ def _run(logs: list[EventLog], ops: list[tuple[Any, ...]], seed: int) -> None:
             _, a, b = op
             if a != b and groups[a] == groups[b]:
                 _sync(logs[a], logs[b], rng, limit=rng.choice([1, 3, 500]))
+        elif op[0] == "forge":
+            _, author, shift, skip = op
+            _forge(logs[author], author, shift, skip, n)
         else:
             groups = list(op[1])
     # heal: one all-pairs round, in a random order, with shuffled small batches
@@ -173,16 +203,15 @@ def test_concurrent_writers_on_disk_converge(tmp_path: Path) -> None:
         assert all(m.level_of(IDS[5 + n].node_id) is None for n in range(5))
         docs = logs[0].events_of_type("rag.document.ingested")
         assert len(docs) == 10
-        # Node 3's first document has the revocation's Lamport time (both sides wrote
-        # concurrently); replay order breaks that tie by event id, which is random within
-        # a millisecond. Whatever the tie gives, every document of node 3 that replays
-        # after its revocation is ignored, and all of node 1's count.
+        # Node 3 wrote concurrently with its revocation, which node 0 signed having seen
+        # none of node 3's events (cutoff_seq 0). Node 3's first document even shares the
+        # revocation's Lamport time, and a tie may replay it first; it has no effect all
+        # the same (nor would one that node 3 backdated): what the revoker had not seen
+        # of a revoked member is dropped. All of node 1's documents count.
         revocation = logs[0].events_of_type("member.revoked")[0]
-        cut = (revocation.lamport, revocation.event_id)
-        before = sum(1 for e in docs if e.author == IDS[3].node_id and (e.lamport, e.event_id) < cut)
+        assert revocation.data["cutoff_seq"] == 0
         effective = logs[0].events_of_type("rag.document.ingested", effective_only=True)
-        assert len(effective) == 5 + before
-        assert before <= 1  # only the tied one can come first
+        assert len(effective) == 5 and {e.author for e in effective} == {IDS[1].node_id}
     finally:
         for log in logs:
             log.close()

@@ -2,23 +2,26 @@
 
 Capabilities:
 
-- ``events.sync@1.0`` (member): ``input {vv}`` (author -> highest contiguous
-  seq the caller holds) -> ``output {events: [{body, sig}], more}``: the
-  events the caller lacks, in bounded batches.  Exact, because it works on
-  per-author sequence numbers rather than on "everything above a Lamport".
+- ``events.sync@1.0`` (member): ``input {vv, limit}`` (author -> highest
+  contiguous seq the caller holds; at most ``limit`` events, 1..1000) ->
+  ``output {events: [{body, sig}], more}``: the events the caller lacks, in
+  batches bounded by count and by ``SYNC_MAX_BYTES``.  Exact, because it works
+  on per-author sequence numbers rather than on "everything above a Lamport".
 - ``events.list@1.0``, ``community.invite@1.0``, ``member.promote@1.0``,
   ``member.revoke@1.0`` (this node only: the CLI's local control channel).
 
 Gossip: whenever a node stores new events it sends ``events_changed`` to every
 connected peer, and each peer pulls from it; on every new link both sides pull;
 and every ``ANTI_ENTROPY_SECONDS`` each node pulls from every peer.  Invalid
-events are rejected, never stored, and counted per peer.
+events are rejected, never stored, and counted per peer; so is every event of
+an answer longer than asked for.  Signatures are checked in a worker thread.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -28,18 +31,21 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.bus.session import PeerSession
-from hearthnet.community.invite import InviteToken, encode_token
+from hearthnet.community.invite import InviteToken, encode_token, validate_token
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.events.envelope import Event
 from hearthnet.events.gossip import parse_version_vector
 from hearthnet.events.log import EventLog
+from hearthnet.events.ulid import new_ulid
 from hearthnet.identity import Identity, public_key_from_node_id
 
 log = structlog.get_logger("hearthnet.community")
 
 ANTI_ENTROPY_SECONDS = 10.0
 SYNC_BATCH = 200
+SYNC_MAX_BYTES = 256 * 1024
+"""Encoded events per ``events.sync`` answer: a quarter of the 1 MiB frame; one event always fits."""
 INVITE_TTL_MS = 7 * 24 * 3600 * 1000
 
 MembershipChanged = Callable[[], Awaitable[None]]
@@ -63,6 +69,7 @@ class CommunityService:
         self._addresses = addresses
         self._on_membership_changed = on_membership_changed
         self._limiter = anyio.CapacityLimiter(1)
+        self._verify_limiter = anyio.CapacityLimiter(1)
         self._pull_locks: dict[str, anyio.Lock] = {}
         self._pull_again: set[str] = set()
         self.rejected_by_peer: dict[str, int] = {}
@@ -116,7 +123,8 @@ class CommunityService:
 
     async def broadcast_changed(self) -> None:
         for session in list(self._bus.sessions.values()):
-            await session.send_quiet({"t": "events_changed"})
+            # in the session's own tasks: a peer that stopped reading holds up only itself
+            session.spawn(session.send_quiet, {"t": "events_changed"})
 
     # gossip -------------------------------------------------------------------------
     async def _on_events_changed(self, session: PeerSession, msg: dict[str, Any]) -> None:
@@ -153,7 +161,7 @@ class CommunityService:
 
     async def _pull_batches(self, peer: str) -> int:
         accepted_total = 0
-        membership_before = self._log.membership().snapshot()
+        membership_before = await self._snapshot()
         for _ in range(10_000):
             vv = await anyio.to_thread.run_sync(self._log.version_vector, limiter=self._limiter)
             result = await self._bus.call(
@@ -162,7 +170,10 @@ class CommunityService:
             raw = result.output.get("events")
             if not isinstance(raw, list):
                 raise BadRequest("events.sync answered without an events list")
-            events, bad = _parse_events(raw)
+            if len(raw) > SYNC_BATCH:
+                self.rejected_by_peer[peer] = self.rejected_by_peer.get(peer, 0) + len(raw)
+                raise BadRequest(f"events.sync answered {len(raw)} events; {SYNC_BATCH} were asked for")
+            events, bad = await anyio.to_thread.run_sync(_parse_events, raw, limiter=self._verify_limiter)
             report = await anyio.to_thread.run_sync(self._log.ingest, events, limiter=self._limiter)
             rejected = bad + len(report.rejected)
             if rejected:
@@ -173,9 +184,17 @@ class CommunityService:
             self.accepted_by_peer[peer] = self.accepted_by_peer.get(peer, 0) + len(report.accepted)
             if not result.output.get("more") or not report.accepted:
                 break
-        if self._log.membership().snapshot() != membership_before:
+        if await self._snapshot() != membership_before:
             await self._on_membership_changed()
         return accepted_total
+
+    async def _snapshot(self) -> tuple[object, ...]:
+        return await anyio.to_thread.run_sync(
+            lambda: self._log.membership().snapshot(), limiter=self._limiter
+        )
+
+    def _community_name(self) -> str:
+        return self._log.membership().name or ""
 
     # handlers -----------------------------------------------------------------------
     async def _handle_sync(self, ctx: CallContext) -> dict[str, Any]:
@@ -183,11 +202,10 @@ class CommunityService:
         limit = ctx.input.get("limit", SYNC_BATCH)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             raise BadRequest("limit must be an integer from 1 to 1000")
-        events = await anyio.to_thread.run_sync(
-            lambda: self._log.missing_for(vv, limit=limit + 1), limiter=self._limiter
+        events, more = await anyio.to_thread.run_sync(
+            lambda: self._log.missing_batch(vv, limit=limit, max_bytes=SYNC_MAX_BYTES), limiter=self._limiter
         )
-        more = len(events) > limit
-        return {"events": [e.to_wire() for e in events[:limit]], "more": more}
+        return {"events": [e.to_wire() for e in events], "more": more}
 
     async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
         events = await anyio.to_thread.run_sync(self._log.replay, limiter=self._limiter)
@@ -201,19 +219,24 @@ class CommunityService:
             raise BadRequest(
                 "this node is in no community yet: run 'hearthnet community create NAME' or join one"
             )
-        event = await self.append("member.invited", {"node_id": node_id, "level": level.label})
-        membership = self._log.membership()
-        addresses = list(ctx.input.get("addresses") or self._addresses())
-        token = InviteToken(
+        addresses = ctx.input.get("addresses") or self._addresses()
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise BadRequest("input.addresses must be a list of 'host:port' strings")
+        # Everything the token needs is checked before the invite is appended: a token that
+        # cannot be built must not leave a committed invite behind.  The id is a stand-in.
+        draft = InviteToken(
             community_id=community,
-            community_name=membership.name or "",
+            community_name=await anyio.to_thread.run_sync(self._community_name, limiter=self._limiter),
             inviter=self._identity.node_id,
-            addresses=addresses,
+            addresses=[token_address(a) for a in addresses],
             invitee=node_id,
             level=level,
-            invite_event_id=event.event_id,
+            invite_event_id=new_ulid(),
             expires_at=int(time.time() * 1000) + INVITE_TTL_MS,
         )
+        validate_token(draft)
+        event = await self.append("member.invited", {"node_id": node_id, "level": level.label})
+        token = replace(draft, invite_event_id=event.event_id)
         return {
             "token": encode_token(token, self._identity),
             "event_id": event.event_id,
@@ -231,6 +254,14 @@ class CommunityService:
         reason = str(ctx.input.get("reason", ""))[:200]
         event = await self.append("member.revoked", {"node_id": node_id, "reason": reason})
         return {"event_id": event.event_id, "node_id": node_id}
+
+
+def token_address(address: str) -> str:
+    """``host:port`` as a token carries it: an IPv6 host goes in brackets (``[::1]:7000``)."""
+    host, sep, port = address.rpartition(":")
+    if sep and ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return address
 
 
 def _node_id_input(inp: dict[str, Any]) -> str:

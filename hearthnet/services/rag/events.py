@@ -2,7 +2,10 @@
 
 Registered on every node (whatever services it runs) so that every member
 stores and relays the same events.  Only a member that is ``trusted`` at that
-point of the replay may emit it.
+point of the replay may emit it.  The data is bounded like ``rag.ingest``'s
+input, so an event stays small: exactly the keys ``corpus`` (a corpus name),
+``doc_cid`` (a canonical blob cid), ``title`` (<= 1000 chars), ``language``
+(1..16 chars) and ``chunks`` (0 .. 2^31).
 """
 
 from __future__ import annotations
@@ -10,12 +13,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hearthnet.blobs.cid import is_cid
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest
 from hearthnet.events.rules import EventRule
+from hearthnet.services.rag.names import validate_corpus_name
 
 INGESTED = "rag.document.ingested"
-_FIELDS: dict[str, type | tuple[type, ...]] = {
+MAX_TITLE = 1000
+MAX_LANGUAGE = 16
+MAX_CHUNKS = 1 << 31
+_FIELDS: dict[str, type] = {
     "corpus": str,
     "doc_cid": str,
     "title": str,
@@ -25,17 +33,21 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 
 
 def validate_ingested(data: Mapping[str, Any]) -> None:
-    missing = [k for k in _FIELDS if k not in data]
-    if missing:
-        raise BadRequest(f"{INGESTED} lacks {', '.join(missing)}")
+    if set(data) != set(_FIELDS):
+        raise BadRequest(f"{INGESTED} data must have exactly the keys {', '.join(_FIELDS)}")
     for key, kind in _FIELDS.items():
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BadRequest(f"{INGESTED}.{key} has the wrong type")
-    if data["chunks"] < 0 or len(data["title"]) > 1000 or len(data["corpus"]) > 64:
-        raise BadRequest(f"{INGESTED} values out of range")
-    if not str(data["doc_cid"]).startswith("blake3:"):
-        raise BadRequest(f"{INGESTED}.doc_cid must be a blake3 CID")
+    validate_corpus_name(data["corpus"])
+    if not is_cid(data["doc_cid"]):
+        raise BadRequest(f"{INGESTED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    if len(data["title"]) > MAX_TITLE:
+        raise BadRequest(f"{INGESTED}.title is limited to {MAX_TITLE} characters")
+    if not 1 <= len(data["language"]) <= MAX_LANGUAGE:
+        raise BadRequest(f"{INGESTED}.language must have 1..{MAX_LANGUAGE} characters")
+    if not 0 <= data["chunks"] <= MAX_CHUNKS:
+        raise BadRequest(f"{INGESTED}.chunks must be in 0..{MAX_CHUNKS}")
 
 
 def ingested_rule() -> EventRule:

@@ -1,0 +1,212 @@
+"""The community service on real buses over authenticated in-memory links: sync answers, invites."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.community import Level, decode_token
+from hearthnet.errors import BadRequest
+from hearthnet.events import Event, EventLog, EventRule, EventRules, default_rules, require_fields
+from hearthnet.identity import Identity
+from hearthnet.services.community import service as service_module
+from hearthnet.services.community.service import SYNC_BATCH, SYNC_MAX_BYTES, CommunityService
+from hearthnet.transport import accept_link, initiate_link, memory_stream_pair
+from hearthnet.wire.codec import pack
+from hearthnet.wire.frames import DEFAULT_MAX_FRAME
+from tests.polling import wait_until
+
+FOUNDER = Identity.from_seed(b"f" * 32)
+WRITER = Identity.from_seed(b"w" * 32)
+JOINER = Identity.from_seed(b"j" * 32)
+NEWBIE = Identity.from_seed(b"n" * 32)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _validate_note(data: Mapping[str, Any]) -> None:
+    require_fields(data, {"text": str})
+
+
+def _rules() -> EventRules:
+    rules = default_rules()
+    rules.register(EventRule("note.posted", Level.MEMBER, _validate_note))
+    return rules
+
+
+@dataclass
+class Peer:
+    identity: Identity
+    log: EventLog
+    bus: CapabilityBus
+    service: CommunityService | None
+
+
+def _peer(
+    identity: Identity,
+    log: EventLog,
+    *,
+    addresses: Callable[[], list[str]] = lambda: ["127.0.0.1:7000"],
+    level_of: Callable[[str], Level | None] | None = None,
+    with_service: bool = True,
+    served: list[int] | None = None,
+) -> Peer:
+    bus = CapabilityBus(
+        identity, level_of=level_of or log.level_of, community_id=lambda: log.community_id, name="n"
+    )
+    service = None
+    if with_service:
+
+        async def changed() -> None:
+            return None
+
+        service = CommunityService(
+            identity=identity, bus=bus, event_log=log, addresses=addresses, on_membership_changed=changed
+        )
+        for registration in service.registrations():
+            if served is not None and registration.descriptor.name == "events.sync":
+                registration = replace(registration, handler=_measured(registration.handler, served))
+            bus.register(registration)
+    return Peer(identity, log, bus, service)
+
+
+def _measured(handler: Handler, sizes: list[int]) -> Handler:
+    """``handler``, noting the encoded size of each answer."""
+
+    async def measured(ctx: CallContext) -> dict[str, Any]:
+        out = await handler(ctx)
+        assert isinstance(out, dict)
+        sizes.append(len(pack(out)))
+        return out
+
+    return measured
+
+
+@asynccontextmanager
+async def _linked(x: Peer, y: Peer) -> AsyncIterator[None]:
+    """``x`` and ``y`` joined by one authenticated link, each holding the other's manifest."""
+    community = x.log.community_id or ""
+    x_end, y_end = memory_stream_pair()
+    links: dict[str, Any] = {}
+
+    async def respond() -> None:
+        links["y"] = await accept_link(
+            y_end, identity=y.identity, community_id=community, admit=lambda _p: None, remote_address="m"
+        )
+
+    async with anyio.create_task_group() as tg:
+        async with anyio.create_task_group() as hs:
+            hs.start_soon(respond)
+            links["x"] = await initiate_link(
+                x_end, identity=x.identity, community_id=community, admit=lambda _p: None, remote_address="m"
+            )
+        tg.start_soon(x.bus.attach, links["x"])
+        tg.start_soon(y.bus.attach, links["y"])
+        tg.start_soon(x.bus.run_announcer)
+        tg.start_soon(y.bus.run_announcer)
+        await wait_until(
+            lambda: (
+                y.identity.node_id in x.bus.registry.remote_nodes()
+                and x.identity.node_id in y.bus.registry.remote_nodes()
+            )
+        )
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def _founded(path: Path, *members: Identity) -> EventLog:
+    log = EventLog(path, rules=_rules())
+    log.append_local(FOUNDER, "community.created", {"name": "Hearth", "founder": FOUNDER.node_id})
+    for member in members:
+        log.append_local(FOUNDER, "member.invited", {"node_id": member.node_id, "level": "member"})
+    return log
+
+
+def _joined(path: Path, source: EventLog) -> EventLog:
+    log = EventLog(path, rules=_rules())
+    log.set_community(source.community_id or "")
+    return log
+
+
+@pytest.mark.anyio
+async def test_big_events_arrive_in_answers_that_fit_a_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """20 events of 60 KB: one answer of them all would exceed the 1 MiB frame and never arrive."""
+    verified_on: set[int] = set()
+    parse = service_module._parse_events
+
+    def recording(raw: Sequence[Any]) -> tuple[list[Event], int]:
+        verified_on.add(threading.get_ident())
+        return parse(raw)
+
+    monkeypatch.setattr(service_module, "_parse_events", recording)
+    with _founded(tmp_path / "f.db", WRITER, JOINER) as f_log, _joined(tmp_path / "j.db", f_log) as j_log:
+        for _ in range(20):
+            f_log.append_local(WRITER, "note.posted", {"text": "x" * 60_000})
+        served: list[int] = []
+        founder, joiner = _peer(FOUNDER, f_log, served=served), _peer(JOINER, j_log)
+        async with _linked(joiner, founder):
+            assert joiner.service is not None
+            await joiner.service.pull_from(FOUNDER.node_id)
+            await wait_until(lambda: j_log.count() == f_log.count(), timeout=20)
+        assert j_log.replay() == f_log.replay()
+        assert len(served) >= 5 and max(served) < SYNC_MAX_BYTES + 70_000 < DEFAULT_MAX_FRAME
+        assert threading.get_ident() not in verified_on  # signatures were checked off the event loop
+
+
+@pytest.mark.anyio
+async def test_an_answer_longer_than_asked_is_refused_and_counted(tmp_path: Path) -> None:
+    """A peer answering 201 events to a request for 200 gets none of them stored."""
+    members = [Identity.generate() for _ in range(SYNC_BATCH)]
+    with _founded(tmp_path / "s.db", *members) as source, _joined(tmp_path / "j.db", source) as j_log:
+        offered = [e.to_wire() for e in source.replay()]
+        assert len(offered) == SYNC_BATCH + 1
+        hostile = _peer(FOUNDER, source, level_of=lambda _n: Level.MEMBER, with_service=False)
+
+        async def too_many(ctx: CallContext) -> dict[str, Any]:
+            return {"events": offered, "more": False}
+
+        hostile.bus.register(
+            Registration(CapabilityDescriptor("events.sync", (1, 0), idempotent=True), too_many)
+        )
+        joiner = _peer(JOINER, j_log)
+        assert joiner.service is not None
+        async with _linked(joiner, hostile):
+            await joiner.service.pull_from(FOUNDER.node_id)
+            await wait_until(lambda: joiner.service and joiner.service.rejected_by_peer.get(FOUNDER.node_id))
+        assert joiner.service.rejected_by_peer[FOUNDER.node_id] == SYNC_BATCH + 1
+        assert j_log.count() == 0
+
+
+@pytest.mark.anyio
+async def test_invite_checks_the_token_before_it_appends(tmp_path: Path) -> None:
+    """A token that cannot be made leaves no invite behind; IPv6 hosts go in brackets."""
+    advertised = ["::1:7000"]
+    with _founded(tmp_path / "f.db") as f_log:
+        founder = _peer(FOUNDER, f_log, addresses=lambda: list(advertised))
+        before = f_log.count()
+        with pytest.raises(BadRequest, match="address"):
+            await founder.bus.call(
+                "community.invite", input={"node_id": NEWBIE.node_id, "addresses": ["no port here"]}
+            )
+        assert f_log.count() == before and f_log.level_of(NEWBIE.node_id) is None
+        out = (await founder.bus.call("community.invite", input={"node_id": NEWBIE.node_id})).output
+        token = decode_token(out["token"])
+        assert token.addresses == ["[::1]:7000"] and token.invite_event_id == out["event_id"]
+        assert f_log.level_of(NEWBIE.node_id) is Level.MEMBER and f_log.count() == before + 1
