@@ -11,7 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.errors import BadRequest
+from hearthnet.services.embedding.service import validate_embed_input
 from hearthnet.services.rag.chunker import (
+    MAX_CHUNK_CHARS,
+    PageChunker,
+    check_extra_metadata,
     chunk_document,
     chunk_params_for,
     chunk_text,
@@ -68,18 +72,22 @@ _alphabet = st.sampled_from(list("abcdefghij ÄéßXYZ.,!?\n\n  012中文字한�
     text=st.text(alphabet=_alphabet, max_size=1500),
     size=st.integers(min_value=8, max_value=120),
     overlap_frac=st.floats(min_value=0.0, max_value=0.5),
+    max_chars=st.sampled_from([MAX_CHUNK_CHARS, 300, 40, 7]),
 )
-def test_chunker_invariants(text: str, size: int, overlap_frac: float) -> None:
+def test_chunker_invariants(text: str, size: int, overlap_frac: float, max_chars: int) -> None:
     overlap = int(size * overlap_frac) // 1
     overlap = min(overlap, size // 2)
     meta = {"doc_cid": "cid", "page": 3}
-    chunks = chunk_text(text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta)
+    chunks = chunk_text(
+        text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta, max_chars=max_chars
+    )
     covered = [False] * len(text)
     prev_end = None
     prev_start = -1
     for i, c in enumerate(chunks):
         a, b = c.metadata["char_start"], c.metadata["char_end"]
         assert c.text == text[a:b]
+        assert len(c.text) <= max_chars
         assert c.metadata["chunk_index"] == i and c.metadata["page"] == 3
         # never over budget by the estimator
         assert count_tokens(c.text) <= size
@@ -95,9 +103,25 @@ def test_chunker_invariants(text: str, size: int, overlap_frac: float) -> None:
         prev_start, prev_end = a, b
     # no text lost: every non-whitespace character is in some chunk
     assert all(covered[j] for j, ch in enumerate(text) if not ch.isspace())
-    again = chunk_text(text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta)
+    again = chunk_text(
+        text, tokens_per_chunk=size, overlap_tokens=overlap, metadata=meta, max_chars=max_chars
+    )
     assert [c.chunk_id for c in again] == [c.chunk_id for c in chunks]
     assert len({c.chunk_id for c in chunks}) == len(chunks)
+
+
+@pytest.mark.parametrize("pad", [400, 9000])
+def test_whitespace_padding_keeps_chunks_embeddable(pad: int) -> None:
+    """A padded table (or a PDF text layer full of spaces): every chunk fits embed.text's 8192 characters."""
+    text = "\n".join(f"row{i}" + " " * pad + f"value{i}" for i in range(60))
+    page = read_document(text.encode(), filename_hint="table.txt").pages[0]
+    chunks = PageChunker(doc_cid="blake3:x", doc_title="t", language="en", max_tokens=256).chunks_of(page)
+    assert max(len(c.text) for c in chunks) <= MAX_CHUNK_CHARS
+    validate_embed_input({"texts": [c.text for c in chunks][:256]})
+    for c in chunks:
+        assert page.text[c.metadata["char_start"] : c.metadata["char_end"]] == c.text
+    covered = "".join(c.text for c in chunks)
+    assert all(f"row{i}" in covered and f"value{i}" in covered for i in range(60))
 
 
 def test_chunk_pdf_carries_page_number() -> None:
@@ -133,6 +157,35 @@ def test_chunk_params_and_metadata_validation() -> None:
         chunk_document(
             doc, doc_cid="c", doc_title="t", language="en", max_tokens=256, extra_metadata={"x": [1]}
         )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"chunk_id": "x"},  # rag.query puts the chunk's id there
+        {"chroma:document": "x"},  # keys ChromaDB reserves or refuses
+        {"#document": "x"},
+        {"$eq": 1},
+        {"hn_corpus": "x"},
+        {"": "x"},
+        {"1st": "x"},
+        {"k" * 65: "x"},
+        {"f": float("nan")},
+        {"f": float("inf")},
+        {"big": 1 << 63},
+        {"s": "x" * 1001},
+        {f"k{i}": i for i in range(33)},
+    ],
+)
+def test_metadata_is_refused_up_front_if_chromadb_or_filters_could_not_take_it(bad: dict[str, Any]) -> None:
+    with pytest.raises(BadRequest):
+        check_extra_metadata(bad)
+
+
+def test_metadata_that_fits_is_kept() -> None:
+    good = {"layer": "household", "year": 2024, "score": 1.5, "ok": True, "_x9": -(1 << 63), "s": "x" * 1000}
+    assert check_extra_metadata(good) == good
+    assert check_extra_metadata(None) == {}
 
 
 @pytest.mark.parametrize(

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
-from hearthnet.errors import BadRequest, NotFound
+from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 from hearthnet.services.rag.chunker import Chunk, chunk_document
 from hearthnet.services.rag.names import collection_name, corpus_from_collection, validate_corpus_name
 from hearthnet.services.rag.reader import read_document
@@ -323,10 +326,193 @@ def test_documents_tokens_and_replace_corpus(store: CorpusStore) -> None:
     store.add_document("re", fake_chunks("d1", 4), unit_vectors(4))
     assert store.document_tokens("re", "d1") == 12
     assert store.documents("re") == [
-        {"doc_cid": "d1", "title": "D1", "language": "en", "chunks": 4, "tokens": 12}
+        {"doc_cid": "d1", "title": "D1", "language": "en", "chunks": 4, "tokens": 12, "metadata": {}}
     ]
     info = store.replace_corpus(
         "re", embedding_model="m2", dim=8, documents=[(fake_chunks("d2", 3), unit_vectors(3, dim=8))]
     )
     assert (info.embedding_model, info.dim, info.docs, info.chunks) == ("m2", 8, 1, 3)
     assert not store.has_document("re", "d1")
+
+
+def with_metadata(chunks: list[Chunk], **extra: Any) -> list[Chunk]:
+    return [Chunk(c.chunk_id, c.text, {**c.metadata, **extra}) for c in chunks]
+
+
+def test_document_metadata_is_kept_in_the_ledger(store: CorpusStore) -> None:
+    store.create_corpus("md", embedding_model="m", dim=16)
+    store.add_document(
+        "md", with_metadata(fake_chunks("d1", 3), layer="household", year=2024, w=0.5), unit_vectors(3)
+    )
+    store.add_document("md", fake_chunks("d2", 2), unit_vectors(2, seed=2))
+    docs = {d["doc_cid"]: d for d in store.documents("md")}
+    assert docs["d1"]["metadata"] == {"layer": "household", "year": 2024, "w": 0.5}
+    assert docs["d2"]["metadata"] == {}
+    assert store.document("md", "d1") == docs["d1"] and store.document("md", "nope") is None
+
+
+def test_ledger_from_before_metadata_is_migrated_and_read_back_from_chunks(tmp_path: Path) -> None:
+    import sqlite3
+
+    root = tmp_path / "rag"
+    with CorpusStore(root) as s:
+        s.create_corpus("md", embedding_model="m", dim=16)
+        s.add_document("md", with_metadata(fake_chunks("d1", 3), layer="household"), unit_vectors(3))
+    db = sqlite3.connect(root / "ledger.sqlite3")
+    with db:  # the documents table as it was before the metadata column
+        db.execute("ALTER TABLE documents DROP COLUMN metadata")
+    db.close()
+    with CorpusStore(root) as s:
+        assert s.documents("md")[0]["metadata"] == {"layer": "household"}
+        s.add_document("md", with_metadata(fake_chunks("d2", 2), layer="garden"), unit_vectors(2, seed=2))
+        assert s.document("md", "d2")["metadata"] == {"layer": "garden"}  # type: ignore[index]
+
+
+_KILLED_IN_REPLACE = """
+import sys, threading
+from pathlib import Path
+import numpy as np
+from hearthnet.services.rag.store import CorpusStore
+
+class Killed(CorpusStore):
+    def _forget_corpus(self, name):
+        print("collection-dropped", flush=True)
+        threading.Event().wait()   # the ledger rows are never removed: hold here until killed
+
+store = Killed(Path(sys.argv[1]))
+store.replace_corpus("re", embedding_model="m2", dim=8, documents=[])
+"""
+
+
+def test_kill_9_inside_replace_corpus_leaves_a_store_that_opens_and_rebuilds(tmp_path: Path) -> None:
+    root = tmp_path / "rag"
+    with CorpusStore(root) as s:
+        for name in ("re", "keep"):
+            s.create_corpus(name, embedding_model="m", dim=16)
+            s.add_document(name, fake_chunks(f"{name}-doc", 4), unit_vectors(4))
+    proc = _run(_KILLED_IN_REPLACE, str(root))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "collection-dropped", proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    if proc.stderr:
+        proc.stderr.close()
+
+    with CorpusStore(root) as s:  # opens; the corpus without a collection is dropped
+        assert s.corpora() == ["keep"]
+        assert s.warm_exact() == ["keep"]
+        with pytest.raises(NotFound):
+            s.query("re", unit_vectors(1)[0], k=3)
+        info = s.replace_corpus(
+            "re", embedding_model="m2", dim=8, documents=[(fake_chunks("re-doc", 3), unit_vectors(3, dim=8))]
+        )
+        assert (info.embedding_model, info.docs, info.chunks) == ("m2", 1, 3)
+        assert len(s.query("re", unit_vectors(1, dim=8)[0], k=5)) == 3
+        assert s.query("keep", unit_vectors(4)[2], k=1)[0].chunk_id == "keep-doc-2"
+
+
+def test_a_collection_gone_while_running_drops_its_corpus_only(tmp_path: Path) -> None:
+    with CorpusStore(tmp_path / "rag") as s:
+        for name in ("gone", "keep"):
+            s.create_corpus(name, embedding_model="m", dim=16)
+            s.add_document(name, fake_chunks(f"{name}-doc", 4), unit_vectors(4))
+        s._collections.clear()  # as after a restart: collections are opened on first use
+        s._client.delete_collection(collection_name("gone"))  # e.g. removed on the ChromaDB server
+        with capture_logs() as logs:
+            assert s.warm_exact() == ["keep"]  # the missing one is logged; the others still load
+        assert [e["corpus"] for e in logs if e["event"] == "rag_corpus_collection_missing"] == ["gone"]
+        assert s.corpora() == ["keep"]
+        with pytest.raises(NotFound):
+            s.query("gone", unit_vectors(1)[0], k=1)
+        s.create_corpus("gone", embedding_model="m", dim=16)  # and it can be created again
+        s.add_document("gone", fake_chunks("new", 2), unit_vectors(2))
+        assert s.info("gone").chunks == 2
+
+
+def test_hnsw_query_never_shows_part_of_a_document_being_written(tmp_path: Path) -> None:
+    """The write starts after the query took its snapshot but before ChromaDB answers it."""
+    s = CorpusStore(tmp_path / "rag", exact_max_chunks=0, batch_size=2)
+    try:
+        s.create_corpus("c", embedding_model="m", dim=16)
+        s.add_document("c", fake_chunks("a", 4), unit_vectors(4, seed=1))
+        real = s._collection("c")
+        querying, first_batch, resume = threading.Event(), threading.Event(), threading.Event()
+
+        class SlowQuery:
+            def __getattr__(self, attr: str) -> Any:
+                return getattr(real, attr)
+
+            def query(self, **kw: Any) -> Any:
+                querying.set()
+                assert first_batch.wait(30)
+                return real.query(**kw)
+
+        s._collections["c"] = SlowQuery()
+        write_batch = s._write_batch
+
+        def paused(*args: Any) -> None:
+            write_batch(*args)
+            if not first_batch.is_set():
+                first_batch.set()
+                assert resume.wait(30)
+
+        s._write_batch = paused  # type: ignore[method-assign]
+        vb = unit_vectors(6, seed=2)
+        seen: list[set[str]] = []
+        reader = threading.Thread(
+            target=lambda: seen.append({h.metadata["doc_cid"] for h in s.query("c", vb[0], k=10)})
+        )
+        reader.start()
+        assert querying.wait(30)
+        writer = threading.Thread(target=s.add_document, args=("c", fake_chunks("b", 6), vb))
+        writer.start()
+        reader.join(30)
+        assert s._status("c", "b") == ("pending", 6)
+        resume.set()
+        writer.join(30)
+        assert seen == [{"a"}]
+        assert {h.metadata["doc_cid"] for h in s.query("c", vb[0], k=10)} == {"a", "b"}
+    finally:
+        s.close()
+
+
+def test_a_document_whose_undo_failed_stays_invisible(tmp_path: Path) -> None:
+    """A write fails midway and so does its undo (disk full): the ledger says 'deleting', queries skip it."""
+    s = CorpusStore(tmp_path / "rag", exact_max_chunks=0, batch_size=2)
+    try:
+        s.create_corpus("c", embedding_model="m", dim=16)
+        s.add_document("c", fake_chunks("a", 4), unit_vectors(4, seed=1))
+        real = s._collection("c")
+
+        class FullDisk:
+            def __getattr__(self, attr: str) -> Any:
+                return getattr(real, attr)
+
+            def delete(self, **kw: Any) -> Any:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        s._collections["c"] = FullDisk()
+        write_batch, calls = s._write_batch, [0]
+
+        def second_fails(*args: Any) -> None:
+            calls[0] += 1
+            if calls[0] == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            write_batch(*args)
+
+        s._write_batch = second_fails  # type: ignore[method-assign]
+        vb = unit_vectors(6, seed=2)
+        with pytest.raises(CapacityExceeded):
+            s.add_document("c", fake_chunks("b", 6), vb)
+        s._collections["c"] = real
+        assert s._status("c", "b") == ("deleting", 6)
+        assert real.count() == 6  # 4 of a, 2 of b left behind
+        for where in (None, {"page": {"$gte": 1}}):
+            hits = s.query("c", vb[0], k=10, where=where)
+            assert {h.metadata["doc_cid"] for h in hits} == {"a"} and len(hits) == 4
+    finally:
+        s.close()
+    with CorpusStore(tmp_path / "rag") as again:  # and the next open finishes the undo
+        assert again._status("c", "b") is None and again._collection("c").count() == 4

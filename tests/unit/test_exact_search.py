@@ -171,3 +171,42 @@ def test_warm_exact_loads_what_fits(tmp_path: Path) -> None:
         assert store.query("large", unit_vectors(60, seed=60)[3], k=1)[0].chunk_id == "large-3"  # HNSW
     finally:
         store.close()
+
+
+def test_a_load_of_the_old_collection_is_not_installed_after_a_replace(tmp_path: Path) -> None:
+    """A load reads the collection, a reindex replaces it meanwhile: the stale copy must not be kept."""
+    store = CorpusStore(tmp_path / "rag")
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        va = unit_vectors(4, seed=1)
+        store.add_document("kb", fake_chunks("a", 4), va)
+        store._exact.clear()  # as after a start: loaded on the first query
+        old = store._collection("kb")
+        read, install = threading.Event(), threading.Event()
+
+        class PausedLoad:
+            def get(self, **kw: Any) -> Any:
+                got = old.get(**kw)
+                if not got["ids"]:  # every page of the old collection read: stall before installing
+                    read.set()
+                    assert install.wait(30)
+                return got
+
+        loader = threading.Thread(target=store._exact_index, args=("kb", PausedLoad()))
+        loader.start()
+        assert read.wait(30)
+        write_batch = store._write_batch
+
+        def install_after_first_batch(*args: Any) -> None:
+            write_batch(*args)
+            if not install.is_set():  # the old collection is gone, the document not complete yet
+                install.set()
+                loader.join(30)
+
+        store._write_batch = install_after_first_batch  # type: ignore[method-assign]
+        store.replace_corpus("kb", embedding_model="m", dim=16, documents=[(fake_chunks("a", 4), va)])
+        hits = store.query("kb", va[1], k=4)
+        assert sorted(h.chunk_id for h in hits) == ["a-0", "a-1", "a-2", "a-3"]
+        assert len(store._exact["kb"]) == store.info("kb").chunks == 4
+    finally:
+        store.close()

@@ -6,6 +6,9 @@ from typing import Any
 
 import pytest
 
+from hearthnet.errors import BadRequest
+from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.filters import MAX_FILTER_CONDITIONS, MAX_FILTER_DEPTH
 from hearthnet.services.rag.store import CorpusStore, build_where, where_matches
 from tests.unit.test_corpus_store import fake_chunks, unit_vectors
 
@@ -57,7 +60,150 @@ def test_where_matches_treats_missing_keys_and_types_strictly() -> None:
     md = {"page": 3, "language": "en", "flag": True}
     assert where_matches(build_where({"page": {"$gt": 2}}), md)
     assert not where_matches(build_where({"missing": "x"}), md)
-    assert not where_matches(build_where({"missing": {"$ne": "x"}}), md)
+    assert where_matches(build_where({"missing": {"$ne": "x"}}), md)  # as ChromaDB: $ne/$nin need no key
+    assert where_matches(build_where({"missing": {"$nin": ["x"]}}), md)
+    assert not where_matches(build_where({"missing": {"$in": ["x"]}}), md)
+    assert not where_matches(build_where({"page": True}), md)  # a boolean equals only a boolean
+    assert not where_matches(build_where({"flag": 1}), md)
+    assert where_matches(build_where({"page": 3.0}), md)
+    assert not where_matches(build_where({"page": "3"}), md)
     assert not where_matches(build_where({"language": {"$gt": 1}}), md)
     assert not where_matches(build_where({"flag": {"$gte": 0}}), md)
     assert where_matches(build_where({"$and": [{"page": 3}, {"language": {"$in": ["en", "de"]}}]}), md)
+
+
+def _typed_chunks(doc: str, n: int, extra: dict[str, Any]) -> list[Chunk]:
+    return [
+        Chunk(c.chunk_id, c.text, {**c.metadata, "page": i % 3 + 1, **extra})
+        for i, c in enumerate(fake_chunks(doc, n))
+    ]
+
+
+AGREEMENT = [
+    {"page": True},
+    {"page": 1.0},
+    {"page": {"$in": [True]}},
+    {"page": {"$in": [1, "a"]}},
+    {"page": {"$in": [1, 2.5]}},
+    {"page": {"$in": [1, True]}},
+    {"page": {"$nin": [1, 2.5, "x"]}},
+    {"page": {"$eq": 1.5}},
+    {"page": {"$ne": 1.5}},
+    {"page": {"$gt": 1.5}},
+    {"page": {"$gte": -0.5}},
+    {"chunk_index": {"$lt": 2.5}},
+    {"chunk_index": {"$lte": 2.5}},
+    {"layer": {"$ne": "y"}},
+    {"layer": {"$nin": ["y"]}},
+    {"layer": {"$ne": "x"}},
+    {"score": 1},
+    {"score": {"$gt": 1.25}},
+    {"score": {"$lt": 2}},
+    {"flag": {"$ne": True}},
+    {"flag": False},
+    {"$or": [{"page": 1}, {"layer": "x"}]},
+    {"$or": [{"page": {"$ne": 2.5}}, {"layer": "x"}]},
+    {"$and": [{"page": {"$gte": 1.5}}, {"score": {"$lte": 1.5}}]},
+]
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Two stores (exact, HNSW) with ints, floats, booleans, strings and missing keys."""
+    stores = {}
+    for path, budget in (("exact", 30_000), ("hnsw", 0)):
+        s = CorpusStore(tmp_path_factory.mktemp(path) / "rag", exact_max_chunks=budget)
+        s.create_corpus("c", embedding_model="m", dim=16)
+        docs = (
+            ("a", {"layer": "x", "score": 1.5, "flag": True}),
+            ("b", {"score": 2.0, "flag": False}),
+            ("c", {}),
+        )
+        metas = []
+        for i, (doc, extra) in enumerate(docs):
+            chunks = _typed_chunks(doc, 8, extra)
+            s.add_document("c", chunks, unit_vectors(8, seed=40 + i))
+            metas += [(c.chunk_id, c.metadata) for c in chunks]
+        stores[path] = s
+    yield stores, metas
+    for s in stores.values():
+        s.close()
+
+
+@pytest.mark.parametrize("flt", AGREEMENT)
+def test_every_query_path_gives_what_where_matches_defines(typed: Any, flt: dict[str, Any]) -> None:
+    """Exact search, the over-fetch path (k=1) and ChromaDB's filter (k=24) agree, value types included."""
+    stores, metas = typed
+    clause = build_where(flt)
+    expected = {cid for cid, md in metas if where_matches(clause, md)}
+    q = unit_vectors(1, seed=7)[0]
+    for path, s in stores.items():
+        everything = s.query("c", q, k=24, where=flt)
+        assert {h.chunk_id for h in everything} == expected, path
+        first = s.query("c", q, k=1, where=flt)
+        assert [h.chunk_id for h in first] == [h.chunk_id for h in everything][:1], path
+
+
+def test_semantics_of_the_tricky_filters(typed: Any) -> None:
+    stores, metas = typed
+
+    def by_doc(flt: dict[str, Any]) -> set[str]:
+        return {cid.split("-")[0] for cid, md in metas if where_matches(build_where(flt), md)}
+
+    assert by_doc({"page": True}) == set()  # a boolean never equals a number
+    assert by_doc({"layer": {"$ne": "x"}}) == {"b", "c"}  # chunks without the key match $ne
+    assert by_doc({"score": {"$lt": 2}}) == {"a"}  # no key, no range match
+    q = unit_vectors(1, seed=7)[0]
+    for s in stores.values():
+        pages = {
+            h.metadata["chunk_index"] for h in s.query("c", q, k=24, where={"chunk_index": {"$lt": 2.5}})
+        }
+        assert pages == {0, 1, 2}  # not ChromaDB's truncation to < 2
+        assert s.query("c", q, k=24, where={"page": {"$eq": 1.5}}) == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"page": 10**30},
+        {"page": {"$gt": -(10**20)}},
+        {"page": float("inf")},
+    ],
+)
+def test_out_of_range_operands_are_a_bad_request(bad: dict[str, Any]) -> None:
+    with pytest.raises(BadRequest):
+        build_where(bad)
+
+
+def test_deep_or_huge_filters_are_a_bad_request() -> None:
+    deep: dict[str, Any] = {"page": 1}
+    for _ in range(500):
+        deep = {"$and": [deep, {"page": 1}]}
+    with pytest.raises(BadRequest, match="nested deeper"):
+        build_where(deep)
+    with pytest.raises(BadRequest, match="more than"):
+        build_where({"$or": [{"page": i} for i in range(MAX_FILTER_CONDITIONS + 1)]})
+    ok: dict[str, Any] = {"page": 1}
+    for _ in range(MAX_FILTER_DEPTH):
+        ok = {"$or": [ok, {"page": 2}]}
+    assert where_matches(build_where(ok), {"page": 2})
+
+
+def test_a_filter_at_the_depth_limit_stays_valid_once_built() -> None:
+    """Several keys in one object become an $and: validating the built clause again must not fail."""
+    flt: dict[str, Any] = {"page": 1, "language": "en"}
+    wrapped = 0
+    while True:
+        try:
+            built = build_where(flt)
+        except BadRequest as exc:
+            assert "nested deeper" in exc.message
+            break
+        assert build_where(built) == built
+        flt = {"$or": [flt, {"page": 2}]}
+        wrapped += 1
+    assert wrapped == MAX_FILTER_DEPTH  # 7 $or around the implicit $and of the two keys: 8 levels
+    single: dict[str, Any] = {"page": 1}
+    for _ in range(3 * MAX_FILTER_DEPTH):  # one-element lists collapse: no depth in the output
+        single = {"$and": [single]}
+    assert build_where(single) == {"page": {"$eq": 1}}

@@ -113,3 +113,90 @@ def test_pypdf_warnings_go_to_structlog_without_text(capsys: pytest.CaptureFixtu
         read_document(data) if False else None
     snippet = good.pages[0].text.strip()[:40]
     assert all(snippet not in str(e) for e in logs + logs2)
+
+
+def _pdf(pages: list[bytes], *, trailer_extra: bytes = b"", extra_objects: tuple[bytes, ...] = ()) -> bytes:
+    """A small hand-made PDF (correct xref): one page per content stream; a stream may carry a /Filter."""
+    n = len(pages)
+    kids = b" ".join(b"%d 0 R" % (3 + 2 * i) for i in range(n))
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, n)]
+    font = 3 + 2 * n
+    for i, stream in enumerate(pages):
+        content, _, stream_extra = stream.partition(b"|")
+        objs.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (4 + 2 * i, font)
+        )
+        objs.append(b"<< /Length %d %s>>\nstream\n%s\nendstream" % (len(content), stream_extra, content))
+    objs.append(b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
+    objs.extend(extra_objects)
+    out = bytearray(b"%PDF-1.7\n")
+    offsets = []
+    for i, body in enumerate(objs, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (i, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objs) + 1)
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R %s>>\nstartxref\n%d\n%%%%EOF\n" % (
+        len(objs) + 1,
+        trailer_extra,
+        xref,
+    )
+    return bytes(out)
+
+
+def _text(words: str) -> bytes:
+    return b"BT /F1 12 Tf 72 712 Td (%s) Tj ET" % words.encode()
+
+
+def test_page_with_unsupported_filter_is_skipped_like_other_unreadable_pages() -> None:
+    data = _pdf([_text("first page"), _text("second page") + b"|/Filter /FooDecode ", _text("third page")])
+    with capture_logs() as logs:
+        doc = read_document(data)
+    assert [p.text.strip() for p in doc.pages] == ["first page", "", "third page"]
+    assert [(e["page"], e["error"]) for e in logs if e["event"] == "pdf_page_unreadable"] == [
+        (2, "NotImplementedError")
+    ]
+
+
+def test_pdf_whose_only_page_has_an_unsupported_filter_is_a_bad_request() -> None:
+    with pytest.raises(BadRequest, match="PDF features this reader does not support") as err:
+        read_document(_pdf([_text("only page") + b"|/Filter /FooDecode "]))
+    assert err.value.code == "bad_request"
+
+
+def test_certificate_encryption_is_a_bad_request_that_says_decrypt() -> None:
+    pubsec = b"<< /Filter /Adobe.PubSec /V 4 /R 4 /SubFilter /adbe.pkcs7.s5 /Length 128 >>"
+    file_id = b"<00112233445566778899aabbccddeeff>"
+    data = _pdf(
+        [_text("secret")],
+        trailer_extra=b"/Encrypt 6 0 R /ID [%s %s] " % (file_id, file_id),
+        extra_objects=(pubsec,),
+    )
+    with pytest.raises(BadRequest, match=r"security handler this reader does not support.*qpdf --decrypt"):
+        read_document(data)
+
+
+def test_text_that_mentions_the_pdf_signature_stays_text() -> None:
+    md = b"# File formats\n\nEvery PDF starts with a header such as `%PDF-1.7`, then objects.\n"
+    assert detect_content_type(md, "formats.md") == "text/markdown"
+    doc = read_document(md, filename_hint="formats.md")
+    assert doc.content_type == "text/markdown" and doc.title_hint == "File formats"
+    assert detect_content_type(b"notes: %PDF-1.4 is old\n") == "text/plain"
+
+
+def test_pdf_after_leading_junk_is_still_read() -> None:
+    real = (PDF_DIR / "ar_habibi.pdf").read_bytes()
+    for junk, name in ((b"\x00\x01\xfe junk from a mail gateway\n", None), (b"HTTP junk\r\n\r\n", "x.pdf")):
+        assert detect_content_type(junk + real, name) == "application/pdf"
+        assert "habibi" in read_document(junk + real, filename_hint=name).pages[0].text
+
+
+def test_oversized_text_is_a_bad_request_before_any_chunking() -> None:
+    from hearthnet.services.rag.reader import MAX_TEXT_BYTES
+
+    data = b"alpha beta gamma delta. " * (MAX_TEXT_BYTES // 24 + 1)
+    with pytest.raises(BadRequest, match=r"MiB of text are supported: split it"):
+        read_document(data, filename_hint="big.txt")
+    assert read_document(data[:MAX_TEXT_BYTES], filename_hint="ok.txt").page_count == 1

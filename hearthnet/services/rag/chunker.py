@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,11 +29,15 @@ from hearthnet.services.rag.reader import Document, PageText
 from hearthnet.services.rag.tokens import DEFAULT_COUNTER, TokenCounter
 
 __all__ = [
+    "MAX_CHUNK_CHARS",
     "MAX_CHUNK_TOKENS",
+    "MAX_METADATA_FIELDS",
+    "METADATA_KEY",
     "MIN_CHUNK_TOKENS",
     "RESERVED_METADATA",
     "Chunk",
     "PageChunker",
+    "check_extra_metadata",
     "chunk_document",
     "chunk_id_for",
     "chunk_params_for",
@@ -41,12 +46,31 @@ __all__ = [
 ]
 
 MAX_CHUNK_TOKENS = 1000  # the spec's default: never larger, even for long-context embedders
+MAX_CHUNK_CHARS = 8192
+"""``embed.text`` takes texts of at most 8192 characters: a chunk's span never exceeds it,
+however much whitespace (a padded table, a PDF text layer full of spaces) sits between its words."""
 MIN_CHUNK_TOKENS = 8
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 ESTIMATOR_HEADROOM = 0.85  # room for the estimator's error (see specs/rag.md, calibration)
 RESERVED_METADATA = frozenset(
-    {"doc_cid", "doc_title", "page", "chunk_index", "language", "char_start", "char_end", "tokens"}
+    {
+        "doc_cid",
+        "doc_title",
+        "page",
+        "chunk_index",
+        "language",
+        "char_start",
+        "char_end",
+        "tokens",
+        "chunk_id",
+    }
 )
+"""Keys the chunker (and ``rag.query``'s output, for ``chunk_id``) sets; callers may not."""
+METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+"""A metadata field name: also what a ``rag.query`` filter may name (``hn_*`` is reserved)."""
+MAX_METADATA_FIELDS = 32
+MAX_METADATA_STRING = 1000
+_INT64 = 1 << 63
 
 _PARA, _SENT, _LINE, _WORD = 3, 2, 1, 0
 _CJK_CHAR = (
@@ -81,19 +105,19 @@ def chunk_params_for(max_tokens: int) -> tuple[int, int]:
     return size, round(size * 0.15)
 
 
-def _pieces(text: str, max_piece: int, counter: TokenCounter) -> list[tuple[int, int, int]]:
-    """``(start, end, cost)`` of each piece; no piece costs more than ``max_piece``."""
+def _pieces(text: str, max_piece: int, max_chars: int, counter: TokenCounter) -> list[tuple[int, int, int]]:
+    """``(start, end, cost)`` of each piece; none costs over ``max_piece`` or spans over ``max_chars``."""
     out: list[tuple[int, int, int]] = []
     for m in _PIECE.finditer(text):
         start, end = m.span()
         cost = counter.count(text[start:end])
-        if cost <= max_piece:
+        if cost <= max_piece and end - start <= max_chars:
             out.append((start, end, cost))
             continue
         # A giant "word" (no spaces): cut it into windows that fit.
         pos = start
         while pos < end:
-            width = min(end - pos, max_piece)
+            width = min(end - pos, max_piece, max_chars)
             while width > 1 and counter.count(text[pos : pos + width]) > max_piece:
                 width //= 2
             out.append((pos, pos + width, counter.count(text[pos : pos + width])))
@@ -129,26 +153,37 @@ def chunk_text(
     overlap_tokens: int,
     metadata: Mapping[str, Any] | None = None,
     counter: TokenCounter = DEFAULT_COUNTER,
+    max_chars: int = MAX_CHUNK_CHARS,
 ) -> list[Chunk]:
-    """Chunks of one text (one page); ``metadata`` is copied into every chunk."""
+    """Chunks of one text (one page); ``metadata`` is copied into every chunk.
+
+    Besides the token budget, a chunk spans at most ``max_chars`` characters
+    (whitespace included), so long runs of spaces cannot make it too long to embed.
+    """
     if tokens_per_chunk < MIN_CHUNK_TOKENS:
         raise ValueError(f"tokens_per_chunk must be >= {MIN_CHUNK_TOKENS}")
     if not 0 <= overlap_tokens < tokens_per_chunk // 2 + 1:
         raise ValueError("overlap_tokens must be in [0, tokens_per_chunk / 2]")
+    if max_chars < 2:
+        raise ValueError("max_chars must be >= 2")
     base = dict(metadata or {})
-    pieces = _pieces(text, max(2, tokens_per_chunk // 4), counter)
+    pieces = _pieces(text, max(2, tokens_per_chunk // 4), max_chars, counter)
     if not pieces:
         return []
     levels = _levels(text, pieces)
     prefix = [0]
     for _, _, cost in pieces:
         prefix.append(prefix[-1] + cost)
+    starts = [p[0] for p in pieces]
+    ends = [p[1] for p in pieces]
     n = len(pieces)
     spans: list[tuple[int, int]] = []
     start = 0
     while start < n:
         limit = prefix[start] + tokens_per_chunk
         end = max(start + 1, bisect.bisect_right(prefix, limit) - 1)
+        # ... and within max_chars of its first character (one piece always fits).
+        end = max(start + 1, min(end, bisect.bisect_right(ends, starts[start] + max_chars)))
         if end < n:
             half = bisect.bisect_left(prefix, prefix[start] + tokens_per_chunk // 2)
             lo = max(start + 1, min(half, end))
@@ -163,6 +198,8 @@ def chunk_text(
         nxt = end
         if overlap_tokens > 0:
             first = bisect.bisect_left(prefix, prefix[end] - overlap_tokens, lo=start + 1, hi=end)
+            # The next chunk must reach past this one within max_chars, or it would repeat it.
+            first = max(first, bisect.bisect_left(starts, ends[end] - max_chars, lo=start + 1, hi=end))
             if first < end:
                 nxt = max(range(first, end), key=lambda b: (levels[b], -b))
         start = nxt
@@ -183,13 +220,38 @@ def chunk_text(
     return chunks
 
 
-def _check_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def check_extra_metadata(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A caller's document metadata, validated so that ChromaDB stores it and filters can name it.
+
+    At most ``MAX_METADATA_FIELDS`` fields; keys match :data:`METADATA_KEY` and
+    are neither chunker keys (:data:`RESERVED_METADATA`) nor ``hn_*``; values
+    are booleans, 64-bit integers, finite floats or strings of at most
+    ``MAX_METADATA_STRING`` characters.
+    """
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping) or len(extra) > MAX_METADATA_FIELDS:
+        raise BadRequest(f"metadata must be an object with at most {MAX_METADATA_FIELDS} fields")
     out: dict[str, Any] = {}
-    for key, value in (extra or {}).items():
-        if not isinstance(key, str) or not key or key in RESERVED_METADATA:
-            raise BadRequest(f"metadata key {key!r} is reserved or invalid")
-        if not isinstance(value, str | int | float | bool):
-            raise BadRequest(f"metadata value for {key!r} must be a string, number or boolean")
+    for key, value in extra.items():
+        if not isinstance(key, str) or METADATA_KEY.fullmatch(key) is None:
+            raise BadRequest(
+                f"metadata key {str(key)[:70]!r} is invalid: use 1-64 letters, digits or '_', "
+                "not starting with a digit"
+            )
+        if key in RESERVED_METADATA or key.startswith("hn_"):
+            raise BadRequest(f"metadata key {key!r} is reserved")
+        if isinstance(value, bool) or (isinstance(value, int) and -_INT64 <= value < _INT64):
+            pass
+        elif isinstance(value, float) and math.isfinite(value):
+            pass
+        elif isinstance(value, str) and len(value) <= MAX_METADATA_STRING:
+            pass
+        else:
+            raise BadRequest(
+                f"metadata value for {key!r} must be a string, number or boolean (a string of at "
+                f"most {MAX_METADATA_STRING} characters, a 64-bit integer or a finite float)"
+            )
         out[key] = value
     return out
 
@@ -215,7 +277,7 @@ class PageChunker:
             raise BadRequest("overlap_ratio must be between 0 and 0.5")
         self._size, _ = chunk_params_for(max_tokens)
         self._overlap = round(self._size * overlap_ratio)
-        self._extra = _check_extra(extra_metadata)
+        self._extra = check_extra_metadata(extra_metadata)
         self._doc_cid = doc_cid
         self._doc_title = doc_title
         self._language = language

@@ -27,6 +27,7 @@ from hearthnet.errors import BadRequest, InternalError
 
 __all__ = [
     "CONTENT_TYPES",
+    "MAX_TEXT_BYTES",
     "Document",
     "DocumentHeader",
     "PageText",
@@ -41,6 +42,11 @@ MARKDOWN = "text/markdown"
 CONTENT_TYPES: tuple[str, ...] = (PDF, TEXT, MARKDOWN)
 _MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
 _MAX_LOGGED_MESSAGE = 200
+_PDF_MAGIC = b"%PDF-"
+_PDF_HEADER_WINDOW = 1024
+"""pypdf (like Acrobat) accepts junk before the ``%PDF-`` header within the first KiB."""
+MAX_TEXT_BYTES = 4 << 20
+"""A plain-text or Markdown file is chunked as one page: at most 4 MiB of it."""
 
 # Magic bytes of common types we do not read, to name them in the error.
 _KNOWN_MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -132,21 +138,34 @@ def route_pypdf_logging() -> None:
 route_pypdf_logging()
 
 
+def _is_utf8_text(data: bytes) -> bool:
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def detect_content_type(data: bytes, filename_hint: str | None = None) -> str:
-    """The content type of ``data`` by its magic bytes (the file name only tells text from Markdown)."""
-    if b"%PDF-" in data[:1024]:
+    """The content type of ``data`` by its magic bytes (the file name only tells text from Markdown).
+
+    A PDF starts with ``%PDF-``; junk before it (within the first KiB) is
+    accepted only if the file is not UTF-8 text or is named ``*.pdf``, so a
+    note that merely mentions ``%PDF-1.7`` stays text.
+    """
+    suffix = PurePath(filename_hint).suffix.lower() if filename_hint else ""
+    if data.startswith(_PDF_MAGIC):
         return PDF
     for magic, name in _KNOWN_MAGIC:
         if data.startswith(magic):
             raise BadRequest(f"unsupported type {name}: supported are PDF, plain text and Markdown")
-    suffix = PurePath(filename_hint).suffix.lower() if filename_hint else ""
-    if b"\x00" not in data:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            return MARKDOWN if suffix in _MD_SUFFIXES else TEXT
+    text = _is_utf8_text(data)
+    if _PDF_MAGIC in data[:_PDF_HEADER_WINDOW] and (suffix == ".pdf" or not text):
+        return PDF
+    if text:
+        return MARKDOWN if suffix in _MD_SUFFIXES else TEXT
     if suffix == ".pdf":
         raise BadRequest("not a readable PDF: no %PDF header; re-export or repair it")
     raise BadRequest(
@@ -200,6 +219,11 @@ def _stem(filename_hint: str | None) -> str | None:
 
 
 def _read_text(data: bytes, ctype: str, filename_hint: str | None) -> Document:
+    if len(data) > MAX_TEXT_BYTES:
+        raise BadRequest(
+            f"text file is {len(data) / (1 << 20):.1f} MiB; at most {MAX_TEXT_BYTES >> 20} MiB of text "
+            "are supported: split it into smaller files"
+        )
     text = _clean(data.decode("utf-8").removeprefix("\ufeff"))
     if not text.strip():
         raise BadRequest("text file contains only whitespace: nothing to index")
@@ -221,6 +245,25 @@ def _corrupt(exc: BaseException) -> BadRequest:
 
 def _password_error() -> BadRequest:
     return BadRequest("PDF is encrypted with a password; decrypt it first (e.g. qpdf --decrypt)")
+
+
+class _UnsupportedEncryption(Exception):
+    """pypdf has no handler for the file's security scheme (e.g. certificate-based /Adobe.PubSec)."""
+
+
+class _Reader(PdfReader):
+    """``PdfReader`` telling an unsupported security handler apart from other unsupported features.
+
+    pypdf raises a bare ``NotImplementedError`` for both; here the one raised
+    while setting up decryption becomes :class:`_UnsupportedEncryption`.  (Should
+    pypdf rename the hook, that error gets the generic "unsupported feature" message.)
+    """
+
+    def _handle_encryption(self, password: str | bytes | None) -> None:
+        try:
+            super()._handle_encryption(password)
+        except NotImplementedError as exc:
+            raise _UnsupportedEncryption from exc
 
 
 _Parts = Generator[DocumentHeader | PageText, None, None]
@@ -245,12 +288,22 @@ def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _P
 
 def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
     try:
-        reader = PdfReader(io.BytesIO(data))
+        reader = _Reader(io.BytesIO(data))
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
             raise _password_error()
         page_count = len(reader.pages)
     except FileNotDecryptedError as exc:
         raise _password_error() from exc
+    except _UnsupportedEncryption as exc:
+        raise BadRequest(
+            "PDF is encrypted with a security handler this reader does not support (e.g. a "
+            "certificate); decrypt it first (e.g. qpdf --decrypt)"
+        ) from exc
+    except NotImplementedError as exc:
+        raise BadRequest(
+            "not a readable PDF: it uses a PDF feature this reader does not support; re-export it "
+            "(e.g. print it to a new PDF)"
+        ) from exc
     except DependencyError as exc:
         raise InternalError("PDF needs an optional dependency that is not installed (cryptography)") from exc
     except (PyPdfError, *_PYPDF_INTERNAL) as exc:
@@ -261,15 +314,17 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
         raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
     yield DocumentHeader(PDF, _pdf_title(reader) or _stem(filename_hint), page_count)
 
-    failed = 0
+    failed = unsupported = 0
     any_text = False
     for number in range(1, page_count + 1):
         try:
             text = reader.pages[number - 1].extract_text() or ""
         except FileNotDecryptedError as exc:
             raise _password_error() from exc
-        except (PyPdfError, *_PYPDF_INTERNAL) as exc:
+        except (PyPdfError, NotImplementedError, *_PYPDF_INTERNAL) as exc:
+            # NotImplementedError: e.g. a content stream compressed with a filter pypdf lacks.
             failed += 1
+            unsupported += isinstance(exc, NotImplementedError)
             _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
             text = ""
         page = PageText(page=number, text=_clean(text))
@@ -277,7 +332,10 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
         yield page
     if not any_text:
         if failed == page_count:
-            raise BadRequest(f"not a readable PDF: none of {page_count} pages could be parsed; re-export it")
+            why = " (it uses PDF features this reader does not support)" if unsupported else ""
+            raise BadRequest(
+                f"not a readable PDF: none of {page_count} pages could be parsed{why}; re-export it"
+            )
         raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
 
 
@@ -285,7 +343,7 @@ def _pdf_title(reader: PdfReader) -> str | None:
     try:
         meta = reader.metadata
         title = meta.title if meta is not None else None
-    except (PyPdfError, *_PYPDF_INTERNAL):
+    except (PyPdfError, NotImplementedError, *_PYPDF_INTERNAL):
         return None
     if isinstance(title, str) and title.strip():
         return title.strip()

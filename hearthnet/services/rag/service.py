@@ -25,8 +25,9 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, NotFound, Unauthorized, unwrap_group
-from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.chunker import Chunk, check_extra_metadata
 from hearthnet.services.rag.events import INGESTED
+from hearthnet.services.rag.gate import CorpusGate, Reindexing
 from hearthnet.services.rag.ingest import (
     EmbeddedDocument,
     Embedder,
@@ -92,6 +93,7 @@ class RagService:
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
         self._cpu_limiter = anyio.CapacityLimiter(1)
         self._doc_locks: dict[tuple[str, str], anyio.Lock] = {}
+        self._gate = CorpusGate()
         self._registered_corpora: dict[str, dict[str, Any]] = {}
         self._ingest_params: dict[str, Any] | None = None
         self.queries = 0
@@ -115,8 +117,9 @@ class RagService:
         return regs
 
     def health(self) -> dict[str, Any]:
+        """Served to peers by ``node.stats``: the personal corpus is never named."""
         return {
-            "corpora": sorted(self._registered_corpora),
+            "corpora": sorted(c for c in self._registered_corpora if c != PERSONAL),
             "queries": self.queries,
             "ingests": self.ingests,
             "embedding_model": self._settings.embedding_model,
@@ -215,7 +218,7 @@ class RagService:
             item: dict[str, Any] = {
                 "rank": rank,
                 "score": round(float(hit.score), 6),
-                "metadata": hit.metadata,
+                "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
             }
             if include_text:
                 item["text"] = hit.text
@@ -247,14 +250,37 @@ class RagService:
                 "this node is not trusted in its community, so it may not announce ingests; "
                 "ask an anchor to promote it"
             )
+        if not ctx.is_local and not self._settings.accept_new_corpora:
+            held = await run_blocking(self._store.corpora, limiter=self._store_limiter)
+            if corpus not in held:
+                raise NotFound(
+                    f"corpus {corpus} is not held by this node, and it accepts no new corpora from "
+                    "other nodes (rag.accept_new_corpora = false): ingest on a node that holds it"
+                )
+        async with self._gate.ingest(corpus):
+            return await self._ingest(ctx, started, corpus, doc_cid, title, language, metadata, filename)
+
+    async def _ingest(
+        self,
+        ctx: CallContext,
+        started: float,
+        corpus: str,
+        doc_cid: str,
+        title: str,
+        language: str | None,
+        metadata: dict[str, Any],
+        filename: str | None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         lock = self._doc_locks.setdefault((corpus, doc_cid), anyio.Lock())
         async with lock:
             existing = await self._existing(corpus, doc_cid)
             if existing is not None:
-                output, event_id = existing
+                output, doc, event_id = existing
                 if event_id is None:
+                    # Stored, but the event was never appended (e.g. the node died between the
+                    # two): announce it as it was stored, not as this caller describes it.
                     event_id = await self._emit(
-                        corpus, doc_cid, title, language or "und", output["chunks_indexed"]
+                        corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
                     )
                 return output, {
                     "corpus": corpus,
@@ -376,20 +402,21 @@ class RagService:
             raise unwrap_group(group) from None
         return result[0], embedded
 
-    async def _existing(self, corpus: str, doc_cid: str) -> tuple[dict[str, Any], str | None] | None:
-        def lookup() -> tuple[int, int] | None:
-            if corpus not in self._store.corpora() or not self._store.has_document(corpus, doc_cid):
-                return None
-            return self._store.document_chunk_count(corpus, doc_cid), self._store.document_tokens(
-                corpus, doc_cid
-            )
+    async def _existing(
+        self, corpus: str, doc_cid: str
+    ) -> tuple[dict[str, Any], dict[str, Any], str | None] | None:
+        """A complete document's output, its ledger record and its ingest event id (if any)."""
 
-        found = await run_blocking(lookup, limiter=self._store_limiter)
-        if found is None:
+        def lookup() -> dict[str, Any] | None:
+            if corpus not in self._store.corpora():
+                return None
+            return self._store.document(corpus, doc_cid)
+
+        doc = await run_blocking(lookup, limiter=self._store_limiter)
+        if doc is None:
             return None
-        chunks, tokens = found
-        output = {"doc_cid": doc_cid, "chunks_indexed": chunks, "tokens_indexed": tokens}
-        return output, self._find_event(corpus, doc_cid)
+        output = {"doc_cid": doc_cid, "chunks_indexed": doc["chunks"], "tokens_indexed": doc["tokens"]}
+        return output, doc, self._find_event(corpus, doc_cid)
 
     async def _emit(self, corpus: str, doc_cid: str, title: str, language: str, chunks: int) -> str:
         if corpus == PERSONAL:
@@ -428,7 +455,21 @@ class RagService:
 
     # rag.reindex ------------------------------------------------------------------------
     async def _handle_reindex(self, ctx: CallContext) -> dict[str, Any]:
+        """Re-embed a corpus from its source blobs and replace it, with ingests into it held off.
+
+        Ingests running when it starts are waited for (a ``wait`` progress frame
+        says how many); new ones are refused until it is done (see ``gate.py``).
+        """
         corpus = validate_corpus_name(ctx.input.get("corpus"))
+
+        async def waiting(ingests: int) -> None:
+            await ctx.send({"stage": "wait", "current": 0, "total": ingests})
+
+        async with self._gate.reindex(corpus, waiting) as progress:
+            docs = await self._reindex(ctx, corpus, progress)
+        return {"corpus": corpus, "docs": docs, "embedding_model": self._settings.embedding_model}
+
+    async def _reindex(self, ctx: CallContext, corpus: str, progress: Reindexing) -> int:
         docs = await run_blocking(self._store.documents, corpus, limiter=self._store_limiter)
         if not docs:
             raise NotFound(f"corpus {corpus} has no documents to reindex")
@@ -442,18 +483,20 @@ class RagService:
                 f"(first: {missing[0]}); fetch them with 'hearthnet file get' first"
             )
         max_tokens = self._embedder.max_tokens()
+        progress.total = len(docs)
         prepared_docs = []
         for i, doc in enumerate(docs):
             prepared, embedded = await self._read_and_embed(
                 doc["doc_cid"],
-                title=str(doc.get("title", "")),
-                language=doc.get("language"),
+                title=str(doc["title"]),
+                language=doc["language"],
                 filename=None,
-                metadata={},
+                metadata=doc["metadata"],  # what the caller gave at ingest: filters on it keep working
                 max_tokens=max_tokens,
                 progress=None,
             )
             prepared_docs.append((prepared.chunks, embedded.vectors))
+            progress.done = i + 1
             await ctx.send({"stage": "reindex", "current": i + 1, "total": len(docs)})
         dim = int(prepared_docs[0][1].shape[1])
         await run_blocking(
@@ -462,10 +505,12 @@ class RagService:
             ),
             limiter=self._store_limiter,
         )
-        self._registered_corpora.pop(corpus, None)
-        self._bus.unregister("rag.query", {"corpus": corpus})
+        # The registry removes a registration by its exact params (which name the old model).
+        old = self._registered_corpora.pop(corpus, None)
+        if old is not None:
+            self._bus.unregister("rag.query", old)
         self._announce_corpus(corpus)
-        return {"corpus": corpus, "docs": len(docs), "embedding_model": self._settings.embedding_model}
+        return len(docs)
 
 
 def _ms(started: float) -> float:
@@ -506,12 +551,7 @@ def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[st
     language = inp.get("language")
     if language is not None and (not isinstance(language, str) or not 1 <= len(language) <= 16):
         raise BadRequest("input.language must be a short language code such as 'en'")
-    metadata = inp.get("metadata") or {}
-    if not isinstance(metadata, dict) or len(metadata) > 32:
-        raise BadRequest("input.metadata must be an object with at most 32 fields")
-    for key, value in metadata.items():
-        if not isinstance(value, str | int | float | bool) or len(str(key)) > 64:
-            raise BadRequest(f"metadata field {str(key)[:64]!r} must be a scalar under a short key")
+    metadata = check_extra_metadata(inp.get("metadata") or {})
     filename = inp.get("filename")
     if filename is not None and not isinstance(filename, str):
         raise BadRequest("input.filename must be a string")

@@ -22,9 +22,8 @@ import contextlib
 import errno
 import fcntl
 import functools
-import math
+import json
 import os
-import re
 import shutil
 import sqlite3
 import threading
@@ -38,9 +37,10 @@ from urllib.parse import urlsplit
 import numpy as np
 import structlog
 
-from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound, Partition
-from hearthnet.services.rag.chunker import Chunk
+from hearthnet.errors import BadRequest, BusError, CapacityExceeded, InternalError, NotFound, Partition
+from hearthnet.services.rag.chunker import RESERVED_METADATA, Chunk, check_extra_metadata
 from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
+from hearthnet.services.rag.filters import build_where, chroma_where, where_matches
 from hearthnet.services.rag.names import collection_name, validate_corpus_name
 
 __all__ = [
@@ -51,16 +51,13 @@ __all__ = [
     "CorpusStore",
     "ScoredChunk",
     "build_where",
+    "where_matches",
 ]
 
 SCHEMA_VERSION = 1
 # Chosen from bench/rag_recall.py measurements (specs/rag.md, "Store").
 HNSW_PARAMS: Mapping[str, Any] = {"ef_construction": 200, "ef_search": 256, "max_neighbors": 32}
 DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
-_MAX_IN_VALUES = 1000
-_FILTER_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
-_RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
 EXACT_MAX_CHUNKS = 30_000
 """Chunks, summed over corpora, searched exactly in memory (~2.5 KB each: vector, text, metadata)."""
 OVERFETCH_FACTOR = 5
@@ -87,65 +84,6 @@ class CorpusInfo:
     schema_version: int
 
 
-# --------------------------------------------------------------------------- filters
-
-
-def _scalar(key: str, value: Any) -> Any:
-    if isinstance(value, bool | int | float | str) and not (
-        isinstance(value, float) and not math.isfinite(value)
-    ):
-        return value
-    raise BadRequest(f"filter value for {key!r} must be a string, number or boolean")
-
-
-def _condition(key: str, cond: Any) -> dict[str, Any]:
-    if not isinstance(key, str) or _FILTER_KEY.fullmatch(key) is None or key.startswith("hn_"):
-        raise BadRequest(f"filter key {key!r} is not supported: use a metadata field such as doc_cid or page")
-    if not isinstance(cond, Mapping):
-        return {key: {"$eq": _scalar(key, cond)}}
-    if len(cond) != 1:
-        raise BadRequest(f"filter for {key!r} must have exactly one operator")
-    ((op, value),) = cond.items()
-    if op not in _OPERATORS:
-        raise BadRequest(
-            f"filter operator {op!r} is not supported: use one of {', '.join(sorted(_OPERATORS))}"
-        )
-    if op in ("$in", "$nin"):
-        if not isinstance(value, list | tuple) or not value or len(value) > _MAX_IN_VALUES:
-            raise BadRequest(f"{op} for {key!r} needs a list of 1-{_MAX_IN_VALUES} values")
-        return {key: {op: [_scalar(key, v) for v in value]}}
-    value = _scalar(key, value)
-    if op in _RANGE_OPERATORS and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise BadRequest(f"{op} for {key!r} needs a number")
-    return {key: {op: value}}
-
-
-def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
-    """Evaluate a :func:`build_where` clause on one chunk's metadata (a missing key never matches)."""
-    if "$and" in clause:
-        return all(where_matches(c, metadata) for c in clause["$and"])
-    if "$or" in clause:
-        return any(where_matches(c, metadata) for c in clause["$or"])
-    ((key, cond),) = clause.items()
-    ((op, value),) = cond.items()
-    if key not in metadata:
-        return False
-    actual = metadata[key]
-    if op == "$eq":
-        return bool(actual == value)
-    if op == "$ne":
-        return bool(actual != value)
-    if op == "$in":
-        return actual in value
-    if op == "$nin":
-        return actual not in value
-    if isinstance(actual, bool) or not isinstance(actual, int | float):
-        return False
-    return bool(
-        {"$gt": actual > value, "$gte": actual >= value, "$lt": actual < value, "$lte": actual <= value}[op]
-    )
-
-
 def _scored(res: Mapping[str, Any], include_text: bool) -> list[ScoredChunk]:
     ids = res["ids"][0]
     metas = (res.get("metadatas") or [[{}] * len(ids)])[0]
@@ -155,29 +93,6 @@ def _scored(res: Mapping[str, Any], include_text: bool) -> list[ScoredChunk]:
         ScoredChunk(chunk_id=i, text=t, metadata=dict(m or {}), score=1.0 - float(d))
         for i, t, m, d in zip(ids, texts, metas, dists, strict=True)
     ]
-
-
-def build_where(filter: Mapping[str, Any]) -> dict[str, Any]:
-    """Map a ``rag.query`` filter to a Chroma ``where`` clause.
-
-    ``{"doc_cid": "x", "page": {"$gte": 3}}`` becomes
-    ``{"$and": [{"doc_cid": {"$eq": "x"}}, {"page": {"$gte": 3}}]}``.  ``$and`` and
-    ``$or`` lists are accepted too, so the output is itself a valid filter.
-    """
-    if not isinstance(filter, Mapping):
-        raise BadRequest("filter must be an object")
-    if not filter:
-        raise BadRequest("filter is empty")
-    parts: list[dict[str, Any]] = []
-    for key, cond in filter.items():
-        if key in ("$and", "$or"):
-            if not isinstance(cond, list | tuple) or not cond:
-                raise BadRequest(f"{key} needs a non-empty list of filters")
-            subs = [build_where(c) for c in cond]
-            parts.append(subs[0] if len(subs) == 1 else {key: subs})
-        else:
-            parts.append(_condition(key, cond))
-    return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
 # --------------------------------------------------------------------------- lock & ledger
@@ -221,8 +136,17 @@ CREATE TABLE IF NOT EXISTS documents (
     status TEXT NOT NULL CHECK (status IN ('pending', 'complete', 'deleting')),
     chunks INTEGER NOT NULL, text_bytes INTEGER NOT NULL, language TEXT,
     updated_at REAL NOT NULL, tokens INTEGER NOT NULL DEFAULT 0, title TEXT NOT NULL DEFAULT '',
+    metadata TEXT,
     PRIMARY KEY (corpus, doc_cid));
 """
+# ``metadata``: the caller's document metadata as JSON (reused by a reindex); NULL in ledgers
+# written before it existed, where it is read back from one of the document's chunks.
+_DOC_COLUMNS = "corpus, doc_cid, status, chunks, text_bytes, language, updated_at, tokens, title, metadata"
+
+
+def _user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The caller's part of a chunk's metadata (what the chunker did not set)."""
+    return {k: v for k, v in metadata.items() if k not in RESERVED_METADATA}
 
 
 # --------------------------------------------------------------------------- store
@@ -277,6 +201,9 @@ class CorpusStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_LEDGER_SCHEMA)
+            columns = {str(r[1]) for r in self._db.execute("PRAGMA table_info(documents)")}
+            if "metadata" not in columns:  # a ledger from before document metadata was kept
+                self._db.execute("ALTER TABLE documents ADD COLUMN metadata TEXT")
             settings = Settings(anonymized_telemetry=False)
             if server_url is None:
                 self._client: Any = chromadb.PersistentClient(
@@ -311,7 +238,21 @@ class CorpusStore:
         row = cur.fetchone()
         return None if row is None else (str(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One ledger transaction (the connection is in autocommit mode otherwise)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
     def _collection(self, name: str) -> Any:
+        """The corpus's collection; a corpus whose collection is gone is dropped (``NotFound``)."""
+        from chromadb.errors import NotFoundError
+
         validate_corpus_name(name)
         with self._lock:
             col = self._collections.get(name)
@@ -320,9 +261,28 @@ class CorpusStore:
             if self._row(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
             with _chroma_errors("open collection"):
-                col = self._client.get_collection(collection_name(name), embedding_function=None)
+                try:
+                    col = self._client.get_collection(collection_name(name), embedding_function=None)
+                except NotFoundError as exc:
+                    self._forget_corpus(name)
+                    _log.warning("rag_corpus_collection_missing", corpus=name)
+                    raise NotFound(
+                        f"corpus {name!r} does not exist: its vector collection is gone (e.g. a reindex "
+                        "was interrupted), so it was dropped; ingest its documents again"
+                    ) from exc
             self._collections[name] = col
             return col
+
+    def _forget_corpus(self, name: str) -> None:
+        """Remove a corpus from the ledger and the caches (caller holds the lock)."""
+        with self._transaction():
+            self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
+            self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
+        self._collections.pop(name, None)
+        self._exact.pop(name, None)
+        self._too_big.discard(name)
+        # Bumped, never reset: a load of the old collection still running must not be installed.
+        self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
 
     def create_corpus(self, name: str, *, embedding_model: str, dim: int) -> CorpusInfo:
         """Create ``name`` (idempotent for the same model and dimension)."""
@@ -431,16 +391,51 @@ class CorpusStore:
         return 0 if row is None else int(row[0])
 
     def documents(self, name: str) -> list[dict[str, Any]]:
-        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens}``."""
-        self._collection(name)
+        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata}``.
+
+        ``metadata`` is the caller's metadata given at ingest (what a reindex must keep).
+        """
+        return self._documents(name, None)
+
+    def document(self, name: str, doc_cid: str) -> dict[str, Any] | None:
+        """One complete document as in :meth:`documents`, or ``None``."""
+        found = self._documents(name, doc_cid)
+        return found[0] if found else None
+
+    def _documents(self, name: str, doc_cid: str | None) -> list[dict[str, Any]]:
+        col = self._collection(name)
+        one = "" if doc_cid is None else " AND doc_cid = ?"
         with self._lock:
             rows = self._db.execute(
-                "SELECT doc_cid, title, language, chunks, tokens FROM documents "
-                "WHERE corpus = ? AND status = 'complete' ORDER BY doc_cid",
-                (name,),
+                "SELECT doc_cid, title, language, chunks, tokens, metadata FROM documents "
+                f"WHERE corpus = ? AND status = 'complete'{one} ORDER BY doc_cid",
+                (name,) if doc_cid is None else (name, doc_cid),
             ).fetchall()
-        keys = ("doc_cid", "title", "language", "chunks", "tokens")
-        return [dict(zip(keys, r, strict=True)) for r in rows]
+        out = []
+        for cid, title, language, chunks, tokens, meta in rows:
+            metadata = json.loads(meta) if meta is not None else self._metadata_from_chunks(col, str(cid))
+            out.append(
+                {
+                    "doc_cid": str(cid),
+                    "title": str(title),
+                    "language": language,
+                    "chunks": int(chunks),
+                    "tokens": int(tokens),
+                    "metadata": metadata,
+                }
+            )
+        return out
+
+    def _metadata_from_chunks(self, col: Any, doc_cid: str) -> dict[str, Any]:
+        """The caller's metadata of a document recorded before the ledger kept it: from one chunk."""
+        with _chroma_errors("read document metadata"):
+            got = col.get(where={"doc_cid": doc_cid}, limit=1, include=["metadatas"])
+        metas = got.get("metadatas") or [{}]
+        out: dict[str, Any] = {}
+        for key, value in _user_metadata((metas[0] if metas else None) or {}).items():
+            with contextlib.suppress(BadRequest):  # a field older versions let through (e.g. NaN)
+                out.update(check_extra_metadata({key: value}))
+        return out
 
     def replace_corpus(
         self,
@@ -456,16 +451,18 @@ class CorpusStore:
         whole is not: a crash midway leaves a corpus with the new model and the
         documents added so far.
         """
+        from chromadb.errors import NotFoundError
+
         validate_corpus_name(name)
         with self._lock:
             if self._row(name) is not None:
-                with _chroma_errors("drop collection"):
+                # The collection goes first, then (one transaction) the ledger rows.  A crash
+                # between leaves rows without a collection, which the next open drops
+                # (``recover``); the other order could leave a collection without rows that
+                # would block creating the corpus again with another model.
+                with _chroma_errors("drop collection"), contextlib.suppress(NotFoundError):
                     self._client.delete_collection(collection_name(name))
-                self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
-                self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
-                self._collections.pop(name, None)
-                self._exact.pop(name, None)
-                self._too_big.discard(name)
+                self._forget_corpus(name)
             self.create_corpus(name, embedding_model=embedding_model, dim=dim)
         for chunks, vectors in documents:
             self.add_document(name, chunks, vectors)
@@ -501,6 +498,7 @@ class CorpusStore:
         text_bytes = sum(len(c.text.encode()) for c in chunks)
         tokens = sum(int(c.metadata.get("tokens") or 0) for c in chunks)
         title = str(chunks[0].metadata.get("doc_title") or "")
+        metadata = json.dumps(_user_metadata(chunks[0].metadata), sort_keys=True)
         with self._lock:
             st = self._status(name, doc_cid)
             if st is not None and st[0] == "complete":
@@ -508,8 +506,9 @@ class CorpusStore:
         try:
             with self._lock:
                 self._db.execute(
-                    "INSERT OR REPLACE INTO documents VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
-                    (name, doc_cid, len(chunks), text_bytes, language, time.time(), tokens, title),
+                    f"INSERT OR REPLACE INTO documents ({_DOC_COLUMNS}) "
+                    "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                    (name, doc_cid, len(chunks), text_bytes, language, time.time(), tokens, title, metadata),
                 )
                 self._pending.setdefault(name, set()).add(doc_cid)
             for a in range(0, len(chunks), self._batch):
@@ -601,7 +600,14 @@ class CorpusStore:
         return removed
 
     def recover(self) -> dict[str, int]:
-        """Delete chunks of documents not marked complete; returns chunks removed per corpus."""
+        """Delete chunks of documents not marked complete; returns chunks removed per corpus.
+
+        A corpus whose collection is gone (e.g. a reindex killed after dropping it)
+        is dropped from the ledger first.
+        """
+        for name in self.corpora():
+            with contextlib.suppress(NotFound):
+                self._collection(name)
         with self._lock:
             rows = self._db.execute(
                 "SELECT corpus, doc_cid FROM documents WHERE status != 'complete' ORDER BY corpus, doc_cid"
@@ -642,19 +648,78 @@ class CorpusStore:
         if index is not None:
             matches = None if clause is None else functools.partial(where_matches, clause)
             return index.search(vec, k, matches, include_text=include_text)
+        return self._hnsw_query(col, name, vec, k, clause, include_text)
+
+    # ----------------------------------------------------------------- HNSW search
+
+    def _hnsw_query(
+        self,
+        col: Any,
+        name: str,
+        vec: np.ndarray,
+        k: int,
+        clause: Mapping[str, Any] | None,
+        include_text: bool,
+    ) -> list[ScoredChunk]:
+        """ChromaDB's search; only chunks of documents complete in the ledger are answered.
+
+        ChromaDB is queried without the store lock, so a document may start or
+        fail to be written meanwhile: documents known not to be complete are
+        excluded from the query, and every hit is checked against the ledger
+        afterwards (and against ``clause`` with :func:`where_matches`, which
+        defines the filter).  Too few hits left: ask for more.
+        """
         with self._lock:
-            pending = sorted(self._pending.get(name, ()))
-        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
-        if clause is not None and not pending:
-            hits = self._overfetch_then_filter(col, name, vec, k, clause, include)
+            hidden = set(self._pending.get(name, ()))
+            hidden |= {
+                str(r[0])
+                for r in self._db.execute(
+                    "SELECT doc_cid FROM documents WHERE corpus = ? AND status != 'complete'", (name,)
+                )
+            }
+            complete, stored = self._db.execute(
+                "SELECT COALESCE(SUM(CASE WHEN status = 'complete' THEN chunks ELSE 0 END), 0), "
+                "COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ?",
+                (name,),
+            ).fetchone()
+        if not complete:
+            return []
+        if clause is not None:
+            hits = self._overfetch_then_filter(col, name, vec, k, clause, include_text, int(complete))
             if hits is not None:
                 return hits
-        if pending:
-            hide: dict[str, Any] = {"doc_cid": {"$nin": pending}}
-            clause = hide if clause is None else {"$and": [clause, hide]}
-        with _chroma_errors("query"):
-            res = col.query(query_embeddings=[vec], n_results=k, where=clause, include=include)
-        return _scored(res, include_text)
+        where = None if clause is None else chroma_where(clause)
+        if hidden:
+            hide: dict[str, Any] = {"doc_cid": {"$nin": sorted(hidden)}}
+            where = hide if where is None else {"$and": [where, hide]}
+        include = ["metadatas", "distances", *(["documents"] if include_text else [])]
+        n, limit = k, max(k, int(stored))
+        while True:
+            with _chroma_errors("query"):
+                res = col.query(query_embeddings=[vec], n_results=n, where=where, include=include)
+            got = _scored(res, include_text)
+            matching = [h for h in got if clause is None or where_matches(clause, h.metadata)]
+            hits = self._complete_only(name, matching)
+            if len(hits) >= k or len(got) < n or n >= limit:
+                return hits[:k]
+            n = min(n * 4, limit)
+
+    def _complete_only(self, name: str, hits: list[ScoredChunk]) -> list[ScoredChunk]:
+        """The hits whose document is complete in the ledger now."""
+        cids = sorted({str(h.metadata.get("doc_cid")) for h in hits})
+        complete: set[str] = set()
+        with self._lock:
+            for a in range(0, len(cids), 500):
+                part = cids[a : a + 500]
+                complete.update(
+                    str(r[0])
+                    for r in self._db.execute(
+                        "SELECT doc_cid FROM documents WHERE corpus = ? AND status = 'complete' "
+                        f"AND doc_cid IN ({', '.join('?' * len(part))})",
+                        (name, *part),
+                    )
+                )
+        return [h for h in hits if h.metadata.get("doc_cid") in complete]
 
     # ----------------------------------------------------------------- exact search
 
@@ -743,36 +808,47 @@ class CorpusStore:
         return index
 
     def warm_exact(self) -> list[str]:
-        """Load the exact index of every corpus that fits the budget (blocking); returns their names."""
-        return [
-            name for name in self.corpora() if self._exact_index(name, self._collection(name)) is not None
-        ]
+        """Load the exact index of every corpus that fits the budget (blocking); returns their names.
+
+        A corpus that cannot be loaded is logged and left to HNSW: it never stops the others.
+        """
+        loaded = []
+        for name in self.corpora():
+            try:
+                if self._exact_index(name, self._collection(name)) is not None:
+                    loaded.append(name)
+            except BusError as exc:
+                _log.warning("rag_exact_warm_failed", corpus=name, code=exc.code, error=exc.message)
+        return loaded
 
     def _overfetch_then_filter(
-        self, col: Any, name: str, vec: np.ndarray, k: int, clause: Mapping[str, Any], include: list[str]
+        self,
+        col: Any,
+        name: str,
+        vec: np.ndarray,
+        k: int,
+        clause: Mapping[str, Any],
+        include_text: bool,
+        total: int,
     ) -> list[ScoredChunk] | None:
         """Filtered search without ChromaDB's pre-filter (slow at 100k: it scans metadata first).
 
         Take the ``OVERFETCH`` nearest chunks unfiltered and keep those matching
-        the clause: if at least ``k`` match, they are exactly the filtered top-k
-        (any closer match would be among the nearest).  Otherwise ``None``, and
-        the caller runs the filtered query.
+        the clause (of complete documents): if at least ``k`` match, they are
+        exactly the filtered top-k (any closer match would be among the nearest).
+        Otherwise ``None``, and the caller runs the filtered query.
         """
-        with self._lock:
-            (total,) = self._db.execute(
-                "SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ? AND status = 'complete'",
-                (name,),
-            ).fetchone()
-        n = min(max(k * OVERFETCH_FACTOR, OVERFETCH_MIN), int(total))
+        n = min(max(k * OVERFETCH_FACTOR, OVERFETCH_MIN), total)
         if n <= k:
             return None
         with _chroma_errors("query"):
             # Metadata only: the texts of the few chunks kept are fetched afterwards.
             res = col.query(query_embeddings=[vec], n_results=n, include=["metadatas", "distances"])
-        hits = [h for h in _scored(res, False) if where_matches(clause, h.metadata)][:k]
+        matching = [h for h in _scored(res, False) if where_matches(clause, h.metadata)]
+        hits = self._complete_only(name, matching)[:k]
         if len(hits) < k:
             return None
-        if "documents" not in include:
+        if not include_text:
             return hits
         with _chroma_errors("query"):
             got = col.get(ids=[h.chunk_id for h in hits], include=["documents"])

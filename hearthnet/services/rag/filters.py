@@ -1,0 +1,215 @@
+"""``rag.query`` filters: validation, evaluation in Python, and the clause given to ChromaDB.
+
+Pure functions, no I/O.  :func:`build_where` validates a caller's filter and
+returns a canonical clause; :func:`where_matches` evaluates that clause on one
+chunk's metadata and is the meaning of a filter on every query path (exact
+in-memory search, the over-fetch path, and as a check on ChromaDB's answers).
+
+Semantics: values compare by type — a boolean equals only a boolean, a string
+only a string, numbers by value (``1 == 1.0``).  Range operators need a number
+on both sides.  ``$ne`` and ``$nin`` also match a chunk that lacks the key;
+every other operator needs it.
+
+ChromaDB (1.5) differs in one way: against an integer field it truncates a
+non-integer operand (``page < 2.5`` acts as ``page < 2``).  :func:`chroma_where`
+therefore widens such comparisons (``page < 3``, ...) into a clause that
+matches at least every chunk the filter matches, and the store keeps only the
+hits :func:`where_matches` accepts.  It also splits ``$in``/``$nin`` lists of
+mixed types, which ChromaDB refuses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from hearthnet.errors import BadRequest
+from hearthnet.services.rag.chunker import METADATA_KEY
+
+__all__ = ["MAX_FILTER_CONDITIONS", "MAX_FILTER_DEPTH", "build_where", "chroma_where", "where_matches"]
+
+MAX_IN_VALUES = 1000
+MAX_FILTER_DEPTH = 8
+"""Nesting of ``$and``/``$or`` a filter may use."""
+MAX_FILTER_CONDITIONS = 64
+"""Conditions (``key: {op: value}``) in one filter."""
+_OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
+_RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
+_INT64 = 1 << 63
+
+
+def _scalar(key: str, value: Any) -> Any:
+    """A filter operand: bool, 64-bit int, finite float (``2.0`` becomes ``2``) or string."""
+    if isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise BadRequest(f"filter value for {key!r} is out of range (64-bit integers only)")
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return int(value) if value.is_integer() and -_INT64 <= value < _INT64 else value
+    raise BadRequest(f"filter value for {key!r} must be a string, number or boolean")
+
+
+def _condition(key: Any, cond: Any) -> dict[str, Any]:
+    if not isinstance(key, str) or METADATA_KEY.fullmatch(key) is None or key.startswith("hn_"):
+        raise BadRequest(
+            f"filter key {str(key)[:70]!r} is not supported: use a metadata field such as doc_cid or page"
+        )
+    if not isinstance(cond, Mapping):
+        return {key: {"$eq": _scalar(key, cond)}}
+    if len(cond) != 1:
+        raise BadRequest(f"filter for {key!r} must have exactly one operator")
+    ((op, value),) = cond.items()
+    if op not in _OPERATORS:
+        raise BadRequest(
+            f"filter operator {str(op)[:20]!r} is not supported: use one of {', '.join(sorted(_OPERATORS))}"
+        )
+    if op in ("$in", "$nin"):
+        if not isinstance(value, list | tuple) or not value or len(value) > MAX_IN_VALUES:
+            raise BadRequest(f"{op} for {key!r} needs a list of 1-{MAX_IN_VALUES} values")
+        return {key: {op: [_scalar(key, v) for v in value]}}
+    value = _scalar(key, value)
+    if op in _RANGE_OPERATORS and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise BadRequest(f"{op} for {key!r} needs a number")
+    return {key: {op: value}}
+
+
+def build_where(filter: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a ``rag.query`` filter and return its canonical clause.
+
+    ``{"doc_cid": "x", "page": {"$gte": 3}}`` becomes
+    ``{"$and": [{"doc_cid": {"$eq": "x"}}, {"page": {"$gte": 3}}]}``.  ``$and`` and
+    ``$or`` lists are accepted too, so the output is itself a valid filter.
+    At most ``MAX_FILTER_DEPTH`` levels and ``MAX_FILTER_CONDITIONS`` conditions.
+    """
+    budget = [MAX_FILTER_CONDITIONS]
+    return _build(filter, 0, 0, budget)
+
+
+def _build(filter: Any, level: int, nesting: int, budget: list[int]) -> dict[str, Any]:
+    """``level``: how deep this filter's clause lands in the output (the same when the output is
+    validated again); ``nesting``: how deep it is in the input (bounded too, against recursion)."""
+    if not isinstance(filter, Mapping):
+        raise BadRequest("filter must be an object")
+    if not filter:
+        raise BadRequest("filter is empty")
+    too_deep = BadRequest(f"filter is nested deeper than {MAX_FILTER_DEPTH} levels of $and/$or")
+    if nesting > 4 * MAX_FILTER_DEPTH:
+        raise too_deep
+    inner = level + (len(filter) > 1)  # several keys become one $and
+    parts: list[dict[str, Any]] = []
+    for key, cond in filter.items():
+        if key in ("$and", "$or"):
+            if not isinstance(cond, list | tuple) or not cond:
+                raise BadRequest(f"{key} needs a non-empty list of filters")
+            below = inner + (len(cond) > 1)  # a one-element list is replaced by its element
+            subs = [_build(c, below, nesting + 1, budget) for c in cond]
+            parts.append(subs[0] if len(subs) == 1 else {key: subs})
+        else:
+            if inner > MAX_FILTER_DEPTH:  # where this condition lands in the output
+                raise too_deep
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise BadRequest(f"filter has more than {MAX_FILTER_CONDITIONS} conditions")
+            parts.append(_condition(key, cond))
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "str" if isinstance(value, str) else "other"
+
+
+def _equal(actual: Any, value: Any) -> bool:
+    return _kind(actual) == _kind(value) != "other" and bool(actual == value)
+
+
+def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
+    """Evaluate a :func:`build_where` clause on one chunk's metadata (see the module's semantics)."""
+    if "$and" in clause:
+        return all(where_matches(c, metadata) for c in clause["$and"])
+    if "$or" in clause:
+        return any(where_matches(c, metadata) for c in clause["$or"])
+    ((key, cond),) = clause.items()
+    ((op, value),) = cond.items()
+    if key not in metadata:
+        return op in ("$ne", "$nin")
+    actual = metadata[key]
+    if op == "$eq":
+        return _equal(actual, value)
+    if op == "$ne":
+        return not _equal(actual, value)
+    if op == "$in":
+        return any(_equal(actual, v) for v in value)
+    if op == "$nin":
+        return not any(_equal(actual, v) for v in value)
+    if _kind(actual) != "number":
+        return False
+    return bool(
+        {"$gt": actual > value, "$gte": actual >= value, "$lt": actual < value, "$lte": actual <= value}[op]
+    )
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, float) and not value.is_integer()
+
+
+def _around(key: str, x: float) -> dict[str, Any]:
+    """Every number within (floor x, ceil x): equal to ``x`` if a float, nothing if an integer."""
+    return {"$and": [{key: {"$gt": math.floor(x)}}, {key: {"$lt": math.ceil(x)}}]}
+
+
+def _join(op: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return parts[0] if len(parts) == 1 else {op: parts}
+
+
+def _chroma_condition(key: str, op: str, value: Any) -> dict[str, Any] | None:
+    """ChromaDB's version of one condition; ``None`` means "no constraint" (matches everything)."""
+    if op in ("$in", "$nin"):
+        groups: dict[str, list[Any]] = {}
+        fractions: list[float] = []
+        for v in value:
+            if _fraction(v):
+                fractions.append(v)
+            else:  # ChromaDB wants one type per list: bool, int, float and str apart
+                group = groups.setdefault(type(v).__name__, [])
+                if v not in group:
+                    group.append(v)
+        parts = [{key: {op: vs}} for vs in groups.values() if vs]
+        if op == "$in":
+            parts += [_around(key, x) for x in fractions]
+            return _join("$or", parts)
+        # $nin: a fraction is unequal to every integer; left out, the clause is wider, never narrower.
+        return _join("$and", parts) if parts else None
+    if not _fraction(value):
+        return {key: {op: value}}
+    if op == "$eq":
+        return _around(key, value)
+    if op == "$ne":
+        return None
+    if op in ("$gt", "$gte"):
+        return {key: {"$gt": math.floor(value)}}
+    return {key: {"$lt": math.ceil(value)}}
+
+
+def chroma_where(clause: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A ChromaDB ``where`` matching at least every chunk ``clause`` matches (``None``: no filter).
+
+    Filter its hits with :func:`where_matches`: widened comparisons may let more through.
+    """
+    if "$and" in clause:
+        subs = [s for s in (chroma_where(c) for c in clause["$and"]) if s is not None]
+        return _join("$and", subs) if subs else None
+    if "$or" in clause:
+        ors = [chroma_where(c) for c in clause["$or"]]
+        if any(s is None for s in ors):
+            return None
+        return _join("$or", [s for s in ors if s is not None])
+    ((key, cond),) = clause.items()
+    ((op, value),) = cond.items()
+    return _chroma_condition(key, op, value)

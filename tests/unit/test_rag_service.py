@@ -1,0 +1,362 @@
+"""The RAG service on one in-process node: real bus, real MiniLM, real ChromaDB and blob store.
+
+Its outgoing calls (``embed.text``, ``file.fetch``) go through a real
+:class:`CapabilityBus` to the real embedding and file services.  Its handlers
+are called with a small :class:`CallContext` whose ``send`` can run a step of
+the test, so that a race (an ingest during a reindex, ...) happens at a chosen
+point without sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hearthnet.blobs import BlobStore
+from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.context import CallContext
+from hearthnet.community.levels import Level
+from hearthnet.errors import BadRequest, BusError, CapacityExceeded, InternalError, NotFound
+from hearthnet.identity import Identity
+from hearthnet.services.embedding import (
+    EmbeddingConfig,
+    EmbeddingService,
+    OnnxEmbeddingBackend,
+    OnnxSettings,
+    find_model_files,
+)
+from hearthnet.services.embedding.onnx_backend import OnnxModel
+from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig
+from hearthnet.services.file.service import FileService
+from hearthnet.services.rag.chunker import chunk_id_for
+from hearthnet.services.rag.service import RagService, RagSettings
+from hearthnet.services.rag.store import CorpusStore
+from tests.openai_server import DIM, OpenAIEmbeddingServer
+
+MINILM = "all-MiniLM-L6-v2"
+OTHER = "hashed-words-64"
+TIMEOUT = 120.0
+
+Frame = dict[str, Any]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def minilm() -> OnnxModel:
+    return OnnxModel(find_model_files(), OnnxSettings())
+
+
+@pytest.fixture
+def other_server() -> Iterator[OpenAIEmbeddingServer]:
+    server = OpenAIEmbeddingServer(OTHER)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+class Ctx(CallContext):
+    """A call as a handler sees it; ``on_frame`` runs (and may block) at each progress frame."""
+
+    def __init__(
+        self,
+        capability: str,
+        params: dict[str, Any],
+        input: dict[str, Any],
+        *,
+        is_local: bool = True,
+        on_frame: Callable[[Frame], Awaitable[None]] | None = None,
+    ) -> None:
+        self.capability = capability
+        self.version = (1, 0)
+        self.params = params
+        self.input = input
+        self.caller = "ed25519:self" if is_local else "ed25519:peer"
+        self.caller_level = Level.TRUSTED
+        self.is_local = is_local
+        self.deadline = anyio.current_time() + TIMEOUT
+        self.trace_id = "test"
+        self.frames: list[Frame] = []
+        self._on_frame = on_frame
+
+    async def send(self, frame: Frame) -> None:
+        self.frames.append(frame)
+        if self._on_frame is not None:
+            await self._on_frame(frame)
+
+    async def receive(self) -> dict[str, Any] | None:
+        return None
+
+
+@dataclass
+class Node:
+    bus: CapabilityBus
+    rag: RagService
+    store: CorpusStore
+    blobs: BlobStore
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    append_failures: list[BusError] = field(default_factory=list)
+
+    def put(self, text: str) -> str:
+        return self.blobs.put_bytes(text.encode()).doc_cid
+
+    async def call(self, capability: str, ctx: Ctx) -> Any:
+        reg = self.bus.registry.find_local(capability, (1, 0), ctx.params, remote_caller=not ctx.is_local)
+        assert reg is not None, capability
+        return await reg.handler(ctx)
+
+    async def ingest(self, corpus: str, doc_cid: str, **kw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        on_frame = kw.pop("on_frame", None)
+        is_local = kw.pop("is_local", True)
+        ctx = Ctx(
+            "rag.ingest", {"corpus": corpus}, {"doc_cid": doc_cid, **kw}, is_local=is_local, on_frame=on_frame
+        )
+        result: tuple[dict[str, Any], dict[str, Any]] = await self.call("rag.ingest", ctx)
+        return result
+
+    async def query(self, corpus: str, **input: Any) -> dict[str, Any]:
+        output, _ = await self.call("rag.query", Ctx("rag.query", {"corpus": corpus}, input))
+        return dict(output)
+
+
+@asynccontextmanager
+async def node(
+    root: Path,
+    *,
+    minilm: OnnxModel | None = None,
+    other: OpenAIEmbeddingServer | None = None,
+    accept_new_corpora: bool = True,
+) -> AsyncIterator[Node]:
+    """One node's bus with the file, embedding and rag services on ``root`` (reopened if it exists)."""
+    identity = Identity.generate()
+    bus = CapabilityBus(
+        identity,
+        level_of=lambda n: Level.ANCHOR if n == identity.node_id else None,
+        community_id=lambda: "hc1:test",
+    )
+    blobs = BlobStore(root / "blobs")
+    files = FileService(bus=bus, store=blobs)
+    backends = [OnnxEmbeddingBackend(minilm)] if minilm is not None else []
+    openai = (
+        ()
+        if other is None
+        else (OpenAIBackendConfig(base_url=other.url, model=OTHER, dim=DIM, max_tokens=256),)
+    )
+    embedding = EmbeddingService(EmbeddingConfig(onnx=None, openai=openai), backends=backends)
+    store = CorpusStore(root / "rag")
+    events: list[tuple[str, dict[str, Any]]] = []
+    failures: list[BusError] = []
+
+    async def append_event(event_type: str, data: dict[str, Any]) -> str:
+        if failures:
+            raise failures.pop(0)
+        events.append((event_type, data))
+        return f"ev{len(events)}"
+
+    rag = RagService(
+        bus=bus,
+        store=store,
+        blobs=blobs,
+        settings=RagSettings(
+            embedding_model=MINILM if minilm is not None else OTHER, accept_new_corpora=accept_new_corpora
+        ),
+        append_event=append_event,
+        find_event=lambda corpus, doc_cid: None,
+        own_level=lambda: Level.TRUSTED,
+    )
+    n = Node(bus, rag, store, blobs, events, failures)
+    await embedding.start()
+    await rag.start()
+    for service in (files, embedding, rag):
+        for reg in service.registrations():
+            bus.register(reg)
+    try:
+        yield n
+    finally:
+        await n.rag.stop()
+        await embedding.stop()
+        await files.stop()
+
+
+def garden_text(topic: str, paragraphs: int = 6) -> str:
+    body = "\n\n".join(
+        f"Paragraph {i} about {topic}: the {topic} needs care in spring and autumn. " + "word " * 30
+        for i in range(paragraphs)
+    )
+    return f"# Notes on {topic}\n\n{body}\n"
+
+
+@pytest.mark.anyio
+async def test_ingest_into_a_corpus_being_reindexed_is_refused_retryably_and_nothing_is_lost(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        for topic in ("roses", "tomatoes"):
+            await n.ingest("house", n.put(garden_text(topic)), filename=f"{topic}.md")
+        late = n.put(garden_text("boilers"))
+        during: list[object] = []
+
+        async def ingest_meanwhile(frame: Frame) -> None:
+            if frame["stage"] == "reindex" and frame["current"] == 1:  # old documents being re-embedded
+                try:
+                    during.append(await n.ingest("house", late, filename="boilers.md"))
+                except CapacityExceeded as exc:
+                    during.append(exc)
+
+        with anyio.fail_after(TIMEOUT):
+            out = await n.call(
+                "rag.reindex", Ctx("rag.reindex", {}, {"corpus": "house"}, on_frame=ingest_meanwhile)
+            )
+        assert out["docs"] == 2
+        (refused,) = during
+        assert isinstance(refused, CapacityExceeded), "an ingest acknowledged during a reindex was dropped"
+        assert refused.code == "capacity_exceeded" and refused.retry_after_ms and refused.retry_after_ms > 0
+        assert "being reindexed" in refused.message
+        assert not n.store.has_document("house", late)
+        output, _ = await n.ingest("house", late, filename="boilers.md")  # retried once it is done
+        assert output["chunks_indexed"] > 0 and n.store.has_document("house", late)
+        assert n.store.info("house").docs == 3
+
+
+@pytest.mark.anyio
+async def test_reindex_waits_for_an_ingest_already_running(tmp_path: Path, minilm: OnnxModel) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", n.put(garden_text("roses")), filename="roses.md")
+        running = n.put(garden_text("boilers"))
+        reindex_ctx: list[Ctx] = []
+        reindex_out: list[dict[str, Any]] = []
+        reindex_spoke = anyio.Event()
+
+        async def on_reindex_frame(frame: Frame) -> None:
+            reindex_spoke.set()
+
+        async def reindex() -> None:
+            ctx = Ctx("rag.reindex", {}, {"corpus": "house"}, on_frame=on_reindex_frame)
+            reindex_ctx.append(ctx)
+            reindex_out.append(await n.call("rag.reindex", ctx))
+
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as tg:
+
+                async def start_reindex_before_writing(frame: Frame) -> None:
+                    if frame["stage"] == "write":  # embedded, about to be stored
+                        tg.start_soon(reindex)
+                        await reindex_spoke.wait()  # it has started: waiting, or done listing the documents
+
+                await n.ingest("house", running, filename="boilers.md", on_frame=start_reindex_before_writing)
+
+        assert reindex_ctx[0].frames[0] == {"stage": "wait", "current": 0, "total": 1}
+        assert reindex_out == [{"corpus": "house", "docs": 2, "embedding_model": MINILM}]
+        assert n.store.has_document("house", running), "the ingest finished during the reindex was dropped"
+
+
+@pytest.mark.anyio
+async def test_query_output_metadata_carries_the_chunk_id(tmp_path: Path, minilm: OnnxModel) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("roses"))
+        await n.ingest("house", cid, filename="roses.md")
+        out = await n.query("house", query="roses in spring", k=3)
+        assert out["chunks"]
+        for hit in out["chunks"]:
+            md = hit["metadata"]
+            assert md["chunk_id"] == chunk_id_for(cid, md["chunk_index"], md["char_start"], md["page"])
+        again = await n.query("house", query="roses in spring", k=3, filter={"doc_cid": cid})
+        assert [h["metadata"]["chunk_id"] for h in again["chunks"]] == [
+            h["metadata"]["chunk_id"] for h in out["chunks"]
+        ]
+        with pytest.raises(BadRequest, match="'chunk_id' is reserved"):
+            await n.ingest("house", n.put(garden_text("tulips")), metadata={"chunk_id": "mine"})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("key", ["chroma:document", "#document", "$eq", "hn_corpus", "chunk_id"])
+async def test_metadata_keys_chromadb_would_refuse_are_a_bad_request(
+    tmp_path: Path, minilm: OnnxModel, key: str
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        with pytest.raises(BadRequest, match="metadata key"):
+            await n.ingest("house", n.put(garden_text("roses")), metadata={key: "x"})
+        assert n.store.corpora() == []
+
+
+@pytest.mark.anyio
+async def test_a_node_not_accepting_new_corpora_refuses_peers_creating_one(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm, accept_new_corpora=False) as n:
+        ingest_params = [
+            dict(r.descriptor.params) for r in n.bus.registry.local() if r.descriptor.name == "rag.ingest"
+        ]
+        assert ingest_params == [{"corpora": [], "accepts_new": False, "embedding_model": MINILM}]
+        with pytest.raises(NotFound, match="accepts no new corpora"):
+            await n.ingest("brand-new", n.put(garden_text("roses")), is_local=False)
+        assert n.store.corpora() == []
+        # The node's owner may still create corpora on it; peers may then add to them.
+        await n.ingest("house", n.put(garden_text("roses")))
+        output, _ = await n.ingest("house", n.put(garden_text("tulips")), is_local=False)
+        assert output["chunks_indexed"] > 0 and n.store.info("house").docs == 2
+
+
+@pytest.mark.anyio
+async def test_whitespace_padded_text_is_ingested(tmp_path: Path, minilm: OnnxModel) -> None:
+    table = "\n".join(f"row{i}" + " " * 400 + f"value{i}" for i in range(60))
+    async with node(tmp_path, minilm=minilm) as n:
+        output, meta = await n.ingest("house", n.put(table), filename="table.txt")
+        assert output["chunks_indexed"] >= 4 and meta["truncated"] == 0
+        hits = (await n.query("house", query="row7 value7", k=20))["chunks"]
+        assert any("value7" in h["text"] for h in hits)
+
+
+@pytest.mark.anyio
+async def test_a_missed_ingest_event_is_emitted_as_stored(tmp_path: Path, minilm: OnnxModel) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("roses"))
+        n.append_failures.append(InternalError("event log unavailable"))
+        with pytest.raises(InternalError):
+            await n.ingest("house", cid, filename="roses.md")  # stored, but no event
+        assert n.store.has_document("house", cid) and n.events == []
+        _, meta = await n.ingest("house", cid)  # a retry that gives neither title nor language
+        assert meta["existing"] is True
+        ((_, data),) = n.events
+        assert (data["title"], data["language"]) == ("Notes on roses", "en")
+
+
+@pytest.mark.anyio
+async def test_health_never_names_the_personal_corpus(tmp_path: Path, minilm: OnnxModel) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("personal", n.put("My private diary entry about the garden. " * 20))
+        await n.ingest("house", n.put(garden_text("roses")))
+        assert n.rag.health()["corpora"] == ["house"]
+        assert n.events and all(d["corpus"] != "personal" for _, d in n.events)
+
+
+@pytest.mark.anyio
+async def test_reindex_to_another_model_replaces_the_registration_and_keeps_metadata(
+    tmp_path: Path, minilm: OnnxModel, other_server: OpenAIEmbeddingServer
+) -> None:
+    layer = {"layer": "household", "year": 2024}
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("c1", n.put(garden_text("roses", 12)), filename="roses.md", metadata=layer)
+        before = await n.query("c1", query="roses", filter={"layer": "household", "year": {"$gte": 2020}})
+        assert before["chunks"]
+    async with node(tmp_path, other=other_server) as n:
+        with pytest.raises(NotFound, match="reindex"):
+            await n.query("c1", query="roses")
+        out = await n.call("rag.reindex", Ctx("rag.reindex", {}, {"corpus": "c1"}))
+        assert out == {"corpus": "c1", "docs": 1, "embedding_model": OTHER}
+        regs = [dict(p.descriptor.params) for p in n.bus.providers("rag.query", (1, 0), {"corpus": "c1"})]
+        assert regs == [{"corpus": "c1", "embedding_model": OTHER, "k_max": 20}]
+        after = await n.query("c1", query="roses", filter={"layer": "household", "year": {"$gte": 2020}})
+        assert len(after["chunks"]) == len(before["chunks"])
+        assert all(h["metadata"]["layer"] == "household" for h in after["chunks"])
+        assert n.store.documents("c1")[0]["metadata"] == layer
