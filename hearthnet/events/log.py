@@ -15,6 +15,7 @@ every node holding the same set agrees.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import sqlite3
@@ -491,7 +492,8 @@ class EventLog:
             )
             self._db.execute("COMMIT")
         except sqlite3.Error as exc:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(sqlite3.Error):  # e.g. BEGIN itself failed: nothing to roll back
+                self._db.execute("ROLLBACK")
             raise InternalError(f"event log write failed: {type(exc).__name__}") from exc
         for e in events:
             self._note_stored(e.author, e.seq, e.key)

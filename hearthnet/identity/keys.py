@@ -103,17 +103,32 @@ class Identity:
 def create_identity(path: Path) -> Identity:
     """Generate a key and write its seed to ``path`` (mode 0600); refuse to overwrite."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        raise BadRequest(f"an identity already exists at {path}; refusing to overwrite it")
     identity = Identity.generate()
     seed = bytes(identity.signing_key)
+    # Written whole to a temporary file first, then linked into place: a crash leaves
+    # either no key file or a complete one, never an empty key that `init` would refuse
+    # to replace; `link` fails if the name exists, so nothing is ever overwritten.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError as exc:
-        raise BadRequest(f"an identity already exists at {path}; refusing to overwrite it") from exc
-    try:
-        os.write(fd, seed)
-        os.fsync(fd)
+        try:
+            os.write(fd, seed)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError as exc:
+            raise BadRequest(f"an identity already exists at {path}; refusing to overwrite it") from exc
     finally:
-        os.close(fd)
+        os.unlink(tmp)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
     return identity
 
 

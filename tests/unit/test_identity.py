@@ -30,6 +30,28 @@ def test_key_file_is_0600_and_never_overwritten(tmp_path: Path) -> None:
     assert load_identity(path).node_id == identity.node_id
 
 
+@pytest.mark.parametrize("dies_before", ["fsync", "link"])
+def test_a_process_killed_while_writing_its_key_leaves_no_key_file(tmp_path: Path, dies_before: str) -> None:
+    """Killed mid-write (here: at the fsync or the link), the home has no key file, so init works again."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "identity.key"
+    script = (
+        "import os, sys\n"
+        f"setattr(os, {dies_before!r}, lambda *a: os._exit(9))\n"
+        "from pathlib import Path\n"
+        "from hearthnet.identity import create_identity\n"
+        "create_identity(Path(sys.argv[1]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], check=False)
+    assert proc.returncode == 9
+    assert not path.exists()
+    identity = create_identity(path)  # a leftover temporary file does not get in the way
+    assert load_identity(path).node_id == identity.node_id
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["identity.key"]
+
+
 def test_key_readable_by_others_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "identity.key"
     create_identity(path)
