@@ -14,7 +14,8 @@ from typing import Any
 
 from hearthnet.bus.context import CallResult
 from hearthnet.client import Client
-from hearthnet.errors import BusError, NotFound
+from hearthnet.errors import BadRequest, BusError, NotFound
+from hearthnet.services.rag.names import PERSONAL
 
 SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
 
@@ -137,10 +138,14 @@ def _expand(paths: Iterable[str]) -> list[Path]:
 
 def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
     """Where to ingest: --on, the corpus's holder, this node, or any node accepting new corpora."""
-    if on:
-        return on
     status = client.call("node.status").output
     own = status["node_id"]
+    if corpus == PERSONAL:
+        if on and on != own:
+            raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
+        return str(own)  # never push a personal document to a peer, whatever it advertises
+    if on:
+        return on
     caps = status["capabilities"]
     holders = [
         c["node"]

@@ -31,6 +31,7 @@ from hearthnet.observability import process_figures
 from hearthnet.services.base import Service
 from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService
+from hearthnet.services.rag.names import KEPT_LOCAL
 
 log = structlog.get_logger("hearthnet.node")
 
@@ -185,6 +186,8 @@ class Node:
             addresses=lambda: self.peers.addresses() if self.peers else [],
             liveness=Liveness(config.network.keepalive_seconds, config.network.dead_after_seconds),
         )
+        for capability, params in KEPT_LOCAL:  # the personal corpus never leaves this node
+            bus.keep_local(capability, params)
         self.peers = peers = PeerManager(
             bus,
             identity,

@@ -106,6 +106,7 @@ class CapabilityBus:
         self._on_session_down: list[SessionCallback] = []
         self._peer_ready: dict[str, anyio.Event] = {}
         self._peer_faults: dict[str, dict[str, int]] = {}
+        self._kept_local: dict[str, list[dict[str, Any]]] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -381,6 +382,20 @@ class CapabilityBus:
             stats.record((time.perf_counter() - started) * 1000, code)
 
     # calling ----------------------------------------------------------------------
+    def keep_local(self, capability: str, params: Mapping[str, Any]) -> None:
+        """Never send calls of ``capability`` whose params include ``params`` to a peer.
+
+        For what must not leave this node even before a local provider exists
+        (a query of the personal corpus): a peer advertising it gets nothing.
+        """
+        self._kept_local.setdefault(capability, []).append(dict(params))
+
+    def _is_kept_local(self, capability: str, params: Mapping[str, Any]) -> bool:
+        kept = self._kept_local.get(capability)
+        return kept is not None and any(
+            all(k in params and params[k] == v for k, v in rule.items()) for rule in kept
+        )
+
     def _candidates(
         self,
         capability: str,
@@ -399,10 +414,14 @@ class CapabilityBus:
                 raise NotFound(f"{provider} offers no {capability}@{_version_text(version)} for these params")
         if not candidates:
             raise NotFound(f"no provider of {capability}@{_version_text(version)} for params {dict(params)}")
-        if any(c.is_local and c.descriptor.local_only for c in candidates):
+        if self._is_kept_local(capability, params) or any(
+            c.is_local and c.descriptor.local_only for c in candidates
+        ):
             # what this node keeps to itself (the personal corpus) never goes to a peer,
             # even one that claims to serve the same name and params
             candidates = [c for c in candidates if c.is_local]
+            if not candidates:
+                raise NotFound(f"{capability} for params {dict(params)} is only served by this node itself")
         local_saturated = False
         for c in candidates:
             if c.is_local:

@@ -246,6 +246,34 @@ async def test_what_is_served_local_only_never_goes_to_a_peer_claiming_the_same(
 
 
 @pytest.mark.anyio
+async def test_calls_kept_local_never_reach_a_peer_even_without_a_local_provider() -> None:
+    """Before this node has a personal corpus, a peer advertising one still gets no query."""
+    seen_by_peer: list[Any] = []
+
+    async def impostor(ctx: CallContext) -> dict[str, Any]:
+        seen_by_peer.append(ctx.input)
+        return {"from": "peer"}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        a.keep_local("test.q", {"corpus": "personal"})
+        b.register(
+            reg("test.q", impostor, params={"corpus": "personal"}, predicate=params_key_equals("corpus"))
+        )
+        b.register(
+            reg("test.q", impostor, params={"corpus": "family"}, predicate=params_key_equals("corpus"))
+        )
+        await announce(b)
+        with pytest.raises(NotFound, match="only served by this node"):
+            await a.call("test.q", params={"corpus": "personal"}, input={"query": "my medical results"})
+        with pytest.raises(NotFound):
+            await a.call("test.q", params={"corpus": "personal"}, provider=b.node_id)
+        assert seen_by_peer == []
+        assert (await a.call("test.q", params={"corpus": "family"})).output == {"from": "peer"}
+
+
+@pytest.mark.anyio
 async def test_unknown_capability_names_do_not_grow_stats_and_deadlines_are_capped() -> None:
     held = anyio.Event()
 

@@ -207,3 +207,35 @@ def test_a_filter_at_the_depth_limit_stays_valid_once_built() -> None:
     for _ in range(3 * MAX_FILTER_DEPTH):  # one-element lists collapse: no depth in the output
         single = {"$and": [single]}
     assert build_where(single) == {"page": {"$eq": 1}}
+
+
+def test_a_filter_that_chromadb_can_only_approximate_rechecks_a_bounded_number_of_candidates(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``{"score": 1.5}`` is sent widened (1 < score < 2), which every chunk here matches;
+    re-checking must stop at ``MAX_RECHECKED`` candidates instead of asking for the whole corpus."""
+    import chromadb.api.models.Collection as collection_module
+
+    from hearthnet.services.rag.store import MAX_RECHECKED
+
+    s = CorpusStore(tmp_path / "rag", exact_max_chunks=0)  # the HNSW path
+    try:
+        s.create_corpus("c", embedding_model="m", dim=16)
+        for d in range(8):
+            chunks = fake_chunks(f"d{d}", 500)
+            for i, ch in enumerate(chunks):
+                ch.metadata["score"] = 1.0 + (i + 1) / 1001  # floats in (1, 2), never 1.5
+            s.add_document("c", chunks, unit_vectors(500, seed=d))
+        asked: list[int] = []
+        real_query = collection_module.Collection.query
+
+        def counting_query(self: Any, *args: Any, **kwargs: Any) -> Any:
+            asked.append(int(kwargs["n_results"]))
+            return real_query(self, *args, **kwargs)
+
+        monkeypatch.setattr(collection_module.Collection, "query", counting_query)
+        hits = s.query("c", unit_vectors(1, seed=99)[0], k=5, where={"score": 1.5})
+        assert hits == []
+        assert asked and max(asked) <= MAX_RECHECKED < 4000
+    finally:
+        s.close()

@@ -200,3 +200,12 @@ def test_oversized_text_is_a_bad_request_before_any_chunking() -> None:
     with pytest.raises(BadRequest, match=r"MiB of text are supported: split it"):
         read_document(data, filename_hint="big.txt")
     assert read_document(data[:MAX_TEXT_BYTES], filename_hint="ok.txt").page_count == 1
+
+
+def test_a_reindex_rereads_text_over_the_cap_that_an_older_version_accepted() -> None:
+    from hearthnet.services.rag.reader import MAX_TEXT_BYTES, DocumentHeader, PageText, stream_document
+
+    data = b"alpha beta gamma delta. " * (MAX_TEXT_BYTES // 24 + 1)
+    parts = list(stream_document(data, filename_hint="big.txt", max_text_bytes=None))
+    assert isinstance(parts[0], DocumentHeader)
+    assert [p.page for p in parts[1:] if isinstance(p, PageText)] == [1]

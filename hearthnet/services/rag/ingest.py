@@ -22,7 +22,7 @@ import structlog
 from hearthnet.bus.api import BusAPI
 from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition
 from hearthnet.services.rag.chunker import Chunk, PageChunker, detect_language
-from hearthnet.services.rag.reader import Document, DocumentHeader, PageText, stream_document
+from hearthnet.services.rag.reader import MAX_TEXT_BYTES, Document, DocumentHeader, PageText, stream_document
 from hearthnet.wire.vectors import decode_embeddings
 
 log = structlog.get_logger("hearthnet.rag.ingest")
@@ -103,8 +103,9 @@ class StreamedDocument:
         max_tokens: int,
         filename_hint: str | None,
         extra_metadata: Mapping[str, Any],
+        max_text_bytes: int | None = MAX_TEXT_BYTES,
     ) -> None:
-        self._parts = stream_document(data, filename_hint=filename_hint)
+        self._parts = stream_document(data, filename_hint=filename_hint, max_text_bytes=max_text_bytes)
         header = next(self._parts)
         assert isinstance(header, DocumentHeader)
         self.header = header

@@ -22,7 +22,9 @@ from hearthnet.errors import BadRequest
 __all__ = [
     "COLLECTION_PREFIX",
     "COLLECTION_SUFFIX",
+    "KEPT_LOCAL",
     "MAX_CORPUS_NAME",
+    "PERSONAL",
     "RESERVED",
     "collection_name",
     "corpus_from_collection",
@@ -31,6 +33,12 @@ __all__ = [
 
 MAX_CORPUS_NAME = 64
 RESERVED: frozenset[str] = frozenset({"personal", "system"})
+PERSONAL = "personal"
+KEPT_LOCAL: tuple[tuple[str, dict[str, str]], ...] = (
+    ("rag.query", {"corpus": PERSONAL}),
+    ("rag.ingest", {"corpus": PERSONAL}),
+)
+"""Calls every node keeps to itself, whether or not it runs RAG (``CapabilityBus.keep_local``)."""
 COLLECTION_PREFIX = "hn-"
 COLLECTION_SUFFIX = "-v1"
 _NAME = re.compile(r"[a-z0-9-]+")

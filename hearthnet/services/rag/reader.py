@@ -189,13 +189,19 @@ def read_document(data: bytes, *, filename_hint: str | None = None, max_pages: i
 
 
 def stream_document(
-    data: bytes, *, filename_hint: str | None = None, max_pages: int = 5000
+    data: bytes,
+    *,
+    filename_hint: str | None = None,
+    max_pages: int = 5000,
+    max_text_bytes: int | None = MAX_TEXT_BYTES,
 ) -> Generator[DocumentHeader | PageText, None, None]:
     """A :class:`DocumentHeader`, then the pages in order, read one at a time.
 
     Errors are those of :func:`read_document` and come as early as they can:
     an unreadable, encrypted or oversized file before the header, "no text on
     any page" after the last page.  Close the generator if you stop early.
+    ``max_text_bytes=None`` lifts the text cap (a reindex re-reads what an
+    older version already accepted).
     """
     if len(data) == 0:
         raise BadRequest("file is empty (0 bytes)")
@@ -203,7 +209,7 @@ def stream_document(
     if ctype == PDF:
         yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
         return
-    doc = _read_text(data, ctype, filename_hint)
+    doc = _read_text(data, ctype, filename_hint, max_text_bytes)
     yield DocumentHeader(doc.content_type, doc.title_hint, doc.page_count)
     yield from doc.pages
 
@@ -218,10 +224,10 @@ def _stem(filename_hint: str | None) -> str | None:
     return PurePath(filename_hint).stem or None
 
 
-def _read_text(data: bytes, ctype: str, filename_hint: str | None) -> Document:
-    if len(data) > MAX_TEXT_BYTES:
+def _read_text(data: bytes, ctype: str, filename_hint: str | None, max_bytes: int | None) -> Document:
+    if max_bytes is not None and len(data) > max_bytes:
         raise BadRequest(
-            f"text file is {len(data) / (1 << 20):.1f} MiB; at most {MAX_TEXT_BYTES >> 20} MiB of text "
+            f"text file is {len(data) / (1 << 20):.1f} MiB; at most {max_bytes / (1 << 20):g} MiB of text "
             "are supported: split it into smaller files"
         )
     text = _clean(data.decode("utf-8").removeprefix("\ufeff"))

@@ -37,7 +37,8 @@ from hearthnet.services.rag.ingest import (
     embed_streamed,
     run_blocking,
 )
-from hearthnet.services.rag.names import validate_corpus_name
+from hearthnet.services.rag.names import PERSONAL, validate_corpus_name
+from hearthnet.services.rag.reader import MAX_TEXT_BYTES
 from hearthnet.services.rag.store import CorpusStore, build_where
 
 log = structlog.get_logger("hearthnet.rag")
@@ -45,7 +46,7 @@ log = structlog.get_logger("hearthnet.rag")
 DEFAULT_K = 5
 MAX_K = 20
 MAX_QUERY_CHARS = 8192
-PERSONAL = "personal"
+
 SYSTEM = "system"
 
 AppendEvent = Callable[[str, dict[str, Any]], Awaitable[str]]
@@ -360,6 +361,7 @@ class RagService:
         metadata: dict[str, Any],
         max_tokens: int,
         progress: Progress | None,
+        max_text_bytes: int | None = MAX_TEXT_BYTES,
     ) -> tuple[PreparedDocument, EmbeddedDocument]:
         """Read and chunk a stored blob in a worker while its first chunks are already embedded.
 
@@ -379,6 +381,7 @@ class RagService:
                 max_tokens=max_tokens,
                 filename_hint=filename,
                 extra_metadata=metadata,
+                max_text_bytes=max_text_bytes,
             )
             # Closed at once however this ends, so the reader's pypdf warning capture ends with it.
             with contextlib.closing(doc.chunk_groups()) as groups:
@@ -494,6 +497,7 @@ class RagService:
                 metadata=doc["metadata"],  # what the caller gave at ingest: filters on it keep working
                 max_tokens=max_tokens,
                 progress=None,
+                max_text_bytes=None,  # it was accepted once (perhaps before the cap): take it again
             )
             prepared_docs.append((prepared.chunks, embedded.vectors))
             progress.done = i + 1

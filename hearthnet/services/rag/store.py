@@ -165,6 +165,10 @@ def _chroma_errors(what: str) -> Iterator[None]:
         raise Partition(f"vector store unreachable while trying to {what}: {type(exc).__name__}") from exc
 
 
+MAX_RECHECKED = 2048
+"""Most candidates one HNSW query re-checks against the exact filter and the ledger."""
+
+
 class CorpusStore:
     """All corpora of one node store directory (``root``)."""
 
@@ -693,7 +697,10 @@ class CorpusStore:
             hide: dict[str, Any] = {"doc_cid": {"$nin": sorted(hidden)}}
             where = hide if where is None else {"$and": [where, hide]}
         include = ["metadatas", "distances", *(["documents"] if include_text else [])]
-        n, limit = k, max(k, int(stored))
+        # Hits may still fail the exact check (a widened clause, a document not complete):
+        # ask for more, but never for more than MAX_RECHECKED candidates in all, so that
+        # one query cannot hold a store thread for seconds (it then returns fewer than k).
+        n, limit = k, min(max(k, int(stored)), max(k, MAX_RECHECKED))
         while True:
             with _chroma_errors("query"):
                 res = col.query(query_embeddings=[vec], n_results=n, where=where, include=include)
