@@ -21,15 +21,18 @@ node could sign an event that replays *before* its revocation.  A
 events.  A *restriction* is such an event that takes effect; the target's
 events with ``seq > cutoff_seq`` that replay before it are judged as if the
 restriction had already happened (revoked: no effect; demoted: at most the
-new level).  Replay meets a restriction only after the events it restricts, so
-:func:`derive_membership` replays again whenever a newly met restriction
-touches an event already applied (the restriction is then *known* from the
-start), and whenever a known restriction turns out not to take effect as one
-(it is then *dead*: it never restricts again).  Each extra pass moves event
-ids from unknown to known or from known to dead, never back, so replay ends,
-and it is a function of the set of events.  A pass always runs to the end and
-settles everything it found at once, so a flood of backdated restrictions
-costs a few passes, not one per event.
+new level).  Which restrictions hold is settled before replay, from the
+events alone: restriction R *attacks* restriction Q when R revokes (or demotes
+below anchor) Q's issuer and Q has a later seq than R's cutoff — Q is one of
+the events R voids.  The restrictions that hold are the grounded extension of
+that attack graph (one holds when every attacker of it is out, is out when an
+attacker holds); a cycle left open (two anchors revoking each other, each
+unseen by the other) is broken by letting the earliest one in replay order
+hold.  Replay then runs with those restrictions known from the start; one
+that does not take effect after all (its issuer lacked the right for another
+reason, a "demotion" that does not lower) is dropped from the candidates and
+the whole is settled again.  Candidates only ever leave, so this ends, and
+every step is a function of the set of events.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ class Membership:
         community_id: str,
         *,
         known: Iterable[Restriction] = (),
-        dead: Iterable[str] = (),
+        considered: Iterable[str] = (),
     ) -> None:
         self.community_id = community_id
         self.name: str | None = None
@@ -116,10 +119,12 @@ class Membership:
         self._known_by_target: dict[str, list[Restriction]] = {}
         for r in self._known.values():
             self._known_by_target.setdefault(r.target, []).append(r)
-        self._dead: set[str] = set(dead)
+        self._considered: set[str] = set(considered)
+        """Restriction events the derivation weighed (held or not); any other one met means replay again."""
         self._applied_seq: dict[str, int] = {}  # author -> highest seq of its events that took effect
-        self._found: list[Restriction] = []
-        self._died: list[str] = []
+        self._found: list[str] = []
+        self._restricting: set[str] = set()
+        """Events that took effect as restrictions in this replay."""
         self._last_lamport: dict[str, int] = {}  # author -> highest Lamport time of its events
 
     # -- queries -----------------------------------------------------------
@@ -179,11 +184,11 @@ class Membership:
 
     @property
     def needs_replay(self) -> bool:
-        """True once this replay met a restriction it should have known from the start."""
-        return bool(self._found or self._died)
+        """True once this replay met a revocation or demotion its derivation did not weigh."""
+        return bool(self._found)
 
     def copy(self) -> Membership:
-        other = Membership(self.community_id, known=self._known.values(), dead=self._dead)
+        other = Membership(self.community_id, known=self._known.values(), considered=self._considered)
         other.name = self.name
         other.founder = self.founder
         other._members = dict(self._members)
@@ -192,7 +197,7 @@ class Membership:
         other._ignored = set(self._ignored)
         other._applied_seq = dict(self._applied_seq)
         other._found = list(self._found)
-        other._died = list(self._died)
+        other._restricting = set(self._restricting)
         other._last_lamport = dict(self._last_lamport)
         return other
 
@@ -230,6 +235,8 @@ class Membership:
             self._record_grant(event)
         self._last_lamport[event.author] = max(self._last_lamport.get(event.author, 0), event.lamport)
         restriction = self._restriction_of(event) if effective else None
+        if not effective and self._revokes_the_revoked(event):
+            self._restricting.add(event.event_id)  # its cutoff still voids what its issuer had not seen
         if effective:
             self._take_effect(event)
             self._applied_seq[event.author] = max(self._applied_seq.get(event.author, 0), event.seq)
@@ -251,21 +258,19 @@ class Membership:
             return None
         return Restriction(event.event_id, event.key, event.data["node_id"], event.data["cutoff_seq"], level)
 
-    def _track_restriction(self, event: Event, restriction: Restriction | None) -> None:
-        if event.event_id in self._known:
-            if restriction is None:
-                self._died.append(event.event_id)  # known, but no longer takes effect as a restriction
-            return
-        if restriction is None or event.event_id in self._dead:
-            return
-        if self._applied_seq.get(restriction.target, 0) > restriction.cutoff_seq:
-            self._found.append(restriction)  # it covers an event that was already applied
+    def _revokes_the_revoked(self, event: Event) -> bool:
+        """A revocation, by an anchor in good standing, of a node revoked already."""
+        if event.event_type != REVOKED:
+            return False
+        target = event.data.get("node_id")
+        revoked, level = self.standing(event)
+        return not revoked and level is not None and level >= Level.ANCHOR and self.is_revoked(str(target))
 
-    def _next_round(self) -> tuple[list[Restriction], set[str]]:
-        died = set(self._died)
-        known = [r for r in self._known.values() if r.event_id not in died]
-        known.extend(r for r in self._found if r.event_id not in died)
-        return known, self._dead | died
+    def _track_restriction(self, event: Event, restriction: Restriction | None) -> None:
+        if restriction is not None:
+            self._restricting.add(event.event_id)
+        if event.event_type in (REVOKED, PROMOTED) and event.event_id not in self._considered:
+            self._found.append(event.event_id)  # a restriction candidate the derivation did not weigh
 
     def _record_grant(self, event: Event) -> None:
         if event.event_type == CREATED:
@@ -316,18 +321,85 @@ def derive_membership(
         def source() -> Iterable[Event]:
             return events
 
-    known: list[Restriction] = []
-    dead: set[str] = set()
-    while True:  # each pass makes some restrictions known or dead, never back: it ends
-        membership = Membership(community_id, known=known, dead=dead)
+    candidates = _restriction_candidates(source())
+    # a promotion to anchor never lowers a level: it cannot restrict anything
+    excluded = {i for i, c in candidates.items() if c.restriction.level == Level.ANCHOR}
+    while True:  # each round drops at least one candidate or ends: it terminates
+        held = _holding(candidates, excluded)
+        membership = Membership(
+            community_id, known=[candidates[i].restriction for i in held], considered=candidates.keys()
+        )
         passing = iter(source())
         try:
-            for event in passing:  # a whole pass: all it finds is settled in one more
+            for event in passing:
                 membership.apply(event, rules)
         finally:
             close = getattr(passing, "close", None)
             if close is not None:
                 close()
-        if not membership.needs_replay:
+        failed = {i for i in held if i not in membership._restricting}
+        if not failed:
             return membership
-        known, dead = membership._next_round()
+        excluded |= failed
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A revocation or demotion event as an argument: who issued it, at which seq, what it restricts."""
+
+    issuer: str
+    seq: int
+    restriction: Restriction
+
+    def attacks(self, other: _Candidate) -> bool:
+        """Whether holding this restriction voids ``other`` (its issuer is the target, past the cutoff)."""
+        r = self.restriction
+        return (
+            other is not self
+            and other.issuer == r.target
+            and other.seq > r.cutoff_seq
+            and (r.level is None or r.level < Level.ANCHOR)  # both kinds need an anchor
+        )
+
+
+def _restriction_candidates(events: Iterable[Event]) -> dict[str, _Candidate]:
+    out: dict[str, _Candidate] = {}
+    for event in events:
+        if event.event_type not in (REVOKED, PROMOTED):
+            continue
+        data = event.data
+        try:
+            level = None if event.event_type == REVOKED else Level.parse(data["level"])
+            restriction = Restriction(
+                event.event_id, event.key, data["node_id"], int(data["cutoff_seq"]), level
+            )
+        except (KeyError, TypeError, ValueError, BusError):
+            continue  # malformed: it never takes effect anyway
+        out[event.event_id] = _Candidate(event.author, event.seq, restriction)
+    return out
+
+
+def _holding(candidates: dict[str, _Candidate], excluded: set[str]) -> list[str]:
+    """The grounded extension of the attack graph, open cycles broken in replay order."""
+    live = sorted((c for i, c in candidates.items() if i not in excluded), key=lambda c: c.restriction.key)
+    attackers = {c.restriction.event_id: [a for a in live if a.attacks(c)] for c in live}
+    status: dict[str, bool] = {}  # event id -> holds
+    while True:
+        changed = True
+        while changed:
+            changed = False
+            for c in live:
+                i = c.restriction.event_id
+                if i in status:
+                    continue
+                them = attackers[i]
+                if any(status.get(a.restriction.event_id) is True for a in them):
+                    status[i] = False
+                    changed = True
+                elif all(status.get(a.restriction.event_id) is False for a in them):
+                    status[i] = True
+                    changed = True
+        open_ = [c for c in live if c.restriction.event_id not in status]
+        if not open_:
+            return [i for i, holds in status.items() if holds]
+        status[open_[0].restriction.event_id] = True  # the earliest open one holds
