@@ -27,6 +27,8 @@ __all__ = [
     "lacking",
     "parse_version_vector",
     "pull",
+    "refused_authors",
+    "with_skipped",
 ]
 
 DEFAULT_BATCH = 500
@@ -64,6 +66,9 @@ class _Report(Protocol):
     @property
     def accepted(self) -> Sequence[Event]: ...
 
+    @property
+    def rejected(self) -> Sequence[tuple[str, str, str]]: ...
+
 
 class _Sink(Protocol):
     def version_vector(self) -> dict[str, int]: ...
@@ -85,18 +90,38 @@ def pull(
 ) -> PullResult:
     """Pull everything ``fetch`` (the peer's ``missing_for``) has that ``sink`` lacks.
 
-    Stops when a batch is empty or brings nothing new (a peer may keep offering
-    an event we refuse, e.g. an equivocation; we must not loop on it).
+    Stops when a batch is empty or brings nothing new.  An author whose events
+    we refuse (an equivocation, rules that differ) is then asked for no more
+    in this pull (:func:`refused_authors`), so its refused events cannot fill
+    every batch and hide what other authors wrote; without progress and
+    without a newly refused author, it stops (no loop on a refused event).
     """
     accepted = 0
     rounds = 0
+    skip: set[str] = set()
     while rounds < max_rounds:
-        batch = fetch(sink.version_vector())
+        batch = fetch(with_skipped(sink.version_vector(), skip))
         rounds += 1
         if not batch:
             break
         report = sink.ingest(batch)
-        if not report.accepted:
-            break
         accepted += len(report.accepted)
+        new = refused_authors(batch, report) - skip
+        skip |= new
+        if not report.accepted and not new:
+            break
     return PullResult(accepted=accepted, rounds=rounds)
+
+
+def with_skipped(vv: dict[str, int], skip: set[str]) -> dict[str, int]:
+    """``vv`` claiming to hold everything of the authors in ``skip`` (so a peer sends none of theirs)."""
+    for author in skip:
+        vv[author] = MAX_LAMPORT
+    return vv
+
+
+def refused_authors(batch: Sequence[Event], report: _Report) -> set[str]:
+    """Authors with an event refused in ``report`` and none accepted."""
+    author_of = {e.event_id: e.author for e in batch}
+    took = {e.author for e in report.accepted}
+    return {author_of[i] for i, _code, _reason in report.rejected if i in author_of} - took

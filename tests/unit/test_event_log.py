@@ -585,3 +585,34 @@ def test_a_store_written_before_bound_event_ids_is_refused_with_a_reason(tmp_pat
     db.close()
     with _open(empty) as log:  # nothing in it yet: simply taken over
         assert log.count() == 0
+
+
+def test_a_forked_author_cannot_hide_everyone_elses_events_behind_its_refused_ones(tmp_path: Path) -> None:
+    """Y signs two seq-1 events; node a holds one fork, node b the other (250 events long, replaying
+    earlier). a refuses b's fork, which fills whole batches; the founder's new events still arrive."""
+    y = Identity.from_seed(b"Y" * 32)
+    with _founded(tmp_path / "a.db") as a, _joined(tmp_path / "b.db", a) as b:
+        a.append_local(FOUNDER, "member.invited", {"node_id": y.node_id, "level": "trusted"})
+        pull(b, a.missing_for)
+        cid = a.community_id or ""
+
+        def invite(seq: int, lamport: int, i: int) -> Event:
+            who = Identity.from_seed(bytes([0xD0, i % 256, i // 256]) + b"x" * 29)
+            data = {"node_id": who.node_id, "level": "member"}
+            return sign_event(
+                y, community_id=cid, event_type="member.invited", data=data, lamport=lamport, seq=seq
+            )
+
+        assert len(a.ingest([invite(1, 500, 0)]).accepted) == 1
+        assert len(b.ingest([invite(s, 9 + s, 1000 + s) for s in range(1, 251)]).accepted) == 250
+        fresh = [
+            b.append_local(
+                FOUNDER,
+                "member.invited",
+                {"node_id": Identity.from_seed(bytes([i, 7]) * 16).node_id, "level": "member"},
+            )
+            for i in range(5)
+        ]
+        result = pull(a, lambda vv: b.missing_for(vv, limit=200))
+        assert result.accepted == 5
+        assert all(a.get(e.event_id) is not None for e in fresh)

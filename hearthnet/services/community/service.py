@@ -35,7 +35,7 @@ from hearthnet.community.invite import InviteToken, encode_token, validate_token
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.events.envelope import Event
-from hearthnet.events.gossip import parse_version_vector
+from hearthnet.events.gossip import parse_version_vector, refused_authors, with_skipped
 from hearthnet.events.log import EventLog
 from hearthnet.events.ulid import new_ulid
 from hearthnet.identity import Identity, public_key_from_node_id
@@ -162,8 +162,11 @@ class CommunityService:
     async def _pull_batches(self, peer: str) -> int:
         accepted_total = 0
         membership_before = await self._snapshot()
+        skip: set[str] = set()  # authors whose events we refuse: ask for no more of them (see gossip.pull)
         for _ in range(10_000):
-            vv = await anyio.to_thread.run_sync(self._log.version_vector, limiter=self._limiter)
+            vv = with_skipped(
+                await anyio.to_thread.run_sync(self._log.version_vector, limiter=self._limiter), skip
+            )
             result = await self._bus.call(
                 "events.sync", (1, 0), input={"vv": vv, "limit": SYNC_BATCH}, provider=peer, timeout=10.0
             )
@@ -182,7 +185,9 @@ class CommunityService:
                     log.warning("event_rejected", peer=peer, event_id=event_id, code=code, reason=reason)
             accepted_total += len(report.accepted)
             self.accepted_by_peer[peer] = self.accepted_by_peer.get(peer, 0) + len(report.accepted)
-            if not result.output.get("more") or not report.accepted:
+            new = refused_authors(events, report) - skip
+            skip |= new
+            if not result.output.get("more") or (not report.accepted and not new):
                 break
         if await self._snapshot() != membership_before:
             await self._on_membership_changed()
