@@ -395,8 +395,22 @@ class BlobStore:
         """
         if not isinstance(manifest, Manifest):
             raise BadRequest("put_manifest needs a Manifest")
+        self._keep_fresh(manifest)  # a resumed transfer: what it already has is not stale garbage
         self.check_quota(self.missing_bytes(manifest))
         self._register(manifest, pin=pin, complete=False)
+
+    def _keep_fresh(self, manifest: Manifest) -> None:
+        """Restart the staleness clock of ``manifest``'s blob row and of its chunks held here."""
+        now = self._clock()
+        with self._lock, self._tx():
+            self._db.execute("UPDATE blobs SET changed_at = ? WHERE doc_cid = ?", (now, manifest.doc_cid))
+            ids = sorted(set(manifest.chunks))
+            for a in range(0, len(ids), 500):
+                part = ids[a : a + 500]
+                self._db.execute(
+                    f"UPDATE chunks SET added_at = ? WHERE chunk_id IN ({', '.join('?' * len(part))})",
+                    (now, *part),
+                )
 
     def _register(self, manifest: Manifest, *, pin: bool, complete: bool) -> None:
         """Write the manifest file and its index rows.
@@ -430,6 +444,13 @@ class BlobStore:
                 tick = self._tick()
                 now = self._clock()
                 if not same:
+                    # the chunks of a replaced manifest (perhaps the real one, damaged) stay
+                    # for a day as unreferenced chunks: an honest transfer can still reuse them
+                    self._db.execute(
+                        "UPDATE chunks SET added_at = ? WHERE chunk_id IN"
+                        " (SELECT chunk_id FROM blob_chunks WHERE doc_cid = ?)",
+                        (now, doc_cid),
+                    )
                     self._db.execute("DELETE FROM blob_chunks WHERE doc_cid = ?", (doc_cid,))
                     self._db.executemany(
                         "INSERT INTO blob_chunks VALUES (?, ?, ?)",
@@ -519,9 +540,11 @@ class BlobStore:
         """
         doc_cid = manifest.doc_cid
         with self._lock:
-            row = self._db.execute("SELECT complete FROM blobs WHERE doc_cid = ?", (doc_cid,)).fetchone()
-            if row is None or row[0]:
-                return False
+            row = self._db.execute(
+                "SELECT complete, pinned FROM blobs WHERE doc_cid = ?", (doc_cid,)
+            ).fetchone()
+            if row is None or row[0] or row[1]:
+                return False  # a pinned blob keeps its row (and pin) for the next, honest transfer
             try:
                 stored = self._read_manifest_file(doc_cid)
             except CorruptBlob:

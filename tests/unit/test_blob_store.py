@@ -895,3 +895,62 @@ def test_export_to_a_full_disk_is_capacity_exceeded(store: BlobStore, tmp_path: 
         assert list(mount.iterdir()) == []
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=20)
+
+
+def test_a_made_up_manifest_for_a_damaged_pinned_blob_neither_costs_its_chunks_nor_its_pin(
+    tmp_path: Path,
+) -> None:
+    """A pinned blob loses a chunk file; a peer's made-up manifest replaces the real one and fails.
+    The real chunks outlive gc, the pin stays, and the real document can be completed again."""
+    from hearthnet.blobs.cid import chunk_cid
+
+    now = [1_000_000.0]
+    s = BlobStore(tmp_path / "b", chunk_size=1024, clock=lambda: now[0])
+    data = os.urandom(10 * 1024)
+    real = s.put_bytes(data, pin=True)
+    s._chunk_path(real.chunks[3]).unlink()
+    now[0] += 2 * 24 * 3600
+    assert not s.check_held(real.doc_cid)
+    parts = [os.urandom(2048) for _ in range(4)]
+    fake = Manifest(
+        doc_cid=real.doc_cid, size=8192, chunk_size=2048, chunks=tuple(chunk_cid(p) for p in parts)
+    )
+    s.put_manifest(fake)
+    for p in parts:
+        s.put_chunk(chunk_cid(p), p)
+    with pytest.raises(BadRequest, match="reassemble"):
+        s.complete(real.doc_cid, manifest=fake)
+    s.gc()
+    assert sum(s.has_chunk(c) for c in real.chunks) == 9  # only the lost one is missing
+    [info] = s.list()
+    assert info.pinned and not info.complete
+    s.put_manifest(real)  # the next, honest transfer
+    s.put_chunk(real.chunks[3], data[3 * 1024 : 4 * 1024])
+    s.complete(real.doc_cid, manifest=real)
+    assert s.read_blob(real.doc_cid) == data and s.list()[0].pinned
+    s.close()
+
+
+def test_a_transfer_resumed_after_a_day_keeps_what_it_already_has_when_room_is_made(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    s = BlobStore(tmp_path / "b", chunk_size=1024, cap_bytes=20 * 1024, clock=lambda: now[0])
+    s.put_bytes(os.urandom(4 * 1024), pin=True)
+    other = manifest_for_bytes(other_doc := os.urandom(5 * 1024), 1024)  # a stale, abandoned transfer
+    s.put_manifest(other)
+    for i, c in enumerate(other.chunks):
+        s.put_chunk(c, other_doc[i * 1024 : (i + 1) * 1024])
+    doc = os.urandom(10 * 1024)
+    m = manifest_for_bytes(doc, 1024)
+    s.put_manifest(m)
+    for i in range(6):  # the first attempt died after 6 of 10 chunks
+        s.put_chunk(m.chunks[i], doc[i * 1024 : (i + 1) * 1024])
+    now[0] += 25 * 3600
+    s.put_bytes(os.urandom(2 * 1024), pin=True)  # 17 KiB held: the 4 missing KiB need room
+    s.put_manifest(m)  # the resumed fetch: room is made by collecting stale data, not its own chunks
+    assert all(s.has_chunk(c) for c in m.chunks[:6])
+    assert not s.has_blob(other.doc_cid)
+    for i in range(6, 10):
+        s.put_chunk(m.chunks[i], doc[i * 1024 : (i + 1) * 1024])
+    s.complete(m.doc_cid, manifest=m)
+    assert s.read_blob(m.doc_cid) == doc
+    s.close()
