@@ -360,3 +360,21 @@ async def test_reindex_to_another_model_replaces_the_registration_and_keeps_meta
         assert len(after["chunks"]) == len(before["chunks"])
         assert all(h["metadata"]["layer"] == "household" for h in after["chunks"])
         assert n.store.documents("c1")[0]["metadata"] == layer
+
+
+@pytest.mark.anyio
+async def test_concurrent_ingests_of_one_document_index_it_once_and_leave_no_lock_behind(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("tulips"))
+        results: list[Any] = []
+
+        async def one() -> None:
+            results.append(await n.ingest("house", cid, filename="tulips.md"))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(one)
+        assert len(n.store.documents("house")) == 1
+        assert n.rag._doc_locks == {}  # one lock per document being ingested, not per document ever seen

@@ -93,7 +93,8 @@ class RagService:
         self._embedder = Embedder(bus, settings.embedding_model, settings.embed_timeout_seconds)
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
         self._cpu_limiter = anyio.CapacityLimiter(1)
-        self._doc_locks: dict[tuple[str, str], anyio.Lock] = {}
+        self._doc_locks: dict[tuple[str, str], tuple[anyio.Lock, list[int]]] = {}
+        """(corpus, doc_cid) -> its ingest lock and how many ingests hold or await it."""
         self._gate = CorpusGate()
         self._registered_corpora: dict[str, dict[str, Any]] = {}
         self._ingest_params: dict[str, Any] | None = None
@@ -259,7 +260,21 @@ class RagService:
                     "other nodes (rag.accept_new_corpora = false): ingest on a node that holds it"
                 )
         async with self._gate.ingest(corpus):
-            return await self._ingest(ctx, started, corpus, doc_cid, title, language, metadata, filename)
+            key = (corpus, doc_cid)
+            held = self._doc_locks.get(key)
+            if held is None:
+                held = self._doc_locks[key] = (anyio.Lock(), [0])
+            lock, users = held
+            users[0] += 1
+            try:
+                async with lock:  # one ingest of a document at a time; a repeat finds it stored
+                    return await self._ingest(
+                        ctx, started, corpus, doc_cid, title, language, metadata, filename
+                    )
+            finally:
+                users[0] -= 1
+                if not users[0]:
+                    del self._doc_locks[key]  # no lock per document ever ingested
 
     async def _ingest(
         self,
@@ -272,62 +287,60 @@ class RagService:
         metadata: dict[str, Any],
         filename: str | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        lock = self._doc_locks.setdefault((corpus, doc_cid), anyio.Lock())
-        async with lock:
-            existing = await self._existing(corpus, doc_cid)
-            if existing is not None:
-                output, doc, event_id = existing
-                if event_id is None:
-                    # Stored, but the event was never appended (e.g. the node died between the
-                    # two): announce it as it was stored, not as this caller describes it.
-                    event_id = await self._emit(
-                        corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
-                    )
-                return output, {
-                    "corpus": corpus,
-                    "ms": _ms(started),
-                    "ingest_event_id": event_id,
-                    "existing": True,
-                }
-            await ctx.send({"stage": "fetch", "current": 0, "total": 1})
-            hint = None if ctx.is_local else ctx.caller
-            await self._bus.call(
-                "file.fetch",
-                (1, 0),
-                input={"doc_cid": doc_cid, "hint": hint},
-                provider=self._bus.node_id,
-                timeout=max(30.0, ctx.remaining()),
-            )
-            max_tokens = self._embedder.max_tokens()
-            await ctx.send({"stage": "read", "current": 0, "total": 1})
+        existing = await self._existing(corpus, doc_cid)
+        if existing is not None:
+            output, doc, event_id = existing
+            if event_id is None:
+                # Stored, but the event was never appended (e.g. the node died between the
+                # two): announce it as it was stored, not as this caller describes it.
+                event_id = await self._emit(
+                    corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
+                )
+            return output, {
+                "corpus": corpus,
+                "ms": _ms(started),
+                "ingest_event_id": event_id,
+                "existing": True,
+            }
+        await ctx.send({"stage": "fetch", "current": 0, "total": 1})
+        hint = None if ctx.is_local else ctx.caller
+        await self._bus.call(
+            "file.fetch",
+            (1, 0),
+            input={"doc_cid": doc_cid, "hint": hint},
+            provider=self._bus.node_id,
+            timeout=max(30.0, ctx.remaining()),
+        )
+        max_tokens = self._embedder.max_tokens()
+        await ctx.send({"stage": "read", "current": 0, "total": 1})
 
-            prepared, embedded = await self._read_and_embed(
-                doc_cid,
-                title=title,
-                language=language,
-                filename=filename,
-                metadata=metadata,
-                max_tokens=max_tokens,
-                progress=ctx.send,
-            )
-            dim = int(embedded.vectors.shape[1])
-            await run_blocking(
-                lambda: self._store.create_corpus(
-                    corpus, embedding_model=self._settings.embedding_model, dim=dim
-                ),
-                limiter=self._store_limiter,
-            )
-            await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
-            await run_blocking(
-                self._store.add_document,
-                corpus,
-                prepared.chunks,
-                embedded.vectors,
-                limiter=self._store_limiter,
-            )
-            self._announce_corpus(corpus)
-            doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
-            event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
+        prepared, embedded = await self._read_and_embed(
+            doc_cid,
+            title=title,
+            language=language,
+            filename=filename,
+            metadata=metadata,
+            max_tokens=max_tokens,
+            progress=ctx.send,
+        )
+        dim = int(embedded.vectors.shape[1])
+        await run_blocking(
+            lambda: self._store.create_corpus(
+                corpus, embedding_model=self._settings.embedding_model, dim=dim
+            ),
+            limiter=self._store_limiter,
+        )
+        await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
+        await run_blocking(
+            self._store.add_document,
+            corpus,
+            prepared.chunks,
+            embedded.vectors,
+            limiter=self._store_limiter,
+        )
+        self._announce_corpus(corpus)
+        doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
+        event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
         self.ingests += 1
         log.info(
