@@ -262,9 +262,10 @@ def cmd_events(args: argparse.Namespace) -> None:
 
     def human() -> None:
         for e in events:
+            ignored = "" if e.get("effective", True) else "  (no effect)"
             print(
                 f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
-                f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}"
+                f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}{ignored}"
             )
 
     emit(args, {"events": events}, human)

@@ -210,3 +210,27 @@ async def test_invite_checks_the_token_before_it_appends(tmp_path: Path) -> None
         token = decode_token(out["token"])
         assert token.addresses == ["[::1]:7000"] and token.invite_event_id == out["event_id"]
         assert f_log.level_of(NEWBIE.node_id) is Level.MEMBER and f_log.count() == before + 1
+
+
+@pytest.mark.anyio
+async def test_the_event_list_marks_events_that_had_no_effect(tmp_path: Path) -> None:
+    from hearthnet.events import sign_event
+
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        founder = _peer(FOUNDER, f_log)
+        cid = f_log.community_id or ""
+        # a note from a member is stored and replicated after its author was revoked, without effect
+        f_log.append_local(FOUNDER, "member.revoked", {"node_id": WRITER.node_id, "reason": "left"})
+        late = sign_event(
+            WRITER,
+            community_id=cid,
+            event_type="note.posted",
+            data={"text": "still here?"},
+            lamport=f_log.lamport_clock + 1,
+            seq=1,
+        )
+        assert f_log.ingest([late]).accepted == [late]
+        listed = (await founder.bus.call("events.list")).output["events"]
+        effective = {e["event_id"]: e["effective"] for e in listed}
+        assert effective[late.event_id] is False
+        assert sum(effective.values()) == len(listed) - 1

@@ -213,8 +213,14 @@ class CommunityService:
         return {"events": [e.to_wire() for e in events], "more": more}
 
     async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
-        events = await anyio.to_thread.run_sync(self._log.replay, limiter=self._limiter)
-        return {"events": [e.to_json() for e in events]}
+        def listing() -> list[dict[str, Any]]:
+            events = self._log.replay()
+            membership = self._log.membership()
+            # `effective` false: stored and replicated, but its author lacked the right
+            # at its place (e.g. an invite backdated by a revoked anchor)
+            return [{**e.to_json(), "effective": membership.is_effective(e.event_id)} for e in events]
+
+        return {"events": await anyio.to_thread.run_sync(listing, limiter=self._limiter)}
 
     async def _handle_invite(self, ctx: CallContext) -> dict[str, Any]:
         node_id = _node_id_input(ctx.input)
