@@ -239,3 +239,9 @@ def test_a_filter_that_chromadb_can_only_approximate_rechecks_a_bounded_number_o
         assert asked and max(asked) <= MAX_RECHECKED < 4000
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("flt", [{"chunk_id": "x"}, {"$or": [{"page": 1}, {"chunk_id": {"$ne": "y"}}]}])
+def test_a_filter_on_chunk_id_is_a_bad_request_not_an_empty_answer(flt: dict[str, Any]) -> None:
+    with pytest.raises(BadRequest, match="chunk_id cannot be filtered"):
+        build_where(flt)

@@ -57,6 +57,8 @@ def _condition(key: Any, cond: Any) -> dict[str, Any]:
         raise BadRequest(
             f"filter key {str(key)[:70]!r} is not supported: use a metadata field such as doc_cid or page"
         )
+    if key == "chunk_id":  # an id, not stored metadata: a filter on it would silently match nothing
+        raise BadRequest("chunk_id cannot be filtered on: filter on doc_cid with chunk_index or page instead")
     if not isinstance(cond, Mapping):
         return {key: {"$eq": _scalar(key, cond)}}
     if len(cond) != 1:
