@@ -58,6 +58,7 @@ from hearthnet.blobs.manifest import (
     verify_chunk,
 )
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
+from hearthnet.sqlite_tx import transaction
 
 __all__ = [
     "DEFAULT_STALE_AFTER_S",
@@ -220,7 +221,7 @@ class BlobStore:
             cid = "blake3:" + path.name
             if is_cid(cid):
                 on_disk[cid] = path.stat().st_size
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             indexed = {row[0] for row in self._db.execute("SELECT chunk_id FROM chunks")}
             now = self._clock()
             for cid in indexed - on_disk.keys():
@@ -234,17 +235,6 @@ class BlobStore:
                 " WHERE c.chunk_id IS NULL)",
                 (now,),
             )
-
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[None]:
-        """One SQLite transaction; the caller holds ``self._lock``."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
 
     def _tick(self) -> int:
         """Next value of the monotonic LRU counter (inside a transaction)."""
@@ -326,7 +316,7 @@ class BlobStore:
 
     def _record_chunks(self, chunks: builtins.list[tuple[str, int]]) -> None:
         """Index stored chunks ``(id, size)``; storing one again counts as a fresh use (not stale)."""
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             now = self._clock()
             self._db.executemany(_UPSERT_CHUNK, [(cid, size, now) for cid, size in chunks])
 
@@ -402,7 +392,7 @@ class BlobStore:
     def _keep_fresh(self, manifest: Manifest) -> None:
         """Restart the staleness clock of ``manifest``'s blob row and of its chunks held here."""
         now = self._clock()
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             self._db.execute("UPDATE blobs SET changed_at = ? WHERE doc_cid = ?", (now, manifest.doc_cid))
             ids = sorted(set(manifest.chunks))
             for a in range(0, len(ids), 500):
@@ -440,7 +430,7 @@ class BlobStore:
                     )
             if not same:
                 self._atomic_write(self._manifest_path(doc_cid), (manifest.to_bytes(),))
-            with self._tx():
+            with transaction(self._db):
                 tick = self._tick()
                 now = self._clock()
                 if not same:
@@ -631,7 +621,7 @@ class BlobStore:
         with self._lock:
             if self._chunk_path(chunk_id).is_file():
                 return  # stored again meanwhile
-            with self._tx():
+            with transaction(self._db):
                 self._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (chunk_id,))
                 self._db.execute(
                     "UPDATE blobs SET complete = 0, changed_at = ? WHERE complete = 1 AND doc_cid IN"
@@ -654,7 +644,7 @@ class BlobStore:
             dest = self._quarantine_dir / f"{cid_hex(chunk_id)}.{time.time_ns()}"
             with contextlib.suppress(FileNotFoundError):
                 os.replace(path, dest)
-            with self._tx():
+            with transaction(self._db):
                 self._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (chunk_id,))
                 self._db.execute(
                     "UPDATE blobs SET complete = 0, changed_at = ? WHERE doc_cid IN"
@@ -664,7 +654,7 @@ class BlobStore:
         raise CorruptBlob(f"chunk {chunk_id} is corrupt and was quarantined; refetch it")
 
     def _touch_blobs_of_chunk(self, chunk_id: str) -> None:
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             tick = self._tick()
             self._db.execute(
                 "UPDATE blobs SET last_used = ? WHERE doc_cid IN"
@@ -674,7 +664,7 @@ class BlobStore:
 
     def touch(self, doc_cid: str) -> None:
         """Mark ``doc_cid`` as most recently used."""
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             tick = self._tick()
             self._db.execute("UPDATE blobs SET last_used = ? WHERE doc_cid = ?", (tick, doc_cid))
 
@@ -721,7 +711,7 @@ class BlobStore:
             raise CorruptBlob(f"blob {manifest.doc_cid} does not reassemble to its cid")
 
     def _mark_incomplete(self, doc_cid: str) -> None:
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             self._db.execute(
                 "UPDATE blobs SET complete = 0, changed_at = ? WHERE doc_cid = ? AND complete = 1",
                 (self._clock(), doc_cid),
@@ -778,7 +768,7 @@ class BlobStore:
 
     def _set_pin(self, doc_cid: str, pinned: bool) -> None:
         parse_cid(doc_cid)
-        with self._lock, self._tx():
+        with self._lock, transaction(self._db):
             cur = self._db.execute("UPDATE blobs SET pinned = ? WHERE doc_cid = ?", (int(pinned), doc_cid))
             if cur.rowcount == 0:
                 raise NotFound(f"no blob {doc_cid}")
@@ -798,7 +788,7 @@ class BlobStore:
                 raise NotFound(f"no blob {doc_cid}")
 
     def _delete_locked(self, doc_cid: str) -> bool:
-        with self._tx():
+        with transaction(self._db):
             chunk_ids = [
                 r[0]
                 for r in self._db.execute(
@@ -824,7 +814,7 @@ class BlobStore:
             and self._db.execute("SELECT 1 FROM blob_chunks WHERE chunk_id = ? LIMIT 1", (cid,)).fetchone()
             is None
         ]
-        with self._tx():
+        with transaction(self._db):
             self._db.executemany("DELETE FROM chunks WHERE chunk_id = ?", ((c,) for c in doomed))
         for cid in doomed:
             with contextlib.suppress(FileNotFoundError):

@@ -42,6 +42,7 @@ from hearthnet.services.rag.chunker import RESERVED_METADATA, Chunk, check_extra
 from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
 from hearthnet.services.rag.filters import build_where, chroma_where, where_matches
 from hearthnet.services.rag.names import collection_name, validate_corpus_name
+from hearthnet.sqlite_tx import transaction
 
 __all__ = [
     "EXACT_MAX_CHUNKS",
@@ -242,17 +243,6 @@ class CorpusStore:
         row = cur.fetchone()
         return None if row is None else (str(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One ledger transaction (the connection is in autocommit mode otherwise)."""
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
-
     def _collection(self, name: str) -> Any:
         """The corpus's collection; a corpus whose collection is gone is dropped (``NotFound``)."""
         from chromadb.errors import NotFoundError
@@ -279,7 +269,7 @@ class CorpusStore:
 
     def _forget_corpus(self, name: str) -> None:
         """Remove a corpus from the ledger and the caches (caller holds the lock)."""
-        with self._transaction():
+        with transaction(self._db):
             self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
             self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
         self._collections.pop(name, None)
