@@ -528,7 +528,7 @@ class PeerSession:
             self._parked.pop().set()  # that worker takes this call (or one queued before it)
         else:
             assert self._tg is not None
-            self.workers += 1  # at most one per call in flight, so at most MAX_INCOMING_PER_PEER
+            self.workers += 1  # about one per call in flight at most (specs/bus.md: worker pool)
             self._tg.start_soon(self._worker)
 
     async def _worker(self) -> None:
