@@ -34,13 +34,18 @@ class MallocSettings:
     threads and freed on the event loop it can settle where each such buffer
     is given back to the kernel and faulted in again, page by page.  A node
     sending a blob then took ~170 page faults and ~1.4 ms of CPU per chunk,
-    against ~0.2 and ~0.95 ms with these fixed.  The price is up to 8 MiB of
-    free heap kept per arena.
+    against ~0.2 and ~0.95 ms with the thresholds fixed.  The mmap threshold
+    must also exceed the largest buffer an embedding inference allocates and
+    frees (attention scores of two 256-token rows: 6 MiB; one 512-token row:
+    12 MiB), and the trim threshold what one inference frees at once: at 2 and
+    8 MiB each inference took ~10,000 page faults per chunk and embedding ran
+    10-20 % slower than at these values.  The price is up to 32 MiB of free
+    heap kept per arena.
     """
 
     arenas: int = 2
-    mmap_threshold: int = 2 << 20
-    trim_threshold: int = 8 << 20
+    mmap_threshold: int = 16 << 20
+    trim_threshold: int = 32 << 20
 
 
 def tune_malloc(
