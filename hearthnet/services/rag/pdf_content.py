@@ -1,0 +1,316 @@
+"""A faster tokenizer for PDF content streams, giving exactly pypdf's operations.
+
+Text extraction with pypdf spends about two thirds of its time splitting page
+content streams into ``(operands, operator)`` pairs, one byte at a time through
+``BytesIO`` (~25 ms of ~40 ms per page of ``de_geotopo_lecture_notes.pdf``).
+:func:`parse_operations` does the common tokens - numbers, plain names,
+strings without escapes or nesting, hex strings without spaces, flat arrays of
+these, operators, comments - with one regular expression, builds the same
+pypdf objects with pypdf's own constructors, and hands every other object to
+pypdf's own reader at that position (dictionaries, escaped strings, names with
+``#``, arrays holding anything else).  For a stream it is not sure about
+(inline images, a ``n n R`` reference, bytes outside the grammar, a number
+pypdf would repair, its work budget nearly spent) it returns ``None`` and the
+caller falls back to pypdf's parser for the whole stream, so the result is
+always pypdf's.  ``tests/unit/test_pdf_content.py`` checks equality on every
+content stream of the shared PDFs and on generated streams.
+
+:func:`install` puts it in place of ``ContentStream._parse_content_stream``
+(pypdf 5-7, checked at install time); :func:`uninstall` restores pypdf's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Callable, Iterator
+from io import BytesIO
+from typing import Any
+
+from pypdf.generic import ArrayObject, ContentStream, FloatObject, NameObject, NumberObject
+from pypdf.generic._data_structures import IndirectPattern, read_object
+from pypdf.generic._utils import StreamParsingBudget, create_string_object, read_string_from_stream
+
+try:
+    from pypdf import _configuration as _pypdf_configuration
+except ImportError:  # pragma: no cover - pypdf without a configuration module
+    _pypdf_configuration = None  # type: ignore[assignment]
+
+__all__ = ["install", "installed", "parse_operations", "text_only", "uninstall"]
+
+_ORIGINAL = ContentStream._parse_content_stream
+_OPERATOR_LENGTH_LIMIT = int(getattr(ContentStream, "_OPERATOR_LENGTH_LIMIT", 128))
+_DEFAULT_BUDGET = 2_000_000
+_DEFAULT_ARRAY_LIMIT = 100_000
+
+# Whitespace both of pypdf's skippers agree on (NUL and VT are not).
+_WS = rb"[ \t\r\n\f]*"
+# pypdf's token delimiter (NameObject.delimiter_pattern): bytes-regex \s plus ()<>[]{}/%.
+_REGULAR = rb"[^ \t\r\n\f\v()<>\[\]{}/%]"
+# pypdf reads a number as the longest run of these bytes ('+-.' in its class is a range: ',' too),
+# from a 20-byte peek; only runs that are plain ints or floats and fit in it are ours.
+_NUMBER_RUN = rb"(?=[+,\-.0-9]{1,20}(?![+,\-.0-9]))"
+_INT = rb"[+-]?[0-9]+"
+_FLOAT = rb"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)"
+_NUMBER_END = rb"(?![+,\-.0-9])"
+_GRAPHICS_ONLY = (
+    b"m",
+    b"l",
+    b"c",
+    b"v",
+    b"y",
+    b"re",
+    b"h",
+    b"S",
+    b"s",
+    b"f",
+    b"F",
+    b"f*",
+    b"B",
+    b"B*",
+    b"b",
+    b"b*",
+    b"n",
+    b"W",
+    b"W*",
+    b"w",
+    b"J",
+    b"j",
+    b"M",
+    b"i",
+    b"G",
+    b"g",
+    b"RG",
+    b"rg",
+    b"K",
+    b"k",
+    b"SC",
+    b"sc",
+)
+"""Operators of paths, clipping, line style and device colours that take only numbers.
+pypdf's text extraction ignores them (it handles BT ET q Q cm Tz Tc Tw TL Tf Td Tm T* Tj
+TJ ' " TD Do), so :func:`text_only` parsing skips them without building their operands."""
+_SKIP = re.compile(
+    rb"(?:[ \t\r\n\f]*"
+    + _NUMBER_RUN
+    + rb"(?:"
+    + _FLOAT
+    + rb"|"
+    + _INT
+    + rb")"
+    + _NUMBER_END
+    + rb")*[ \t\r\n\f]*(?:"
+    + b"|".join(re.escape(op) for op in sorted(_GRAPHICS_ONLY, key=len, reverse=True))
+    + rb")(?!"
+    + _REGULAR
+    + rb")"
+)
+_TOKEN = re.compile(
+    _WS
+    + rb"(?:"
+    + _NUMBER_RUN
+    + rb"(?:(?P<int>"
+    + _INT
+    + rb")|(?P<float>"
+    + _FLOAT
+    + rb"))"
+    + _NUMBER_END
+    + rb"|(?P<op>[A-Za-z'\"]"
+    + _REGULAR
+    + rb"*)|(?P<name>/[!-\"$&'*-.0-;=?-Z\\^-z|~]{0,255})(?!"
+    + _REGULAR
+    + rb")|\((?P<str>[^()\\]*)\)|<(?P<hex>[0-9A-Fa-f]*)>|(?P<open>\[)|(?P<close>\])"
+    + rb"|(?P<comment>%[^\r\n]*[\r\n]?)|(?P<end>\Z)|(?P<other>[(</]))"
+)
+"""One token after optional whitespace.  ``name``: printable ASCII without '#' or a
+delimiter, and no other byte may follow before a delimiter; ``other``: a string, ``<``
+or name that pypdf reads itself.  Anything matching nothing: pypdf parses the stream."""
+
+
+class _Unsure(Exception):
+    """The stream needs pypdf's own parser from the start."""
+
+
+def _limits() -> tuple[int, int]:
+    if _pypdf_configuration is None or not hasattr(_pypdf_configuration, "get_configuration"):
+        return _DEFAULT_BUDGET, _DEFAULT_ARRAY_LIMIT
+    config = _pypdf_configuration.get_configuration()
+    return (
+        int(getattr(config, "stream_parsing_work_maximum_count", _DEFAULT_BUDGET)),
+        int(getattr(config, "array_maximum_element_count", _DEFAULT_ARRAY_LIMIT)),
+    )
+
+
+_new_int = int.__new__
+_new_float = float.__new__
+
+
+def _simple(m: re.Match[bytes], encoding: Any) -> Any:
+    """The object for a token an array may hold without pypdf's help, or ``None``."""
+    kind = m.lastgroup
+    if kind == "int":
+        return _new_int(NumberObject, int(m.group(kind)))
+    if kind == "float":
+        return _new_float(FloatObject, float(m.group(kind)))
+    if kind == "str":
+        return create_string_object(m.group(kind), encoding)
+    if kind == "name":
+        return NameObject(m.group(kind).decode("ascii"))
+    if kind == "hex":
+        return _hex(m.group(kind), encoding)
+    return None
+
+
+def _hex(digits: bytes, encoding: Any) -> Any:
+    if len(digits) % 2:
+        digits += b"0"
+    return create_string_object(bytes.fromhex(digits.decode("ascii")), encoding)
+
+
+def parse_operations(
+    data: bytes, forced_encoding: Any = None, *, text_only: bool = False
+) -> list[tuple[Any, bytes]] | None:
+    """pypdf's ``ContentStream.operations`` for ``data``, or ``None`` where only pypdf can say.
+
+    ``text_only``: well-formed operations of :data:`_GRAPHICS_ONLY` (numbers, then the
+    operator) are left out; pypdf's text extraction gives the same text without them.
+    """
+    try:
+        return _parse(data, forced_encoding, _SKIP.match if text_only else None)
+    except _Unsure:
+        return None
+    except Exception:  # pypdf failed on an object it read for us: let it fail the same way itself
+        return None
+
+
+def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None) -> list[tuple[Any, bytes]]:
+    if b"R" in data and IndirectPattern.search(data) is not None:
+        raise _Unsure  # pypdf would take "n n R" for a reference (and fail without a reader)
+    limit, array_limit = _limits()
+    spent = 0  # pypdf's work budget: one per operand, operator and array element
+    bio: BytesIO | None = None
+    operations: list[tuple[Any, bytes]] = []
+    operands: list[Any] = []
+    append = operands.append
+    pos = 0
+    match = _TOKEN.match
+    while True:
+        if skip is not None and not operands:
+            # Only where an operation starts; skipped tokens cost nothing but one C-level match.
+            m = skip(data, pos)
+            if m is not None:
+                pos = m.end()
+                continue
+        m = match(data, pos)
+        if m is None:
+            raise _Unsure
+        kind = m.lastgroup
+        pos = m.end()
+        spent += 1
+        if kind == "int":
+            append(_new_int(NumberObject, int(m.group(kind))))
+        elif kind == "op":
+            op = m.group(kind)
+            if op == b"BI" or len(op) > _OPERATOR_LENGTH_LIMIT:
+                raise _Unsure  # inline image: pypdf's own reader
+            operations.append((operands, op))
+            operands = []
+            append = operands.append
+        elif kind == "float":
+            append(_new_float(FloatObject, float(m.group(kind))))
+        elif kind == "str":
+            append(create_string_object(m.group(kind), encoding))
+        elif kind == "name":
+            append(NameObject(m.group(kind).decode("ascii")))
+        elif kind == "hex":
+            append(_hex(m.group(kind), encoding))
+        elif kind == "open":
+            start = m.start(kind)
+            items: list[Any] = []
+            while True:
+                m = match(data, pos)
+                item = None if m is None else _simple(m, encoding)
+                if item is None:
+                    break
+                items.append(item)
+                pos = m.end()  # type: ignore[union-attr]
+            if m is not None and m.lastgroup == "close" and len(items) <= array_limit:
+                spent += len(items)
+                append(ArrayObject(items))
+                pos = m.end()
+            else:  # something else inside: pypdf reads the whole array
+                bio = bio or BytesIO(data)
+                bio.seek(start)
+                budget = StreamParsingBudget(remaining_budget=limit - spent)
+                append(ArrayObject.read_from_stream(bio, None, encoding, parsing_budget=budget))
+                spent = limit - budget.remaining_budget
+                pos = bio.tell()
+        elif kind == "comment":
+            spent -= 1
+        elif kind == "end":
+            break
+        elif kind == "other":  # an escaped or nested string, a dictionary, a hex string with spaces, a name
+            bio = bio or BytesIO(data)
+            bio.seek(m.start(kind))
+            if data[m.start(kind)] == 0x28:  # "("
+                append(read_string_from_stream(bio, encoding))
+            else:
+                budget = StreamParsingBudget(remaining_budget=limit - spent)
+                append(read_object(bio, None, encoding, parsing_budget=budget))
+                spent = limit - budget.remaining_budget
+            pos = bio.tell()
+        else:  # "close" outside an array
+            raise _Unsure
+        if spent > limit:
+            raise _Unsure
+    return operations
+
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def text_only() -> Iterator[None]:
+    """Within it, this thread's content streams are parsed for text extraction only.
+
+    Their ``operations`` then lack the graphics-only operations (:data:`_GRAPHICS_ONLY`):
+    use it around ``extract_text()`` and nothing else.
+    """
+    before = getattr(_state, "text_only", False)
+    _state.text_only = True
+    try:
+        yield
+    finally:
+        _state.text_only = before
+
+
+def _parse_content_stream(self: ContentStream, stream: Any) -> None:
+    operations = None
+    if isinstance(stream, BytesIO) and not self._operations:
+        operations = parse_operations(
+            stream.getvalue(), self.forced_encoding, text_only=getattr(_state, "text_only", False)
+        )
+    if operations is None:
+        _ORIGINAL(self, stream)
+    else:
+        self._operations = operations
+
+
+def installed() -> bool:
+    return ContentStream._parse_content_stream is _parse_content_stream
+
+
+def install() -> bool:
+    """Use :func:`parse_operations` in pypdf; ``False`` (nothing changed) for a pypdf it does not know."""
+    import pypdf
+
+    major = int(pypdf.__version__.split(".", 1)[0])
+    if not 5 <= major <= 7 or not callable(_ORIGINAL):
+        return False
+    ContentStream._parse_content_stream = _parse_content_stream  # type: ignore[method-assign]
+    return True
+
+
+def uninstall() -> None:
+    ContentStream._parse_content_stream = _ORIGINAL  # type: ignore[method-assign]
