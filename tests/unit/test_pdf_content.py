@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,23 @@ def _for_text(operations: list[tuple[Any, bytes]]) -> list[tuple[Any, bytes]]:
     ]
 
 
+def _removable(operation: tuple[Any, bytes]) -> bool:
+    operands, op = operation
+    return op in pdf_content._GRAPHICS_ONLY and all(type(x) in (NumberObject, FloatObject) for x in operands)
+
+
+def _same_for_text(got: list[tuple[Any, bytes]], expected: list[tuple[Any, bytes]]) -> bool:
+    """``got`` is ``expected`` with some removable operations left out, and only those."""
+    rest = iter(got)
+    pending = next(rest, None)
+    for operation in expected:
+        if pending is not None and _same(pending, operation):
+            pending = next(rest, None)
+        elif not _removable(operation):
+            return False
+    return pending is None
+
+
 def _check(data: bytes, text_only: bool) -> None:
     expected = _pypdf(data)
     got = _patched(data, text_only)
@@ -72,9 +90,10 @@ def _check(data: bytes, text_only: bool) -> None:
         assert got is expected
         return
     assert not isinstance(got, type), got
-    if text_only and len(got) != len(expected):
-        expected = _for_text(expected)
-    assert _same(got, expected)
+    if text_only:
+        assert _same_for_text(got, expected)
+    else:
+        assert _same(got, expected)
 
 
 def _content_streams() -> Iterator[tuple[str, bytes]]:
@@ -114,6 +133,7 @@ def test_every_content_stream_of_the_shared_pdfs_parses_as_pypdf_parses_it() -> 
         for_text = pdf_content.parse_operations(data, text_only=True)
         assert for_text is not None, where
         assert _same(for_text, _for_text(expected)), where  # type: ignore[arg-type]
+        assert _same_for_text(for_text, expected), where  # type: ignore[arg-type]
     assert streams > 400
     # The fast path must actually be taken, or the speed-up is gone without anyone noticing.
     assert fast >= 0.95 * streams, (fast, streams)
@@ -160,6 +180,10 @@ def test_extracted_text_is_unchanged(name: str) -> None:
         b"12345678901234567890123 Tw 0.000000000000000000001 Tc",
         b"1 0 0 RG 0 0 m 10 10 l S 0.5 g 1 1 1 rg BT (x) Tj ET f* W n",
         b"1 0 0RG /DeviceRGB cs 0 0 1 sc /P0 scn 1.5.5 w 2 J [3 1] 0 d",
+        b"1 %c\n2 m 0 g 3 0 0 RG BT (x) Tj ET",  # a comment inside: that operation stays
+        b"a" * 112 + b" " * 16,  # pypdf reads operators in pieces and gives up on this one
+        b"a" * 63 + b" Tj " + b"b" * 64 + b" Tj",
+        b"(" + b"1" * 3000 + b") Tj 1 0 0 RG",
         b"",
     ],
 )
@@ -189,3 +213,23 @@ _SEPARATORS = st.sampled_from([b" ", b"\n", b"\r\n", b"\t", b"", b"\x00", b"\x0b
 @given(st.lists(st.tuples(_TOKENS, _SEPARATORS), max_size=40), st.booleans())
 def test_generated_streams_match_pypdf(parts: list[tuple[bytes, bytes]], text_only: bool) -> None:
     _check(b"".join(token + sep for token, sep in parts), text_only)
+
+
+def test_skipped_operations_still_count_against_pypdf_budget() -> None:
+    # pypdf gives up on a stream with more tokens than its budget; skipping must not hide that.
+    from pypdf._configuration import apply_configuration
+
+    data = b"0 0 m " * 600 + b"BT (x) Tj ET"
+    with apply_configuration(stream_parsing_work_maximum_count=1000):
+        expected = _pypdf(data)
+        assert isinstance(expected, type)
+        assert _patched(data, text_only=True) is expected
+        assert _patched(data) is expected
+
+
+def test_long_digit_runs_parse_in_linear_time() -> None:
+    # A search for "n n R" over the whole stream must not rescan a run of digits from every digit.
+    data = b"1 0 0 RG (" + b"1" * 400_000 + b") Tj"
+    started = time.process_time()
+    assert pdf_content.parse_operations(data) is not None
+    assert time.process_time() - started < 5  # quadratic: hours; linear: ~0.3 s here

@@ -29,7 +29,7 @@ from io import BytesIO
 from typing import Any
 
 from pypdf.generic import ArrayObject, ContentStream, FloatObject, NameObject, NumberObject
-from pypdf.generic._data_structures import IndirectPattern, read_object
+from pypdf.generic._data_structures import read_object
 from pypdf.generic._utils import StreamParsingBudget, create_string_object, read_string_from_stream
 
 try:
@@ -40,12 +40,17 @@ except ImportError:  # pragma: no cover - pypdf without a configuration module
 __all__ = ["install", "installed", "parse_operations", "text_only", "uninstall"]
 
 _ORIGINAL = ContentStream._parse_content_stream
-_OPERATOR_LENGTH_LIMIT = int(getattr(ContentStream, "_OPERATOR_LENGTH_LIMIT", 128))
+_OPERATOR_LENGTH = 64
+"""Longer operator-like tokens go to pypdf, which raises on some from 112 bytes (it reads them in
+growing pieces); real operators have at most three bytes."""
+# Every match of pypdf's IndirectPattern ([+-]?(\d+)\s+(\d+)\s+R[^a-zA-Z]) contains a match of
+# this one, which (unlike a search with pypdf's) takes linear time on long runs of digits.
+_REFERENCE = re.compile(rb"[0-9]\s+[0-9]+\s+R[^a-zA-Z]")
 _DEFAULT_BUDGET = 2_000_000
 _DEFAULT_ARRAY_LIMIT = 100_000
 
 # Whitespace both of pypdf's skippers agree on (NUL and VT are not).
-_WS = rb"[ \t\r\n\f]*"
+_WS = rb"[ \t\r\n\f]*+"
 # pypdf's token delimiter (NameObject.delimiter_pattern): bytes-regex \s plus ()<>[]{}/%.
 _REGULAR = rb"[^ \t\r\n\f\v()<>\[\]{}/%]"
 # pypdf reads a number as the longest run of these bytes ('+-.' in its class is a range: ',' too),
@@ -92,7 +97,7 @@ _GRAPHICS_ONLY = (
 pypdf's text extraction ignores them (it handles BT ET q Q cm Tz Tc Tw TL Tf Td Tm T* Tj
 TJ ' " TD Do), so :func:`text_only` parsing skips them without building their operands."""
 _SKIP = re.compile(
-    rb"(?:[ \t\r\n\f]*"
+    rb"(?:[ \t\r\n\f]*+"
     + _NUMBER_RUN
     + rb"(?:"
     + _FLOAT
@@ -100,7 +105,7 @@ _SKIP = re.compile(
     + _INT
     + rb")"
     + _NUMBER_END
-    + rb")*[ \t\r\n\f]*(?:"
+    + rb")*[ \t\r\n\f]*+(?:"
     + b"|".join(re.escape(op) for op in sorted(_GRAPHICS_ONLY, key=len, reverse=True))
     + rb")(?!"
     + _REGULAR
@@ -174,7 +179,8 @@ def parse_operations(
     """pypdf's ``ContentStream.operations`` for ``data``, or ``None`` where only pypdf can say.
 
     ``text_only``: well-formed operations of :data:`_GRAPHICS_ONLY` (numbers, then the
-    operator) are left out; pypdf's text extraction gives the same text without them.
+    operator) may be left out (those starting where an operation starts, without a comment
+    inside); pypdf's text extraction gives the same text without them.
     """
     try:
         return _parse(data, forced_encoding, _SKIP.match if text_only else None)
@@ -185,9 +191,13 @@ def parse_operations(
 
 
 def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None) -> list[tuple[Any, bytes]]:
-    if b"R" in data and IndirectPattern.search(data) is not None:
+    if b"R" in data and _REFERENCE.search(data) is not None:
         raise _Unsure  # pypdf would take "n n R" for a reference (and fail without a reader)
     limit, array_limit = _limits()
+    if len(data) > limit:
+        # Skipped tokens are not counted; every token takes a byte, so only a stream this long
+        # could spend pypdf's budget on them.
+        skip = None
     spent = 0  # pypdf's work budget: one per operand, operator and array element
     bio: BytesIO | None = None
     operations: list[tuple[Any, bytes]] = []
@@ -212,7 +222,7 @@ def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None)
             append(_new_int(NumberObject, int(m.group(kind))))
         elif kind == "op":
             op = m.group(kind)
-            if op == b"BI" or len(op) > _OPERATOR_LENGTH_LIMIT:
+            if op == b"BI" or len(op) >= _OPERATOR_LENGTH:
                 raise _Unsure  # inline image: pypdf's own reader
             operations.append((operands, op))
             operands = []
@@ -231,11 +241,11 @@ def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None)
             while True:
                 m = match(data, pos)
                 item = None if m is None else _simple(m, encoding)
-                if item is None:
+                if item is None or len(items) >= array_limit:
                     break
                 items.append(item)
                 pos = m.end()  # type: ignore[union-attr]
-            if m is not None and m.lastgroup == "close" and len(items) <= array_limit:
+            if m is not None and m.lastgroup == "close":
                 spent += len(items)
                 append(ArrayObject(items))
                 pos = m.end()
@@ -274,8 +284,9 @@ _state = threading.local()
 def text_only() -> Iterator[None]:
     """Within it, this thread's content streams are parsed for text extraction only.
 
-    Their ``operations`` then lack the graphics-only operations (:data:`_GRAPHICS_ONLY`):
-    use it around ``extract_text()`` and nothing else.
+    Their ``operations`` then lack graphics-only operations (:data:`_GRAPHICS_ONLY`):
+    use it around ``extract_text()`` of a document only read, never one that is written
+    afterwards (a page's parsed content stream would be written without them).
     """
     before = getattr(_state, "text_only", False)
     _state.text_only = True
