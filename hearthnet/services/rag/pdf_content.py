@@ -10,10 +10,15 @@ pypdf objects with pypdf's own constructors, and hands every other object to
 pypdf's own reader at that position (dictionaries, escaped strings, names with
 ``#``, arrays holding anything else).  For a stream it is not sure about
 (inline images, a ``n n R`` reference, bytes outside the grammar, a number
-pypdf would repair, its work budget nearly spent) it returns ``None`` and the
-caller falls back to pypdf's parser for the whole stream, so the result is
-always pypdf's.  ``tests/unit/test_pdf_content.py`` checks equality on every
-content stream of the shared PDFs and on generated streams.
+pypdf would repair, its work budget spent, pypdf failing) it returns ``None``
+and the caller falls back to pypdf's parser for the whole stream, so the
+result is always pypdf's.
+
+Inside :func:`text_only` (around ``extract_text()``) drawing-only operations
+are skipped without building their operands; pypdf's extractor ignores them,
+so the text is the same.  ``tests/unit/test_pdf_content.py`` checks both modes
+against pypdf on every content stream of the shared PDFs, edge cases and
+generated streams.
 
 :func:`install` puts it in place of ``ContentStream._parse_content_stream``
 (pypdf 5-7, checked at install time); :func:`uninstall` restores pypdf's.
@@ -59,40 +64,15 @@ _NUMBER_RUN = rb"(?=[+,\-.0-9]{1,20}(?![+,\-.0-9]))"
 _INT = rb"[+-]?[0-9]+"
 _FLOAT = rb"[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+)"
 _NUMBER_END = rb"(?![+,\-.0-9])"
+# fmt: off
 _GRAPHICS_ONLY = (
-    b"m",
-    b"l",
-    b"c",
-    b"v",
-    b"y",
-    b"re",
-    b"h",
-    b"S",
-    b"s",
-    b"f",
-    b"F",
-    b"f*",
-    b"B",
-    b"B*",
-    b"b",
-    b"b*",
-    b"n",
-    b"W",
-    b"W*",
-    b"w",
-    b"J",
-    b"j",
-    b"M",
-    b"i",
-    b"G",
-    b"g",
-    b"RG",
-    b"rg",
-    b"K",
-    b"k",
-    b"SC",
-    b"sc",
+    b"m", b"l", b"c", b"v", b"y", b"re", b"h",  # path construction
+    b"S", b"s", b"f", b"F", b"f*", b"B", b"B*", b"b", b"b*", b"n",  # path painting
+    b"W", b"W*",  # clipping
+    b"w", b"J", b"j", b"M", b"i",  # line style, flatness
+    b"G", b"g", b"RG", b"rg", b"K", b"k", b"SC", b"sc",  # colours
 )
+# fmt: on
 """Operators of paths, clipping, line style and device colours that take only numbers.
 pypdf's text extraction ignores them (it handles BT ET q Q cm Tz Tc Tw TL Tf Td Tm T* Tj
 TJ ' " TD Do), so :func:`text_only` parsing skips them without building their operands."""
