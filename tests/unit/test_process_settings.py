@@ -91,13 +91,18 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 1000)
 """
 
 
+def _faults(script: str, mode: str) -> float:
+    """Run an allocation-pattern script in a fresh interpreter; it prints page faults per unit."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, mode], capture_output=True, text=True, check=True, timeout=120
+    )
+    return float(out.stdout)
+
+
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
 def test_fixed_thresholds_stop_chunk_buffers_from_being_faulted_in_again() -> None:
     def faults_per_chunk(mode: str) -> float:
-        out = subprocess.run(
-            [sys.executable, "-c", _SENDER, mode], capture_output=True, text=True, check=True, timeout=120
-        )
-        return float(out.stdout)
+        return _faults(_SENDER, mode)
 
     # Measured over 12 runs each: 1-23 page faults per chunk (median 12) with glibc's
     # adaptive thresholds, which settle differently from run to run; 0.001-0.32 fixed.
@@ -153,13 +158,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200)
 
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
 def test_inference_sized_buffers_stay_on_the_heap() -> None:
-    def faults_per_inference(mode: str) -> float:
-        out = subprocess.run(
-            [sys.executable, "-c", _INFERENCE, mode], capture_output=True, text=True, check=True, timeout=120
-        )
-        return float(out.stdout)
-
     # 14.25 MiB touched per inference is ~3,650 pages: the old thresholds fault nearly all of them in
     # again every time; the tuned ones keep the buffers on the heap.
-    assert faults_per_inference("old") > 1000
-    assert faults_per_inference("tuned") < 50
+    assert _faults(_INFERENCE, "old") > 1000
+    assert _faults(_INFERENCE, "tuned") < 50
