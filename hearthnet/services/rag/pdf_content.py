@@ -35,7 +35,7 @@ from typing import Any
 
 from pypdf.generic import ArrayObject, ContentStream, FloatObject, NameObject, NumberObject
 from pypdf.generic._data_structures import read_object
-from pypdf.generic._utils import StreamParsingBudget, create_string_object, read_string_from_stream
+from pypdf.generic._utils import StreamParsingBudget, create_string_object
 
 try:
     from pypdf import _configuration as _pypdf_configuration
@@ -132,7 +132,7 @@ _new_float = float.__new__
 
 
 def _simple(m: re.Match[bytes], encoding: Any) -> Any:
-    """The object for a token an array may hold without pypdf's help, or ``None``."""
+    """The object for a token built without pypdf's reader (number, plain name or string), or ``None``."""
     kind = m.lastgroup
     if kind == "int":
         return _new_int(NumberObject, int(m.group(kind)))
@@ -151,6 +151,15 @@ def _hex(digits: bytes, encoding: Any) -> Any:
     if len(digits) % 2:
         digits += b"0"
     return create_string_object(bytes.fromhex(digits.decode("ascii")), encoding)
+
+
+def _read_with_pypdf(bio: BytesIO, start: int, encoding: Any, limit: int, spent: int) -> tuple[Any, int, int]:
+    """pypdf's object at ``start`` (as its content-stream loop reads an operand), the offset
+    after it, and the work budget spent so far including what pypdf spent on it."""
+    bio.seek(start)
+    budget = StreamParsingBudget(remaining_budget=limit - spent)
+    obj = read_object(bio, None, encoding, parsing_budget=budget)
+    return obj, bio.tell(), limit - budget.remaining_budget
 
 
 def parse_operations(
@@ -198,8 +207,9 @@ def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None)
         kind = m.lastgroup
         pos = m.end()
         spent += 1
-        if kind == "int":
-            append(_new_int(NumberObject, int(m.group(kind))))
+        obj = _simple(m, encoding)
+        if obj is not None:
+            append(obj)
         elif kind == "op":
             op = m.group(kind)
             if op == b"BI" or len(op) >= _OPERATOR_LENGTH:
@@ -207,14 +217,6 @@ def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None)
             operations.append((operands, op))
             operands = []
             append = operands.append
-        elif kind == "float":
-            append(_new_float(FloatObject, float(m.group(kind))))
-        elif kind == "str":
-            append(create_string_object(m.group(kind), encoding))
-        elif kind == "name":
-            append(NameObject(m.group(kind).decode("ascii")))
-        elif kind == "hex":
-            append(_hex(m.group(kind), encoding))
         elif kind == "open":
             start = m.start(kind)
             items: list[Any] = []
@@ -231,25 +233,16 @@ def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None)
                 pos = m.end()
             else:  # something else inside: pypdf reads the whole array
                 bio = bio or BytesIO(data)
-                bio.seek(start)
-                budget = StreamParsingBudget(remaining_budget=limit - spent)
-                append(ArrayObject.read_from_stream(bio, None, encoding, parsing_budget=budget))
-                spent = limit - budget.remaining_budget
-                pos = bio.tell()
+                obj, pos, spent = _read_with_pypdf(bio, start, encoding, limit, spent)
+                append(obj)
         elif kind == "comment":
             spent -= 1
         elif kind == "end":
             break
         elif kind == "other":  # an escaped or nested string, a dictionary, a hex string with spaces, a name
             bio = bio or BytesIO(data)
-            bio.seek(m.start(kind))
-            if data[m.start(kind)] == 0x28:  # "("
-                append(read_string_from_stream(bio, encoding))
-            else:
-                budget = StreamParsingBudget(remaining_budget=limit - spent)
-                append(read_object(bio, None, encoding, parsing_budget=budget))
-                spent = limit - budget.remaining_budget
-            pos = bio.tell()
+            obj, pos, spent = _read_with_pypdf(bio, m.start(kind), encoding, limit, spent)
+            append(obj)
         else:  # "close" outside an array
             raise _Unsure
         if spent > limit:
