@@ -43,6 +43,20 @@ def _open(path: Path) -> EventLog:
     return EventLog(path, rules=default_rules())
 
 
+def _invite(
+    cid: str, invitee: Identity, *, lamport: int, seq: int, level: str = "member", author: Identity = ALICE
+) -> Event:
+    """A signed ``member.invited`` of ``invitee`` by ``author`` (not stored anywhere)."""
+    return sign_event(
+        author,
+        community_id=cid,
+        event_type="member.invited",
+        data={"node_id": invitee.node_id, "level": level},
+        lamport=lamport,
+        seq=seq,
+    )
+
+
 def _founded(path: Path) -> EventLog:
     log = _open(path)
     log.append_local(FOUNDER, "community.created", {"name": "Hearth", "founder": FOUNDER.node_id})
@@ -104,22 +118,8 @@ def test_duplicates_are_idempotent(tmp_path: Path) -> None:
 def test_equivocation_is_rejected(tmp_path: Path) -> None:
     with _founded(tmp_path / "a.db") as a:
         cid = a.community_id or ""
-        first = sign_event(
-            ALICE,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=3,
-            seq=1,
-        )
-        fork = sign_event(
-            ALICE,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": OUTSIDER.node_id, "level": "member"},
-            lamport=3,
-            seq=1,
-        )
+        first = _invite(cid, BOB, lamport=3, seq=1)
+        fork = _invite(cid, OUTSIDER, lamport=3, seq=1)
         report = a.ingest([first, fork])
         assert len(report.accepted) == 1 and len(report.rejected) == 1
         assert "equivocation" in report.rejected[0][2]
@@ -131,22 +131,8 @@ def test_equivocation_is_rejected(tmp_path: Path) -> None:
 def test_rejected_events_are_counted_and_never_stored(tmp_path: Path) -> None:
     with _founded(tmp_path / "a.db") as a:
         cid = a.community_id or ""
-        by_outsider = sign_event(
-            OUTSIDER,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=5,
-            seq=1,
-        )
-        too_high = sign_event(
-            ALICE,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "anchor"},
-            lamport=5,
-            seq=1,
-        )
+        by_outsider = _invite(cid, BOB, lamport=5, seq=1, author=OUTSIDER)
+        too_high = _invite(cid, BOB, lamport=5, seq=1, level="anchor")
         unknown = sign_event(
             ALICE, community_id=cid, event_type="chat.message", data={"text": "hi"}, lamport=6, seq=2
         )
@@ -173,14 +159,7 @@ def test_rejected_events_are_counted_and_never_stored(tmp_path: Path) -> None:
 
 def test_lamport_clock_advances_past_received_events(tmp_path: Path) -> None:
     with _founded(tmp_path / "a.db") as a:
-        far = sign_event(
-            ALICE,
-            community_id=a.community_id or "",
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=1000,
-            seq=1,
-        )
+        far = _invite(a.community_id or "", BOB, lamport=1000, seq=1)
         assert a.ingest([far]).accepted == [far]
         assert a.lamport_clock == 1000
         mine = a.append_local(FOUNDER, "member.promoted", {"node_id": BOB.node_id, "level": "trusted"})
@@ -206,14 +185,7 @@ def test_out_of_order_insertion_recomputes_membership(tmp_path: Path) -> None:
     with _founded(tmp_path / "a.db") as a, _joined(tmp_path / "b.db", a) as b:
         cid = a.community_id or ""
         # On a: Alice invites Bob at lamport 10.  On b (concurrently): founder revokes Alice at 5.
-        invite = sign_event(
-            ALICE,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=10,
-            seq=1,
-        )
+        invite = _invite(cid, BOB, lamport=10, seq=1)
         revoke = sign_event(
             FOUNDER,
             community_id=cid,
@@ -322,14 +294,7 @@ def test_a_member_cannot_squat_on_another_events_id(tmp_path: Path) -> None:
     """The attacker's copy of its own revocation's id never verifies, so the genuine one arrives."""
     with _founded(tmp_path / "a.db") as a, _joined(tmp_path / "b.db", a) as b:
         revocation = a.append_local(FOUNDER, "member.revoked", {"node_id": ALICE.node_id, "reason": "bye"})
-        own = sign_event(
-            ALICE,
-            community_id=a.community_id or "",
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=revocation.lamport - 1,
-            seq=1,
-        )
+        own = _invite(a.community_id or "", BOB, lamport=revocation.lamport - 1, seq=1)
         fields = unpack_map(own.body)
         fields["event_id"] = revocation.event_id
         body = pack(fields)
@@ -387,35 +352,14 @@ def _member(i: int) -> Identity:
 
 def _note_like_invite(log: EventLog, *, seq: int) -> Event:
     """Alice (trusted) invites a fresh member; Lamport times follow seq."""
-    return sign_event(
-        ALICE,
-        community_id=log.community_id or "",
-        event_type="member.invited",
-        data={"node_id": _member(0x30 + seq).node_id, "level": "member"},
-        lamport=100 + seq,
-        seq=seq,
-    )
+    return _invite(log.community_id or "", _member(0x30 + seq), lamport=100 + seq, seq=seq)
 
 
 def test_an_authors_later_seq_must_replay_after_its_earlier_one(tmp_path: Path) -> None:
     with _founded(tmp_path / "a.db") as a, _joined(tmp_path / "b.db", a) as b:
         cid = a.community_id or ""
-        one = sign_event(
-            ALICE,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=50,
-            seq=1,
-        )
-        two = sign_event(
-            ALICE,
-            community_id=cid,
-            event_type="member.invited",
-            data={"node_id": OUTSIDER.node_id, "level": "member"},
-            lamport=40,
-            seq=2,
-        )
+        one = _invite(cid, BOB, lamport=50, seq=1)
+        two = _invite(cid, OUTSIDER, lamport=40, seq=2)
         together = a.ingest([two, one])
         assert together.accepted == [one] and together.rejected[0][0] == two.event_id
         assert b.ingest([one]).accepted == [one]
@@ -507,14 +451,7 @@ def test_junk_from_a_stranger_never_replays_the_history(
             return derive_membership(*args)
 
         monkeypatch.setattr(log_module, "derive_membership", counted)
-        junk = sign_event(
-            OUTSIDER,
-            community_id=a.community_id or "",
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=1,
-            seq=1,
-        )
+        junk = _invite(a.community_id or "", BOB, lamport=1, seq=1, author=OUTSIDER)
         report = a.ingest([junk])
         assert report.rejected == [
             (junk.event_id, "unauthorized", f"{OUTSIDER.node_id} was never admitted to the community")
@@ -527,17 +464,7 @@ def test_a_huge_batch_is_checked_in_linear_time(tmp_path: Path) -> None:
     stranger = Identity.generate()
     with _founded(tmp_path / "a.db") as a:
         cid = a.community_id or ""
-        batch = [
-            sign_event(
-                stranger,
-                community_id=cid,
-                event_type="member.invited",
-                data={"node_id": BOB.node_id, "level": "member"},
-                lamport=10**6 + i,
-                seq=i,
-            )
-            for i in range(1, 12_001)
-        ]
+        batch = [_invite(cid, BOB, lamport=10**6 + i, seq=i, author=stranger) for i in range(1, 12_001)]
         started = time.perf_counter()
         report = a.ingest(batch)
         assert len(report.rejected) == 12_000 and a.count() == 2
@@ -549,14 +476,7 @@ def test_a_revoked_members_event_does_not_move_the_clock(tmp_path: Path) -> None
     with _founded(tmp_path / "a.db") as a:
         a.append_local(FOUNDER, "member.revoked", {"node_id": ALICE.node_id, "reason": "x"})
         clock = a.lamport_clock
-        last = sign_event(
-            ALICE,
-            community_id=a.community_id or "",
-            event_type="member.invited",
-            data={"node_id": BOB.node_id, "level": "member"},
-            lamport=MAX_LAMPORT,
-            seq=1,
-        )
+        last = _invite(a.community_id or "", BOB, lamport=MAX_LAMPORT, seq=1)
         assert a.ingest([last]).accepted == [last]  # stored alike everywhere, without effect
         assert not a.membership().is_effective(last.event_id)
         assert a.lamport_clock == clock
