@@ -207,7 +207,7 @@ class PeerManager:
         async with listener:
             await accept_forever(listener, self._inbound_handshake, self._serve)
 
-    async def _inbound_handshake(self, stream: anyio.abc.SocketStream) -> Link | None:
+    async def _inbound_handshake(self, stream: anyio.abc.ByteStream) -> Link | None:
         remote = socket_peer_address(stream, default="?")
         community = self._community_id()
         if community is None:

@@ -28,6 +28,7 @@ from hearthnet.errors import BusError, Partition, ProtocolError, Timeout
 from hearthnet.identity.keys import Identity
 from hearthnet.transport.handshake import InitiatorHandshake, ResponderHandshake, raise_if_refusal
 from hearthnet.transport.session import TAG_LEN, Session
+from hearthnet.transport.tcp_stream import connect_tcp
 from hearthnet.wire.codec import pack, unpack_map
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER, FrameDecoder, encode_frame
 
@@ -46,7 +47,7 @@ __all__ = [
 Admit = Callable[[str], None]
 """``admit(peer_node_id)`` returns to accept the peer, raises ``Unauthorized``/``Revoked`` to refuse."""
 
-RECEIVE_SIZE = 65536
+RECEIVE_SIZE = 1 << 20
 HANDSHAKE_MAX_FRAME = 16 * 1024
 """Largest frame buffered before the peer has proven its key (handshake messages are ~200 bytes)."""
 LINGER_BATCH = 16
@@ -83,6 +84,7 @@ class Link:
         self.remote_address = remote_address
         self.initiator = initiator
         self._stream = stream
+        self._try_write: Callable[[bytes], bool] | None = getattr(stream, "try_write", None)
         self._session = session
         self._decoder = decoder
         self._frames = frames  # received, still encrypted; opened lazily in order
@@ -155,6 +157,15 @@ class Link:
 
     async def _flush(self, ticket: int) -> None:
         """Write every queued frame unless frame number ``ticket`` has been written already."""
+        if self._flushed >= ticket:
+            return
+        if self._try_write is not None and not self._closed and not self._send_lock.locked():
+            # Nobody is writing and the kernel has room: write without waiting (tcp_stream.py).
+            if self._try_write(b"".join(self._out)):
+                self._out.clear()
+                self._flushed = self._queued
+                self.last_sent = time.monotonic()
+                return
         # The frames are sealed: once queued they must be written whole or the link
         # is corrupt, so neither the wait for the lock nor the write may be given up
         # halfway by the caller's cancellation.  A write stalled by a peer that
@@ -419,14 +430,14 @@ async def open_link(
     """
     try:
         with anyio.fail_after(handshake_timeout):
-            stream = await anyio.connect_tcp(host, port)
+            stream = await connect_tcp(host, port)
     except TimeoutError:
         raise Partition(
             f"could not connect to {format_address(host, port)} within {handshake_timeout} s"
         ) from None
     except OSError as exc:
         raise Partition(f"could not connect to {format_address(host, port)}: {exc.strerror or exc}") from exc
-    return await initiate_link(  # anyio sets TCP_NODELAY on its TCP streams
+    return await initiate_link(  # connect_tcp sets TCP_NODELAY
         stream,
         identity=identity,
         community_id=community_id,

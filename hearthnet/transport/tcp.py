@@ -13,6 +13,7 @@ import structlog
 from hearthnet.errors import BusError
 from hearthnet.identity.keys import Identity
 from hearthnet.transport.link import Admit, Link, accept_link, socket_peer_address
+from hearthnet.transport.tcp_stream import accept_tcp
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME
 
 __all__ = [
@@ -57,7 +58,7 @@ async def serve_links(
     established link, which is closed when the handler returns.
     """
 
-    async def handshake(stream: anyio.abc.SocketStream) -> Link | None:
+    async def handshake(stream: anyio.abc.ByteStream) -> Link | None:
         remote = socket_peer_address(stream)
         try:
             return await accept_link(
@@ -88,7 +89,7 @@ _ACCEPT_BACKOFF_MAX = 1.0
 
 async def accept_forever(
     listener: anyio.abc.Listener[anyio.abc.SocketStream],
-    handshake: Callable[[anyio.abc.SocketStream], Awaitable[Link | None]],
+    handshake: Callable[[anyio.abc.ByteStream], Awaitable[Link | None]],
     serve: Callable[[Link], Awaitable[None]],
     *,
     max_pending: int = MAX_PENDING_HANDSHAKES,
@@ -111,10 +112,14 @@ async def accept_forever(
                     functools.partial(accept_forever, sub, handshake, serve, max_pending=max_pending)
                 )
         return
-    accept: Callable[[], Awaitable[anyio.abc.SocketStream]] = listener.accept  # type: ignore[attr-defined]
+    accept: Callable[[], Awaitable[anyio.abc.ByteStream]]
+    if isinstance(listener, anyio.abc.SocketListener):
+        accept = functools.partial(accept_tcp, listener)  # our cheaper stream (tcp_stream.py)
+    else:
+        accept = listener.accept  # type: ignore[attr-defined]
     pending = 0
 
-    async def run(stream: anyio.abc.SocketStream) -> None:
+    async def run(stream: anyio.abc.ByteStream) -> None:
         nonlocal pending
         try:
             link = await handshake(stream)

@@ -1,0 +1,265 @@
+"""A TCP byte stream on an asyncio protocol: anyio's ``ByteStream``, with less work per call.
+
+anyio's ``SocketStream`` stops and restarts reading around every ``receive``
+(two ``epoll_ctl`` calls each time) and yields to the event loop after every
+``send``.  Links call both once per message, so on a busy link that
+bookkeeping cost more than the encryption.  :class:`TcpStream` keeps reading
+until ``READ_HIGH`` bytes wait unread (then pauses the socket: backpressure is
+kept, the kernel's receive buffer and TCP's window hold the rest), returns
+what has arrived without waiting, and writes at once.  Like anyio's stream,
+``send`` returns only when the kernel has taken every byte (the transport's
+write buffer limit is 0), so closing with ``abort`` never drops a message a
+sender saw as sent, and a peer that stops reading stalls its sender instead of
+filling memory.
+
+Errors are anyio's: ``EndOfStream`` after the peer's clean close (and every
+byte before it was read), ``BrokenResourceError`` when the connection broke,
+``ClosedResourceError`` after ``aclose``, ``BusyResourceError`` for a second
+concurrent ``receive`` or ``send``.
+
+Only for the asyncio backend (the node runs on asyncio or uvloop);
+:func:`connect_tcp` and :func:`accept_tcp` fall back to anyio's own streams on
+any other backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import anyio
+import anyio.abc
+
+__all__ = ["READ_HIGH", "READ_LOW", "TcpStream", "accept_tcp", "connect_tcp"]
+
+READ_HIGH = 256 * 1024
+"""Unread bytes at which the stream stops reading from the socket."""
+READ_LOW = 64 * 1024
+"""Unread bytes below which a paused stream reads again."""
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.eof = False
+        self.lost = False
+        self.error: BaseException | None = None
+        self.reading_paused = False
+        self.write_paused = False
+        self.read_waiter: asyncio.Future[None] | None = None
+        self.drain_waiter: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
+        self.transport.set_write_buffer_limits(0)
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(bytes(data))
+        self.buffered += len(data)
+        if self.buffered >= READ_HIGH and not self.reading_paused and self.transport is not None:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake_reader()
+        return True  # keep our side open for writing (a half-close, as with anyio)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self.error = exc
+        self._wake_reader()
+        self._wake_writer()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        self._wake_writer()
+
+    def _wake_reader(self) -> None:
+        waiter = self.read_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _wake_writer(self) -> None:
+        waiter = self.drain_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class TcpStream(anyio.abc.ByteStream):
+    """One TCP connection; build it with :func:`connect_tcp` or :func:`accept_tcp`."""
+
+    def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
+        self._transport = transport
+        self._protocol = protocol
+        self._closed = False
+        self._receiving = False
+        self._sending = False
+
+    def _unreadable(self) -> BaseException | None:
+        """Why nothing more can be read right now, or ``None`` if it is worth waiting."""
+        p = self._protocol
+        if self._closed:
+            return anyio.ClosedResourceError()
+        if p.lost and p.error is not None:
+            return anyio.BrokenResourceError(str(p.error))
+        if p.eof or p.lost:
+            return anyio.EndOfStream()
+        return None
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be a positive integer")
+        if self._receiving:
+            raise anyio.BusyResourceError("reading from")
+        p = self._protocol
+        if not p.chunks:
+            reason = self._unreadable()
+            if reason is not None:
+                raise reason
+            self._receiving = True
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            p.read_waiter = waiter
+            try:
+                await waiter
+            finally:
+                p.read_waiter = None
+                self._receiving = False
+            if not p.chunks:
+                reason = self._unreadable()
+                raise reason if reason is not None else anyio.BrokenResourceError("woken without data")
+        chunk = p.chunks.popleft()
+        if len(chunk) > max_bytes:
+            p.chunks.appendleft(chunk[max_bytes:])
+            chunk = chunk[:max_bytes]
+        p.buffered -= len(chunk)
+        if p.reading_paused and p.buffered <= READ_LOW and not p.lost and not self._closed:
+            p.reading_paused = False
+            self._transport.resume_reading()
+        return chunk
+
+    async def send(self, item: bytes) -> None:
+        if self._sending:
+            raise anyio.BusyResourceError("writing to")
+        self._sending = True
+        try:
+            await self._wait_writable()
+            try:
+                self._transport.write(item)
+            except RuntimeError as exc:
+                if self._transport.is_closing():
+                    raise anyio.BrokenResourceError(str(exc)) from exc
+                raise
+            if self._protocol.write_paused:
+                await self._wait_writable()
+        finally:
+            self._sending = False
+
+    def try_write(self, item: bytes) -> bool:
+        """Hand ``item`` to the transport now if nothing is in the way; never waits.
+
+        ``False`` (nothing written) while a ``send`` is in progress, the
+        kernel's buffer is full, or the stream is closed or broken: then use
+        ``send``.  A caller that has no other await saves a trip through the
+        event loop.
+        """
+        p = self._protocol
+        if self._sending or self._closed or p.lost or p.write_paused or self._transport.is_closing():
+            return False
+        self._transport.write(item)
+        return True
+
+    async def _wait_writable(self) -> None:
+        p = self._protocol
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            if p.lost or self._transport.is_closing():  # closing: a write failed, or the peer is gone
+                raise anyio.BrokenResourceError(str(p.error or "connection lost"))
+            if not p.write_paused:
+                return
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            p.drain_waiter = waiter
+            try:
+                await waiter
+            finally:
+                p.drain_waiter = None
+
+    async def send_eof(self) -> None:
+        try:
+            self._transport.write_eof()
+        except OSError:
+            pass
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._transport.abort()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        sock = self._transport.get_extra_info("socket")
+        if sock is None:
+            return {}
+
+        def address(addr: Any) -> Any:
+            return addr[:2] if isinstance(addr, tuple) and sock.family == socket.AF_INET6 else addr
+
+        return {
+            anyio.abc.SocketAttribute.family: lambda: sock.family,
+            anyio.abc.SocketAttribute.raw_socket: lambda: sock,
+            anyio.abc.SocketAttribute.local_address: lambda: address(sock.getsockname()),
+            anyio.abc.SocketAttribute.remote_address: lambda: address(sock.getpeername()),
+            anyio.abc.SocketAttribute.local_port: lambda: sock.getsockname()[1],
+            anyio.abc.SocketAttribute.remote_port: lambda: sock.getpeername()[1],
+        }
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _nodelay(sock: Any) -> None:
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, AttributeError):
+        pass  # not a TCP socket (or a transport that does not expose it)
+
+
+async def connect_tcp(host: str, port: int) -> anyio.abc.ByteStream:
+    """Connect to ``host:port`` (raises ``OSError`` on failure)."""
+    if not _on_asyncio():
+        return await anyio.connect_tcp(host, port)
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_connection(_Protocol, host, port)
+    _nodelay(transport.get_extra_info("socket"))
+    return TcpStream(transport, protocol)
+
+
+async def accept_tcp(listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
+    """Accept the next connection on an anyio TCP ``listener`` (raises ``OSError`` on failure)."""
+    if not _on_asyncio():
+        return await listener.accept()
+    raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+    loop = asyncio.get_running_loop()
+    sock, _ = await loop.sock_accept(raw)
+    try:
+        sock.setblocking(False)
+        _nodelay(sock)
+        transport, protocol = await loop.connect_accepted_socket(_Protocol, sock)
+    except BaseException:
+        sock.close()
+        raise
+    return TcpStream(transport, protocol)

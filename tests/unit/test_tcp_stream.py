@@ -1,0 +1,175 @@
+"""TcpStream (hearthnet/transport/tcp_stream.py) on real loopback TCP: bytes, ends, errors, backpressure."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.abc
+import pytest
+
+from hearthnet.transport.tcp_stream import READ_HIGH, TcpStream, accept_tcp, connect_tcp
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=[{}, {"use_uvloop": True}], ids=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
+    """Both loops the node may run on (``hearthnet node run`` uses uvloop when installed)."""
+    return "asyncio", request.param
+
+
+@asynccontextmanager
+async def stream_pair() -> AsyncIterator[tuple[TcpStream, TcpStream]]:
+    """A connected (client, server) pair over 127.0.0.1."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        accepted: list[anyio.abc.ByteStream] = []
+        async with anyio.create_task_group() as tg:
+
+            async def accept_one() -> None:
+                accepted.append(await accept_tcp(listener))
+
+            tg.start_soon(accept_one)
+            client = await connect_tcp("127.0.0.1", port)
+        server = accepted[0]
+        assert isinstance(client, TcpStream) and isinstance(server, TcpStream)
+        try:
+            yield client, server
+        finally:
+            await client.aclose()
+            await server.aclose()
+
+
+async def read_exactly(stream: anyio.abc.ByteStream, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        out += await stream.receive(1 << 20)
+    return bytes(out)
+
+
+async def test_bytes_arrive_in_order_both_ways() -> None:
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    async with stream_pair() as (client, server):
+        async with anyio.create_task_group() as tg:
+
+            async def send_all() -> None:
+                for i in range(0, len(payload), 100_000):
+                    await client.send(payload[i : i + 100_000])
+
+            tg.start_soon(send_all)
+            assert await read_exactly(server, len(payload)) == payload
+        await server.send(b"back")
+        assert await read_exactly(client, 4) == b"back"
+
+
+async def test_receive_splits_at_max_bytes_and_keeps_the_rest() -> None:
+    async with stream_pair() as (client, server):
+        await client.send(b"abcdefghij")
+        first = await server.receive(4)
+        assert 1 <= len(first) <= 4
+        rest = await read_exactly(server, 10 - len(first))
+        assert first + rest == b"abcdefghij"
+
+
+async def test_eof_after_all_data_then_end_of_stream() -> None:
+    async with stream_pair() as (client, server):
+        await client.send(b"last words")
+        await client.send_eof()
+        assert await read_exactly(server, 10) == b"last words"
+        with pytest.raises(anyio.EndOfStream):
+            await server.receive()
+        with pytest.raises(anyio.EndOfStream):
+            await server.receive()  # and it stays ended
+        await server.send(b"half-closed: we may still write")
+        assert await read_exactly(client, 31) == b"half-closed: we may still write"
+
+
+async def test_local_close_fails_receive_and_send_with_closed() -> None:
+    async with stream_pair() as (client, _server):
+        await client.aclose()
+        with pytest.raises(anyio.ClosedResourceError):
+            await client.receive()
+        with pytest.raises(anyio.ClosedResourceError):
+            await client.send(b"x")
+        assert client.try_write(b"x") is False
+
+
+async def test_close_wakes_a_waiting_receive() -> None:
+    async with stream_pair() as (client, _server):
+        async with anyio.create_task_group() as tg:
+            failures: list[BaseException] = []
+
+            async def wait_for_data() -> None:
+                try:
+                    await client.receive()
+                except BaseException as exc:
+                    failures.append(exc)
+
+            tg.start_soon(wait_for_data)
+            await anyio.wait_all_tasks_blocked()
+            await client.aclose()
+        assert len(failures) == 1 and isinstance(failures[0], anyio.ClosedResourceError)
+
+
+async def test_peer_abort_ends_receive_and_later_sends_fail() -> None:
+    async with stream_pair() as (client, server):
+        await server.aclose()  # abort: RST or FIN, depending on what was unread
+        with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+            await client.receive()
+        with pytest.raises((anyio.BrokenResourceError, anyio.ClosedResourceError)):
+            with anyio.fail_after(10):
+                while True:  # the first writes may still be accepted by the kernel
+                    await client.send(b"x" * 65536)
+
+
+async def test_a_second_concurrent_receive_is_refused() -> None:
+    async with stream_pair() as (client, server):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.receive)
+            await anyio.wait_all_tasks_blocked()
+            with pytest.raises(anyio.BusyResourceError):
+                await server.receive()
+            await client.send(b"x")
+
+
+async def test_a_cancelled_receive_loses_no_data() -> None:
+    async with stream_pair() as (client, server):
+        with anyio.move_on_after(0.05):
+            await server.receive()
+        await client.send(b"kept")
+        assert await read_exactly(server, 4) == b"kept"
+
+
+async def test_a_reader_that_stops_stalls_the_writer_with_bounded_buffers() -> None:
+    """Backpressure: the receiver stops reading from the socket at READ_HIGH, the
+    kernel buffers fill, and then the sender can no longer write without waiting."""
+    block = os.urandom(256 * 1024)
+    async with stream_pair() as (client, server):
+        written = 0
+        with anyio.fail_after(30):
+            while client.try_write(block):
+                written += 1
+                assert written < 4096, "1 GiB accepted without backpressure"
+                await anyio.lowlevel.checkpoint()  # let the receiver's protocol run
+            protocol = server._protocol
+            while not protocol.reading_paused:
+                await anyio.lowlevel.checkpoint()
+        assert protocol.buffered < READ_HIGH + len(block)
+        # a send now waits until the reader drains; the data all arrives, in order
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.send, block)
+            received = await read_exactly(server, (written + 1) * len(block))
+        assert received == block * (written + 1)
+        assert not protocol.reading_paused
+
+
+async def test_socket_attributes() -> None:
+    async with stream_pair() as (client, server):
+        client_local = client.extra(anyio.abc.SocketAttribute.local_address)
+        assert server.extra(anyio.abc.SocketAttribute.remote_address) == client_local
+        assert client.extra(anyio.abc.SocketAttribute.remote_port) == server.extra(
+            anyio.abc.SocketAttribute.local_port
+        )
