@@ -283,15 +283,16 @@ class CapabilityBus:
             level = self._caller_level(session.peer_id)
             self._check_trust(reg.descriptor, level, session.peer_id)
             assert level is not None
+            now = anyio.current_time()
             ctx = RemoteCallContext(
                 inc,
                 version=version,
                 caller_level=level,
                 # the caller's deadline, but never longer than this capability's own timeout:
                 # a member must not hold a slot for an hour by asking for an hour
-                deadline=anyio.current_time() + min(req.deadline_ms / 1000, reg.descriptor.timeout_seconds),
+                deadline=now + min(req.deadline_ms / 1000, reg.descriptor.timeout_seconds),
             )
-            result = await self._invoke(reg, ctx, stats, incoming=inc)
+            result = await self._invoke(reg, ctx, stats, incoming=inc, now=now)
             if result is None:
                 return  # the caller cancelled: it expects no answer
         except BusError as exc:
@@ -325,11 +326,17 @@ class CapabilityBus:
 
     @overload
     async def _invoke(
-        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall
+        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall, now: float
     ) -> CallResult | None: ...
 
     async def _invoke(
-        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall | None = None
+        self,
+        reg: Registration,
+        ctx: CallContext,
+        stats: Any,
+        *,
+        incoming: IncomingCall | None = None,
+        now: float | None = None,
     ) -> CallResult | None:
         """Run a handler under its concurrency limit and deadline; map every failure to a BusError.
 
@@ -347,7 +354,7 @@ class CapabilityBus:
         started = time.perf_counter()
         code: str | None = None
         try:
-            if ctx.deadline <= anyio.current_time():
+            if ctx.deadline <= (anyio.current_time() if now is None else now):
                 raise Timeout(f"deadline passed before {d.ref} started")
             value: Any = _UNSET
             if incoming is None:
@@ -510,10 +517,10 @@ class CapabilityBus:
         if session is None:
             raise Partition(f"node {cand.node_id} is not connected")
         self.router.started(cand.node_id, capability)
-        started = anyio.current_time()
+        started = time.perf_counter()
         call: OutgoingCall | None = None
         try:
-            remaining = deadline - started
+            remaining = deadline - anyio.current_time()
             call = await session.request(
                 capability,
                 _version_text(version),
@@ -537,7 +544,7 @@ class CapabilityBus:
                     await call.cancel()
             self.router.record_failure(cand.node_id, capability, now=anyio.current_time(), counts=False)
             raise
-        self.router.record_success(cand.node_id, capability, (anyio.current_time() - started) * 1000)
+        self.router.record_success(cand.node_id, capability, (time.perf_counter() - started) * 1000)
         return result
 
     @asynccontextmanager

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.bus.api import ProviderInfo
-from hearthnet.bus.descriptors import Registration, Version, version_satisfies
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, Version, version_satisfies
 from hearthnet.bus.manifest import Manifest
 from hearthnet.bus.predicates import predicate_for
 
@@ -24,6 +24,9 @@ class Registry:
         self.node_id = node_id
         self._local: list[Registration] = []
         self._remote: dict[str, RemoteNode] = {}
+        # name -> [(node_id, that node's descriptors of the name in manifest order)], in the
+        # order of `_remote`; rebuilt when a manifest comes or goes (every call looks here)
+        self._remote_by_name: dict[str, list[tuple[str, list[CapabilityDescriptor]]]] = {}
         self.changed = 0  # bumped on every local change, to re-announce
 
     # local -----------------------------------------------------------------
@@ -68,16 +71,30 @@ class Registry:
         if held is not None and held.manifest.seq >= manifest.seq:
             return False
         self._remote[manifest.node_id] = RemoteNode(manifest)
+        self._index_remote()
         return True
 
     def drop_remote(self, node_id: str) -> None:
-        self._remote.pop(node_id, None)
+        if self._remote.pop(node_id, None) is not None:
+            self._index_remote()
 
     def expire(self, now_ms: int) -> list[str]:
         gone = [n for n, r in self._remote.items() if r.manifest.expires_at_ms < now_ms]
         for n in gone:
             del self._remote[n]
+        if gone:
+            self._index_remote()
         return gone
+
+    def _index_remote(self) -> None:
+        index: dict[str, list[tuple[str, list[CapabilityDescriptor]]]] = {}
+        for node_id, remote in self._remote.items():
+            by_name: dict[str, list[CapabilityDescriptor]] = {}
+            for d in remote.manifest.capabilities:
+                by_name.setdefault(d.name, []).append(d)
+            for name, descriptors in by_name.items():
+                index.setdefault(name, []).append((node_id, descriptors))
+        self._remote_by_name = index
 
     def remote_nodes(self) -> dict[str, Manifest]:
         return {n: r.manifest for n, r in self._remote.items()}
@@ -90,9 +107,9 @@ class Registry:
             if d.name == name and version_satisfies(d.version, version) and r.predicate(d.params, params):
                 out.append(ProviderInfo(self.node_id, d, True))
         predicate = predicate_for(name)
-        for node_id, remote in self._remote.items():
-            for d in remote.manifest.capabilities:
-                if d.name == name and version_satisfies(d.version, version) and predicate(d.params, params):
+        for node_id, descriptors in self._remote_by_name.get(name, ()):
+            for d in descriptors:
+                if version_satisfies(d.version, version) and predicate(d.params, params):
                     out.append(ProviderInfo(node_id, d, False))
                     break
         return out

@@ -42,21 +42,35 @@ class FrameDecoder:
         self._max_frame = max_frame
 
     def feed(self, data: bytes) -> list[bytes]:
-        """Add received bytes; return every frame now complete, in order."""
-        self._buf += data
+        """Add received bytes; return every frame now complete, in order.
+
+        Each frame is copied once, out of ``data`` itself when nothing was
+        buffered before (the common case) or out of the buffer otherwise.
+        """
+        held = self._buf
+        if held:
+            held += data
+            buf: bytes | bytearray = held
+        else:
+            buf = data
         frames: list[bytes] = []
-        buf = self._buf
+        size = len(buf)
         offset = 0
-        while len(buf) - offset >= HEADER_LEN:
-            (length,) = HEADER.unpack_from(buf, offset)
-            if length > self._max_frame:
-                self._buf = bytearray()
-                raise ProtocolError(f"peer declared a frame of {length} bytes, maximum is {self._max_frame}")
-            end = offset + HEADER_LEN + length
-            if len(buf) < end:
-                break
-            frames.append(bytes(buf[offset + HEADER_LEN : end]))
-            offset = end
-        if offset:
-            del buf[:offset]
+        with memoryview(buf) as view:
+            while size - offset >= HEADER_LEN:
+                (length,) = HEADER.unpack_from(buf, offset)
+                if length > self._max_frame:
+                    self._buf = bytearray()
+                    raise ProtocolError(
+                        f"peer declared a frame of {length} bytes, maximum is {self._max_frame}"
+                    )
+                end = offset + HEADER_LEN + length
+                if size < end:
+                    break
+                frames.append(bytes(view[offset + HEADER_LEN : end]))
+                offset = end
+            if buf is not held and offset < size:
+                self._buf = bytearray(view[offset:])  # keep only the incomplete rest
+        if buf is held and offset:
+            del held[:offset]
         return frames

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import anyio
+import anyio.abc
 import structlog
 
 from hearthnet.blobs import BlobStore, Manifest, ReassemblyCheck, chunk_cid, is_cid
@@ -244,33 +245,28 @@ class FileService:
     async def _chunk_writer(self) -> AsyncIterator[Callable[[str, bytes], Awaitable[None]]]:
         """``write(chunk_id, data)`` for one incoming blob; everything written is durable on exit.
 
-        A writer task feeds :class:`~hearthnet.blobs.incoming.IncomingChunks` from
-        ``WRITERS`` worker threads while the next chunks arrive; ``WRITE_QUEUE``,
-        ``WRITERS`` and the flow-control window bound how many chunks are in memory.  However the
-        stream ends (done, a bad chunk, the caller walking away), the chunks
-        accepted so far are committed, so a resumed put skips them.
+        ``WRITERS`` writer tasks take chunks from a queue and feed
+        :class:`~hearthnet.blobs.incoming.IncomingChunks` in worker threads while
+        the next chunks arrive; ``WRITE_QUEUE``, ``WRITERS`` and the flow-control
+        window bound how many chunks are in memory.  However the stream ends
+        (done, a bad chunk, the caller walking away), the chunks accepted so far
+        are committed, so a resumed put skips them.
         """
         incoming = self.store.incoming()
         send, receive = anyio.create_memory_object_stream[tuple[str, bytes]](WRITE_QUEUE)
 
-        async def add(chunk_id: str, data: bytes, slots: anyio.Semaphore) -> None:
-            try:
-                await self._io(incoming.add, chunk_id, data)
-                self.chunks_received += 1
-            finally:
-                slots.release()
-
-        async def drain() -> None:
-            slots = anyio.Semaphore(WRITERS)
-            async with receive, anyio.create_task_group() as adders:
-                async for chunk_id, data in receive:
-                    await slots.acquire()
-                    adders.start_soon(add, chunk_id, data, slots)
+        async def writer(chunks: anyio.abc.ObjectReceiveStream[tuple[str, bytes]]) -> None:
+            async with chunks:
+                async for chunk_id, data in chunks:
+                    await self._io(incoming.add, chunk_id, data)
+                    self.chunks_received += 1
 
         finished = False
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(drain)
+                async with receive:
+                    for _ in range(WRITERS):
+                        tg.start_soon(writer, receive.clone())
                 async with send:
 
                     async def write(chunk_id: str, data: bytes) -> None:
