@@ -14,7 +14,9 @@ import httpx
 import numpy as np
 import pytest
 
+from hearthnet.errors import NotFound
 from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.names import collection_name
 from hearthnet.services.rag.store import CorpusStore
 
 STARTUP_DEADLINE_S = 60.0
@@ -99,3 +101,33 @@ def test_add_and_query_through_chroma_server(chroma_server: str, tmp_path: Path)
         assert store.info("ab").chunks == 30
         assert store.delete_document("ab", "srv") == 30
         assert store.query("ab", vecs[0], k=3) == []
+
+
+def test_a_collection_missing_on_the_server_keeps_the_corpus_for_a_reindex(
+    chroma_server: str, tmp_path: Path
+) -> None:
+    """The server lost the collection (or the node was pointed at another server): the corpus
+    and its document list stay in the ledger, queries say how to recover, a reindex rebuilds it."""
+    rng = np.random.default_rng(11)
+    vecs = rng.normal(size=(6, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    chunks = [
+        Chunk(
+            f"lost-{i}", f"lost chunk {i}", {"doc_cid": "lost", "page": 1, "chunk_index": i, "language": "en"}
+        )
+        for i in range(6)
+    ]
+    ledger = tmp_path / "ledger"
+    with CorpusStore(ledger, server_url=chroma_server) as store:
+        store.create_corpus("lost", embedding_model="m", dim=32)
+        store.add_document("lost", chunks, vecs)
+        store._client.delete_collection(collection_name("lost"))
+    with CorpusStore(ledger, server_url=chroma_server) as store:  # opening must neither fail nor drop it
+        assert store.corpora() == ["lost"]
+        assert store.info("lost").docs == 1
+        with pytest.raises(NotFound, match="rag reindex --corpus lost"):
+            store.query("lost", vecs[0], k=3)
+        assert [d["doc_cid"] for d in store.documents("lost")] == ["lost"]
+        info = store.replace_corpus("lost", embedding_model="m", dim=32, documents=[(chunks, vecs)])
+        assert (info.docs, info.chunks) == (1, 6)
+        assert store.query("lost", vecs[4], k=1)[0].chunk_id == "lost-4"

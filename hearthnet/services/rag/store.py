@@ -244,7 +244,15 @@ class CorpusStore:
         return None if row is None else (str(row[0]), int(row[1]), int(row[2]), float(row[3]))
 
     def _collection(self, name: str) -> Any:
-        """The corpus's collection; a corpus whose collection is gone is dropped (``NotFound``)."""
+        """The corpus's collection, or ``NotFound`` if it is gone.
+
+        Embedded, only an interrupted reindex removes a collection, and the
+        corpus is dropped.  On a ChromaDB server a collection can also vanish
+        because the node was pointed at another server or the server lost its
+        data: then the corpus and its document list are kept, so that the right
+        server URL brings it back or ``hearthnet rag reindex`` rebuilds it from
+        its source documents.
+        """
         from chromadb.errors import NotFoundError
 
         validate_corpus_name(name)
@@ -258,8 +266,15 @@ class CorpusStore:
                 try:
                     col = self._client.get_collection(collection_name(name), embedding_function=None)
                 except NotFoundError as exc:
+                    _log.warning("rag_corpus_collection_missing", corpus=name, kept=self._remote)
+                    if self._remote:
+                        raise NotFound(
+                            f"corpus {name!r}: its vector collection is not on the ChromaDB server (another "
+                            "server, or the server lost its data); its document list is kept: point the node "
+                            f"at the right server, or run 'hearthnet rag reindex --corpus {name}' to rebuild "
+                            "it from its source documents"
+                        ) from exc
                     self._forget_corpus(name)
-                    _log.warning("rag_corpus_collection_missing", corpus=name)
                     raise NotFound(
                         f"corpus {name!r} does not exist: its vector collection is gone (e.g. a reindex "
                         "was interrupted), so it was dropped; ingest its documents again"
@@ -397,9 +412,11 @@ class CorpusStore:
         return found[0] if found else None
 
     def _documents(self, name: str, doc_cid: str | None) -> list[dict[str, Any]]:
-        col = self._collection(name)
+        validate_corpus_name(name)
         one = "" if doc_cid is None else " AND doc_cid = ?"
         with self._lock:
+            if self._row(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
             rows = self._db.execute(
                 "SELECT doc_cid, title, language, chunks, tokens, metadata FROM documents "
                 f"WHERE corpus = ? AND status = 'complete'{one} ORDER BY doc_cid",
@@ -407,7 +424,13 @@ class CorpusStore:
             ).fetchall()
         out = []
         for cid, title, language, chunks, tokens, meta in rows:
-            metadata = json.loads(meta) if meta is not None else self._metadata_from_chunks(col, str(cid))
+            # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
+            # a reindex can rebuild a corpus whose collection is missing on a ChromaDB server
+            metadata = (
+                json.loads(meta)
+                if meta is not None
+                else self._metadata_from_chunks(self._collection(name), str(cid))
+            )
             out.append(
                 {
                     "doc_cid": str(cid),
@@ -597,11 +620,15 @@ class CorpusStore:
         """Delete chunks of documents not marked complete; returns chunks removed per corpus.
 
         A corpus whose collection is gone (e.g. a reindex killed after dropping it)
-        is dropped from the ledger first.
+        is dropped from the ledger first; on a ChromaDB server it is kept as it
+        is (see :meth:`_collection`) and its unfinished documents wait for it.
         """
+        missing = set()
         for name in self.corpora():
-            with contextlib.suppress(NotFound):
+            try:
                 self._collection(name)
+            except NotFound:
+                missing.add(name)
         with self._lock:
             rows = self._db.execute(
                 "SELECT corpus, doc_cid FROM documents WHERE status != 'complete' ORDER BY corpus, doc_cid"
@@ -609,7 +636,7 @@ class CorpusStore:
             busy = {(c, d) for c, docs in self._pending.items() for d in docs}
         out: dict[str, int] = {}
         for corpus, doc_cid in rows:
-            if (corpus, doc_cid) in busy:
+            if (corpus, doc_cid) in busy or corpus in missing:
                 continue
             out[corpus] = out.get(corpus, 0) + self._purge(str(corpus), str(doc_cid))
         return out
