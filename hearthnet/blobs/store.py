@@ -192,6 +192,9 @@ class BlobStore:
         self._lock = threading.RLock()
         # Chunks being written by a put in progress: delete/gc must not remove them.
         self._inflight: Counter[str] = Counter()
+        # Transfers from peers in progress, by doc_cid: the chunks they still bring count
+        # against the cap, so concurrent puts cannot each fit alone and overshoot together.
+        self._reserved: dict[str, Manifest] = {}
         self._made_dirs: set[Path] = set()
         self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -374,20 +377,45 @@ class BlobStore:
             self._release(held)
         return manifest
 
-    def put_manifest(self, manifest: Manifest, *, pin: bool = False) -> None:
+    def put_manifest(self, manifest: Manifest, *, pin: bool = False, reserve: bool = False) -> None:
         """Record a (validated, not yet verified) manifest from a peer; its chunks may be missing.
 
-        Makes room for the chunks not stored yet (:meth:`check_quota`).  It
-        replaces a stored manifest of the same document that is incomplete or
-        unreadable (a transfer that died, perhaps a peer's made-up one), never a
-        complete one; :meth:`complete` with ``manifest=`` then checks the
-        manifest the transfer actually used.
+        Makes room for the chunks not stored yet (:meth:`check_quota`); with
+        ``reserve`` (a transfer about to bring them) they stay counted against
+        the cap until :meth:`release_reservation`.  It replaces a stored
+        manifest of the same document that is incomplete or unreadable (a
+        transfer that died, perhaps a peer's made-up one), never a complete
+        one; :meth:`complete` with ``manifest=`` then checks the manifest the
+        transfer actually used.
         """
         if not isinstance(manifest, Manifest):
             raise BadRequest("put_manifest needs a Manifest")
         self._keep_fresh(manifest)  # a resumed transfer: what it already has is not stale garbage
-        self.check_quota(self.missing_bytes(manifest))
-        self._register(manifest, pin=pin, complete=False)
+        self.check_quota(self.missing_bytes(manifest), reserve=manifest if reserve else None)
+        try:
+            self._register(manifest, pin=pin, complete=False)
+        except BaseException:
+            if reserve:
+                self.release_reservation(manifest.doc_cid)
+            raise
+
+    def release_reservation(self, doc_cid: str) -> None:
+        """The transfer of ``doc_cid`` ended (however): what it did not bring no longer counts."""
+        with self._lock:
+            self._reserved.pop(doc_cid, None)
+
+    def _reserved_bytes(self, besides: str | None = None) -> int:
+        """Bytes that transfers in progress will still add (lock held); ``besides``: leave one out."""
+        total = 0
+        counted: set[str] = set()
+        for doc_cid, manifest in self._reserved.items():
+            if doc_cid == besides:
+                continue
+            for cid in manifest.chunks:
+                if cid not in counted and not self.has_chunk(cid):
+                    total += manifest.length_of(cid)
+                counted.add(cid)
+        return total
 
     def _keep_fresh(self, manifest: Manifest) -> None:
         """Restart the staleness clock of ``manifest``'s blob row and of its chunks held here."""
@@ -910,15 +938,21 @@ class BlobStore:
         return total
 
     def _fits(self, incoming_bytes: int) -> bool:
-        """Whether ``incoming_bytes`` more fit under the cap without evicting anything."""
-        return self.cap_bytes is None or self.usage_bytes() + incoming_bytes <= self.cap_bytes
+        """Whether ``incoming_bytes`` more fit under the cap (beside transfers in progress) as it is."""
+        if self.cap_bytes is None:
+            return True
+        with self._lock:
+            return self.usage_bytes() + self._reserved_bytes() + incoming_bytes <= self.cap_bytes
 
-    def check_quota(self, incoming_bytes: int) -> None:
+    def check_quota(self, incoming_bytes: int, *, reserve: Manifest | None = None) -> None:
         """Make room for ``incoming_bytes`` (evicting by LRU); :class:`CapacityExceeded` if impossible.
 
-        Nothing is evicted unless the eviction makes enough room: more than the
-        cap, or more than what pinned, incomplete and in-use chunks leave, is
-        refused at once.
+        What transfers in progress will still bring counts as used.  Nothing is
+        evicted unless the eviction makes enough room: more than the cap, or
+        more than what pinned, incomplete, in-use and reserved chunks leave, is
+        refused at once.  ``reserve``: the transfer that brings those bytes; on
+        success its missing chunks stay counted (in the same lock hold) until
+        :meth:`release_reservation`.
         """
         if incoming_bytes < 0:
             raise BadRequest("incoming_bytes must be >= 0")
@@ -928,16 +962,20 @@ class BlobStore:
         if incoming_bytes > cap:
             raise CapacityExceeded(f"{incoming_bytes} bytes are more than the blob store's {cap} byte cap")
         with self._lock:
-            if self._fits(incoming_bytes):
-                return
-            self._collect_stale()
-            usage = self.usage_bytes()
-            if usage + incoming_bytes <= cap:
-                return
-            kept = usage - self._evictable_bytes()
-            if kept + incoming_bytes > cap:
-                raise CapacityExceeded(
-                    f"the blob store's cap is {cap} bytes and {kept} of the {usage} it holds are pinned,"
-                    f" incomplete or in use; {incoming_bytes} more do not fit (nothing was evicted)"
-                )
-            self._evict_down_to(cap - incoming_bytes)
+            besides = None if reserve is None else reserve.doc_cid  # a resumed transfer replaces its own
+            reserved = self._reserved_bytes(besides)
+            if self.usage_bytes() + reserved + incoming_bytes > cap:
+                self._collect_stale()
+                usage = self.usage_bytes()
+                if usage + reserved + incoming_bytes > cap:
+                    kept = usage - self._evictable_bytes()
+                    if kept + reserved + incoming_bytes > cap:
+                        busy = f"; transfers in progress will bring {reserved} more" if reserved else ""
+                        raise CapacityExceeded(
+                            f"the blob store's cap is {cap} bytes and {kept} of the {usage} it holds are"
+                            f" pinned, incomplete or in use{busy}; {incoming_bytes} more do not fit"
+                            " (nothing was evicted)"
+                        )
+                    self._evict_down_to(cap - reserved - incoming_bytes)
+            if reserve is not None:
+                self._reserved[reserve.doc_cid] = reserve

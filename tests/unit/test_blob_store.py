@@ -363,6 +363,29 @@ def test_gc_evicts_least_recently_used_unpinned_first(tmp_path: Path) -> None:
         assert [i.doc_cid for i in store.list()] == [d.doc_cid]
 
 
+def test_a_transfer_in_progress_reserves_what_it_still_brings(tmp_path: Path) -> None:
+    one, two = os.urandom(6 * SMALL), os.urandom(6 * SMALL)
+    first = Manifest.from_wire(manifest_for_bytes(one, SMALL).to_wire())
+    second = Manifest.from_wire(manifest_for_bytes(two, SMALL).to_wire())
+    with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
+        store.put_manifest(first, reserve=True)
+        with pytest.raises(CapacityExceeded, match=f"transfers in progress will bring {6 * SMALL} more"):
+            store.put_manifest(second, reserve=True)
+        with pytest.raises(CapacityExceeded):
+            store.put_bytes(os.urandom(5 * SMALL))  # a local import sees the reservation too
+        pieces = [one[i : i + SMALL] for i in range(0, len(one), SMALL)]
+        for cid, piece in list(zip(first.chunks, pieces, strict=True))[:4]:
+            store.put_chunk(cid, piece)
+        store.put_manifest(first, reserve=True)  # resumed: its own reservation is not counted twice
+        store.check_quota(2 * SMALL)  # 4 stored + 2 still coming + 2 more = 8 of 10
+        with pytest.raises(CapacityExceeded, match=f"bring {2 * SMALL} more"):
+            store.check_quota(5 * SMALL)
+        store.release_reservation(first.doc_cid)
+        store.put_manifest(second, reserve=True)  # 4 stored + 6 = 10: fits once nothing is reserved
+        store.release_reservation(second.doc_cid)
+        store.check_quota(6 * SMALL)  # and nothing stays reserved (the incomplete first is stale-GC'd later)
+
+
 def test_quota_evicts_then_refuses(tmp_path: Path) -> None:
     with small_store(tmp_path / "b", cap_bytes=10 * SMALL) as store:
         store.put_bytes(os.urandom(7 * SMALL), pin=True)

@@ -23,7 +23,7 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, Partition, Unauthorized
+from hearthnet.errors import BadRequest, CapacityExceeded, Partition, Unauthorized
 from hearthnet.identity import Identity
 from hearthnet.services.file import service as file_service
 from hearthnet.services.file.service import FileService
@@ -180,6 +180,38 @@ async def test_a_made_up_manifest_does_not_block_a_later_fetch_or_put(tmp_path: 
         result = await a.fetch(honest.doc_cid, hint=n["evil"].id)
         assert result["source"] in {good.id, n["b"].id}
         assert a.store.read_blob(honest.doc_cid) == payload
+
+
+# -- defect: concurrent puts each fitted the cap alone and overshot it together -------------------
+@pytest.mark.anyio
+async def test_concurrent_puts_cannot_overshoot_the_cap_together(tmp_path: Path) -> None:
+    one, two = os.urandom(6 * SMALL), os.urandom(6 * SMALL)
+    first, second = manifest_for_bytes(one, SMALL), manifest_for_bytes(two, SMALL)
+    chunks = dict(zip(first.chunks, pieces(one, SMALL), strict=True))
+    chunks.update(zip(second.chunks, pieces(two, SMALL), strict=True))
+    async with nodes(tmp_path, ["a", "b"], cap_bytes=10 * SMALL) as n:
+        a, b = n["a"], n["b"].files
+        assert b is not None
+        async with a.bus.stream("file.put", input={"manifest": first.to_wire()}, provider=n["b"].id) as call:
+            need = (await call.frames().__anext__())["need"]  # b now expects 6 chunks of its 10
+            with (
+                pytest.raises(CapacityExceeded, match="transfers in progress will bring"),
+                anyio.fail_after(30),
+            ):
+                async with a.bus.stream(
+                    "file.put", input={"manifest": second.to_wire()}, provider=n["b"].id
+                ) as refused:
+                    async for _ in refused.frames():
+                        pass
+                    await refused.result()
+            for chunk_id in need:
+                await call.send({"chunk_id": chunk_id, "data": chunks[chunk_id]})
+            await call.end_input()
+            assert (await call.result()).output["chunks_received"] == 6
+        assert b.store._reserved == {}  # the finished put holds nothing back
+        out = await put(a.bus, n["b"].id, second, chunks)  # the first (unpinned) is evicted for it
+        assert out["chunks_received"] == 6 and b.store.read_blob(second.doc_cid) == two
+        assert not b.store.has_blob(first.doc_cid)
 
 
 # -- defect: chunk lengths were never checked against the manifest -------------------------------

@@ -26,6 +26,7 @@ start and every ``GC_INTERVAL_S``.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -183,7 +184,11 @@ class FileService:
         manifest = Manifest.from_wire(ctx.input.get("manifest"))
         pin = bool(ctx.input.get("pin", False))
         async with self._one_transfer_per_blob(manifest.doc_cid):
-            return await self._put(ctx, manifest, pin)
+            try:
+                return await self._put(ctx, manifest, pin)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._io(self.store.release_reservation, manifest.doc_cid)
 
     async def _put(self, ctx: CallContext, manifest: Manifest, pin: bool) -> dict[str, Any]:
         if await self._io(self.store.check_held, manifest.doc_cid):
@@ -195,8 +200,9 @@ class FileService:
                 "chunks_received": 0,
                 "chunks_total": len(manifest.chunks),
             }
-        # Makes room for the missing chunks; replaces an incomplete manifest another transfer left.
-        await self._io(lambda: self.store.put_manifest(manifest, pin=pin))
+        # Makes room for the missing chunks (reserved until the put ends); replaces an
+        # incomplete manifest another transfer left.
+        await self._io(lambda: self.store.put_manifest(manifest, pin=pin, reserve=True))
         missing_before: list[str] = await self._io(self.store.missing_chunks, manifest)
         need = set(missing_before)
         # A fresh put streams every chunk in order: hash the document on the way
@@ -449,7 +455,11 @@ class FileService:
     async def fetch(self, doc_cid: str, hint: str | None = None, *, progress: Any = None) -> dict[str, Any]:
         """Make ``doc_cid`` local: ask the referring peer first, then other connected members."""
         async with self._one_transfer_per_blob(doc_cid):
-            return await self._fetch(doc_cid, hint, progress)
+            try:
+                return await self._fetch(doc_cid, hint, progress)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._io(self.store.release_reservation, doc_cid)
 
     async def _fetch(self, doc_cid: str, hint: str | None, progress: Any) -> dict[str, Any]:
         if await self._io(self.store.check_held, doc_cid):
@@ -499,8 +509,9 @@ class FileService:
                     manifest = Manifest.from_wire(frame.get("manifest"))
                     if manifest.doc_cid != doc_cid:
                         raise ProtocolError("peer answered with the manifest of another document")
-                    # Makes room for the missing chunks; replaces an incomplete manifest left behind.
-                    await self._io(self.store.put_manifest, manifest)
+                    # Makes room for the missing chunks (reserved until the fetch ends); replaces
+                    # an incomplete manifest left behind.
+                    await self._io(functools.partial(self.store.put_manifest, manifest, reserve=True))
                     if not have:  # every chunk comes, in order: hash the document on the way
                         reassembly = ReassemblyCheck(manifest)
                     continue
