@@ -9,6 +9,7 @@ point without sleeping.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -378,3 +379,36 @@ async def test_concurrent_ingests_of_one_document_index_it_once_and_leave_no_loc
                 tg.start_soon(one)
         assert len(n.store.documents("house")) == 1
         assert n.rag._doc_locks == {}  # one lock per document being ingested, not per document ever seen
+
+
+@pytest.mark.anyio
+async def test_a_query_does_not_wait_behind_writes_holding_every_write_thread(
+    tmp_path: Path, minilm: OnnxModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", n.put(garden_text("roses")), filename="roses.md")
+        release = threading.Event()
+        writing = threading.Semaphore(0)
+        real_add = n.store.add_document
+
+        def slow_add(*args: Any, **kwargs: Any) -> None:
+            writing.release()
+            release.wait(TIMEOUT)  # a long ChromaDB write (a large document on a slow disk)
+            real_add(*args, **kwargs)
+
+        monkeypatch.setattr(n.store, "add_document", slow_add)
+        with anyio.fail_after(TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                try:
+                    for topic in ("tulips", "boilers"):  # as many writes as the store has threads
+                        tg.start_soon(
+                            lambda t=topic: n.ingest("house", n.put(garden_text(t)), filename=f"{t}.md")
+                        )
+                    for _ in range(2):
+                        await anyio.to_thread.run_sync(writing.acquire)
+                    with anyio.fail_after(20):  # on the shared limiter it waited for `release`
+                        out = await n.query("house", query="roses in spring", k=3)
+                    assert out["chunks"] and not release.is_set()
+                finally:
+                    release.set()  # the writes go on (and a failure above does not wait for them)
+        assert n.store.info("house").docs == 3

@@ -92,6 +92,9 @@ class RagService:
         self._own_level = own_level
         self._embedder = Embedder(bus, settings.embedding_model, settings.embed_timeout_seconds)
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
+        """Threads for store writes (and the reads of ingest and reindex)."""
+        self._read_limiter = anyio.CapacityLimiter(settings.store_threads)
+        """Threads for queries and listings: a query never waits behind a long write."""
         self._cpu_limiter = anyio.CapacityLimiter(1)
         self._doc_locks: dict[tuple[str, str], tuple[anyio.Lock, list[int]]] = {}
         """(corpus, doc_cid) -> its ingest lock and how many ingests hold or await it."""
@@ -213,7 +216,7 @@ class RagService:
         embedded = time.perf_counter()
         hits = await run_blocking(
             lambda: self._store.query(corpus, vectors[0], k=k, where=where, include_text=include_text),
-            limiter=self._store_limiter,
+            limiter=self._read_limiter,
         )
         chunks = []
         for rank, hit in enumerate(hits, start=1):
@@ -467,7 +470,7 @@ class RagService:
                 )
             return out
 
-        return {"corpora": await run_blocking(collect, limiter=self._store_limiter)}
+        return {"corpora": await run_blocking(collect, limiter=self._read_limiter)}
 
     # rag.reindex ------------------------------------------------------------------------
     async def _handle_reindex(self, ctx: CallContext) -> dict[str, Any]:
