@@ -165,6 +165,8 @@ class Link:
                 self._out.clear()
                 self._flushed = self._queued
                 self.last_sent = time.monotonic()
+                if getattr(self._stream, "write_pending", False):
+                    await self._drain()  # the kernel took part: the rest must not be lost on close
                 return
         # The frames are sealed: once queued they must be written whole or the link
         # is corrupt, so neither the wait for the lock nor the write may be given up
@@ -189,6 +191,19 @@ class Link:
                     self.write_blocked_since = None
                 self._flushed = upto
                 self.last_sent = time.monotonic()
+
+    async def _drain(self) -> None:
+        """Wait, as a blocked write does, until the kernel has what ``try_write`` left buffered."""
+        with anyio.CancelScope(shield=True):
+            async with self._send_lock:  # later frames queue behind these bytes, in order
+                self.write_blocked_since = time.monotonic()
+                try:
+                    await self._stream.drain()  # type: ignore[attr-defined]
+                except _STREAM_ERRORS as exc:
+                    await self._abort()
+                    raise Partition(f"link to {self.peer_id} broke while sending") from exc
+                finally:
+                    self.write_blocked_since = None
 
     async def receive(self) -> dict[str, Any]:
         """The next message from the peer (see the module docstring for errors)."""

@@ -25,6 +25,8 @@ any other backend.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import socket
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -159,8 +161,8 @@ class TcpStream(anyio.abc.ByteStream):
                 if self._transport.is_closing():
                     raise anyio.BrokenResourceError(str(exc)) from exc
                 raise
-            if self._protocol.write_paused:
-                await self._wait_writable()
+            if self._protocol.write_paused or self._transport.is_closing():
+                await self._wait_writable()  # raises if the write failed and the connection is going
         finally:
             self._sending = False
 
@@ -169,14 +171,31 @@ class TcpStream(anyio.abc.ByteStream):
 
         ``False`` (nothing written) while a ``send`` is in progress, the
         kernel's buffer is full, or the stream is closed or broken: then use
-        ``send``.  A caller that has no other await saves a trip through the
-        event loop.
+        ``send``.  ``True``: written, but the kernel may have taken only part
+        of it; until :meth:`drain` returns, the rest waits in the transport
+        (and an ``aclose`` would drop it), as :attr:`write_pending` says.  A
+        caller that has no other await saves a trip through the event loop.
         """
         p = self._protocol
         if self._sending or self._closed or p.lost or p.write_paused or self._transport.is_closing():
             return False
         self._transport.write(item)
         return True
+
+    @property
+    def write_pending(self) -> bool:
+        """Bytes given to :meth:`try_write` still wait for room in the kernel's buffer."""
+        return self._protocol.write_paused
+
+    async def drain(self) -> None:
+        """Wait until the kernel has every byte written so far (errors as :meth:`send`)."""
+        if self._sending:
+            raise anyio.BusyResourceError("writing to")
+        self._sending = True
+        try:
+            await self._wait_writable()
+        finally:
+            self._sending = False
 
     async def _wait_writable(self) -> None:
         p = self._protocol
@@ -238,9 +257,22 @@ def _nodelay(sock: Any) -> None:
         pass  # not a TCP socket (or a transport that does not expose it)
 
 
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 async def connect_tcp(host: str, port: int) -> anyio.abc.ByteStream:
-    """Connect to ``host:port`` (raises ``OSError`` on failure)."""
-    if not _on_asyncio():
+    """Connect to ``host:port`` (raises ``OSError`` on failure).
+
+    An IP address (what peers advertise) gets a :class:`TcpStream`; a host
+    name goes through anyio, whose "happy eyeballs" race the name's addresses
+    (an unreachable IPv6 address does not use up the whole connect timeout).
+    """
+    if not _on_asyncio() or not _is_ip_literal(host):
         return await anyio.connect_tcp(host, port)
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.create_connection(_Protocol, host, port)
@@ -253,8 +285,15 @@ async def accept_tcp(listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream
     if not _on_asyncio():
         return await listener.accept()
     raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+    if raw.fileno() == -1:
+        raise anyio.ClosedResourceError  # as anyio's own accept says, so accept loops end
     loop = asyncio.get_running_loop()
-    sock, _ = await loop.sock_accept(raw)
+    try:
+        sock, _ = await loop.sock_accept(raw)
+    except asyncio.CancelledError:
+        with contextlib.suppress(ValueError, NotImplementedError, OSError):
+            loop.remove_reader(raw)  # what anyio does for bpo-41317: no stale watcher on the socket
+        raise
     try:
         sock.setblocking(False)
         _nodelay(sock)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,6 +11,9 @@ import anyio
 import anyio.abc
 import pytest
 
+from hearthnet.errors import Partition, ProtocolError
+from hearthnet.identity import Identity
+from hearthnet.transport.link import Link, accept_link, open_link
 from hearthnet.transport.tcp_stream import READ_HIGH, TcpStream, accept_tcp, connect_tcp
 
 pytestmark = pytest.mark.anyio
@@ -173,3 +177,58 @@ async def test_socket_attributes() -> None:
         assert client.extra(anyio.abc.SocketAttribute.remote_port) == server.extra(
             anyio.abc.SocketAttribute.local_port
         )
+
+
+async def test_try_write_reports_what_waits_and_drain_waits_for_it() -> None:
+    block = os.urandom(8 * 1024 * 1024)  # more than the kernel's buffers take at once
+    async with stream_pair() as (client, server):
+        assert client.try_write(block) is True
+        assert client.write_pending  # the kernel took part; the rest waits in the transport
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.drain)
+            assert await read_exactly(server, len(block)) == block
+        assert not client.write_pending
+
+
+async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> None:
+    """Link.send returns only when the kernel has the whole frame: closing right after drops nothing."""
+    identity_a, identity_b = Identity.generate(), Identity.generate()
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        accepted: list[Link] = []
+
+        async def accept_one() -> None:
+            stream = await accept_tcp(listener)
+            accepted.append(
+                await accept_link(
+                    stream, identity=identity_b, community_id="c", admit=lambda _: None, remote_address="a"
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(accept_one)
+            a = await open_link(
+                "127.0.0.1", port, identity=identity_a, community_id="c", admit=lambda _: None
+            )
+        b = accepted[0]
+        done: list[int] = []
+
+        async def sender() -> None:
+            with contextlib.suppress(Partition):
+                for i in range(64):
+                    await a.send({"i": i, "pad": b"x" * 900_000})
+                    done.append(i)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender)
+            with anyio.fail_after(30):
+                while a.write_blocked_since is None:  # the peer is not reading: a send waits
+                    await anyio.lowlevel.checkpoint()
+            reported = len(done)
+            await a.aclose()
+        got: list[int] = []
+        with contextlib.suppress(anyio.EndOfStream, Partition, ProtocolError):
+            while True:
+                got.append((await b.receive())["i"])
+        await b.aclose()
+        assert reported >= 1 and got[:reported] == list(range(reported))
