@@ -194,7 +194,8 @@ class BlobStore:
         self._inflight: Counter[str] = Counter()
         # Transfers from peers in progress, by doc_cid: the chunks they still bring count
         # against the cap, so concurrent puts cannot each fit alone and overshoot together.
-        self._reserved: dict[str, Manifest] = {}
+        self._reserved: dict[str, dict[str, int]] = {}
+        """doc_cid -> {chunk_id: size} of the chunks its transfer still brings (shrinks as they land)."""
         self._made_dirs: set[Path] = set()
         self._db = sqlite3.connect(self.root / "index.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -322,6 +323,9 @@ class BlobStore:
         with self._lock, transaction(self._db):
             now = self._clock()
             self._db.executemany(_UPSERT_CHUNK, [(cid, size, now) for cid, size in chunks])
+            for remaining in self._reserved.values():  # now counted as used, no longer as coming
+                for cid, _ in chunks:
+                    remaining.pop(cid, None)
 
     def incoming(self, group: int = INCOMING_GROUP) -> IncomingChunks:
         """A writer for the chunks of one blob arriving from a peer (see :class:`IncomingChunks`)."""
@@ -391,7 +395,10 @@ class BlobStore:
         if not isinstance(manifest, Manifest):
             raise BadRequest("put_manifest needs a Manifest")
         self._keep_fresh(manifest)  # a resumed transfer: what it already has is not stale garbage
-        self.check_quota(self.missing_bytes(manifest), reserve=manifest if reserve else None)
+        if reserve:
+            self._reserve_room(manifest)
+        else:
+            self.check_quota(self.missing_bytes(manifest))
         try:
             self._register(manifest, pin=pin, complete=False)
         except BaseException:
@@ -404,18 +411,26 @@ class BlobStore:
         with self._lock:
             self._reserved.pop(doc_cid, None)
 
-    def _reserved_bytes(self, besides: str | None = None) -> int:
-        """Bytes that transfers in progress will still add (lock held); ``besides``: leave one out."""
-        total = 0
-        counted: set[str] = set()
-        for doc_cid, manifest in self._reserved.items():
-            if doc_cid == besides:
-                continue
-            for cid in manifest.chunks:
-                if cid not in counted and not self.has_chunk(cid):
-                    total += manifest.length_of(cid)
-                counted.add(cid)
-        return total
+    def _reserved_chunks(self, besides: str | None = None) -> dict[str, int]:
+        """Chunks that transfers in progress will still bring, each once (lock held).
+
+        ``besides``: a transfer left out (a resumed one replaces its own reservation).
+        """
+        out: dict[str, int] = {}
+        for doc_cid, remaining in self._reserved.items():
+            if doc_cid != besides:
+                out.update(remaining)
+        return out
+
+    def _reserve_room(self, manifest: Manifest) -> None:
+        """Make room for what ``manifest``'s transfer brings, and keep it reserved (:meth:`check_quota`)."""
+        with self._lock:
+            missing = {cid: manifest.length_of(cid) for cid in self.missing_chunks(manifest)}
+            if self.cap_bytes is not None:
+                others = self._reserved_chunks(besides=manifest.doc_cid)
+                incoming = sum(size for cid, size in missing.items() if cid not in others)
+                self._make_room(incoming, sum(others.values()))
+            self._reserved[manifest.doc_cid] = missing
 
     def _keep_fresh(self, manifest: Manifest) -> None:
         """Restart the staleness clock of ``manifest``'s blob row and of its chunks held here."""
@@ -942,40 +957,42 @@ class BlobStore:
         if self.cap_bytes is None:
             return True
         with self._lock:
-            return self.usage_bytes() + self._reserved_bytes() + incoming_bytes <= self.cap_bytes
+            reserved = sum(self._reserved_chunks().values())
+            return self.usage_bytes() + reserved + incoming_bytes <= self.cap_bytes
 
-    def check_quota(self, incoming_bytes: int, *, reserve: Manifest | None = None) -> None:
+    def check_quota(self, incoming_bytes: int) -> None:
         """Make room for ``incoming_bytes`` (evicting by LRU); :class:`CapacityExceeded` if impossible.
 
         What transfers in progress will still bring counts as used.  Nothing is
         evicted unless the eviction makes enough room: more than the cap, or
         more than what pinned, incomplete, in-use and reserved chunks leave, is
-        refused at once.  ``reserve``: the transfer that brings those bytes; on
-        success its missing chunks stay counted (in the same lock hold) until
-        :meth:`release_reservation`.
+        refused at once.
         """
         if incoming_bytes < 0:
             raise BadRequest("incoming_bytes must be >= 0")
-        cap = self.cap_bytes
-        if cap is None:
+        if self.cap_bytes is None:
             return
+        with self._lock:
+            self._make_room(incoming_bytes, sum(self._reserved_chunks().values()))
+
+    def _make_room(self, incoming_bytes: int, reserved: int) -> None:
+        """:meth:`check_quota`'s work with ``reserved`` bytes still coming (lock held, a cap set)."""
+        cap = self.cap_bytes
+        assert cap is not None
         if incoming_bytes > cap:
             raise CapacityExceeded(f"{incoming_bytes} bytes are more than the blob store's {cap} byte cap")
-        with self._lock:
-            besides = None if reserve is None else reserve.doc_cid  # a resumed transfer replaces its own
-            reserved = self._reserved_bytes(besides)
-            if self.usage_bytes() + reserved + incoming_bytes > cap:
-                self._collect_stale()
-                usage = self.usage_bytes()
-                if usage + reserved + incoming_bytes > cap:
-                    kept = usage - self._evictable_bytes()
-                    if kept + reserved + incoming_bytes > cap:
-                        busy = f"; transfers in progress will bring {reserved} more" if reserved else ""
-                        raise CapacityExceeded(
-                            f"the blob store's cap is {cap} bytes and {kept} of the {usage} it holds are"
-                            f" pinned, incomplete or in use{busy}; {incoming_bytes} more do not fit"
-                            " (nothing was evicted)"
-                        )
-                    self._evict_down_to(cap - reserved - incoming_bytes)
-            if reserve is not None:
-                self._reserved[reserve.doc_cid] = reserve
+        if self.usage_bytes() + reserved + incoming_bytes <= cap:
+            return
+        self._collect_stale()
+        usage = self.usage_bytes()
+        if usage + reserved + incoming_bytes <= cap:
+            return
+        kept = usage - self._evictable_bytes()
+        if kept + reserved + incoming_bytes > cap:
+            busy = f"; transfers in progress will bring {reserved} more" if reserved else ""
+            raise CapacityExceeded(
+                f"the blob store's cap is {cap} bytes and {kept} of the {usage} it holds are"
+                f" pinned, incomplete or in use{busy}; {incoming_bytes} more do not fit"
+                " (nothing was evicted)"
+            )
+        self._evict_down_to(cap - reserved - incoming_bytes)

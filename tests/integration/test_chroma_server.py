@@ -128,6 +128,8 @@ def test_a_collection_missing_on_the_server_keeps_the_corpus_for_a_reindex(
         with pytest.raises(NotFound, match="rag reindex --corpus lost"):
             store.query("lost", vecs[0], k=3)
         assert [d["doc_cid"] for d in store.documents("lost")] == ["lost"]
+        with pytest.raises(NotFound, match="rag reindex"):  # not "already ingested": it cannot be answered
+            store.document("lost", "lost")
         info = store.replace_corpus("lost", embedding_model="m", dim=32, documents=[(chunks, vecs)])
         assert (info.docs, info.chunks) == (1, 6)
         assert store.query("lost", vecs[4], k=1)[0].chunk_id == "lost-4"

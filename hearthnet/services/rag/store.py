@@ -407,7 +407,12 @@ class CorpusStore:
         return self._documents(name, None)
 
     def document(self, name: str, doc_cid: str) -> dict[str, Any] | None:
-        """One complete document as in :meth:`documents`, or ``None``."""
+        """One complete document as in :meth:`documents`, or ``None``.
+
+        ``NotFound`` if the corpus's collection is missing (its chunks cannot
+        be answered, so "already ingested" would not be true).
+        """
+        self._collection(name)
         found = self._documents(name, doc_cid)
         return found[0] if found else None
 
@@ -426,11 +431,7 @@ class CorpusStore:
         for cid, title, language, chunks, tokens, meta in rows:
             # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
             # a reindex can rebuild a corpus whose collection is missing on a ChromaDB server
-            metadata = (
-                json.loads(meta)
-                if meta is not None
-                else self._metadata_from_chunks(self._collection(name), str(cid))
-            )
+            metadata = json.loads(meta) if meta is not None else self._old_metadata(name, str(cid))
             out.append(
                 {
                     "doc_cid": str(cid),
@@ -442,6 +443,18 @@ class CorpusStore:
                 }
             )
         return out
+
+    def _old_metadata(self, name: str, doc_cid: str) -> dict[str, Any]:
+        """Metadata of a row from before the ledger kept it: from a chunk, or none if the
+        collection is missing on a server (a reindex then rebuilds the document without it)."""
+        try:
+            col = self._collection(name)
+        except NotFound:
+            if not self._remote:
+                raise
+            _log.warning("rag_metadata_unrecoverable", corpus=name, doc_cid=doc_cid)
+            return {}
+        return self._metadata_from_chunks(col, doc_cid)
 
     def _metadata_from_chunks(self, col: Any, doc_cid: str) -> dict[str, Any]:
         """The caller's metadata of a document recorded before the ledger kept it: from one chunk."""
