@@ -216,7 +216,7 @@ class TcpStream(anyio.abc.ByteStream):
     async def send_eof(self) -> None:
         try:
             self._transport.write_eof()
-        except OSError:
+        except (OSError, RuntimeError):  # uvloop raises RuntimeError on a closed handle
             pass
 
     async def aclose(self) -> None:
