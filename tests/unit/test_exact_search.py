@@ -141,6 +141,7 @@ def test_a_load_racing_a_completed_write_is_discarded(tmp_path: Path) -> None:
     try:
         store.create_corpus("kb", embedding_model="m", dim=16)
         store.add_document("kb", fake_chunks("a", 5), unit_vectors(5, seed=1))
+        store._exact.pop("kb")  # as after a restart: the copy is loaded on first use
         col = store._collection("kb")
 
         class WriteDuringLoad:
@@ -208,5 +209,25 @@ def test_a_load_of_the_old_collection_is_not_installed_after_a_replace(tmp_path:
         hits = store.query("kb", va[1], k=4)
         assert sorted(h.chunk_id for h in hits) == ["a-0", "a-1", "a-2", "a-3"]
         assert len(store._exact["kb"]) == store.info("kb").chunks == 4
+    finally:
+        store.close()
+
+
+def test_a_new_corpus_is_searched_exactly_from_its_first_document_without_a_load(tmp_path: Path) -> None:
+    """After a bulk ingest into a new corpus no query reads the whole corpus back from ChromaDB."""
+    store = CorpusStore(tmp_path / "rag")
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        for name in ("a", "b", "c"):
+            store.add_document("kb", fake_chunks(name, 4), unit_vectors(4, seed=ord(name)))
+        assert len(store._exact["kb"]) == 12
+
+        class NoLoad:
+            def get(self, **kw: Any) -> Any:
+                raise AssertionError("the exact index was loaded from ChromaDB")
+
+        assert store._exact_index("kb", NoLoad()) is store._exact["kb"]
+        hits = store.query("kb", unit_vectors(4, seed=ord("b"))[2], k=1)
+        assert hits[0].chunk_id == "b-2" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     finally:
         store.close()

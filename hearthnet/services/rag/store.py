@@ -331,6 +331,12 @@ class CorpusStore:
                 (name, embedding_model, dim, SCHEMA_VERSION, created),
             )
             self._collections[name] = col
+            if self._exact_budget > 0:
+                # A new corpus has no complete document: its exact index starts empty and each
+                # add_document extends it, so no query after a bulk ingest has to load it from
+                # ChromaDB (seconds while ChromaDB folds in its write log, for every such query).
+                self._exact[name] = ExactIndex(dim)
+                self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
             return self.info(name)
 
     def corpora(self) -> list[str]:
