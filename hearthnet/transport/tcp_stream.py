@@ -43,6 +43,28 @@ READ_LOW = 64 * 1024
 """Unread bytes below which a paused stream reads again."""
 
 
+class _Signal:
+    """Where one task waits for a protocol callback (data, room to write, the end)."""
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+
+    async def wait(self) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
 class _Protocol(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -53,8 +75,8 @@ class _Protocol(asyncio.Protocol):
         self.error: BaseException | None = None
         self.reading_paused = False
         self.write_paused = False
-        self.read_waiter: asyncio.Future[None] | None = None
-        self.drain_waiter: asyncio.Future[None] | None = None
+        self.readable = _Signal()
+        self.writable = _Signal()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass it
@@ -66,35 +88,25 @@ class _Protocol(asyncio.Protocol):
         if self.buffered >= READ_HIGH and not self.reading_paused and self.transport is not None:
             self.reading_paused = True
             self.transport.pause_reading()
-        self._wake_reader()
+        self.readable.wake()
 
     def eof_received(self) -> bool:
         self.eof = True
-        self._wake_reader()
+        self.readable.wake()
         return True  # keep our side open for writing (a half-close, as with anyio)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self.error = exc
-        self._wake_reader()
-        self._wake_writer()
+        self.readable.wake()
+        self.writable.wake()
 
     def pause_writing(self) -> None:
         self.write_paused = True
 
     def resume_writing(self) -> None:
         self.write_paused = False
-        self._wake_writer()
-
-    def _wake_reader(self) -> None:
-        waiter = self.read_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _wake_writer(self) -> None:
-        waiter = self.drain_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self.writable.wake()
 
 
 class TcpStream(anyio.abc.ByteStream):
@@ -129,12 +141,9 @@ class TcpStream(anyio.abc.ByteStream):
             if reason is not None:
                 raise reason
             self._receiving = True
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            p.read_waiter = waiter
             try:
-                await waiter
+                await p.readable.wait()
             finally:
-                p.read_waiter = None
                 self._receiving = False
             if not p.chunks:
                 reason = self._unreadable()
@@ -150,21 +159,15 @@ class TcpStream(anyio.abc.ByteStream):
         return chunk
 
     async def send(self, item: bytes) -> None:
-        if self._sending:
-            raise anyio.BusyResourceError("writing to")
-        self._sending = True
+        await self.drain()  # room first; no await between it and the write, so no other send interleaves
         try:
-            await self._wait_writable()
-            try:
-                self._transport.write(item)
-            except RuntimeError as exc:
-                if self._transport.is_closing():
-                    raise anyio.BrokenResourceError(str(exc)) from exc
-                raise
-            if self._protocol.write_paused or self._transport.is_closing():
-                await self._wait_writable()  # raises if the write failed and the connection is going
-        finally:
-            self._sending = False
+            self._transport.write(item)
+        except RuntimeError as exc:
+            if self._transport.is_closing():
+                raise anyio.BrokenResourceError(str(exc)) from exc
+            raise
+        if self._protocol.write_paused or self._transport.is_closing():
+            await self.drain()  # raises if the write failed and the connection is going
 
     def try_write(self, item: bytes) -> bool:
         """Hand ``item`` to the transport now if nothing is in the way; never waits.
@@ -188,7 +191,11 @@ class TcpStream(anyio.abc.ByteStream):
         return self._protocol.write_paused
 
     async def drain(self) -> None:
-        """Wait until the kernel has every byte written so far (errors as :meth:`send`)."""
+        """Wait until the kernel has every byte written so far (errors as :meth:`send`).
+
+        One task at a time waits here (``BusyResourceError`` for another), so
+        ``send`` and ``drain`` of two tasks never mix their bytes.
+        """
         if self._sending:
             raise anyio.BusyResourceError("writing to")
         self._sending = True
@@ -206,12 +213,7 @@ class TcpStream(anyio.abc.ByteStream):
                 raise anyio.BrokenResourceError(str(p.error or "connection lost"))
             if not p.write_paused:
                 return
-            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            p.drain_waiter = waiter
-            try:
-                await waiter
-            finally:
-                p.drain_waiter = None
+            await p.writable.wait()
 
     async def send_eof(self) -> None:
         try:
