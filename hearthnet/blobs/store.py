@@ -422,6 +422,10 @@ class BlobStore:
                 out.update(remaining)
         return out
 
+    def _reserved_bytes(self) -> int:
+        """Bytes all transfers in progress will still bring (lock held)."""
+        return sum(self._reserved_chunks().values())
+
     def _reserve_room(self, manifest: Manifest) -> None:
         """Make room for what ``manifest``'s transfer brings, and keep it reserved (:meth:`check_quota`)."""
         with self._lock:
@@ -957,8 +961,7 @@ class BlobStore:
         if self.cap_bytes is None:
             return True
         with self._lock:
-            reserved = sum(self._reserved_chunks().values())
-            return self.usage_bytes() + reserved + incoming_bytes <= self.cap_bytes
+            return self.usage_bytes() + self._reserved_bytes() + incoming_bytes <= self.cap_bytes
 
     def check_quota(self, incoming_bytes: int) -> None:
         """Make room for ``incoming_bytes`` (evicting by LRU); :class:`CapacityExceeded` if impossible.
@@ -973,7 +976,7 @@ class BlobStore:
         if self.cap_bytes is None:
             return
         with self._lock:
-            self._make_room(incoming_bytes, sum(self._reserved_chunks().values()))
+            self._make_room(incoming_bytes, self._reserved_bytes())
 
     def _make_room(self, incoming_bytes: int, reserved: int) -> None:
         """:meth:`check_quota`'s work with ``reserved`` bytes still coming (lock held, a cap set)."""
