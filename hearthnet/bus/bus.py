@@ -344,17 +344,24 @@ class CapabilityBus:
         the peer's ``cancel``; ``None`` means the peer cancelled.
         """
         d = reg.descriptor
-        if stats.in_flight >= d.max_concurrent:
-            retry = int(max(10.0, stats.p50_ms()))
-            stats.record(0.0, "capacity_exceeded")
+        now = anyio.current_time() if now is None else now
+        refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.refusal_memory)
+        if refusal is not None:
+            retry = stats.retry_after_ms()
+            stats.record(None, "capacity_exceeded")
+            if refusal.full:
+                raise CapacityExceeded(
+                    f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls", retry_after_ms=retry
+                )
             raise CapacityExceeded(
-                f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls", retry_after_ms=retry
+                f"{d.ref}: this caller already runs {refusal.held} of its fair share of {refusal.share} "
+                f"concurrent calls while others wait (limit {d.max_concurrent})",
+                retry_after_ms=retry,
             )
-        stats.in_flight += 1
         started = time.perf_counter()
         code: str | None = None
         try:
-            if ctx.deadline <= (anyio.current_time() if now is None else now):
+            if ctx.deadline <= now:
                 raise Timeout(f"deadline passed before {d.ref} started")
             value: Any = _UNSET
             if incoming is None:
@@ -385,7 +392,7 @@ class CapabilityBus:
             log.exception("handler_failed", capability=d.ref, trace_id=ctx.trace_id)
             raise InternalError(f"internal error in {d.ref} (trace_id={ctx.trace_id})") from exc
         finally:
-            stats.in_flight -= 1
+            stats.slots.give_back(ctx.caller)
             stats.record((time.perf_counter() - started) * 1000, code)
 
     # calling ----------------------------------------------------------------------
@@ -433,7 +440,7 @@ class CapabilityBus:
         for c in candidates:
             if c.is_local:
                 stats = self.stats.get(c.descriptor.ref)
-                local_saturated = stats.in_flight >= c.descriptor.max_concurrent
+                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
         return self.router.order(candidates, capability, now=now, local_saturated=local_saturated)
 
     async def call(

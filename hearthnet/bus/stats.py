@@ -6,6 +6,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from hearthnet.bus.admission import Slots
+
 _WINDOW = 2048
 
 
@@ -23,14 +25,21 @@ class CapabilityStats:
 
     calls: int = 0
     errors: int = 0
-    in_flight: int = 0
     last_error: str | None = None
     errors_by_code: dict[str, int] = field(default_factory=dict)
     latencies_ms: deque[float] = field(default_factory=lambda: deque(maxlen=_WINDOW))
+    slots: Slots = field(default_factory=Slots)
+    """Who runs how many calls now (``max_concurrent`` and its fair shares)."""
 
-    def record(self, ms: float, error_code: str | None) -> None:
+    @property
+    def in_flight(self) -> int:
+        return self.slots.total
+
+    def record(self, ms: float | None, error_code: str | None) -> None:
+        """Count one call; ``ms`` None for a call refused before it ran (kept out of p50/p99)."""
         self.calls += 1
-        self.latencies_ms.append(ms)
+        if ms is not None:
+            self.latencies_ms.append(ms)
         if error_code is not None:
             self.errors += 1
             self.last_error = error_code
@@ -38,6 +47,14 @@ class CapabilityStats:
 
     def p50_ms(self) -> float:
         return percentile(sorted(self.latencies_ms), 0.5)
+
+    def retry_after_ms(self) -> int:
+        """The hint sent with ``capacity_exceeded``: a typical call's time, at least 10 ms."""
+        return int(max(10.0, self.p50_ms()))
+
+    def refusal_memory(self) -> float:
+        """Seconds a refused caller counts as wanting slots: twice the hint, at least 2 s."""
+        return max(2.0, 2 * self.retry_after_ms() / 1000)
 
     def snapshot(self) -> dict[str, Any]:
         ordered = sorted(self.latencies_ms)
