@@ -35,8 +35,9 @@ from hearthnet.services.embedding import (
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig
 from hearthnet.services.file.service import FileService
-from hearthnet.services.rag.chunker import chunk_id_for
-from hearthnet.services.rag.service import RagService, RagSettings
+from hearthnet.services.rag.chunker import Chunk, chunk_id_for
+from hearthnet.services.rag.ingest import EmbeddedDocument, Embedder, embed_streamed
+from hearthnet.services.rag.service import PAGES_AHEAD, RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore
 from tests.openai_server import DIM, OpenAIEmbeddingServer
 
@@ -412,3 +413,43 @@ async def test_a_query_does_not_wait_behind_writes_holding_every_write_thread(
                 finally:
                     release.set()  # the writes go on (and a failure above does not wait for them)
         assert n.store.info("house").docs == 3
+
+
+@pytest.mark.anyio
+async def test_embedding_starts_on_the_chunks_read_so_far_and_never_sends_more_than_a_batch(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """The embedder is not kept waiting for a full batch of 32 while chunks are ready."""
+    async with node(tmp_path, minilm=minilm) as n:
+        embedder = Embedder(n.bus, MINILM, TIMEOUT)
+        chunks = [Chunk(f"c{i}", f"chunk {i} about compost and {i % 7} worms", {}) for i in range(43)]
+        send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
+        frames: list[Frame] = []
+        first, go_on = anyio.Event(), anyio.Event()
+
+        async def progress(frame: Frame) -> None:
+            frames.append(frame)
+            first.set()
+            await go_on.wait()  # the embedding side pauses here while the test reads on
+
+        result: list[EmbeddedDocument] = []
+
+        async def embed() -> None:
+            async with receive:
+                result.append(await embed_streamed(embedder, receive, progress))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(embed)
+            await send.send(chunks[:3])  # a first page: 3 chunks, and the reader still busy
+            with anyio.fail_after(60):
+                await first.wait()  # ... embedded before any more arrive
+            assert frames == [{"stage": "embed", "current": 3, "total": 3}]
+            await send.send(chunks[3:20])
+            await send.send(chunks[20:])  # 40 ready at once: a full batch of 32, then 8
+            await send.aclose()
+            go_on.set()
+        assert [f["current"] for f in frames] == [3, 35, 43]
+        assert all(f["total"] == 43 for f in frames[1:])
+        direct, _, _ = await embedder.embed([c.text for c in chunks])
+        assert result[0].vectors.shape == (43, direct.shape[1])
+        assert float((result[0].vectors * direct).sum(axis=1).min()) > 0.999  # in order

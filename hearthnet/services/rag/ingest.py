@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import numpy as np
 import structlog
+from anyio.streams.memory import MemoryObjectReceiveStream
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition
@@ -181,35 +182,47 @@ class EmbeddedDocument:
 
 
 async def embed_streamed(
-    embedder: Embedder, groups: AsyncIterable[list[Chunk]], progress: Progress | None
+    embedder: Embedder, groups: MemoryObjectReceiveStream[list[Chunk]], progress: Progress | None
 ) -> EmbeddedDocument:
-    """Embed chunks as they arrive, in calls of ``EMBED_BATCH`` (the last one may be shorter).
+    """Embed chunks as they are read, one ``embed.text`` call at a time.
 
-    Progress frames count chunks: ``current`` embedded of ``total`` read so far.
+    Each call takes up to ``EMBED_BATCH`` of the chunks read so far and is
+    sent as soon as the previous one returns: the embedder never waits for a
+    full batch while chunks are ready (so the first call goes out after the
+    first pages, and a reader slower than the embedder gets smaller calls,
+    not an idle embedder).  Progress frames count chunks: ``current``
+    embedded of ``total`` read so far.
     """
     parts: list[np.ndarray] = []
     pending: list[Chunk] = []
     tokens = truncated = done = seen = 0
     started = time.perf_counter()
 
-    async def embed(batch: list[Chunk]) -> None:
-        nonlocal tokens, truncated, done
-        vectors, t, tr = await embedder.embed([c.text for c in batch])
-        parts.append(vectors)
-        tokens += t
-        truncated += tr
-        done += len(batch)
-        if progress is not None:
-            await progress({"stage": "embed", "current": done, "total": seen})
+    def take_ready() -> None:
+        """Move every group already read into ``pending``, without waiting."""
+        nonlocal seen
+        while True:
+            try:
+                group = groups.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return
+            pending.extend(group)
+            seen += len(group)
 
-    async for group in groups:
+    async for group in groups:  # waits only when nothing read is left to embed
         pending.extend(group)
         seen += len(group)
-        while len(pending) >= EMBED_BATCH:
+        take_ready()
+        while pending:
             batch, pending = pending[:EMBED_BATCH], pending[EMBED_BATCH:]
-            await embed(batch)
-    if pending:
-        await embed(pending)
+            vectors, t, tr = await embedder.embed([c.text for c in batch])
+            parts.append(vectors)
+            tokens += t
+            truncated += tr
+            done += len(batch)
+            if progress is not None:
+                await progress({"stage": "embed", "current": done, "total": seen})
+            take_ready()
     log.info(
         "chunks_embedded",
         chunks=done,
