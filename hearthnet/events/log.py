@@ -411,11 +411,23 @@ class EventLog:
             except BusError as exc:
                 rejected.append((ev.event_id, exc.code, exc.message))
         current = self._current()
-        named = {e.data.get("node_id") for e, _ in valid if e.event_type in (INVITED, PROMOTED)}
-        named.update(e.author for e, founding in valid if founding)
+        # Authors some position could admit: admitted before, founders in this batch, and
+        # (transitively) whoever those invite or promote here -- not strangers inviting strangers.
+        admissible = {e.author for e, founding in valid if founding}
+        admissible.update(e.author for e, _ in valid if current.ever_level(e.author) is not None)
+        grants = [e for e, _ in valid if e.event_type in (INVITED, PROMOTED)]
+        while True:
+            more = {
+                str(e.data.get("node_id"))
+                for e in grants
+                if e.author in admissible and e.data.get("node_id") not in admissible
+            }
+            if not more:
+                break
+            admissible |= more
         kept: list[Event] = []
-        for ev, founding in valid:
-            if founding or current.ever_level(ev.author) is not None or ev.author in named:
+        for ev, _ in valid:
+            if ev.author in admissible:
                 kept.append(ev)
             else:
                 refusal = Unauthorized(f"{ev.author} was never admitted to the community")

@@ -459,6 +459,39 @@ def test_junk_from_a_stranger_never_replays_the_history(
         assert replays == []
 
 
+def test_strangers_inviting_each_other_never_replay_the_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Naming each other does not make two never-admitted authors admissible; a member's
+    invitee, and whoever that invitee invites in the same batch, still are."""
+    with _founded(tmp_path / "a.db") as a:
+        cid = a.community_id or ""
+        a.membership()
+        replays: list[object] = []
+
+        def counted(*args: Any) -> Membership:
+            replays.append(args)
+            return derive_membership(*args)
+
+        monkeypatch.setattr(log_module, "derive_membership", counted)
+        x, y = Identity.generate(), Identity.generate()
+        pair = [
+            _invite(cid, y, lamport=1, seq=1, author=x),
+            _invite(cid, x, lamport=2, seq=1, author=y),
+        ]
+        report = a.ingest(pair)
+        assert sorted(r[0] for r in report.rejected) == sorted(e.event_id for e in pair)
+        assert {r[1] for r in report.rejected} == {"unauthorized"}
+        assert replays == []
+        newbie, newer = Identity.generate(), Identity.generate()
+        chain = [
+            _invite(cid, newbie, lamport=1, seq=1, author=ALICE),  # early: lands inside the history
+            _invite(cid, newer, lamport=2, seq=1, author=newbie),
+        ]
+        a.ingest(chain)
+        assert replays  # screened in (the rules then judge both at their positions)
+
+
 def test_a_huge_batch_is_checked_in_linear_time(tmp_path: Path) -> None:
     """The same-author-and-seq scan over the batch used to be quadratic (20,000 events: 80 s)."""
     stranger = Identity.generate()
