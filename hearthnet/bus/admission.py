@@ -1,22 +1,25 @@
 """Fair shares of a capability's ``max_concurrent`` slots among its callers (pure, no I/O).
 
 A capability served here runs at most ``limit`` calls at once.  Without more,
-one member's script with many calls in flight would hold every slot, and every
-other member would get ``capacity_exceeded`` for as long as it keeps going.
-:class:`Slots` therefore shares the slots among the callers that want them:
+one member's script that calls again the moment a call ends would hold every
+slot for as long as it kept going, and every other member would get
+``capacity_exceeded``.  :class:`Slots` therefore shares the slots:
 
-* a caller alone may use every slot (nothing is held back while nobody else
-  asks);
-* once a second caller has been refused, or holds a slot, each caller's share
-  is ``ceil(limit / callers)``, and a caller at or over its share is refused
-  until it is back under it, so the slots its calls free go to the others;
-* a refused caller keeps counting as one that wants slots for a while (the
-  bus says: twice the retry hint it sent, at least 2 s), long enough for its
-  retry to find the slot; then, if it did not come back, the others may use
-  the whole limit again.
+* while nobody waits, any caller may take any free slot (a caller alone may
+  use all of them);
+* each caller's share is ``limit // callers`` (at least 1), callers being
+  those holding slots, those waiting, and the one asking;
+* a caller refused while it held less than its share becomes a *waiter*.
+  While there are waiters, slots that free up are kept for them, first
+  refused first served: any other caller gets a slot only while more are
+  free than waiters are owed, and a caller at its share is refused (without
+  becoming a waiter) until its calls drop below it;
+* a waiter stays one for ``remember`` seconds from its last refusal (the bus
+  says: twice the retry hint it sent, within 0.25-30 s), long enough for a
+  retry after the hint; if it does not come back, its reservation lapses.
 
 Callers are node ids (the node's own calls count as one caller).  Times are in
-the caller's clock (the bus uses the event loop's).
+one clock of the caller's choice (the bus uses the event loop's).
 """
 
 from __future__ import annotations
@@ -29,55 +32,57 @@ __all__ = ["Refusal", "Slots"]
 
 @dataclass(frozen=True)
 class Refusal:
-    """Why a call was not admitted: ``held`` of the caller's ``share`` of ``limit`` slots."""
+    """Why a call was not admitted."""
 
     held: int
+    """Slots the caller held."""
     share: int
+    """The caller's share of the slots at that moment."""
     limit: int
-    full: bool
-    """All ``limit`` slots are taken (else: the caller is at its share while others wait)."""
+    reason: str
+    """``full`` (every slot taken), ``reserved`` (the free ones are kept for callers
+    refused earlier) or ``share`` (the caller runs its share while others wait)."""
+
+
+@dataclass
+class _Waiter:
+    since: float
+    until: float
 
 
 @dataclass
 class Slots:
-    """Slots of one capability held per caller, and who was refused lately."""
+    """Slots of one capability held per caller, and the callers waiting for one."""
 
     total: int = 0
     held: dict[str, int] = field(default_factory=dict)
-    _wanting: dict[str, float] = field(default_factory=dict)
-    """Refused callers -> until when they count as wanting slots."""
+    _waiting: dict[str, _Waiter] = field(default_factory=dict)
+    """Waiters in the order they were first refused (dicts keep insertion order)."""
 
     def take(self, caller: str, limit: int, now: float, *, remember: Callable[[], float]) -> Refusal | None:
-        """Take a slot for ``caller`` (``None``), or say why not and remember that it asked.
+        """Take a slot for ``caller`` (``None``), or say why not.
 
-        ``remember()`` (called only on a refusal) is how many seconds the
-        refused caller counts as wanting slots.
+        ``remember()`` (called only when ``caller`` becomes or stays a waiter)
+        is how many seconds from now it stays one.
         """
-        mine, share = self._share(caller, limit, now)
-        if self.total >= limit or mine >= share:
-            self._wanting[caller] = max(self._wanting.get(caller, now), now + remember())
-            return Refusal(mine, share, limit, self.total >= limit)
-        self._wanting.pop(caller, None)
+        mine, share, reason = self._judge(caller, limit, now)
+        if reason is not None:
+            if mine < share:  # owed a slot: wait for one, in order of first refusal
+                waiter = self._waiting.get(caller)
+                until = now + remember()
+                if waiter is None:
+                    self._waiting[caller] = _Waiter(now, until)
+                else:
+                    waiter.until = max(waiter.until, until)
+            return Refusal(mine, share, limit, reason)
+        self._waiting.pop(caller, None)
         self.held[caller] = mine + 1
         self.total += 1
         return None
 
     def would_take(self, caller: str, limit: int, now: float) -> bool:
         """Whether :meth:`take` would admit ``caller`` now."""
-        mine, share = self._share(caller, limit, now)
-        return self.total < limit and mine < share
-
-    def _share(self, caller: str, limit: int, now: float) -> tuple[int, int]:
-        """Slots ``caller`` holds, and its share: ``ceil(limit / callers wanting slots)``."""
-        held, wanting = self.held, self._wanting
-        callers = len(held) + (caller not in held)
-        if wanting:
-            for c, until in list(wanting.items()):
-                if until <= now:
-                    del wanting[c]
-                elif c not in held and c != caller:
-                    callers += 1
-        return held.get(caller, 0), -(-limit // callers)
+        return self._judge(caller, limit, now)[2] is None
 
     def give_back(self, caller: str) -> None:
         """Release one slot that :meth:`take` gave ``caller``."""
@@ -89,3 +94,27 @@ class Slots:
         else:
             self.held[caller] = mine - 1
         self.total -= 1
+
+    def _judge(self, caller: str, limit: int, now: float) -> tuple[int, int, str | None]:
+        """``(held by caller, its share, why it may not take a slot now or None)``."""
+        held, waiting = self.held, self._waiting
+        mine = held.get(caller, 0)
+        free = limit - self.total
+        if waiting:
+            for c in [c for c, w in waiting.items() if w.until <= now]:
+                del waiting[c]
+        if not waiting:  # the common case: any free slot may be taken
+            share = max(1, limit // (len(held) + (caller not in held)))
+            return mine, share, None if free > 0 else "full"
+        share = max(1, limit // len(held.keys() | waiting.keys() | {caller}))
+        if free <= 0:
+            return mine, share, "full"
+        if mine >= share:
+            return mine, share, "share"
+        ahead = 0  # waiters owed a slot, refused before this caller
+        for c in waiting:
+            if c == caller:
+                break
+            if held.get(c, 0) < share:
+                ahead += 1
+        return mine, share, None if free > ahead else "reserved"

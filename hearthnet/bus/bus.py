@@ -345,19 +345,22 @@ class CapabilityBus:
         """
         d = reg.descriptor
         now = anyio.current_time() if now is None else now
-        refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.refusal_memory)
+        refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.waiter_memory)
         if refusal is not None:
             retry = stats.retry_after_ms()
             stats.record(None, "capacity_exceeded")
-            if refusal.full:
-                raise CapacityExceeded(
-                    f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls", retry_after_ms=retry
+            if refusal.reason == "full":
+                why = f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls"
+            elif refusal.reason == "reserved":
+                why = (
+                    f"{d.ref}: its free slots are kept for callers refused earlier (limit {d.max_concurrent})"
                 )
-            raise CapacityExceeded(
-                f"{d.ref}: this caller already runs {refusal.held} of its fair share of {refusal.share} "
-                f"concurrent calls while others wait (limit {d.max_concurrent})",
-                retry_after_ms=retry,
-            )
+            else:
+                why = (
+                    f"{d.ref}: this caller already runs {refusal.held} of its fair share of "
+                    f"{refusal.share} concurrent calls while others wait (limit {d.max_concurrent})"
+                )
+            raise CapacityExceeded(why, retry_after_ms=retry)
         started = time.perf_counter()
         code: str | None = None
         try:

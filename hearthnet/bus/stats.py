@@ -52,9 +52,9 @@ class CapabilityStats:
         """The hint sent with ``capacity_exceeded``: a typical call's time, at least 10 ms."""
         return int(max(10.0, self.p50_ms()))
 
-    def refusal_memory(self) -> float:
-        """Seconds a refused caller counts as wanting slots: twice the hint, at least 2 s."""
-        return max(2.0, 2 * self.retry_after_ms() / 1000)
+    def waiter_memory(self) -> float:
+        """Seconds a caller refused under its share keeps its turn: twice the hint, 0.25-30 s."""
+        return min(30.0, max(0.25, 2 * self.retry_after_ms() / 1000))
 
     def snapshot(self) -> dict[str, Any]:
         ordered = sorted(self.latencies_ms)

@@ -408,58 +408,68 @@ async def test_over_max_concurrent_answers_capacity_exceeded_with_retry_hint() -
 
 
 @pytest.mark.anyio
-async def test_a_caller_holding_every_slot_is_held_to_its_share_once_another_waits() -> None:
+async def test_a_caller_refused_for_capacity_gets_the_next_free_slot_before_one_calling_again() -> None:
     gates: dict[int, anyio.Event] = {}
-    running: list[str] = []
+    running: list[tuple[str, str]] = []
 
     async def slow(ctx: CallContext) -> dict[str, Any]:
-        running.append(ctx.caller)
+        me = (ctx.capability, ctx.caller)
+        running.append(me)
         try:
             await gates.setdefault(int(ctx.input["n"]), anyio.Event()).wait()
         finally:
-            running.remove(ctx.caller)
+            running.remove(me)
         return {}
+
+    def release(*ns: int) -> None:
+        for n in ns:
+            gates.setdefault(n, anyio.Event()).set()
 
     async with mesh(3) as m:
         _ALL.extend(m.buses)
         a, b, c = m.buses
         b.register(reg("test.slow", slow, max_concurrent=4))
+        b.register(reg("test.one", slow, max_concurrent=1))
         await announce(b)
         finished: list[int] = []
 
-        async def call(caller: CapabilityBus, n: int) -> None:
-            await caller.call("test.slow", input={"n": n}, timeout=10)
+        async def call(caller: CapabilityBus, name: str, n: int) -> None:
+            await caller.call(name, input={"n": n}, timeout=10)
             finished.append(n)
 
         async with anyio.create_task_group() as tg:
-            for n in range(4):  # alone, a may use every slot
-                tg.start_soon(call, a, n)
-            await wait_until(lambda: running.count(a.node_id) == 4)
+            # four slots: alone, a may use every one
+            for n in range(4):
+                tg.start_soon(call, a, "test.slow", n)
+            await wait_until(lambda: running.count(("test.slow", a.node_id)) == 4)
             with pytest.raises(CapacityExceeded, match="at its limit of 4"):
                 await c.call("test.slow", input={"n": 90}, timeout=5)  # c now waits for a slot
-            gates.setdefault(0, anyio.Event()).set()
-            await wait_until(lambda: finished == [0])
-            with pytest.raises(CapacityExceeded, match="fair share of 2") as refused:
+            release(0)
+            await wait_until(lambda: 0 in finished)
+            with pytest.raises(CapacityExceeded, match="runs 3 of its fair share of 2") as refused:
                 await a.call("test.slow", input={"n": 91}, timeout=5)  # the freed slot is c's
             assert refused.value.retry_after_ms
-            tg.start_soon(call, c, 10)
-            await wait_until(lambda: running.count(c.node_id) == 1)
-            gates.setdefault(1, anyio.Event()).set()
-            await wait_until(lambda: running.count(a.node_id) == 2)
-            tg.start_soon(call, c, 11)  # c may take up to its share of 2 ...
-            await wait_until(lambda: running.count(c.node_id) == 2)
-            gates.setdefault(2, anyio.Event()).set()
-            await wait_until(lambda: running.count(a.node_id) == 1)
-            with pytest.raises(CapacityExceeded, match="runs 2 of its fair share of 2"):
-                await c.call("test.slow", input={"n": 92}, timeout=5)  # ... and no more
-            tg.start_soon(call, a, 12)  # a, under its share again, gets the slot
-            await wait_until(lambda: running.count(a.node_id) == 2)
-            for n in (3, 10, 11, 12):
-                gates.setdefault(n, anyio.Event()).set()
-        assert sorted(finished) == [0, 1, 2, 3, 10, 11, 12]
-        snap = b.stats.snapshot()["test.slow@1.0"]
-        assert snap["errors_by_code"] == {"capacity_exceeded": 3} and snap["in_flight"] == 0
-        assert snap["calls"] == 10
+            tg.start_soon(call, c, "test.slow", 10)
+            await wait_until(lambda: running.count(("test.slow", c.node_id)) == 1)
+            release(1, 2, 3, 10)
+
+            # one slot: a calls again the moment its call ends, c retries later, and gets it
+            tg.start_soon(call, a, "test.one", 20)
+            await wait_until(lambda: ("test.one", a.node_id) in running)
+            with pytest.raises(CapacityExceeded, match="at its limit of 1"):
+                await c.call("test.one", input={"n": 92}, timeout=5)
+            release(20)
+            await wait_until(lambda: 20 in finished)
+            with pytest.raises(CapacityExceeded, match="kept for callers refused earlier"):
+                await a.call("test.one", input={"n": 93}, timeout=5)
+            tg.start_soon(call, c, "test.one", 21)
+            await wait_until(lambda: ("test.one", c.node_id) in running)
+            release(21)
+        assert sorted(finished) == [0, 1, 2, 3, 10, 20, 21]
+        stats = b.stats.snapshot()
+        assert stats["test.slow@1.0"]["errors_by_code"] == {"capacity_exceeded": 2}
+        assert stats["test.one@1.0"]["errors_by_code"] == {"capacity_exceeded": 2}
+        assert stats["test.slow@1.0"]["in_flight"] == stats["test.one@1.0"]["in_flight"] == 0
 
 
 @pytest.mark.anyio
