@@ -199,9 +199,10 @@ async def embed_streamed(
     started = time.perf_counter()
 
     def take_ready() -> None:
-        """Move every group already read into ``pending``, without waiting."""
+        """Move groups already read into ``pending``, without waiting, until a call's worth
+        (the rest stay in the reader's bounded buffer, which holds the reader back)."""
         nonlocal seen
-        while True:
+        while len(pending) < EMBED_BATCH:
             try:
                 group = groups.receive_nowait()
             except (anyio.WouldBlock, anyio.EndOfStream):
