@@ -415,16 +415,16 @@ class EventLog:
         # (transitively) whoever those invite or promote here -- not strangers inviting strangers.
         admissible = {e.author for e, founding in valid if founding}
         admissible.update(e.author for e, _ in valid if current.ever_level(e.author) is not None)
-        grants = [e for e, _ in valid if e.event_type in (INVITED, PROMOTED)]
-        while True:
-            more = {
-                str(e.data.get("node_id"))
-                for e in grants
-                if e.author in admissible and e.data.get("node_id") not in admissible
-            }
-            if not more:
-                break
-            admissible |= more
+        named_by: dict[str, list[str]] = {}  # author -> whom its grants in this batch name
+        for e, _ in valid:
+            if e.event_type in (INVITED, PROMOTED):
+                named_by.setdefault(e.author, []).append(str(e.data.get("node_id")))
+        frontier = list(admissible)
+        while frontier:  # each author is expanded once: linear in the batch
+            for named in named_by.pop(frontier.pop(), ()):
+                if named not in admissible:
+                    admissible.add(named)
+                    frontier.append(named)
         kept: list[Event] = []
         for ev, _ in valid:
             if ev.author in admissible:

@@ -483,13 +483,17 @@ def test_strangers_inviting_each_other_never_replay_the_history(
         assert sorted(r[0] for r in report.rejected) == sorted(e.event_id for e in pair)
         assert {r[1] for r in report.rejected} == {"unauthorized"}
         assert replays == []
+        for i in range(3):  # history goes on after ALICE's admission (lamport 2)
+            a.append_local(FOUNDER, "member.invited", {"node_id": _member(i).node_id, "level": "member"})
         newbie, newer = Identity.generate(), Identity.generate()
-        chain = [
-            _invite(cid, newbie, lamport=1, seq=1, author=ALICE),  # early: lands inside the history
-            _invite(cid, newer, lamport=2, seq=1, author=newbie),
+        chain = [  # inside the stored history, after ALICE was admitted
+            _invite(cid, newbie, lamport=3, seq=1, author=ALICE),
+            _invite(cid, newer, lamport=4, seq=1, author=newbie),
         ]
-        a.ingest(chain)
-        assert replays  # screened in (the rules then judge both at their positions)
+        report = a.ingest(chain)
+        assert replays  # screened in: the rules then judge both at their positions
+        screened = f"{newbie.node_id} was never admitted to the community"
+        assert (chain[1].event_id, "unauthorized", screened) not in report.rejected
 
 
 def test_a_huge_batch_is_checked_in_linear_time(tmp_path: Path) -> None:
