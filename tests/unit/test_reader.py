@@ -209,3 +209,18 @@ def test_a_reindex_rereads_text_over_the_cap_that_an_older_version_accepted() ->
     parts = list(stream_document(data, filename_hint="big.txt", max_text_bytes=None))
     assert isinstance(parts[0], DocumentHeader)
     assert [p.page for p in parts[1:] if isinstance(p, PageText)] == [1]
+
+
+def test_lone_surrogates_from_a_pdfs_unicode_map_become_replacement_characters() -> None:
+    """pypdf decodes ToUnicode maps with surrogatepass: '<D800>' would reach the embedder as a lone
+    surrogate, which no UTF-8 encoder takes (msgpack, the tokenizer, ChromaDB): internal_error."""
+    from hearthnet.services.rag.reader import _clean
+
+    cleaned = _clean("Hello \ud800world\udfff\r\n")
+    assert cleaned == "Hello \ufffdworld\ufffd\n"
+    cleaned.encode("utf-8")  # does not raise
+
+
+def test_a_title_found_in_the_file_is_cut_to_the_length_a_caller_may_give() -> None:
+    doc = read_document(("# " + "T" * 5000 + "\n\nbody text here\n").encode(), filename_hint="a.md")
+    assert doc.title_hint == "T" * 1000

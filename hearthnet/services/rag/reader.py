@@ -218,8 +218,24 @@ def stream_document(
     yield from doc.pages
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+"""pypdf decodes ToUnicode maps with ``surrogatepass``: a glyph mapped to ``<D800>`` yields a
+lone surrogate, which no UTF-8 encoder (msgpack, the tokenizer, ChromaDB) accepts."""
+MAX_TITLE_HINT = 1000
+"""Characters kept of a title found in the file (a PDF's /Title, a Markdown heading), as for a
+title given by the caller: it is copied into every chunk's metadata."""
+
+
 def _clean(text: str) -> str:
-    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+def _title(text: str | None) -> str | None:
+    """A title hint as chunks carry it: clean, at most ``MAX_TITLE_HINT`` characters."""
+    if text is None:
+        return None
+    return _clean(text).strip()[:MAX_TITLE_HINT] or None
 
 
 def _stem(filename_hint: str | None) -> str | None:
@@ -244,7 +260,7 @@ def _read_text(data: bytes, ctype: str, filename_hint: str | None, max_bytes: in
     return Document(
         pages=[PageText(page=1, text=text)],
         content_type=ctype,
-        title_hint=title or _stem(filename_hint),
+        title_hint=_title(title) or _title(_stem(filename_hint)),
         page_count=1,
     )
 
@@ -322,7 +338,7 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
         raise BadRequest("PDF has no pages: nothing to index")
     if page_count > max_pages:
         raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
-    yield DocumentHeader(PDF, _pdf_title(reader) or _stem(filename_hint), page_count)
+    yield DocumentHeader(PDF, _pdf_title(reader) or _title(_stem(filename_hint)), page_count)
 
     failed = unsupported = 0
     any_text = False
@@ -356,6 +372,4 @@ def _pdf_title(reader: PdfReader) -> str | None:
         title = meta.title if meta is not None else None
     except (PyPdfError, NotImplementedError, *_PYPDF_INTERNAL):
         return None
-    if isinstance(title, str) and title.strip():
-        return title.strip()
-    return None
+    return _title(title) if isinstance(title, str) else None

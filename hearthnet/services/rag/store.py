@@ -37,11 +37,19 @@ from urllib.parse import urlsplit
 import numpy as np
 import structlog
 
-from hearthnet.errors import BadRequest, BusError, CapacityExceeded, InternalError, NotFound, Partition
+from hearthnet.errors import (
+    BadRequest,
+    BusError,
+    CapacityExceeded,
+    InternalError,
+    NotFound,
+    Partition,
+    Timeout,
+)
 from hearthnet.services.rag.chunker import RESERVED_METADATA, Chunk, check_extra_metadata
 from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
 from hearthnet.services.rag.filters import build_where, chroma_where, where_matches
-from hearthnet.services.rag.names import collection_name, validate_corpus_name
+from hearthnet.services.rag.names import collection_name, staging_collection_name, validate_corpus_name
 from hearthnet.sqlite_tx import transaction
 
 __all__ = [
@@ -139,7 +147,10 @@ CREATE TABLE IF NOT EXISTS documents (
     updated_at REAL NOT NULL, tokens INTEGER NOT NULL DEFAULT 0, title TEXT NOT NULL DEFAULT '',
     metadata TEXT,
     PRIMARY KEY (corpus, doc_cid));
+CREATE TABLE IF NOT EXISTS reindex_swaps (corpus TEXT PRIMARY KEY);
 """
+# ``reindex_swaps``: corpora whose rebuilt collection is committed in the ledger but may not yet
+# have replaced the old one in ChromaDB (``recover`` finishes the swap).
 # ``metadata``: the caller's document metadata as JSON (reused by a reindex); NULL in ledgers
 # written before it existed, where it is read back from one of the document's chunks.
 _DOC_COLUMNS = "corpus, doc_cid, status, chunks, text_bytes, language, updated_at, tokens, title, metadata"
@@ -150,20 +161,96 @@ def _user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in metadata.items() if k not in RESERVED_METADATA}
 
 
+@dataclass(frozen=True)
+class _DocumentWrite:
+    """One document's chunks checked and laid out for ChromaDB and the ledger."""
+
+    doc_cid: str
+    ids: list[str]
+    vectors: np.ndarray
+    texts: list[str]
+    metadatas: list[dict[str, Any]]
+    language: str
+    text_bytes: int
+    tokens: int
+    title: str
+    metadata_json: str
+
+    @classmethod
+    def of(cls, chunks: Sequence[Chunk], embeddings: np.ndarray, dim: int) -> _DocumentWrite:
+        vecs = np.asarray(embeddings, dtype=np.float32)
+        if not chunks:
+            raise BadRequest("document has no chunks")
+        if vecs.ndim != 2 or vecs.shape != (len(chunks), dim):
+            raise BadRequest(f"embeddings must have shape ({len(chunks)}, {dim}), got {vecs.shape}")
+        if not np.isfinite(vecs).all():
+            raise BadRequest("embeddings contain NaN or infinity")
+        doc_cids = {c.metadata.get("doc_cid") for c in chunks}
+        if len(doc_cids) != 1 or not isinstance(next(iter(doc_cids)), str) or not next(iter(doc_cids)):
+            raise BadRequest("all chunks of a document must carry the same non-empty doc_cid")
+        ids = [c.chunk_id for c in chunks]
+        if len(set(ids)) != len(ids):
+            raise BadRequest("chunk ids of a document must be unique")
+        langs = [str(c.metadata.get("language") or "und") for c in chunks]
+        return cls(
+            doc_cid=str(next(iter(doc_cids))),
+            ids=ids,
+            vectors=vecs,
+            texts=[c.text for c in chunks],
+            metadatas=[dict(c.metadata) for c in chunks],
+            language=max(set(langs), key=langs.count),
+            text_bytes=sum(len(c.text.encode()) for c in chunks),
+            tokens=sum(int(c.metadata.get("tokens") or 0) for c in chunks),
+            title=str(chunks[0].metadata.get("doc_title") or ""),
+            metadata_json=json.dumps(_user_metadata(chunks[0].metadata), sort_keys=True),
+        )
+
+
 # --------------------------------------------------------------------------- store
+
+
+class _CollectionGone(NotFound):
+    """A cached collection handle whose collection no longer exists (reindexed, deleted, or the
+    server lost it): the store drops the handle, so the next use looks the collection up again."""
+
+
+SERVER_TIMEOUT_SECONDS = 60.0
+"""Longest wait for one ChromaDB server request (the client's own default is no limit)."""
 
 
 @contextlib.contextmanager
 def _chroma_errors(what: str) -> Iterator[None]:
     """Convert ChromaDB / transport failures at the boundary."""
-    from chromadb.errors import ChromaError
+    import httpx
+    from chromadb.errors import ChromaError, NotFoundError
 
     try:
         yield
+    except NotFoundError as exc:
+        raise _CollectionGone(
+            f"the vector collection went away while trying to {what} (reindexed or deleted "
+            "meanwhile): ask again"
+        ) from exc
     except ChromaError as exc:
         raise InternalError(f"vector store failed to {what}: {type(exc).__name__}") from exc
-    except (ConnectionError, OSError) as exc:
+    except httpx.TimeoutException as exc:
+        raise Timeout(
+            f"vector store did not answer within {SERVER_TIMEOUT_SECONDS:.0f} s while trying to {what}"
+        ) from exc
+    except (ConnectionError, OSError, httpx.TransportError) as exc:
         raise Partition(f"vector store unreachable while trying to {what}: {type(exc).__name__}") from exc
+
+
+def _bound_server_requests(client: Any) -> None:
+    """Give the ChromaDB server client's HTTP session a finite timeout (it has none by default,
+    so a stalled server would hold a store thread forever)."""
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):
+        session.timeout = httpx.Timeout(SERVER_TIMEOUT_SECONDS, connect=10.0)
+    else:  # another chromadb layout: keep going, but say that requests are unbounded
+        _log.warning("rag_chroma_server_timeout_not_set", reason="no httpx session found on the client")
 
 
 MAX_RECHECKED = 2048
@@ -224,13 +311,16 @@ class CorpusStore:
                     ssl=url.scheme == "https",
                     settings=settings,
                 )
+                _bound_server_requests(self._client)
             with _chroma_errors("connect"):
                 self._max_batch = int(self._client.get_max_batch_size())
+            self._batch = max(1, min(self._max_batch, batch_size or 1000))
+            removed = self.recover()
         except BaseException:
+            with contextlib.suppress(Exception):
+                self._db.close()
             self._writer.release()
             raise
-        self._batch = max(1, min(self._max_batch, batch_size or 1000))
-        removed = self.recover()
         if any(removed.values()):
             _log.warning("rag_store_recovered", removed=removed)
 
@@ -304,7 +394,8 @@ class CorpusStore:
                 if (row[0], row[1]) != (embedding_model, dim):
                     raise BadRequest(
                         f"corpus {name!r} was built with {row[0]} (dim {row[1]}), not {embedding_model} "
-                        f"(dim {dim}); reindex it with `hearthnet rag reindex {name}` or use another corpus"
+                        f"(dim {dim}); reindex it with `hearthnet rag reindex --corpus {name}` "
+                        "or use another corpus"
                     )
                 return self.info(name)
             created = time.time()
@@ -481,28 +572,113 @@ class CorpusStore:
         dim: int,
         documents: Sequence[tuple[Sequence[Chunk], np.ndarray]],
     ) -> CorpusInfo:
-        """Drop ``name`` and rebuild it with another model (reindex).
+        """Rebuild ``name`` from ``documents`` (a reindex, perhaps with another model), all or nothing.
 
-        Each document is atomic as in :meth:`add_document`; the replacement as a
-        whole is not: a crash midway leaves a corpus with the new model and the
-        documents added so far.
+        Creates the corpus if it does not exist (e.g. its collection was lost).
+
+        The new collection is written beside the old one, which keeps answering
+        queries meanwhile.  If anything fails while it is written (a full disk,
+        a ChromaDB error, a bad document), it is dropped and the corpus stays as
+        it was.  Then one ledger transaction records the new documents and
+        model together with a swap marker, and the old collection is replaced by
+        the new one; a crash before the marker leaves the old corpus, a crash
+        after it is finished by :meth:`recover` at the next start.
         """
         from chromadb.errors import NotFoundError
 
         validate_corpus_name(name)
+        if not embedding_model or dim <= 0:
+            raise BadRequest("embedding_model must be non-empty and dim positive")
+        writes = [_DocumentWrite.of(chunks, vectors, dim) for chunks, vectors in documents]
+        if len({w.doc_cid for w in writes}) != len(writes):
+            raise BadRequest("a document is listed twice")
+        staging = staging_collection_name(name)
+        created = time.time()
+        with _chroma_errors("create the rebuilt collection"):
+            with contextlib.suppress(NotFoundError):
+                self._client.delete_collection(staging)
+            col = self._client.create_collection(
+                staging,
+                configuration={"hnsw": {"space": "cosine", **self._hnsw}},
+                metadata={
+                    "hn_corpus": name,
+                    "embedding_model": embedding_model,
+                    "dim": dim,
+                    "schema_version": SCHEMA_VERSION,
+                    "created_at": created,
+                },
+                embedding_function=None,
+            )
+        try:
+            for w in writes:
+                for a in range(0, len(w.ids), self._batch):
+                    part = slice(a, a + self._batch)
+                    self._write_batch(col, w.ids[part], w.vectors[part], w.texts[part], w.metadatas[part])
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                self._client.delete_collection(staging)
+            if isinstance(exc, Exception):
+                full = self._out_of_space(exc, needed=sum(w.text_bytes + w.vectors.nbytes for w in writes))
+                if full is not None:
+                    raise full from exc
+            raise
         with self._lock:
-            if self._row(name) is not None:
-                # The collection goes first, then (one transaction) the ledger rows.  A crash
-                # between leaves rows without a collection, which the next open drops
-                # (``recover``); the other order could leave a collection without rows that
-                # would block creating the corpus again with another model.
-                with _chroma_errors("drop collection"), contextlib.suppress(NotFoundError):
-                    self._client.delete_collection(collection_name(name))
-                self._forget_corpus(name)
-            self.create_corpus(name, embedding_model=embedding_model, dim=dim)
-        for chunks, vectors in documents:
-            self.add_document(name, chunks, vectors)
+            with transaction(self._db):
+                self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
+                self._db.executemany(
+                    f"INSERT INTO documents ({_DOC_COLUMNS}) VALUES (?, ?, 'complete', ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            name,
+                            w.doc_cid,
+                            len(w.ids),
+                            w.text_bytes,
+                            w.language,
+                            created,
+                            w.tokens,
+                            w.title,
+                            w.metadata_json,
+                        )
+                        for w in writes
+                    ],
+                )
+                self._db.execute(  # a corpus whose collection was lost is created again
+                    "INSERT OR REPLACE INTO corpora VALUES (?, ?, ?, ?, ?)",
+                    (name, embedding_model, dim, SCHEMA_VERSION, created),
+                )
+                self._db.execute("INSERT OR REPLACE INTO reindex_swaps VALUES (?)", (name,))
+            self._pending.pop(name, None)
+            self._collections.pop(name, None)
+            self._exact.pop(name, None)
+            self._too_big.discard(name)
+            self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
+            self._finish_swap(name)
+            total = sum(len(w.ids) for w in writes)
+            if 0 < total <= self._exact_budget - self._exact_used(besides=name):
+                index = ExactIndex(dim)  # from memory: no query has to load it from ChromaDB
+                index.add(
+                    [i for w in writes for i in w.ids],
+                    np.concatenate([w.vectors for w in writes]),
+                    [t for w in writes for t in w.texts],
+                    [m for w in writes for m in w.metadatas],
+                )
+                self._exact[name] = index
         return self.info(name)
+
+    def _finish_swap(self, name: str) -> None:
+        """Put the rebuilt collection of ``name`` in place of the old one (caller holds the lock)."""
+        from chromadb.errors import NotFoundError
+
+        with _chroma_errors("swap in the rebuilt collection"):
+            try:
+                staged = self._client.get_collection(staging_collection_name(name), embedding_function=None)
+            except NotFoundError:
+                staged = None  # already renamed before a crash
+            if staged is not None:
+                with contextlib.suppress(NotFoundError):
+                    self._client.delete_collection(collection_name(name))
+                staged.modify(name=collection_name(name))
+        self._db.execute("DELETE FROM reindex_swaps WHERE corpus = ?", (name,))
 
     def _write_batch(
         self, col: Any, ids: list[str], vecs: np.ndarray, docs: list[str], metas: list[Any]
@@ -514,27 +690,8 @@ class CorpusStore:
     def add_document(self, name: str, chunks: Sequence[Chunk], embeddings: np.ndarray) -> None:
         """Add all chunks of one document atomically; a no-op if it is already complete."""
         col = self._collection(name)
-        info_dim = self.info(name).dim
-        vecs = np.asarray(embeddings, dtype=np.float32)
-        if not chunks:
-            raise BadRequest("document has no chunks")
-        if vecs.ndim != 2 or vecs.shape != (len(chunks), info_dim):
-            raise BadRequest(f"embeddings must have shape ({len(chunks)}, {info_dim}), got {vecs.shape}")
-        if not np.isfinite(vecs).all():
-            raise BadRequest("embeddings contain NaN or infinity")
-        doc_cids = {c.metadata.get("doc_cid") for c in chunks}
-        if len(doc_cids) != 1 or not isinstance(next(iter(doc_cids)), str) or not next(iter(doc_cids)):
-            raise BadRequest("all chunks of a document must carry the same non-empty doc_cid")
-        doc_cid = str(next(iter(doc_cids)))
-        ids = [c.chunk_id for c in chunks]
-        if len(set(ids)) != len(ids):
-            raise BadRequest("chunk ids of a document must be unique")
-        langs = [str(c.metadata.get("language") or "und") for c in chunks]
-        language = max(set(langs), key=langs.count)
-        text_bytes = sum(len(c.text.encode()) for c in chunks)
-        tokens = sum(int(c.metadata.get("tokens") or 0) for c in chunks)
-        title = str(chunks[0].metadata.get("doc_title") or "")
-        metadata = json.dumps(_user_metadata(chunks[0].metadata), sort_keys=True)
+        doc = _DocumentWrite.of(chunks, embeddings, self.info(name).dim)
+        doc_cid, ids, vecs = doc.doc_cid, doc.ids, doc.vectors
         with self._lock:
             st = self._status(name, doc_cid)
             if st is not None and st[0] == "complete":
@@ -544,18 +701,22 @@ class CorpusStore:
                 self._db.execute(
                     f"INSERT OR REPLACE INTO documents ({_DOC_COLUMNS}) "
                     "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
-                    (name, doc_cid, len(chunks), text_bytes, language, time.time(), tokens, title, metadata),
+                    (
+                        name,
+                        doc_cid,
+                        len(ids),
+                        doc.text_bytes,
+                        doc.language,
+                        time.time(),
+                        doc.tokens,
+                        doc.title,
+                        doc.metadata_json,
+                    ),
                 )
                 self._pending.setdefault(name, set()).add(doc_cid)
-            for a in range(0, len(chunks), self._batch):
-                part = chunks[a : a + self._batch]
-                self._write_batch(
-                    col,
-                    ids[a : a + self._batch],
-                    vecs[a : a + self._batch],
-                    [c.text for c in part],
-                    [dict(c.metadata) for c in part],
-                )
+            for a in range(0, len(ids), self._batch):
+                part = slice(a, a + self._batch)
+                self._write_batch(col, ids[part], vecs[part], doc.texts[part], doc.metadatas[part])
             with self._lock:
                 self._db.execute(
                     "UPDATE documents SET status = 'complete', updated_at = ? "
@@ -563,14 +724,16 @@ class CorpusStore:
                     (time.time(), name, doc_cid),
                 )
                 self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
-                self._exact_added(name, ids, vecs, [c.text for c in chunks], [c.metadata for c in chunks])
+                self._exact_added(name, ids, vecs, doc.texts, doc.metadatas)
         except BaseException as exc:
+            if isinstance(exc, _CollectionGone):
+                self._forget_handle(name)
             # Undo the partial document; a second failure while undoing must not hide the first
             # (recover() finishes the job at the next start).
             with contextlib.suppress(Exception):
                 self._purge(name, doc_cid)
             if isinstance(exc, Exception):
-                full = self._out_of_space(exc, needed=text_bytes + vecs.nbytes)
+                full = self._out_of_space(exc, needed=doc.text_bytes + vecs.nbytes)
                 if full is not None:
                     raise full from exc
             raise
@@ -642,6 +805,16 @@ class CorpusStore:
         is dropped from the ledger first; on a ChromaDB server it is kept as it
         is (see :meth:`_collection`) and its unfinished documents wait for it.
         """
+        from chromadb.errors import NotFoundError
+
+        with self._lock:
+            swaps = [str(r[0]) for r in self._db.execute("SELECT corpus FROM reindex_swaps")]
+            for name in swaps:
+                self._finish_swap(name)
+                _log.warning("rag_reindex_swap_finished", corpus=name)
+        for name in self.corpora():  # a rebuild that never reached its swap: the old corpus stands
+            with _chroma_errors("drop an unfinished rebuild"), contextlib.suppress(NotFoundError):
+                self._client.delete_collection(staging_collection_name(name))
         missing = set()
         for name in self.corpora():
             try:
@@ -672,6 +845,25 @@ class CorpusStore:
         include_text: bool = True,
     ) -> list[ScoredChunk]:
         """The ``k`` most similar chunks; ``where`` is a ``rag.query`` filter (see :func:`build_where`)."""
+        try:
+            return self._query(name, embedding, k=k, where=where, include_text=include_text)
+        except _CollectionGone:
+            self._forget_handle(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
+            return self._query(name, embedding, k=k, where=where, include_text=include_text)
+
+    def _forget_handle(self, name: str) -> None:
+        with self._lock:
+            self._collections.pop(name, None)
+
+    def _query(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None,
+        include_text: bool,
+    ) -> list[ScoredChunk]:
         col = self._collection(name)
         with self._lock:
             row = self._row(name)
