@@ -19,7 +19,12 @@ from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
 from hearthnet.services.rag.chunker import Chunk, chunk_document
-from hearthnet.services.rag.names import collection_name, corpus_from_collection, validate_corpus_name
+from hearthnet.services.rag.names import (
+    collection_name,
+    corpus_from_collection,
+    staging_collection_name,
+    validate_corpus_name,
+)
 from hearthnet.services.rag.reader import read_document
 from hearthnet.services.rag.store import CorpusStore, build_where
 from tests.shared_data import PDF_DIR
@@ -373,44 +378,94 @@ import sys, threading
 from pathlib import Path
 import numpy as np
 from hearthnet.services.rag.store import CorpusStore
+from tests.unit.test_corpus_store import fake_chunks, unit_vectors
+
+where = sys.argv[2]
 
 class Killed(CorpusStore):
-    def _forget_corpus(self, name):
-        print("collection-dropped", flush=True)
-        threading.Event().wait()   # the ledger rows are never removed: hold here until killed
+    def _write_batch(self, *args):
+        if where == "writing":
+            print("writing", flush=True)
+            threading.Event().wait()  # the rebuilt collection is half written: killed here
+        super()._write_batch(*args)
+
+    def _finish_swap(self, name):
+        print("swapping", flush=True)
+        threading.Event().wait()  # the ledger names the rebuilt corpus, ChromaDB still the old one
 
 store = Killed(Path(sys.argv[1]))
-store.replace_corpus("re", embedding_model="m2", dim=8, documents=[])
+docs = [(fake_chunks(f"new-{i}", 3), unit_vectors(3, dim=8, seed=i)) for i in range(3)]
+store.replace_corpus("re", embedding_model="m2", dim=8, documents=docs)
 """
 
 
-def test_kill_9_inside_replace_corpus_leaves_a_store_that_opens_and_rebuilds(tmp_path: Path) -> None:
-    root = tmp_path / "rag"
-    with CorpusStore(root) as s:
-        for name in ("re", "keep"):
-            s.create_corpus(name, embedding_model="m", dim=16)
-            s.add_document(name, fake_chunks(f"{name}-doc", 4), unit_vectors(4))
-    proc = _run(_KILLED_IN_REPLACE, str(root))
+def _kill_replace_at(root: Path, where: str) -> None:
+    proc = _run(_KILLED_IN_REPLACE, str(root), where)
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.strip() == "collection-dropped", proc.stderr.read() if proc.stderr else ""
+    assert line.strip() == where, proc.stderr.read() if proc.stderr else ""
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     proc.stdout.close()
     if proc.stderr:
         proc.stderr.close()
 
-    with CorpusStore(root) as s:  # opens; the corpus without a collection is dropped
-        assert s.corpora() == ["keep"]
-        assert s.warm_exact() == ["keep"]
-        with pytest.raises(NotFound):
-            s.query("re", unit_vectors(1)[0], k=3)
-        info = s.replace_corpus(
-            "re", embedding_model="m2", dim=8, documents=[(fake_chunks("re-doc", 3), unit_vectors(3, dim=8))]
-        )
-        assert (info.embedding_model, info.docs, info.chunks) == ("m2", 1, 3)
-        assert len(s.query("re", unit_vectors(1, dim=8)[0], k=5)) == 3
+
+def _old_corpora(root: Path) -> None:
+    with CorpusStore(root) as s:
+        for name in ("re", "keep"):
+            s.create_corpus(name, embedding_model="m", dim=16)
+            s.add_document(name, fake_chunks(f"{name}-doc", 4), unit_vectors(4))
+
+
+def test_kill_9_while_a_reindex_writes_leaves_the_old_corpus_whole(tmp_path: Path) -> None:
+    root = tmp_path / "rag"
+    _old_corpora(root)
+    _kill_replace_at(root, "writing")
+    with CorpusStore(root) as s:
+        assert s.corpora() == ["keep", "re"]
+        info = s.info("re")
+        assert (info.embedding_model, info.dim, info.docs, info.chunks) == ("m", 16, 1, 4)
+        assert s.query("re", unit_vectors(4)[1], k=1)[0].chunk_id == "re-doc-1"
+        names = {c.name for c in s._client.list_collections()}
+        assert staging_collection_name("re") not in names  # the half-written rebuild is dropped
+
+
+def test_kill_9_after_a_reindex_is_committed_is_finished_at_the_next_start(tmp_path: Path) -> None:
+    root = tmp_path / "rag"
+    _old_corpora(root)
+    _kill_replace_at(root, "swapping")
+    with CorpusStore(root) as s:
+        info = s.info("re")
+        assert (info.embedding_model, info.dim, info.docs, info.chunks) == ("m2", 8, 3, 9)
+        assert s.query("re", unit_vectors(3, dim=8, seed=2)[0], k=1)[0].chunk_id == "new-2-0"
         assert s.query("keep", unit_vectors(4)[2], k=1)[0].chunk_id == "keep-doc-2"
+        names = {c.name for c in s._client.list_collections()}
+        assert staging_collection_name("re") not in names
+        assert s._db.execute("SELECT COUNT(*) FROM reindex_swaps").fetchone()[0] == 0
+
+
+def test_a_reindex_that_fails_while_writing_changes_nothing(tmp_path: Path) -> None:
+    class DiskFull(CorpusStore):
+        writes = 0
+
+        def _write_batch(self, *args: Any) -> None:
+            self.writes += 1
+            if self.writes == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            super()._write_batch(*args)
+
+    root = tmp_path / "rag"
+    _old_corpora(root)
+    with DiskFull(root, batch_size=2) as s:
+        docs = [(fake_chunks(f"new-{i}", 3), unit_vectors(3, dim=8, seed=i)) for i in range(3)]
+        with pytest.raises(CapacityExceeded, match="nothing was stored"):
+            s.replace_corpus("re", embedding_model="m2", dim=8, documents=docs)
+        info = s.info("re")
+        assert (info.embedding_model, info.docs, info.chunks) == ("m", 1, 4)
+        assert [d["doc_cid"] for d in s.documents("re")] == ["re-doc"]
+        assert s.query("re", unit_vectors(4)[3], k=1)[0].chunk_id == "re-doc-3"
+        assert staging_collection_name("re") not in {c.name for c in s._client.list_collections()}
 
 
 def test_a_collection_gone_while_running_drops_its_corpus_only(tmp_path: Path) -> None:
@@ -516,3 +571,15 @@ def test_a_document_whose_undo_failed_stays_invisible(tmp_path: Path) -> None:
         s.close()
     with CorpusStore(tmp_path / "rag") as again:  # and the next open finishes the undo
         assert again._status("c", "b") is None and again._collection("c").count() == 4
+
+
+def test_a_query_holding_the_handle_of_a_replaced_collection_answers_from_the_new_one(tmp_path: Path) -> None:
+    with CorpusStore(tmp_path / "rag", exact_max_chunks=0) as s:  # HNSW: every query reads ChromaDB
+        s.create_corpus("re", embedding_model="m", dim=16)
+        s.add_document("re", fake_chunks("old", 4), unit_vectors(4))
+        stale = s._collection("re")
+        new = unit_vectors(3, dim=8, seed=5)
+        s.replace_corpus("re", embedding_model="m2", dim=8, documents=[(fake_chunks("new", 3), new)])
+        s._collections["re"] = stale  # as a query that took the handle before the swap
+        assert s.query("re", new[1], k=1)[0].chunk_id == "new-1"
+        assert s._collections["re"] is not stale

@@ -28,6 +28,7 @@ __all__ = [
     "RESERVED",
     "collection_name",
     "corpus_from_collection",
+    "staging_collection_name",
     "validate_corpus_name",
 ]
 
@@ -62,6 +63,15 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
 def collection_name(corpus: str) -> str:
     """The ChromaDB collection that holds ``corpus`` (validated first)."""
     return f"{COLLECTION_PREFIX}{validate_corpus_name(corpus)}{COLLECTION_SUFFIX}"
+
+
+def staging_collection_name(corpus: str) -> str:
+    """Where a reindex writes the rebuilt ``corpus`` before it replaces the collection.
+
+    ``collection_name(corpus) + ".rebuild"``: valid for ChromaDB (ends alphanumeric) and never
+    taken for a corpus's own collection by :func:`corpus_from_collection`.
+    """
+    return f"{collection_name(corpus)}.rebuild"
 
 
 def corpus_from_collection(collection: str) -> str | None:
