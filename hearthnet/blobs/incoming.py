@@ -102,7 +102,10 @@ class IncomingChunks:
         if SYNCFS is not None and any(item.tmp is not None for item in staged):
             sync_filesystem(store._tmp_dir)
         renamed: set[Path] = set()
+        fresh: list[Path] = []
         with store._lock:  # renames are ordered against quarantine and delete
+            # the cache gives way to verified data only, as much as arrived (store.room_for_arrivals)
+            store.room_for_arrivals(sum(item.size for item in staged if item.tmp is not None))
             for item in staged:
                 if item.tmp is None:
                     continue
@@ -110,13 +113,23 @@ class IncomingChunks:
                 if parent not in store._made_dirs:
                     parent.mkdir(parents=True, exist_ok=True)
                     store._made_dirs.add(parent)
+                if not item.dest.exists():
+                    fresh.append(item.dest)
                 os.replace(item.tmp, item.dest)
                 item.tmp = None
                 renamed.add(parent)
                 self.written += 1
+            try:
+                store._record_chunks([(item.chunk_id, item.size) for item in staged])
+            except BaseException:
+                # Files without index rows would look present to a resumed transfer (which then
+                # never sends them) yet lost to complete(): take back what this group added.
+                for path in fresh:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                raise
         with self._lock:
             self._renamed_dirs |= renamed
-        store._record_chunks([(item.chunk_id, item.size) for item in staged])
 
     def commit(self) -> None:
         """Make every staged chunk durable and visible (blocking)."""

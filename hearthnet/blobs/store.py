@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -296,6 +296,8 @@ class BlobStore:
         with self._lock:
             self._inflight[chunk_id] += 1
         try:
+            if not self.has_chunk(chunk_id):
+                self.room_for_arrivals(len(data))
             return self._store_verified_chunk(chunk_id, data)
         finally:
             self._release([chunk_id])
@@ -384,9 +386,13 @@ class BlobStore:
     def put_manifest(self, manifest: Manifest, *, pin: bool = False, reserve: bool = False) -> None:
         """Record a (validated, not yet verified) manifest from a peer; its chunks may be missing.
 
-        Makes room for the chunks not stored yet (:meth:`check_quota`); with
-        ``reserve`` (a transfer about to bring them) they stay counted against
-        the cap until :meth:`release_reservation`.  It replaces a stored
+        Refuses (:class:`CapacityExceeded`) a blob whose missing chunks could not
+        fit under the cap however much is evicted, but evicts nothing: the
+        manifest only claims its size, so room is made as verified chunks
+        arrive (:class:`~hearthnet.blobs.incoming.IncomingChunks`), and a
+        made-up manifest cannot empty the cache.  With ``reserve`` (a transfer
+        about to bring the chunks) they stay counted against the cap until
+        :meth:`release_reservation`.  It replaces a stored
         manifest of the same document that is incomplete or unreadable (a
         transfer that died, perhaps a peer's made-up one), never a complete
         one; :meth:`complete` with ``manifest=`` then checks the manifest the
@@ -395,10 +401,7 @@ class BlobStore:
         if not isinstance(manifest, Manifest):
             raise BadRequest("put_manifest needs a Manifest")
         self._keep_fresh(manifest)  # a resumed transfer: what it already has is not stale garbage
-        if reserve:
-            self._reserve_room(manifest)
-        else:
-            self.check_quota(self.missing_bytes(manifest))
+        self._admit_transfer(manifest, reserve=reserve)
         try:
             self._register(manifest, pin=pin, complete=False)
         except BaseException:
@@ -426,15 +429,32 @@ class BlobStore:
         """Bytes all transfers in progress will still bring (lock held)."""
         return sum(self._reserved_chunks().values())
 
-    def _reserve_room(self, manifest: Manifest) -> None:
-        """Make room for what ``manifest``'s transfer brings, and keep it reserved (:meth:`check_quota`)."""
+    def _admit_transfer(self, manifest: Manifest, *, reserve: bool) -> None:
+        """Refuse a transfer whose missing chunks cannot fit; with ``reserve``, count them as coming."""
         with self._lock:
             missing = {cid: manifest.length_of(cid) for cid in self.missing_chunks(manifest)}
             if self.cap_bytes is not None:
                 others = self._reserved_chunks(besides=manifest.doc_cid)
                 incoming = sum(size for cid, size in missing.items() if cid not in others)
-                self._make_room(incoming, sum(others.values()))
-            self._reserved[manifest.doc_cid] = missing
+                # its chunks already here stop being evictable once its manifest is recorded
+                present = self._evictable_among(c for c in manifest.chunks if c not in missing)
+                self._make_room(incoming, sum(others.values()), evict=False, becomes_kept=present)
+            if reserve:
+                self._reserved[manifest.doc_cid] = missing
+
+    def room_for_arrivals(self, incoming_bytes: int) -> None:
+        """Evict (LRU) so that ``incoming_bytes`` of verified chunks about to be stored fit under the cap.
+
+        Called by :class:`~hearthnet.blobs.incoming.IncomingChunks` before it
+        publishes a group: the cache gives way only to data that arrived, so a
+        peer must send N bytes of real chunks to push N bytes out.
+        :class:`CapacityExceeded` if they cannot fit (pinned or incomplete blobs
+        grew meanwhile).
+        """
+        if self.cap_bytes is None or incoming_bytes <= 0:
+            return
+        with self._lock:
+            self._make_room(incoming_bytes, 0)
 
     def _keep_fresh(self, manifest: Manifest) -> None:
         """Restart the staleness clock of ``manifest``'s blob row and of its chunks held here."""
@@ -938,22 +958,31 @@ class BlobStore:
                 evicted.append(row[0])
         return evicted
 
+    _SOLE = (
+        "FROM chunks c WHERE EXISTS (SELECT 1 FROM blob_chunks bc WHERE bc.chunk_id = c.chunk_id)"
+        " AND NOT EXISTS (SELECT 1 FROM blob_chunks bc JOIN blobs b ON b.doc_cid = bc.doc_cid"
+        " WHERE bc.chunk_id = c.chunk_id AND (b.pinned = 1 OR b.complete = 0))"
+    )
+    """Chunks that evicting every unpinned complete blob would free."""
+
     def _evictable_bytes(self) -> int:
         """Bytes that evicting every unpinned complete blob would free (lock held).
 
         A chunk is freed only if every manifest referencing it is unpinned and
         complete and no put in progress holds it.
         """
-        sole = (
-            "FROM chunks c WHERE EXISTS (SELECT 1 FROM blob_chunks bc WHERE bc.chunk_id = c.chunk_id)"
-            " AND NOT EXISTS (SELECT 1 FROM blob_chunks bc JOIN blobs b ON b.doc_cid = bc.doc_cid"
-            " WHERE bc.chunk_id = c.chunk_id AND (b.pinned = 1 OR b.complete = 0))"
-        )
-        total = int(self._db.execute(f"SELECT COALESCE(SUM(c.size), 0) {sole}").fetchone()[0])
-        for cid in self._inflight:
-            row = self._db.execute(f"SELECT c.size {sole} AND c.chunk_id = ?", (cid,)).fetchone()
-            if row is not None:
-                total -= int(row[0])
+        total = int(self._db.execute(f"SELECT COALESCE(SUM(c.size), 0) {self._SOLE}").fetchone()[0])
+        return total - self._evictable_among(self._inflight)
+
+    def _evictable_among(self, chunk_ids: Iterable[str]) -> int:
+        """Bytes of those of ``chunk_ids`` that :meth:`_evictable_bytes` counts (lock held)."""
+        ids = sorted(set(chunk_ids))
+        total = 0
+        for a in range(0, len(ids), 500):
+            part = ids[a : a + 500]
+            marks = ", ".join("?" * len(part))
+            query = f"SELECT COALESCE(SUM(c.size), 0) {self._SOLE} AND c.chunk_id IN ({marks})"
+            total += int(self._db.execute(query, part).fetchone()[0])
         return total
 
     def _fits(self, incoming_bytes: int) -> bool:
@@ -978,8 +1007,16 @@ class BlobStore:
         with self._lock:
             self._make_room(incoming_bytes, self._reserved_bytes())
 
-    def _make_room(self, incoming_bytes: int, reserved: int) -> None:
-        """:meth:`check_quota`'s work with ``reserved`` bytes still coming (lock held, a cap set)."""
+    def _make_room(
+        self, incoming_bytes: int, reserved: int, *, evict: bool = True, becomes_kept: int = 0
+    ) -> None:
+        """:meth:`check_quota`'s work with ``reserved`` bytes still coming (lock held, a cap set).
+
+        ``evict=False``: only refuse what could never fit (stale leftovers are
+        still collected); the eviction is left to the arrival of the data.
+        ``becomes_kept``: evictable bytes about to become unevictable (a
+        transfer's chunks already here, once its manifest is recorded).
+        """
         cap = self.cap_bytes
         assert cap is not None
         if incoming_bytes > cap:
@@ -990,7 +1027,7 @@ class BlobStore:
         usage = self.usage_bytes()
         if usage + reserved + incoming_bytes <= cap:
             return
-        kept = usage - self._evictable_bytes()
+        kept = usage - self._evictable_bytes() + becomes_kept
         if kept + reserved + incoming_bytes > cap:
             busy = f"; transfers in progress will bring {reserved} more" if reserved else ""
             raise CapacityExceeded(
@@ -998,4 +1035,5 @@ class BlobStore:
                 f" pinned, incomplete or in use{busy}; {incoming_bytes} more do not fit"
                 " (nothing was evicted)"
             )
-        self._evict_down_to(cap - reserved - incoming_bytes)
+        if evict:
+            self._evict_down_to(cap - reserved - incoming_bytes)

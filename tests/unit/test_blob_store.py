@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 import threading
 import tracemalloc
@@ -977,3 +978,72 @@ def test_a_transfer_resumed_after_a_day_keeps_what_it_already_has_when_room_is_m
     s.complete(m.doc_cid, manifest=m)
     assert s.read_blob(m.doc_cid) == doc
     s.close()
+
+
+# -- the cap gives way only to data that arrived ----------------------------------------------
+def _deliver(store: BlobStore, manifest: Manifest, data: bytes) -> None:
+    with store.incoming() as incoming:
+        for i, cid in enumerate(manifest.chunks):
+            if not store.has_chunk(cid):
+                incoming.add(cid, data[i * manifest.chunk_size : (i + 1) * manifest.chunk_size])
+        incoming.commit()
+
+
+def test_a_made_up_manifest_evicts_nothing_and_real_chunks_evict_only_what_they_need(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b", cap_bytes=24 * SMALL) as store:
+        cached = [store.put_bytes(os.urandom(2 * SMALL)) for _ in range(12)]  # the cache is full
+        claims = os.urandom(20 * SMALL)
+        fake = _made_up(manifest_for_bytes(claims, SMALL))
+        store.put_manifest(fake, reserve=True)  # claims 20 chunks: nothing has arrived
+        assert all(store.has_blob(m.doc_cid) for m in cached)
+        store.release_reservation(fake.doc_cid)
+
+        data = os.urandom(5 * SMALL)
+        real = manifest_for_bytes(data, SMALL)
+        store.put_manifest(real, reserve=True)
+        _deliver(store, real, data)  # 5 chunks arrive: the 3 least recently used blobs make way
+        store.release_reservation(real.doc_cid)
+        store.complete(real.doc_cid)
+        assert [store.has_blob(m.doc_cid) for m in cached] == [False] * 3 + [True] * 9
+        assert store.usage_bytes() <= 24 * SMALL
+
+
+def test_chunks_a_transfer_counts_as_present_are_not_evicted_to_make_room_for_it(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b", cap_bytes=8 * SMALL) as store:
+        shared = os.urandom(6 * SMALL)
+        held = store.put_bytes(shared)
+        data = shared + os.urandom(4 * SMALL)  # shares 6 chunks with `held`: 10 in all > the cap
+        manifest = manifest_for_bytes(data, SMALL)
+        with pytest.raises(CapacityExceeded, match="nothing was evicted"):
+            store.put_manifest(manifest, reserve=True)  # refused before anything is sent
+        assert store.has_blob(held.doc_cid) and store.usage_bytes() == 6 * SMALL
+        fits = shared + os.urandom(2 * SMALL)  # 8 chunks in all: fits
+        smaller = manifest_for_bytes(fits, SMALL)
+        store.put_manifest(smaller, reserve=True)
+        assert store.missing_chunks(smaller) == list(smaller.chunks[6:])
+        _deliver(store, smaller, fits)  # making room for 2 evicts nothing it counted as here
+        store.release_reservation(smaller.doc_cid)
+        assert store.complete(smaller.doc_cid) == smaller
+        assert store.usage_bytes() == 8 * SMALL
+
+
+def test_chunks_whose_index_write_failed_are_taken_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with small_store(tmp_path / "b") as store:
+        data = os.urandom(4 * SMALL)
+        manifest = manifest_for_bytes(data, SMALL)
+        store.put_manifest(manifest, reserve=True)
+        real_record = store._record_chunks
+
+        def full(chunks: list[tuple[str, int]]) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(store, "_record_chunks", full)
+        with pytest.raises(sqlite3.OperationalError):
+            _deliver(store, manifest, data)
+        monkeypatch.setattr(store, "_record_chunks", real_record)
+        assert store.missing_chunks(manifest) == list(manifest.chunks)  # asked for again, not lost
+        _deliver(store, manifest, data)
+        store.release_reservation(manifest.doc_cid)
+        assert store.complete(manifest.doc_cid) == manifest

@@ -419,3 +419,32 @@ async def test_the_service_collects_stale_leftovers_periodically(tmp_path: Path)
         await wait_until(lambda: store.list() == [])
     finally:
         await files.stop()
+
+
+# -- defect: a peer's pin took effect on a manifest it never completed ------------------------------
+@pytest.mark.anyio
+async def test_a_put_pins_only_a_blob_it_completed(tmp_path: Path) -> None:
+    payload = os.urandom(3 * SMALL)
+    honest = manifest_for_bytes(payload, SMALL)
+    chunks = dict(zip(honest.chunks, pieces(payload, SMALL), strict=True))
+    async with nodes(tmp_path, ["a", "b"]) as n:
+        a, b = n["a"], n["b"]
+        fake = made_up(honest)
+        with pytest.raises(BadRequest):  # ends its input without sending anything
+            async with a.bus.stream(
+                "file.put", input={"manifest": fake.to_wire(), "pin": True}, provider=b.id
+            ) as call:
+                await call.frames().__anext__()
+                await call.end_input()
+                await call.result()
+        assert [(i.pinned, i.complete) for i in b.store.list()] == [(False, False)]  # the GC may take it
+        async with a.bus.stream(
+            "file.put", input={"manifest": honest.to_wire(), "pin": True}, provider=b.id
+        ) as call:
+            need = (await call.frames().__anext__())["need"]
+            for chunk_id in need:
+                await call.send({"chunk_id": chunk_id, "data": chunks[chunk_id]})
+            await call.end_input()
+            await call.result()
+        assert b.store.read_blob(honest.doc_cid) == payload
+        assert [(i.doc_cid, i.pinned, i.complete) for i in b.store.list()] == [(honest.doc_cid, True, True)]

@@ -192,6 +192,8 @@ class FileService:
 
     async def _put(self, ctx: CallContext, manifest: Manifest, pin: bool) -> dict[str, Any]:
         if await self._io(self.store.check_held, manifest.doc_cid):
+            if pin:
+                await self._io(self.store.pin, manifest.doc_cid)
             await ctx.send({"need": []})
             await _drain(ctx)
             return {
@@ -200,9 +202,10 @@ class FileService:
                 "chunks_received": 0,
                 "chunks_total": len(manifest.chunks),
             }
-        # Makes room for the missing chunks (reserved until the put ends); replaces an
-        # incomplete manifest another transfer left.
-        await self._io(lambda: self.store.put_manifest(manifest, pin=pin, reserve=True))
+        # Refuses a blob that cannot fit and reserves its missing chunks until the put ends
+        # (room is made as they arrive); replaces an incomplete manifest another transfer left.
+        # (a pin is applied once the blob is complete: a made-up manifest must not stay pinned)
+        await self._io(lambda: self.store.put_manifest(manifest, reserve=True))
         missing_before: list[str] = await self._io(self.store.missing_chunks, manifest)
         need = set(missing_before)
         # A fresh put streams every chunk in order: hash the document on the way
@@ -233,6 +236,8 @@ class FileService:
         await self._io(
             lambda: self.store.complete(manifest.doc_cid, manifest=manifest, reassembly=reassembly)
         )
+        if pin:
+            await self._io(self.store.pin, manifest.doc_cid)
         log.info(
             "blob_put",
             doc_cid=manifest.doc_cid,
