@@ -370,12 +370,16 @@ class BlobStore:
         dirs = DirSync()
         try:
             with open(path, "rb") as f:
-                while chunk := read_exact(f, self.chunk_size):
+                left = size  # what the quota was checked for: a file that grows is not read on
+                while left > 0 and (chunk := read_exact(f, min(self.chunk_size, left))):
+                    left -= len(chunk)
                     cid = builder.add(chunk)  # hashes the chunk and feeds the document hash
                     with self._lock:
                         self._inflight[cid] += 1
                     held.append(cid)
                     self._store_verified_chunk(cid, chunk, dirs)
+                if left or f.read(1):
+                    raise BadRequest(f"{path} changed size while it was being imported; import it again")
             dirs.flush()
             manifest = builder.build()
             self._register(manifest, pin=pin, complete=True)
@@ -792,8 +796,9 @@ class BlobStore:
         self.touch(doc_cid)
         return b"".join(self._iter_verified(manifest))
 
-    def export(self, doc_cid: str, dest: Path) -> None:
-        """Write the verified blob to ``dest`` atomically (temp file beside it, then rename).
+    def export(self, doc_cid: str, dest: Path) -> Manifest:
+        """Write the verified blob to ``dest`` atomically (temp file beside it, then rename);
+        returns its manifest.
 
         The file gets the usual mode for a new file (0666 less the umask).  A
         destination that cannot be written (no such directory, a directory,
@@ -816,6 +821,7 @@ class BlobStore:
                     os.unlink(tmp_name)
                 raise
             fsync_dir(dest.parent)
+        return manifest
 
     def list(self, prefix: str = "", *, after: str = "", limit: int | None = None) -> list[BlobInfo]:
         """Known documents whose cid starts with ``prefix``, sorted by cid.

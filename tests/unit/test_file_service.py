@@ -291,6 +291,30 @@ async def test_fetch_moves_on_after_a_forged_chunk(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_fetch_moves_on_from_a_peer_that_repeats_a_chunk(tmp_path: Path) -> None:
+    """Each index once: a member that streams the same valid chunk again and again would otherwise
+    keep the fetch (and its disk writes) going until the timeout."""
+    payload = os.urandom(3 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    sent: list[int] = []
+
+    async def looper(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"manifest": manifest.to_wire()})
+        for _ in range(1000):
+            sent.append(0)
+            await ctx.send({"index": 0, "chunk_id": manifest.chunks[0], "data": payload[:SMALL]})
+        return {"doc_cid": manifest.doc_cid}
+
+    async with nodes(tmp_path, ["a", "looper", "good"], hostile={"looper": looper}) as n:
+        a, good = n["a"].files, n["good"]
+        assert a is not None
+        good.store.put_bytes(payload)
+        result = await a.fetch(manifest.doc_cid, hint=n["looper"].id)
+        assert result["source"] == good.id and a.store.read_blob(manifest.doc_cid) == payload
+        assert len(sent) < 1000
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("position", [0, 5, 20, 39])
 async def test_a_forged_chunk_in_a_put_is_always_bad_request(tmp_path: Path, position: int) -> None:
     async with nodes(tmp_path, ["a", "up"]) as n:

@@ -401,9 +401,12 @@ class FileService:
         p = Path(path)
         if not await anyio.to_thread.run_sync(p.is_file):
             raise BadRequest(f"{path} is not a readable file")
-        manifest: Manifest = await self._io(
-            lambda: self.store.put_file(p, pin=bool(ctx.input.get("pin", True)))
-        )
+        try:
+            manifest: Manifest = await self._io(
+                lambda: self.store.put_file(p, pin=bool(ctx.input.get("pin", True)))
+            )
+        except (PermissionError, IsADirectoryError, FileNotFoundError) as exc:
+            raise BadRequest(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
         return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
 
     async def _handle_export(self, ctx: CallContext) -> dict[str, Any]:
@@ -411,8 +414,7 @@ class FileService:
         path = ctx.input.get("path")
         if not isinstance(path, str):
             raise BadRequest("input.path is required")
-        await self._io(self.store.export, doc_cid, Path(path))
-        manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
+        manifest: Manifest = await self._io(self.store.export, doc_cid, Path(path))
         return {"doc_cid": doc_cid, "size": manifest.size, "path": path}
 
     async def _handle_push(self, ctx: CallContext) -> dict[str, Any]:
@@ -499,6 +501,7 @@ class FileService:
         fetched = 0
         manifest: Manifest | None = None
         reassembly: ReassemblyCheck | None = None
+        indices_seen: set[int] = set()
         async with (
             self._chunk_writer() as write,
             self._bus.stream(
@@ -525,6 +528,9 @@ class FileService:
                     raise ProtocolError("a read frame is {index, chunk_id, data}")
                 if not 0 <= index < len(manifest.chunks) or manifest.chunks[index] != chunk_id:
                     raise ProtocolError("peer sent a chunk that is not in the manifest at that index")
+                if index in indices_seen:  # at most one frame per index: the transfer is bounded
+                    raise ProtocolError(f"peer sent chunk {index} twice")
+                indices_seen.add(index)
                 _check_length(manifest, chunk_id, data)
                 if chunk_cid(data) != chunk_id:
                     raise BadRequest(f"peer {node} sent a chunk that does not match its id")
