@@ -583,3 +583,42 @@ def test_a_query_holding_the_handle_of_a_replaced_collection_answers_from_the_ne
         s._collections["re"] = stale  # as a query that took the handle before the swap
         assert s.query("re", new[1], k=1)[0].chunk_id == "new-1"
         assert s._collections["re"] is not stale
+
+
+def test_a_filter_on_numbers_chromadb_compares_inexactly_still_finds_the_match(tmp_path: Path) -> None:
+    """ChromaDB clamps a range operand to int64 and rounds big ints to floats: such conditions are
+    left out of its pre-filter (the store re-checks every hit exactly)."""
+    with CorpusStore(tmp_path / "rag", exact_max_chunks=0) as s:
+        s.create_corpus("big", embedding_model="m", dim=16)
+        s.add_document("big", with_metadata(fake_chunks("small", 9), n=0), unit_vectors(9))
+        s.add_document("big", with_metadata(fake_chunks("huge", 1), n=2**63 - 1), unit_vectors(1, seed=3))
+        where = {"$and": [{"n": {"$lt": 9.3e18}}, {"n": {"$gt": 1}}]}
+        hits = s.query("big", unit_vectors(1, seed=9)[0], k=5, where=where)
+        assert [h.chunk_id for h in hits] == ["huge-0"]
+
+
+def test_a_document_whose_undo_failed_is_written_afresh_without_its_old_chunks(tmp_path: Path) -> None:
+    class Flaky(CorpusStore):
+        fail_write = fail_purge = True
+
+        def _write_batch(self, *args: Any) -> None:
+            super()._write_batch(*args)
+            if self.fail_write:
+                self.fail_write = False
+                raise OSError(errno.EIO, "I/O error")  # after the first batch landed
+
+        def _purge(self, name: str, doc_cid: str) -> int:
+            if self.fail_purge:
+                self.fail_purge = False
+                raise OSError(errno.EIO, "I/O error")  # the undo fails too
+            return super()._purge(name, doc_cid)
+
+    with Flaky(tmp_path / "rag", exact_max_chunks=0, batch_size=2) as s:
+        s.create_corpus("c", embedding_model="m", dim=16)
+        old = [Chunk(f"old-{c.chunk_id}", c.text, c.metadata) for c in fake_chunks("d", 4)]
+        with pytest.raises(OSError):
+            s.add_document("c", old, unit_vectors(4))
+        assert s._collection("c").count() == 2  # a half-written document is left behind
+        s.add_document("c", fake_chunks("d", 3), unit_vectors(3, seed=4))  # e.g. another chunk size
+        assert sorted(h.chunk_id for h in s.query("c", unit_vectors(1)[0], k=10)) == ["d-0", "d-1", "d-2"]
+        assert s._collection("c").count() == 3 == s.info("c").chunks

@@ -170,8 +170,23 @@ def _join(op: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
     return parts[0] if len(parts) == 1 else {op: parts}
 
 
+_EXACT_LIMIT = 2**53
+"""Beyond this magnitude ChromaDB compares numbers inexactly (it rounds an int operand to a float,
+or clamps it to int64), so such a condition could miss a chunk that matches: it is left to
+:func:`where_matches`."""
+
+
+def _inexact_for_chroma(value: Any) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return any(
+        isinstance(v, int | float) and not isinstance(v, bool) and abs(v) >= _EXACT_LIMIT for v in values
+    )
+
+
 def _chroma_condition(key: str, op: str, value: Any) -> dict[str, Any] | None:
     """ChromaDB's version of one condition; ``None`` means "no constraint" (matches everything)."""
+    if _inexact_for_chroma(value):
+        return None
     if op in ("$in", "$nin"):
         groups: dict[str, list[Any]] = {}
         fractions: list[float] = []

@@ -306,6 +306,13 @@ class RagService:
                 "ingest_event_id": event_id,
                 "existing": True,
             }
+        registered = self._registered_corpora.get(corpus)
+        if registered is not None and str(registered["embedding_model"]) != self._settings.embedding_model:
+            # before any fetch, read or embedding: the write at the end would be refused anyway
+            raise NotFound(
+                f"corpus {corpus} was embedded with {registered['embedding_model']} but this node embeds "
+                f"with {self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}' first"
+            )
         await ctx.send({"stage": "fetch", "current": 0, "total": 1})
         hint = None if ctx.is_local else ctx.caller
         await self._bus.call(

@@ -696,7 +696,16 @@ class CorpusStore:
             st = self._status(name, doc_cid)
             if st is not None and st[0] == "complete":
                 return
+            if doc_cid in self._pending.get(name, ()):
+                raise BadRequest(
+                    f"document {doc_cid} is being written to corpus {name!r} by another call; "
+                    "try again when it is done"
+                )
+            self._pending.setdefault(name, set()).add(doc_cid)  # ours until the finally below
         try:
+            if st is not None:
+                # left by an undo that failed: its chunks (perhaps other ids) must not come back
+                self._purge(name, doc_cid)
             with self._lock:
                 self._db.execute(
                     f"INSERT OR REPLACE INTO documents ({_DOC_COLUMNS}) "
@@ -713,16 +722,17 @@ class CorpusStore:
                         doc.metadata_json,
                     ),
                 )
-                self._pending.setdefault(name, set()).add(doc_cid)
             for a in range(0, len(ids), self._batch):
                 part = slice(a, a + self._batch)
                 self._write_batch(col, ids[part], vecs[part], doc.texts[part], doc.metadatas[part])
             with self._lock:
-                self._db.execute(
+                done = self._db.execute(
                     "UPDATE documents SET status = 'complete', updated_at = ? "
-                    "WHERE corpus = ? AND doc_cid = ?",
+                    "WHERE corpus = ? AND doc_cid = ? AND status = 'pending'",
                     (time.time(), name, doc_cid),
                 )
+                if done.rowcount != 1:
+                    raise InternalError(f"document {doc_cid} left the ledger while it was being written")
                 self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
                 self._exact_added(name, ids, vecs, doc.texts, doc.metadatas)
         except BaseException as exc:
@@ -794,6 +804,10 @@ class CorpusStore:
         with self._lock:
             if self._status(name, doc_cid) is None:
                 return 0
+            if doc_cid in self._pending.get(name, ()):
+                raise BadRequest(
+                    f"document {doc_cid} is being written to corpus {name!r}; delete it when that is done"
+                )
         removed = self._purge(name, doc_cid)
         _log.info("rag_document_deleted", corpus=name, doc_cid=doc_cid, chunks=removed)
         return removed
