@@ -386,7 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m hearthnet.cli`` this file is ``__main__``, and the command modules that
+    # import ``hearthnet.cli`` get a second copy whose ``CliError`` this ``main`` would not catch
+    # (a traceback instead of a one-line reason): run the one copy everything else imports.
+    from hearthnet.cli import main as _main
+
+    sys.exit(_main())
 
 
 __all__ = ["BadRequest", "build_parser", "main"]

@@ -218,6 +218,8 @@ def cmd_ingest(args: argparse.Namespace) -> None:
                 print(f"FAIL  {path.name}: {exc.code}: {exc.message}")
         except OSError as exc:
             entry.update(ok=False, error="bad_request", message=str(exc))
+            if not args.json:
+                print(f"FAIL  {path.name}: bad_request: {exc}")
         results.append(entry)
     failed = [r for r in results if not r["ok"]]
     if args.json:

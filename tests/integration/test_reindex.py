@@ -47,6 +47,15 @@ def test_model_mismatch_is_refused_then_reindex_reembeds_from_blobs(
         assert proc.returncode != 0
         assert proc.stderr.startswith("hearthnet: not_found:")
         assert "hearthnet rag reindex --corpus home" in proc.stderr
+        new_doc = tmp_path / "notes.txt"
+        new_doc.write_text("The garden tap is drained in October before the first frost.\n")
+        served = server.requests
+        proc = a.cli("ingest", str(new_doc), "--corpus", "home", check=False)  # refused before embedding
+        assert proc.returncode != 0
+        assert proc.stdout.startswith("FAIL  notes.txt: not_found:")
+        assert "hearthnet rag reindex --corpus home" in proc.stdout
+        assert proc.stderr == "hearthnet: 1 of 1 files failed to ingest\n"  # one line, no traceback
+        assert server.requests == served
 
         served_before = server.requests
         result = a.cli_json("rag", "reindex", "--corpus", "home", timeout=300)
