@@ -454,3 +454,36 @@ async def test_embedding_starts_on_the_chunks_read_so_far_and_never_sends_more_t
         direct, _, _ = await embedder.embed([c.text for c in chunks])
         assert result[0].vectors.shape == (43, direct.shape[1])
         assert ((result[0].vectors @ direct.T).argmax(axis=1) == np.arange(43)).all()  # in order
+
+
+@pytest.mark.anyio
+async def test_announcing_a_corpus_never_blocks_the_event_loop_on_the_store_lock(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """A write may hold the store lock for long (a reindex's swap, a ChromaDB server call): the
+    registrations an ingest updates at its end read the store in a thread, never on the loop."""
+    async with node(tmp_path, minilm=minilm) as n:
+        n.store.create_corpus("fresh", embedding_model=MINILM, dim=384)
+        taken, release = threading.Event(), threading.Event()
+        held = [False]
+
+        def hold() -> None:
+            with n.store._lock:
+                held[0] = True
+                taken.set()
+                release.wait(5)
+                held[0] = False
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        taken.wait(5)
+        seen: list[bool] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(n.rag._announce_corpus, "fresh")
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+                seen.append(held[0])  # the loop turns while the lock is still held
+            release.set()
+        holder.join(5)
+        assert seen == [True] * 5
+        assert "fresh" in n.rag.health()["corpora"]

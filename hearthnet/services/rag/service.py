@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,9 +117,11 @@ class RagService:
         await anyio.to_thread.run_sync(self._store.close)
 
     def registrations(self) -> list[Registration]:
-        regs = [self._ingest_registration(), self._list_registration(), self._reindex_registration()]
-        for corpus in self._store.corpora():
-            regs.append(self._query_registration(corpus))
+        """What the node registers at start (reads the store: before the node serves anything)."""
+        corpora = self._store.corpora()
+        regs = [self._ingest_registration(corpora), self._list_registration(), self._reindex_registration()]
+        for corpus in corpora:
+            regs.append(self._query_registration(corpus, self._store.info(corpus).embedding_model))
         return regs
 
     def health(self) -> dict[str, Any]:
@@ -132,9 +134,8 @@ class RagService:
         }
 
     # registrations ------------------------------------------------------------------
-    def _query_registration(self, corpus: str) -> Registration:
-        info = self._store.info(corpus)
-        params = {"corpus": corpus, "embedding_model": info.embedding_model, "k_max": MAX_K}
+    def _query_registration(self, corpus: str, embedding_model: str) -> Registration:
+        params = {"corpus": corpus, "embedding_model": embedding_model, "k_max": MAX_K}
         self._registered_corpora[corpus] = params
         descriptor = CapabilityDescriptor(
             "rag.query",
@@ -148,10 +149,9 @@ class RagService:
         )
         return Registration(descriptor, self._handle_query, params_key_equals("corpus"))
 
-    def _ingest_registration(self) -> Registration:
-        corpora = sorted(c for c in self._store.corpora() if c != PERSONAL)
+    def _ingest_registration(self, held: Sequence[str]) -> Registration:
         self._ingest_params = {
-            "corpora": corpora,
+            "corpora": sorted(c for c in held if c != PERSONAL),
             "accepts_new": self._settings.accept_new_corpora,
             "embedding_model": self._settings.embedding_model,
         }
@@ -188,13 +188,23 @@ class RagService:
             self._handle_reindex,
         )
 
-    def _announce_corpus(self, corpus: str) -> None:
-        """A new corpus: serve queries for it and advertise it in rag.ingest's params."""
+    async def _announce_corpus(self, corpus: str) -> None:
+        """A new corpus: serve queries for it and advertise it in rag.ingest's params.
+
+        The store is read in a worker thread: its lock may be held for a while by
+        a write (a reindex's swap, a ChromaDB server call), and the event loop
+        must never wait for it.
+        """
+
+        def read() -> tuple[str, list[str]]:
+            return self._store.info(corpus).embedding_model, self._store.corpora()
+
+        model, held = await run_blocking(read, limiter=self._read_limiter)
         if corpus not in self._registered_corpora:
-            self._bus.register(self._query_registration(corpus))
+            self._bus.register(self._query_registration(corpus, model))
         if self._ingest_params is not None:
             self._bus.unregister("rag.ingest", self._ingest_params)
-        self._bus.register(self._ingest_registration())
+        self._bus.register(self._ingest_registration(held))
 
     # rag.query ----------------------------------------------------------------------
     async def _handle_query(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -349,7 +359,7 @@ class RagService:
             embedded.vectors,
             limiter=self._store_limiter,
         )
-        self._announce_corpus(corpus)
+        await self._announce_corpus(corpus)
         doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
         event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
@@ -538,7 +548,7 @@ class RagService:
         old = self._registered_corpora.pop(corpus, None)
         if old is not None:
             self._bus.unregister("rag.query", old)
-        self._announce_corpus(corpus)
+        await self._announce_corpus(corpus)
         return len(docs)
 
 

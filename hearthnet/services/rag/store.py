@@ -352,9 +352,20 @@ class CorpusStore:
                 return col
             if self._row(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
+        # Looked up without the lock (on a server this is a network call, and the event loop
+        # reads the ledger under the same lock); a miss is decided under it, after any swap.
+        with _chroma_errors("open collection"), contextlib.suppress(NotFoundError):
+            col = self._client.get_collection(collection_name(name), embedding_function=None)
+        with self._lock:
+            if self._row(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            cached = self._collections.get(name)
+            if cached is not None:
+                return cached
             with _chroma_errors("open collection"):
                 try:
-                    col = self._client.get_collection(collection_name(name), embedding_function=None)
+                    if col is None:
+                        col = self._client.get_collection(collection_name(name), embedding_function=None)
                 except NotFoundError as exc:
                     _log.warning("rag_corpus_collection_missing", corpus=name, kept=self._remote)
                     if self._remote:
