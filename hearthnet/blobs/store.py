@@ -861,6 +861,10 @@ class BlobStore:
                 raise NotFound(f"no blob {doc_cid}")
 
     def _delete_locked(self, doc_cid: str) -> bool:
+        return self._drop(doc_cid)[0]
+
+    def _drop(self, doc_cid: str) -> tuple[bool, int]:
+        """Delete a manifest and its chunks no other manifest uses (lock held): (found, bytes freed)."""
         with transaction(self._db):
             chunk_ids = [
                 r[0]
@@ -872,13 +876,12 @@ class BlobStore:
             self._db.execute("DELETE FROM blob_chunks WHERE doc_cid = ?", (doc_cid,))
         with contextlib.suppress(FileNotFoundError):
             self._manifest_path(doc_cid).unlink()
-        self._remove_unreferenced(chunk_ids)
-        return gone > 0
+        return gone > 0, self._remove_unreferenced(chunk_ids)[1]
 
-    def _remove_unreferenced(self, chunk_ids: builtins.list[str]) -> int:
+    def _remove_unreferenced(self, chunk_ids: builtins.list[str]) -> tuple[int, int]:
         """Delete those of ``chunk_ids`` that no manifest references and no put holds (lock held).
 
-        Returns how many were deleted.
+        Returns how many were deleted and the bytes they held.
         """
         doomed = [
             cid
@@ -887,12 +890,20 @@ class BlobStore:
             and self._db.execute("SELECT 1 FROM blob_chunks WHERE chunk_id = ? LIMIT 1", (cid,)).fetchone()
             is None
         ]
+        freed = 0
         with transaction(self._db):
+            for a in range(0, len(doomed), 500):
+                part = doomed[a : a + 500]
+                marks = ", ".join("?" * len(part))
+                row = self._db.execute(
+                    f"SELECT COALESCE(SUM(size), 0) FROM chunks WHERE chunk_id IN ({marks})", part
+                )
+                freed += int(row.fetchone()[0])
             self._db.executemany("DELETE FROM chunks WHERE chunk_id = ?", ((c,) for c in doomed))
         for cid in doomed:
             with contextlib.suppress(FileNotFoundError):
                 self._chunk_path(cid).unlink()
-        return len(doomed)
+        return len(doomed), freed
 
     def usage_bytes(self) -> int:
         """Bytes held in chunk files (each distinct chunk counted once)."""
@@ -942,7 +953,7 @@ class BlobStore:
                         (horizon, _GC_BATCH, offset),
                     ).fetchall()
                 ]
-                offset += len(orphans) - self._remove_unreferenced(orphans)
+                offset += len(orphans) - self._remove_unreferenced(orphans)[0]
             if len(orphans) < _GC_BATCH:
                 break
         return removed
@@ -950,17 +961,17 @@ class BlobStore:
     def _evict_down_to(self, target: int) -> builtins.list[str]:
         """Delete unpinned complete blobs, least recently used first, until usage <= ``target``."""
         evicted: builtins.list[str] = []
-        while True:
+        with self._lock:
+            usage = self.usage_bytes()  # once: each eviction subtracts what it freed
+        while usage > target:
             with self._lock:
-                if self.usage_bytes() <= target:
-                    break
                 row = self._db.execute(
                     "SELECT doc_cid FROM blobs WHERE pinned = 0 AND complete = 1"
                     " ORDER BY last_used, doc_cid LIMIT 1"
                 ).fetchone()
                 if row is None:
                     break
-                self._delete_locked(row[0])
+                usage -= self._drop(row[0])[1]
                 evicted.append(row[0])
         return evicted
 
