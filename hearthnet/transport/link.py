@@ -415,10 +415,11 @@ def format_address(host: str, port: int) -> str:
 
 
 def socket_peer_address(stream: anyio.abc.ByteStream, *, default: str = "unknown") -> str:
-    """The remote ``host:port`` of a socket stream, or ``default`` for other streams."""
+    """The remote ``host:port`` of a socket stream, or ``default`` for other streams (or a socket
+    whose peer already went away: ``getpeername`` then fails with ``ENOTCONN``)."""
     try:
         address = stream.extra(anyio.abc.SocketAttribute.remote_address)
-    except anyio.TypedAttributeLookupError:
+    except (anyio.TypedAttributeLookupError, OSError):  # OSError: the peer already reset it
         return default
     if isinstance(address, tuple):
         return format_address(str(address[0]), int(address[1]))

@@ -123,6 +123,10 @@ async def accept_forever(
         nonlocal pending
         try:
             link = await handshake(stream)
+        except Exception as exc:  # one connection must never end the accept loop (and the node)
+            _log.warning("transport.handshake_failed", error=type(exc).__name__)
+            await anyio.aclose_forcefully(stream)
+            return
         finally:
             pending -= 1
         if link is not None:

@@ -232,3 +232,56 @@ async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> No
                 got.append((await b.receive())["i"])
         await b.aclose()
         assert reported >= 1 and got[:reported] == list(range(reported))
+
+
+@pytest.mark.anyio
+async def test_the_address_of_a_socket_its_peer_reset_falls_back_to_the_default() -> None:
+    """getpeername fails with ENOTCONN once the peer reset the connection; this used to escape
+    from the accept path and end the node's networking."""
+    import socket
+    import struct
+
+    from hearthnet.transport.link import socket_peer_address
+
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        client = socket.create_connection(("127.0.0.1", port))
+        server = await accept_tcp(listener)
+        assert socket_peer_address(server).startswith("127.0.0.1:")
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()  # RST
+        with anyio.fail_after(10), contextlib.suppress(anyio.BrokenResourceError, anyio.EndOfStream):
+            await server.receive()  # returns (or fails) once the reset has arrived
+        after = socket_peer_address(server, default="gone")  # asyncio: gone; uvloop kept the name
+        assert after == "gone" or after.startswith("127.0.0.1:")
+        await server.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_handshake_that_fails_unexpectedly_never_ends_the_accept_loop() -> None:
+    from hearthnet.transport.tcp import accept_forever
+
+    calls: list[int] = []
+    second = anyio.Event()
+
+    async def handshake(stream: anyio.abc.ByteStream) -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise RuntimeError("a bug in one connection's handshake")
+        second.set()
+        await anyio.aclose_forcefully(stream)
+
+    async def serve(link: object) -> None:
+        raise AssertionError("no link is made here")
+
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(accept_forever, listener, handshake, serve)
+            for _ in range(2):
+                async with await anyio.connect_tcp("127.0.0.1", port):
+                    pass
+            with anyio.fail_after(10):
+                await second.wait()
+            tg.cancel_scope.cancel()
+    assert calls == [0, 1]
