@@ -14,6 +14,7 @@ import base64
 import json
 import os
 import signal
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 import anyio
 
 from hearthnet.client import Client, resolve_home
-from hearthnet.errors import BadRequest, BusError
+from hearthnet.errors import BadRequest, BusError, unwrap_group
 from hearthnet.process_settings import tune_malloc
 
 EXIT_FAILURE = 1
@@ -97,18 +98,37 @@ def cmd_init(args: argparse.Namespace) -> None:
     from hearthnet.identity import create_identity
 
     home: Path = args.home
+    name = args.name or home.name or "node"
+    config_text = default_config_text(name=name, listen=args.listen)  # checked before any file
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
-    name = args.name or home.name or "node"
     identity = create_identity(home / "identity.key")
     config_path = home / CONFIG_FILE
     if not config_path.exists():
-        config_path.write_text(default_config_text(name=name, listen=args.listen), encoding="utf-8")
+        _write_atomically(config_path, config_text)
     emit(
         args,
         {"node_id": identity.node_id, "home": str(home), "name": name},
         lambda: print(identity.node_id),
     )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """``text`` to ``path`` whole or not at all: a temporary file, fsync, rename, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _open_log(home: Path) -> Any:
@@ -173,10 +193,7 @@ def cmd_join(args: argparse.Namespace) -> None:
         "community_id": token.community_id,
         "peers": [{"node_id": token.inviter, "addresses": list(token.addresses)}],
     }
-    path = home / "bootstrap.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(bootstrap, indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    _write_atomically(home / "bootstrap.json", json.dumps(bootstrap, indent=2))
     emit(
         args,
         {
@@ -204,6 +221,7 @@ def cmd_node_run(args: argparse.Namespace) -> None:
 
     config = load_config(args.home)
     configure_logging(config.log_level)
+    lock = _lock_home(args.home)  # held until the process exits
     node = Node(config)
 
     async def main() -> None:
@@ -222,6 +240,31 @@ def cmd_node_run(args: argparse.Namespace) -> None:
         anyio.run(main, backend_options=event_loop_options())
     except KeyboardInterrupt:
         pass
+    except BaseExceptionGroup as group:  # a failure at start comes out of the task group
+        raise unwrap_group(group) from None
+    finally:
+        lock.close()
+
+
+def _lock_home(home: Path) -> Any:
+    """An exclusive lock on ``home/node.lock``: a second ``node run`` on the same home would
+    share its event log and replace its control socket."""
+    import fcntl
+
+    home.mkdir(parents=True, exist_ok=True)
+    fh = (home / "node.lock").open("a+", encoding="ascii")
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise CliError(f"a node is already running for {home} (process {holder}); stop it first") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(str(os.getpid()))
+    fh.flush()
+    return fh
 
 
 # -- commands through the running node ---------------------------------------------------
@@ -381,6 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hearthnet: {exc.code}: {exc.message}", file=sys.stderr)
         return EXIT_FAILURE
     except BrokenPipeError:
+        return EXIT_FAILURE
+    except OSError as exc:  # a home that is a file, a socket path too long, a full disk, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"hearthnet: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_FAILURE
+    except sqlite3.Error as exc:
+        print(f"hearthnet: a database in {args.home} cannot be used: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     return 0
 

@@ -169,7 +169,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     client = Client(args.home)
     files = _expand(args.paths)
     if not files:
-        raise BusError("no files to ingest (supported: PDF, .txt, .md)")
+        raise BadRequest("no files to ingest (supported: PDF, .txt, .md)")
     host = _corpus_host(client, args.corpus, args.on)
     own = client.call("node.status").output["node_id"]
     progress = Progress(not args.json)

@@ -7,6 +7,7 @@ Precedence: built-in defaults < ``<home>/config.toml`` < environment.  The
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -277,12 +278,14 @@ def load_config(home: Path, env: Mapping[str, str] | None = None) -> NodeConfig:
 def default_config_text(*, name: str, listen: str) -> str:
     """The ``local`` preset written by ``hearthnet init``."""
     _parse_listen(listen)
+    # json.dumps writes a valid TOML basic string: quotes, backslashes and control characters
+    # (a newline could otherwise start a table of its own) are escaped.
     return (
         "# HearthNet node configuration (see specs/node.md)\n"
-        f'name = "{name}"\n'
+        f"name = {json.dumps(name)}\n"
         'log_level = "info"\n\n'
         "[network]\n"
-        f'listen = "{listen}"\n\n'
+        f"listen = {json.dumps(listen)}\n\n"
         "[embedding]\n"
         "enabled = true\n\n"
         "[rag]\n"
