@@ -469,7 +469,7 @@ class CapabilityBus:
             if attempt and (
                 last is None
                 or last.code not in _RETRYABLE
-                or not cand.descriptor.idempotent
+                or not candidates[attempt - 1].descriptor.idempotent  # the one that may have run it
                 or anyio.current_time() >= deadline
             ):
                 break

@@ -120,12 +120,20 @@ class CapabilityDescriptor:
                 trust_required=Level.parse(str(data.get("trust_required", "member"))),
                 max_concurrent=int(data.get("max_concurrent", 8)),
                 timeout_seconds=float(data.get("timeout_seconds", 10.0)),
-                idempotent=bool(data.get("idempotent", False)),
-                streaming=bool(data.get("streaming", False)),
+                idempotent=_flag(data, "idempotent"),
+                streaming=_flag(data, "streaming"),
                 description=str(data.get("description", "")),
             )
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise BadRequest(f"malformed capability descriptor: {type(exc).__name__}") from exc
+
+
+def _flag(data: Mapping[str, Any], key: str) -> bool:
+    """A boolean field of a peer's descriptor: a real bool (``bool("false")`` would be true)."""
+    value = data.get(key, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"malformed capability descriptor: {key} must be true or false")
+    return value
 
 
 @dataclass(frozen=True)

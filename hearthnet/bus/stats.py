@@ -53,8 +53,12 @@ class CapabilityStats:
         return int(max(10.0, self.p50_ms()))
 
     def waiter_memory(self) -> float:
-        """Seconds a caller refused under its share keeps its turn: twice the hint, 0.25-30 s."""
-        return min(30.0, max(0.25, 2 * self.retry_after_ms() / 1000))
+        """Seconds a caller refused under its share keeps its turn: twice the hint, 0.05-30 s.
+
+        Short, because a caller with another provider goes there at once (``bus.call``) and
+        never comes back: a slot kept for it stays idle that long.
+        """
+        return min(30.0, max(0.05, 2 * self.retry_after_ms() / 1000))
 
     def snapshot(self) -> dict[str, Any]:
         ordered = sorted(self.latencies_ms)

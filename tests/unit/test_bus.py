@@ -17,6 +17,7 @@ from hearthnet.community.levels import Level
 from hearthnet.errors import (
     BadRequest,
     CapacityExceeded,
+    InternalError,
     NotFound,
     Partition,
     SchemaMismatch,
@@ -312,7 +313,13 @@ async def test_unknown_capability_names_do_not_grow_stats_and_deadlines_are_capp
 
 @pytest.mark.parametrize(
     "change",
-    [{"timeout_seconds": float("inf")}, {"timeout_seconds": float("nan")}, {"max_concurrent": float("inf")}],
+    [
+        {"timeout_seconds": float("inf")},
+        {"timeout_seconds": float("nan")},
+        {"max_concurrent": float("inf")},
+        {"idempotent": "false"},  # bool("false") is True: a peer must send a real bool
+        {"streaming": 1},
+    ],
 )
 def test_descriptors_from_peers_with_absurd_numbers_are_bad_requests(change: dict[str, Any]) -> None:
     from hearthnet.bus.descriptors import CapabilityDescriptor
@@ -511,6 +518,34 @@ async def test_idempotent_call_retries_on_next_provider_after_partition() -> Non
         await a.sessions[first].link.aclose()
         result = await a.call("test.echo")
         assert result.provider != first
+
+
+@pytest.mark.anyio
+async def test_a_call_that_failed_on_a_provider_not_declaring_it_idempotent_is_not_retried() -> None:
+    ran: list[str] = []
+
+    async def once_only(ctx: CallContext) -> dict[str, Any]:
+        ran.append("once-only")
+        raise InternalError("failed after doing part of the work")
+
+    async def safe(ctx: CallContext) -> dict[str, Any]:
+        ran.append("safe")
+        return {}
+
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.op", once_only))  # not idempotent
+        c.register(reg("test.op", safe, idempotent=True))
+        await announce(b, c)
+        for _ in range(4):
+            ran.clear()
+            try:
+                await a.call("test.op")
+            except InternalError:
+                assert ran == ["once-only"]  # ... and not tried again on c
+            else:
+                assert ran == ["safe"]
 
 
 @pytest.mark.anyio
