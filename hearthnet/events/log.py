@@ -39,7 +39,7 @@ from hearthnet.community.membership import (
 from hearthnet.errors import BadRequest, BusError, InternalError, SchemaMismatch, Unauthorized
 from hearthnet.events.envelope import Event, sign_event
 from hearthnet.events.gossip import DEFAULT_BATCH, MAX_BATCH, lacking, parse_version_vector
-from hearthnet.events.rules import EventRules
+from hearthnet.events.rules import EventRule, EventRules
 from hearthnet.identity.keys import Identity
 
 __all__ = ["EventLog", "IngestReport"]
@@ -397,40 +397,61 @@ class EventLog:
     def _screen(self, candidates: list[Event], rejected: list[tuple[str, str, str]]) -> list[Event]:
         """Refuse, before any replay, what no position could admit.
 
-        Unknown types, bad data, and authors that were never admitted and that
-        no grant or founding event in this batch could admit.  Admission would
-        refuse them all anyway; this keeps junk from forcing a replay of the
-        stored history.
+        Unknown types and bad data; a founding event that is not the founder's
+        own for this community id, or that comes after the community was
+        founded; authors that were never admitted and that no founding event or
+        grant by an admissible author in this batch names; and events whose
+        author's highest level ever is below what their type needs, unless a
+        grant in this batch names the author.  Admission would refuse them all
+        anyway; this keeps junk from forcing a replay of the stored history.
         """
         if not candidates:
             return []
-        valid: list[tuple[Event, bool]] = []
+        current = self._current()
+        valid: list[tuple[Event, EventRule]] = []
         for ev in candidates:
             try:
-                valid.append((ev, self._rules.validate(ev).founding))
+                rule = self._rules.validate(ev)
+                if rule.founding:
+                    if current.founder is not None:
+                        raise BadRequest(
+                            "the community already exists; only the first community.created counts"
+                        )
+                    if rule.authorize is not None:
+                        rule.authorize(ev, None)  # stateless: signed by the founder its id derives from
+                valid.append((ev, rule))
             except BusError as exc:
                 rejected.append((ev.event_id, exc.code, exc.message))
-        current = self._current()
         # Authors some position could admit: admitted before, founders in this batch, and
         # (transitively) whoever those invite or promote here -- not strangers inviting strangers.
-        admissible = {e.author for e, founding in valid if founding}
+        admissible = {e.author for e, rule in valid if rule.founding}
         admissible.update(e.author for e, _ in valid if current.ever_level(e.author) is not None)
         named_by: dict[str, list[str]] = {}  # author -> whom its grants in this batch name
         for e, _ in valid:
             if e.event_type in (INVITED, PROMOTED):
                 named_by.setdefault(e.author, []).append(str(e.data.get("node_id")))
+        named = {n for names in named_by.values() for n in names}
         frontier = list(admissible)
         while frontier:  # each author is expanded once: linear in the batch
-            for named in named_by.pop(frontier.pop(), ()):
-                if named not in admissible:
-                    admissible.add(named)
-                    frontier.append(named)
+            for granted in named_by.pop(frontier.pop(), ()):
+                if granted not in admissible:
+                    admissible.add(granted)
+                    frontier.append(granted)
         kept: list[Event] = []
-        for ev, _ in valid:
-            if ev.author in admissible:
+        for ev, rule in valid:
+            refusal: BusError | None = None
+            if ev.author not in admissible:
+                refusal = Unauthorized(f"{ev.author} was never admitted to the community")
+            elif not rule.founding and ev.author not in named:
+                ever = current.ever_level(ev.author)
+                if ever is not None and ever < rule.min_level:
+                    refusal = Unauthorized(
+                        f"{ev.event_type} needs level {rule.min_level.label}; "
+                        f"the author was never above {ever.label}"
+                    )
+            if refusal is None:
                 kept.append(ev)
             else:
-                refusal = Unauthorized(f"{ev.author} was never admitted to the community")
                 rejected.append((ev.event_id, refusal.code, refusal.message))
         return kept
 

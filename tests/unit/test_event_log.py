@@ -573,3 +573,36 @@ def test_a_forked_author_cannot_hide_everyone_elses_events_behind_its_refused_on
         result = pull(a, lambda vv: b.missing_for(vv, limit=200))
         assert result.accepted == 5
         assert all(a.get(e.event_id) is not None for e in fresh)
+
+
+def test_forged_founding_events_and_grants_beyond_the_authors_level_never_replay_the_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _founded(tmp_path / "a.db") as a:
+        cid = a.community_id or ""
+        a.append_local(FOUNDER, "member.invited", {"node_id": BOB.node_id, "level": "member"})
+        a.membership()
+        replays: list[object] = []
+
+        def counted(*args: Any) -> Membership:
+            replays.append(args)
+            return derive_membership(*args)
+
+        monkeypatch.setattr(log_module, "derive_membership", counted)
+        stranger = Identity.generate()
+        forged = sign_event(
+            stranger,
+            community_id=cid,
+            event_type="community.created",
+            data={"name": "Hearth", "founder": stranger.node_id},
+            lamport=1,
+            seq=1,
+        )
+        beyond = _invite(cid, Identity.generate(), lamport=1, seq=1, author=BOB)  # BOB is a member
+        report = a.ingest([forged, beyond])
+        assert {r[0]: r[1] for r in report.rejected} == {
+            forged.event_id: "bad_request",  # the community was founded already
+            beyond.event_id: "unauthorized",
+        }
+        assert "needs level trusted" in dict((r[0], r[2]) for r in report.rejected)[beyond.event_id]
+        assert replays == []
