@@ -407,8 +407,7 @@ class PeerSession:
                 log.warning("link_silent", peer=self.peer_id, seconds=round(silent, 1))
                 reader.cancel()
                 return
-            blocked_since = link.write_blocked_since
-            blocked = 0.0 if blocked_since is None else now - blocked_since
+            blocked = link.write_stalled_for(now)
             if blocked >= dead_after:
                 self.close_reason = f"peer stopped reading: a write made no progress for {blocked:.1f} s"
                 log.warning("link_write_stalled", peer=self.peer_id, seconds=round(blocked, 1))

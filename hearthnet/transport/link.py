@@ -102,7 +102,9 @@ class Link:
         self.last_sent = self.last_received
         """``time.monotonic()`` when our frames were last written to the stream."""
         self.write_blocked_since: float | None = None
-        """``time.monotonic()`` when the write in progress began (``None``: no write in progress)."""
+        """``time.monotonic()`` when the write in progress began or last made progress
+        (``None``: no write in progress); see :meth:`write_stalled_for`."""
+        self._unsent_seen: int | None = None
 
     def __repr__(self) -> str:
         role = "initiator" if self.initiator else "responder"
@@ -111,6 +113,26 @@ class Link:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def write_stalled_for(self, now: float) -> float:
+        """Seconds the write in progress has made no progress (0.0 if none is in progress).
+
+        A write of many frames to a slow peer may rightly take longer than the
+        liveness limit: on a stream that says how much it still has to send
+        (``unsent_bytes``, :class:`~hearthnet.transport.tcp_stream.TcpStream`),
+        every look that finds less unsent than the last one restarts the clock.
+        Other streams measure the write from its start.
+        """
+        since = self.write_blocked_since
+        if since is None:
+            self._unsent_seen = None
+            return 0.0
+        unsent = getattr(self._stream, "unsent_bytes", None)
+        if isinstance(unsent, int):
+            if self._unsent_seen is not None and unsent < self._unsent_seen:
+                self.write_blocked_since = since = now  # the peer is reading: not stalled
+            self._unsent_seen = unsent
+        return max(0.0, now - since)
 
     async def send(self, message: dict[str, Any], *, linger: bool = False) -> None:
         """Encode, seal and queue one message, and see that it is written; safe from many tasks at once.

@@ -190,6 +190,11 @@ class TcpStream(anyio.abc.ByteStream):
         """Bytes given to :meth:`try_write` still wait for room in the kernel's buffer."""
         return self._protocol.write_paused
 
+    @property
+    def unsent_bytes(self) -> int:
+        """Bytes written that still wait for room in the kernel's buffer (shrinks as the peer reads)."""
+        return int(self._transport.get_write_buffer_size())
+
     async def drain(self) -> None:
         """Wait until the kernel has every byte written so far (errors as :meth:`send`).
 

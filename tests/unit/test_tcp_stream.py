@@ -285,3 +285,55 @@ async def test_a_handshake_that_fails_unexpectedly_never_ends_the_accept_loop() 
                 await second.wait()
             tg.cancel_scope.cancel()
     assert calls == [0, 1]
+
+
+@pytest.mark.anyio
+async def test_a_slow_reader_is_not_a_stalled_one() -> None:
+    """A write may take longer than the liveness limit on a slow link: the stall clock restarts
+    whenever less is left to send than at the last look, and runs on while nothing moves."""
+    identity_a, identity_b = Identity.generate(), Identity.generate()
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        accepted: list[Link] = []
+
+        async def accept_one() -> None:
+            stream = await accept_tcp(listener)
+            accepted.append(
+                await accept_link(
+                    stream, identity=identity_b, community_id="c", admit=lambda _: None, remote_address="a"
+                )
+            )
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(accept_one)
+            a = await open_link(
+                "127.0.0.1", port, identity=identity_a, community_id="c", admit=lambda _: None
+            )
+        b = accepted[0]
+
+        async def sender() -> None:
+            with contextlib.suppress(Partition):
+                for i in range(64):
+                    await a.send({"i": i, "pad": b"x" * 900_000})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender)
+            with anyio.fail_after(30):
+                while a.write_blocked_since is None:  # b is not reading: a's write waits
+                    await anyio.lowlevel.checkpoint()
+            start = a.write_blocked_since
+            assert start is not None
+            assert a.write_stalled_for(start + 100) == 100  # nothing moved since the write began
+            assert a.write_stalled_for(start + 200) == 200
+            raw = b._stream  # read raw bytes, a little at a time: the same write goes on
+            with anyio.fail_after(30):
+                while True:
+                    await raw.receive(16_384)
+                    assert a.write_blocked_since is not None  # still the one write
+                    if a.write_stalled_for(start + 300) == 0.0:
+                        break
+            assert a.write_blocked_since == start + 300  # progress restarted the clock
+            assert a.write_stalled_for(start + 400) == 100  # and it runs on while nothing moves
+            await a.aclose()
+            tg.cancel_scope.cancel()
+        await b.aclose()
