@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
+from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound
 from hearthnet.services.rag.chunker import Chunk, chunk_document
 from hearthnet.services.rag.names import (
     collection_name,
@@ -622,3 +622,26 @@ def test_a_document_whose_undo_failed_is_written_afresh_without_its_old_chunks(t
         s.add_document("c", fake_chunks("d", 3), unit_vectors(3, seed=4))  # e.g. another chunk size
         assert sorted(h.chunk_id for h in s.query("c", unit_vectors(1)[0], k=10)) == ["d-0", "d-1", "d-2"]
         assert s._collection("c").count() == 3 == s.info("c").chunks
+
+
+def test_a_reindex_swap_that_failed_halfway_is_finished_by_the_next_use(tmp_path: Path) -> None:
+    class SwapFails(CorpusStore):
+        fail = True
+
+        def _finish_swap(self, name: str) -> None:
+            if self.fail:
+                self.fail = False
+                self._client.delete_collection(collection_name(name))  # the old one is gone ...
+                raise InternalError("vector store failed to swap in the rebuilt collection")  # ... no rename
+            super()._finish_swap(name)
+
+    root = tmp_path / "rag"
+    _old_corpora(root)
+    with SwapFails(root) as s:
+        new = unit_vectors(3, dim=8, seed=6)
+        with pytest.raises(InternalError):
+            s.replace_corpus("re", embedding_model="m2", dim=8, documents=[(fake_chunks("new", 3), new)])
+        s._exact.clear()  # as after a restart: ChromaDB is read on the next query
+        assert s.query("re", new[2], k=1)[0].chunk_id == "new-2"  # not a dropped corpus
+        info = s.info("re")
+        assert (info.embedding_model, info.docs, info.chunks) == ("m2", 1, 3)

@@ -364,6 +364,13 @@ class CorpusStore:
                 return cached
             with _chroma_errors("open collection"):
                 try:
+                    if (
+                        col is None
+                        and self._db.execute(
+                            "SELECT 1 FROM reindex_swaps WHERE corpus = ?", (name,)
+                        ).fetchone()
+                    ):
+                        self._finish_swap(name)  # a reindex's swap failed halfway: finish it now
                     if col is None:
                         col = self._client.get_collection(collection_name(name), embedding_function=None)
                 except NotFoundError as exc:
