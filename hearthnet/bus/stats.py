@@ -9,6 +9,7 @@ from typing import Any
 from hearthnet.bus.admission import Slots
 
 _WINDOW = 2048
+_P50_EVERY = 32
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -45,8 +46,17 @@ class CapabilityStats:
             self.last_error = error_code
             self.errors_by_code[error_code] = self.errors_by_code.get(error_code, 0) + 1
 
+    _p50: tuple[int, float] = (-_P50_EVERY, 0.0)
+    """``(calls when computed, p50)``: the hint is asked for on every refusal, and sorting the
+    window each time cost more than the refusal itself under load."""
+
     def p50_ms(self) -> float:
-        return percentile(sorted(self.latencies_ms), 0.5)
+        """The median of the latency window, recomputed at most every ``_P50_EVERY`` calls."""
+        at, value = self._p50
+        if self.calls - at >= _P50_EVERY:
+            value = percentile(sorted(self.latencies_ms), 0.5)
+            self._p50 = (self.calls, value)
+        return value
 
     def retry_after_ms(self) -> int:
         """The hint sent with ``capacity_exceeded``: a typical call's time, at least 10 ms."""
