@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -529,13 +529,16 @@ class BlobStore:
     def _unindexed(self, chunk_ids: tuple[str, ...]) -> int:
         """How many distinct ``chunk_ids`` have no row in the chunk index (lock held)."""
         wanted = list(dict.fromkeys(chunk_ids))
-        found = 0
-        for start in range(0, len(wanted), 500):
-            batch = wanted[start : start + 500]
-            marks = ",".join("?" * len(batch))
-            query = f"SELECT COUNT(*) FROM chunks WHERE chunk_id IN ({marks})"
-            found += int(self._db.execute(query, batch).fetchone()[0])
-        return len(wanted) - found
+        return len(wanted) - self._sum_over("SELECT COUNT(*) FROM chunks WHERE chunk_id IN ({marks})", wanted)
+
+    def _sum_over(self, query: str, ids: Sequence[str]) -> int:
+        """``query`` (one number; ``{marks}`` stands for an ``IN`` list) summed over ``ids``, 500 at a
+        time (lock held)."""
+        total = 0
+        for a in range(0, len(ids), 500):
+            part = ids[a : a + 500]
+            total += int(self._db.execute(query.format(marks=", ".join("?" * len(part))), part).fetchone()[0])
+        return total
 
     def missing_chunks(self, manifest: Manifest) -> list[str]:
         """Ids of ``manifest``'s chunks not stored yet, in manifest order, without repeats."""
@@ -890,15 +893,10 @@ class BlobStore:
             and self._db.execute("SELECT 1 FROM blob_chunks WHERE chunk_id = ? LIMIT 1", (cid,)).fetchone()
             is None
         ]
-        freed = 0
         with transaction(self._db):
-            for a in range(0, len(doomed), 500):
-                part = doomed[a : a + 500]
-                marks = ", ".join("?" * len(part))
-                row = self._db.execute(
-                    f"SELECT COALESCE(SUM(size), 0) FROM chunks WHERE chunk_id IN ({marks})", part
-                )
-                freed += int(row.fetchone()[0])
+            freed = self._sum_over(
+                "SELECT COALESCE(SUM(size), 0) FROM chunks WHERE chunk_id IN ({marks})", doomed
+            )
             self._db.executemany("DELETE FROM chunks WHERE chunk_id = ?", ((c,) for c in doomed))
         for cid in doomed:
             with contextlib.suppress(FileNotFoundError):
@@ -993,14 +991,8 @@ class BlobStore:
 
     def _evictable_among(self, chunk_ids: Iterable[str]) -> int:
         """Bytes of those of ``chunk_ids`` that :meth:`_evictable_bytes` counts (lock held)."""
-        ids = sorted(set(chunk_ids))
-        total = 0
-        for a in range(0, len(ids), 500):
-            part = ids[a : a + 500]
-            marks = ", ".join("?" * len(part))
-            query = f"SELECT COALESCE(SUM(c.size), 0) {self._SOLE} AND c.chunk_id IN ({marks})"
-            total += int(self._db.execute(query, part).fetchone()[0])
-        return total
+        query = f"SELECT COALESCE(SUM(c.size), 0) {self._SOLE} AND c.chunk_id IN ({{marks}})"
+        return self._sum_over(query, sorted(set(chunk_ids)))
 
     def _fits(self, incoming_bytes: int) -> bool:
         """Whether ``incoming_bytes`` more fit under the cap (beside transfers in progress) as it is."""
