@@ -436,6 +436,18 @@ def test_missing_for_reads_bodies_only_for_the_events_it_sends(tmp_path: Path) -
         assert len(batch) == 100 and peak < 2 * sent + 1_000_000, (peak, sent)
 
 
+def count_replays(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """A list that gets one entry per replay of the stored history (``derive_membership``)."""
+    replays: list[object] = []
+
+    def counted(*args: Any) -> Membership:
+        replays.append(args)
+        return derive_membership(*args)
+
+    monkeypatch.setattr(log_module, "derive_membership", counted)
+    return replays
+
+
 def test_junk_from_a_stranger_never_replays_the_history(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -444,13 +456,7 @@ def test_junk_from_a_stranger_never_replays_the_history(
         for i in range(20):
             a.append_local(ALICE, "member.invited", {"node_id": _member(i).node_id, "level": "member"})
         a.membership()  # the cache is warm
-        replays: list[object] = []
-
-        def counted(*args: Any) -> Membership:
-            replays.append(args)
-            return derive_membership(*args)
-
-        monkeypatch.setattr(log_module, "derive_membership", counted)
+        replays = count_replays(monkeypatch)
         junk = _invite(a.community_id or "", BOB, lamport=1, seq=1, author=OUTSIDER)
         report = a.ingest([junk])
         assert report.rejected == [
@@ -467,13 +473,7 @@ def test_strangers_inviting_each_other_never_replay_the_history(
     with _founded(tmp_path / "a.db") as a:
         cid = a.community_id or ""
         a.membership()
-        replays: list[object] = []
-
-        def counted(*args: Any) -> Membership:
-            replays.append(args)
-            return derive_membership(*args)
-
-        monkeypatch.setattr(log_module, "derive_membership", counted)
+        replays = count_replays(monkeypatch)
         x, y = Identity.generate(), Identity.generate()
         pair = [
             _invite(cid, y, lamport=1, seq=1, author=x),
@@ -582,13 +582,7 @@ def test_forged_founding_events_and_grants_beyond_the_authors_level_never_replay
         cid = a.community_id or ""
         a.append_local(FOUNDER, "member.invited", {"node_id": BOB.node_id, "level": "member"})
         a.membership()
-        replays: list[object] = []
-
-        def counted(*args: Any) -> Membership:
-            replays.append(args)
-            return derive_membership(*args)
-
-        monkeypatch.setattr(log_module, "derive_membership", counted)
+        replays = count_replays(monkeypatch)
         stranger = Identity.generate()
         forged = sign_event(
             stranger,

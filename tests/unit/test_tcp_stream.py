@@ -190,8 +190,9 @@ async def test_try_write_reports_what_waits_and_drain_waits_for_it() -> None:
         assert not client.write_pending
 
 
-async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> None:
-    """Link.send returns only when the kernel has the whole frame: closing right after drops nothing."""
+@asynccontextmanager
+async def tcp_links() -> AsyncIterator[tuple[Link, Link]]:
+    """Two nodes linked over loopback TCP (handshake and encryption included): (initiator, responder)."""
     identity_a, identity_b = Identity.generate(), Identity.generate()
     async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -210,7 +211,12 @@ async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> No
             a = await open_link(
                 "127.0.0.1", port, identity=identity_a, community_id="c", admit=lambda _: None
             )
-        b = accepted[0]
+        yield a, accepted[0]
+
+
+async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> None:
+    """Link.send returns only when the kernel has the whole frame: closing right after drops nothing."""
+    async with tcp_links() as (a, b):
         done: list[int] = []
 
         async def sender() -> None:
@@ -291,25 +297,7 @@ async def test_a_handshake_that_fails_unexpectedly_never_ends_the_accept_loop() 
 async def test_a_slow_reader_is_not_a_stalled_one() -> None:
     """A write may take longer than the liveness limit on a slow link: the stall clock restarts
     whenever less is left to send than at the last look, and runs on while nothing moves."""
-    identity_a, identity_b = Identity.generate(), Identity.generate()
-    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        accepted: list[Link] = []
-
-        async def accept_one() -> None:
-            stream = await accept_tcp(listener)
-            accepted.append(
-                await accept_link(
-                    stream, identity=identity_b, community_id="c", admit=lambda _: None, remote_address="a"
-                )
-            )
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(accept_one)
-            a = await open_link(
-                "127.0.0.1", port, identity=identity_a, community_id="c", admit=lambda _: None
-            )
-        b = accepted[0]
+    async with tcp_links() as (a, b):
 
         async def sender() -> None:
             with contextlib.suppress(Partition):
