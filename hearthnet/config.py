@@ -7,7 +7,6 @@ Precedence: built-in defaults < ``<home>/config.toml`` < environment.  The
 
 from __future__ import annotations
 
-import json
 import os
 import tomllib
 from collections.abc import Mapping
@@ -275,17 +274,30 @@ def load_config(home: Path, env: Mapping[str, str] | None = None) -> NodeConfig:
     return apply_env(config_from_mapping(home, data), os.environ if env is None else env)
 
 
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: backslash, quote and every control character escaped
+    (a newline could otherwise start a table of its own), everything else as it is (an emoji
+    stays one character; JSON's surrogate-pair escapes are not valid TOML)."""
+    out = []
+    for ch in text:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ch < " " or ch == "\x7f":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def default_config_text(*, name: str, listen: str) -> str:
     """The ``local`` preset written by ``hearthnet init``."""
     _parse_listen(listen)
-    # json.dumps writes a valid TOML basic string: quotes, backslashes and control characters
-    # (a newline could otherwise start a table of its own) are escaped.
     return (
         "# HearthNet node configuration (see specs/node.md)\n"
-        f"name = {json.dumps(name)}\n"
+        f"name = {toml_string(name)}\n"
         'log_level = "info"\n\n'
         "[network]\n"
-        f"listen = {json.dumps(listen)}\n\n"
+        f"listen = {toml_string(listen)}\n\n"
         "[embedding]\n"
         "enabled = true\n\n"
         "[rag]\n"

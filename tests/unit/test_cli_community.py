@@ -32,7 +32,7 @@ def test_init_escapes_the_name_and_checks_everything_before_it_writes(
     assert main(["init", "--home", str(home), "--listen", "no-port"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
     assert not (home / "identity.key").exists()  # so a corrected retry is not refused
-    sneaky = 'ev"il\n[network]\nlisten = "0.0.0.0:9"'
+    sneaky = 'ev"il\\ \U0001f525 \x7f\n[network]\nlisten = "0.0.0.0:9"'
     assert main(["init", "--home", str(home), "--name", sneaky, "--listen", "127.0.0.1:0"]) == 0
     config = load_config(home)
     assert config.name == sneaky and config.network.listen_host == "127.0.0.1"
