@@ -49,6 +49,7 @@ from hearthnet.errors import (
 )
 from hearthnet.identity import Identity
 from hearthnet.transport.link import Link
+from hearthnet.wire.codec import wire_shape_problem
 
 log = structlog.get_logger("hearthnet.bus")
 
@@ -72,6 +73,27 @@ def _now_ms() -> int:
 def _new_trace_id() -> str:
     """16 hex digits that tie a call's log lines together (unique, not secret)."""
     return f"{random.getrandbits(64):016x}"
+
+
+def _unsendable(ref: str, output: Any, meta: Any, trace_id: str) -> BusError | None:
+    """The error to answer instead of a handler's answer that the caller could not decode.
+
+    A map key that is not a string, or an answer that is not a map, is a bug in the
+    handler (``internal_error``, logged); a container or string over the wire limits
+    is too much (``bad_request``: ask for less).  Sent as it is, either would make the
+    caller close the whole link and fail every other call on it.
+    """
+    if not isinstance(output, dict) or not isinstance(meta, dict):
+        problem: tuple[str, str] | None = ("key", "the answer is not a map")
+    else:
+        problem = wire_shape_problem(output) or wire_shape_problem(meta)
+    if problem is None:
+        return None
+    kind, where = problem
+    if kind == "size":
+        return BadRequest(f"{ref} produced an answer this link cannot carry ({where}); ask for less")
+    log.error("answer_malformed", capability=ref, problem=where, trace_id=trace_id)
+    return InternalError(f"internal error in {ref}: its answer cannot cross the wire (trace_id={trace_id})")
 
 
 def _version_text(v: Version) -> str:
@@ -299,6 +321,8 @@ class CapabilityBus:
             error = exc
             if stats is None:  # refused before any capability was found: not under the peer's name
                 self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
+        if error is None and result is not None:
+            error = _unsendable(ref, result.output, result.meta, req.trace_id)
         if error is None and result is not None:
             try:
                 await session.send({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})

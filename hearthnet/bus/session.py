@@ -46,12 +46,14 @@ from hearthnet.bus.flow import Credit, OneShot
 from hearthnet.errors import (
     BusError,
     CapacityExceeded,
+    InternalError,
     Partition,
     ProtocolError,
     Timeout,
     error_from_wire,
 )
 from hearthnet.transport.link import Link
+from hearthnet.wire.codec import wire_shape_problem
 
 log = structlog.get_logger("hearthnet.bus.session")
 
@@ -237,6 +239,9 @@ class IncomingCall:
     async def send_frame(self, data: dict[str, Any]) -> None:
         if self.output_credit is None:
             return  # the caller did not ask for frames
+        problem = wire_shape_problem(data) if isinstance(data, dict) else ("key", "a frame is not a map")
+        if problem is not None:  # the caller would have to close the link: fail this call only
+            raise InternalError(f"a stream frame cannot cross the wire: {problem[1]}")
         await self.output_credit.acquire()
         await self.session.send({"t": "frame", "id": self.request.id, "data": data})
 

@@ -58,3 +58,109 @@ def unpack_map(data: bytes, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, 
     if not isinstance(obj, dict):
         raise ProtocolError(f"a wire message must be a map, got {type(obj).__name__}")
     return obj
+
+
+def wire_shape_problem(value: Any, *, limits: MsgLimits = DEFAULT_LIMITS) -> tuple[str, str] | None:
+    """Why a peer's :func:`unpack_map` would refuse ``value`` inside a message, or ``None``.
+
+    ``("key", where)`` for a map key that is not a string, ``("size", where)`` for a
+    container or string over ``limits``.  A peer that receives such a message can only
+    close the link (it cannot even read the call's id), so a sender checks what it did
+    not build itself (a handler's answer) before sending it.  One quick pass; the
+    place is worked out only when there is a problem.
+    """
+    if _surely_fine(value, limits):
+        return None
+    where: list[str] = []
+    kind = _shape_problem(value, limits, where)
+    return None if kind is None else (kind, where[0])
+
+
+def _shape_problem(value: Any, limits: MsgLimits, where: list[str] | None) -> str | None:
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            if len(item) > limits.max_map_len:
+                if where is not None:
+                    where.append(
+                        f"{path or 'the answer'} has {len(item)} entries (at most {limits.max_map_len})"
+                    )
+                return "size"
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    if where is not None:
+                        where.append(f"{path or 'the answer'} has a {type(key).__name__} key {key!r:.40}")
+                    return "key"
+                stack.append((key, f"{path or 'the answer'}: a key" if where is not None else ""))
+                stack.append((sub, (f"{path}.{key}" if path else key) if where is not None else ""))
+        elif isinstance(item, list | tuple):
+            if len(item) > limits.max_array_len:
+                if where is not None:
+                    where.append(f"{path} has {len(item)} items (at most {limits.max_array_len})")
+                return "size"
+            if where is None:
+                stack.extend((sub, "") for sub in item)
+            else:
+                stack.extend((sub, f"{path}[{i}]") for i, sub in enumerate(item))
+        elif isinstance(item, str):
+            n = (
+                len(item.encode("utf-8", "surrogatepass"))
+                if len(item) * 4 > limits.max_str_len
+                else len(item)
+            )
+            if n > limits.max_str_len:
+                if where is not None:
+                    where.append(f"{path} is {n} bytes long")
+                return "size"
+        elif isinstance(item, bytes | bytearray | memoryview) and len(item) > limits.max_bin_len:
+            if where is not None:
+                where.append(f"{path} is {len(item)} bytes long")
+            return "size"
+    return None
+
+
+def _surely_fine(value: Any, limits: MsgLimits) -> bool:
+    """The quick pass: only exact builtin types, leaves checked in place (a rag.query answer in
+    ~10 us); ``False`` means "look closer" (:func:`_shape_problem`), not necessarily a problem."""
+    max_map, max_array, max_bin = limits.max_map_len, limits.max_array_len, limits.max_bin_len
+    short = limits.max_str_len // 4  # a str this long is within the limit whatever it holds
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if len(item) > max_map:
+                return False
+            for key, sub in item.items():
+                if type(key) is not str or len(key) > short:
+                    return False
+                t = type(sub)
+                if t is str:
+                    if len(sub) > short:
+                        return False
+                elif t is dict or t is list:
+                    stack.append(sub)
+                elif t is bytes:
+                    if len(sub) > max_bin:
+                        return False
+                elif t is not int and t is not float and t is not bool and sub is not None:
+                    return False
+        elif kind is list:
+            if len(item) > max_array:
+                return False
+            for sub in item:
+                t = type(sub)
+                if t is str:
+                    if len(sub) > short:
+                        return False
+                elif t is dict or t is list:
+                    stack.append(sub)
+                elif t is bytes:
+                    if len(sub) > max_bin:
+                        return False
+                elif t is not int and t is not float and t is not bool and sub is not None:
+                    return False
+        else:
+            return False
+    return True

@@ -383,6 +383,37 @@ async def test_an_answer_too_large_for_a_frame_is_a_prompt_bad_request_not_a_tim
 
 
 @pytest.mark.anyio
+async def test_an_answer_the_caller_could_not_decode_fails_that_call_and_not_the_link() -> None:
+    """The caller's decoder refuses non-string map keys (and anything over the wire limits): sent
+    as it is, such an answer made it close the link and fail every call on it."""
+
+    async def int_keys(ctx: CallContext) -> dict[str, Any]:
+        return {"counts": {1: 5}}
+
+    async def bad_frame(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"by_page": {2: "x"}})
+        return {}
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.intkeys", int_keys))
+        b.register(reg("test.badframe", bad_frame, streaming=True))
+        b.register(reg("test.echo", echo))
+        await announce(b)
+        link = a.sessions[b.node_id].link
+        with pytest.raises(InternalError, match="cannot cross the wire"):
+            await a.call("test.intkeys")
+        with pytest.raises(InternalError):
+            async with a.stream("test.badframe") as call:
+                async for _ in call.frames():
+                    pass
+                await call.result()
+        assert (await a.call("test.echo", input={"x": 1})).output["echo"] == 1
+        assert a.sessions[b.node_id].link is link and not link.closed  # the same link, still up
+
+
+@pytest.mark.anyio
 async def test_over_max_concurrent_answers_capacity_exceeded_with_retry_hint() -> None:
     release = anyio.Event()
 

@@ -6,11 +6,11 @@ from typing import Any
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.errors import ProtocolError
-from hearthnet.wire.codec import MsgLimits, pack, unpack_map
+from hearthnet.wire.codec import MsgLimits, pack, unpack_map, wire_shape_problem
 
 scalars = (
     st.none()
@@ -78,3 +78,27 @@ def test_limits_are_enforced() -> None:
 def test_unencodable_value_is_protocol_error() -> None:
     with pytest.raises(ProtocolError):
         pack({"a": object()})
+
+
+_SMALL = MsgLimits(max_bin_len=8, max_str_len=8, max_array_len=4, max_map_len=4)
+_leaves = st.one_of(st.integers(-5, 5), st.text(max_size=10), st.binary(max_size=10), st.none())
+_values = st.recursive(
+    _leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=6),
+        st.dictionaries(st.one_of(st.text(max_size=10), st.integers(0, 3)), inner, max_size=6),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_values)
+def test_wire_shape_problem_says_exactly_when_a_peer_would_refuse_the_value(value: object) -> None:
+    problem = wire_shape_problem(value, limits=_SMALL)
+    try:
+        unpack_map(pack({"v": value}), limits=_SMALL)
+    except ProtocolError:
+        assert problem is not None
+    else:
+        assert problem is None
