@@ -7,6 +7,7 @@ huge structures, and maps all msgpack failures to ``ProtocolError``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,38 +130,30 @@ def _surely_fine(value: Any, limits: MsgLimits) -> bool:
     while stack:
         item = stack.pop()
         kind = type(item)
+        subs: Iterable[Any]
         if kind is dict:
             if len(item) > max_map:
                 return False
-            for key, sub in item.items():
+            for key in item:
                 if type(key) is not str or len(key) > short:
                     return False
-                t = type(sub)
-                if t is str:
-                    if len(sub) > short:
-                        return False
-                elif t is dict or t is list:
-                    stack.append(sub)
-                elif t is bytes:
-                    if len(sub) > max_bin:
-                        return False
-                elif t is not int and t is not float and t is not bool and sub is not None:
-                    return False
+            subs = item.values()
         elif kind is list:
             if len(item) > max_array:
                 return False
-            for sub in item:
-                t = type(sub)
-                if t is str:
-                    if len(sub) > short:
-                        return False
-                elif t is dict or t is list:
-                    stack.append(sub)
-                elif t is bytes:
-                    if len(sub) > max_bin:
-                        return False
-                elif t is not int and t is not float and t is not bool and sub is not None:
-                    return False
+            subs = item
         else:
             return False
+        for sub in subs:
+            t = type(sub)
+            if t is str:
+                if len(sub) > short:
+                    return False
+            elif t is dict or t is list:
+                stack.append(sub)
+            elif t is bytes:
+                if len(sub) > max_bin:
+                    return False
+            elif t is not int and t is not float and t is not bool and sub is not None:
+                return False
     return True
