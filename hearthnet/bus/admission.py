@@ -45,19 +45,14 @@ class Refusal:
 
 
 @dataclass
-class _Waiter:
-    since: float
-    until: float
-
-
-@dataclass
 class Slots:
     """Slots of one capability held per caller, and the callers waiting for one."""
 
     total: int = 0
     held: dict[str, int] = field(default_factory=dict)
-    _waiting: dict[str, _Waiter] = field(default_factory=dict)
-    """Waiters in the order they were first refused (dicts keep insertion order)."""
+    _waiting: dict[str, float] = field(default_factory=dict)
+    """Waiter -> until when it waits, in the order they were first refused (a dict keeps the
+    order in which keys were first inserted, whatever is assigned to them later)."""
 
     def take(self, caller: str, limit: int, now: float, *, remember: Callable[[], float]) -> Refusal | None:
         """Take a slot for ``caller`` (``None``), or say why not.
@@ -68,12 +63,8 @@ class Slots:
         mine, share, reason = self._judge(caller, limit, now)
         if reason is not None:
             if mine < share:  # owed a slot: wait for one, in order of first refusal
-                waiter = self._waiting.get(caller)
                 until = now + remember()
-                if waiter is None:
-                    self._waiting[caller] = _Waiter(now, until)
-                else:
-                    waiter.until = max(waiter.until, until)
+                self._waiting[caller] = max(self._waiting.get(caller, until), until)
             return Refusal(mine, share, limit, reason)
         self._waiting.pop(caller, None)
         self.held[caller] = mine + 1
@@ -101,7 +92,7 @@ class Slots:
         mine = held.get(caller, 0)
         free = limit - self.total
         if waiting:
-            for c in [c for c, w in waiting.items() if w.until <= now]:
+            for c in [c for c, until in waiting.items() if until <= now]:
                 del waiting[c]
         if not waiting:  # the common case: any free slot may be taken
             share = max(1, limit // (len(held) + (caller not in held)))
