@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -203,14 +203,7 @@ class Link:
                 data = b"".join(self._out)
                 self._out.clear()
                 upto = self._queued
-                self.write_blocked_since = time.monotonic()
-                try:
-                    await self._stream.send(data)
-                except _STREAM_ERRORS as exc:
-                    await self._abort()
-                    raise Partition(f"link to {self.peer_id} broke while sending") from exc
-                finally:
-                    self.write_blocked_since = None
+                await self._watched(self._stream.send(data))
                 self._flushed = upto
                 self.last_sent = time.monotonic()
 
@@ -218,14 +211,19 @@ class Link:
         """Wait, as a blocked write does, until the kernel has what ``try_write`` left buffered."""
         with anyio.CancelScope(shield=True):
             async with self._send_lock:  # later frames queue behind these bytes, in order
-                self.write_blocked_since = time.monotonic()
-                try:
-                    await self._stream.drain()  # type: ignore[attr-defined]
-                except _STREAM_ERRORS as exc:
-                    await self._abort()
-                    raise Partition(f"link to {self.peer_id} broke while sending") from exc
-                finally:
-                    self.write_blocked_since = None
+                await self._watched(self._stream.drain())  # type: ignore[attr-defined]
+
+    async def _watched(self, write: Awaitable[None]) -> None:
+        """Await a write that may wait for the peer (send lock held), timed for the liveness
+        check (:meth:`write_stalled_for`); a broken stream closes the link (``Partition``)."""
+        self.write_blocked_since = time.monotonic()
+        try:
+            await write
+        except _STREAM_ERRORS as exc:
+            await self._abort()
+            raise Partition(f"link to {self.peer_id} broke while sending") from exc
+        finally:
+            self.write_blocked_since = None
 
     async def receive(self) -> dict[str, Any]:
         """The next message from the peer (see the module docstring for errors)."""
