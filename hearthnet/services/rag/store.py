@@ -417,17 +417,11 @@ class CorpusStore:
                     )
                 return self.info(name)
             created = time.time()
-            config: dict[str, Any] = {"hnsw": {"space": "cosine", **self._hnsw}}
-            meta = {
-                "hn_corpus": name,
-                "embedding_model": embedding_model,
-                "dim": dim,
-                "schema_version": SCHEMA_VERSION,
-                "created_at": created,
-            }
             with _chroma_errors("create collection"):
                 col = self._client.get_or_create_collection(
-                    collection_name(name), configuration=config, metadata=meta, embedding_function=None
+                    collection_name(name),
+                    **self._collection_settings(name, embedding_model, dim, created),
+                    embedding_function=None,
                 )
             got = col.metadata or {}
             if (got.get("embedding_model"), got.get("dim")) != (embedding_model, dim):
@@ -617,21 +611,12 @@ class CorpusStore:
                 self._client.delete_collection(staging)
             col = self._client.create_collection(
                 staging,
-                configuration={"hnsw": {"space": "cosine", **self._hnsw}},
-                metadata={
-                    "hn_corpus": name,
-                    "embedding_model": embedding_model,
-                    "dim": dim,
-                    "schema_version": SCHEMA_VERSION,
-                    "created_at": created,
-                },
+                **self._collection_settings(name, embedding_model, dim, created),
                 embedding_function=None,
             )
         try:
             for w in writes:
-                for a in range(0, len(w.ids), self._batch):
-                    part = slice(a, a + self._batch)
-                    self._write_batch(col, w.ids[part], w.vectors[part], w.texts[part], w.metadatas[part])
+                self._write_document(col, w)
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 self._client.delete_collection(staging)
@@ -698,6 +683,27 @@ class CorpusStore:
                 staged.modify(name=collection_name(name))
         self._db.execute("DELETE FROM reindex_swaps WHERE corpus = ?", (name,))
 
+    def _collection_settings(
+        self, name: str, embedding_model: str, dim: int, created: float
+    ) -> dict[str, Any]:
+        """How a corpus's collection is made (a new corpus, or its rebuild by a reindex)."""
+        return {
+            "configuration": {"hnsw": {"space": "cosine", **self._hnsw}},
+            "metadata": {
+                "hn_corpus": name,
+                "embedding_model": embedding_model,
+                "dim": dim,
+                "schema_version": SCHEMA_VERSION,
+                "created_at": created,
+            },
+        }
+
+    def _write_document(self, col: Any, doc: _DocumentWrite) -> None:
+        """All of one document's chunks into ``col``, in writes of at most the batch size."""
+        for a in range(0, len(doc.ids), self._batch):
+            part = slice(a, a + self._batch)
+            self._write_batch(col, doc.ids[part], doc.vectors[part], doc.texts[part], doc.metadatas[part])
+
     def _write_batch(
         self, col: Any, ids: list[str], vecs: np.ndarray, docs: list[str], metas: list[Any]
     ) -> None:
@@ -740,9 +746,7 @@ class CorpusStore:
                         doc.metadata_json,
                     ),
                 )
-            for a in range(0, len(ids), self._batch):
-                part = slice(a, a + self._batch)
-                self._write_batch(col, ids[part], vecs[part], doc.texts[part], doc.metadatas[part])
+            self._write_document(col, doc)
             with self._lock:
                 done = self._db.execute(
                     "UPDATE documents SET status = 'complete', updated_at = ? "
