@@ -29,6 +29,7 @@ from hearthnet.services.rag import pdf_content
 __all__ = [
     "CONTENT_TYPES",
     "MAX_TEXT_BYTES",
+    "MAX_TITLE",
     "Document",
     "DocumentHeader",
     "PageText",
@@ -221,9 +222,9 @@ def stream_document(
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """pypdf decodes ToUnicode maps with ``surrogatepass``: a glyph mapped to ``<D800>`` yields a
 lone surrogate, which no UTF-8 encoder (msgpack, the tokenizer, ChromaDB) accepts."""
-MAX_TITLE_HINT = 1000
-"""Characters kept of a title found in the file (a PDF's /Title, a Markdown heading), as for a
-title given by the caller: it is copied into every chunk's metadata."""
+MAX_TITLE = 1000
+"""Characters of a document title: at most this from a caller, and what is kept of one found in
+the file (a PDF's /Title, a Markdown heading); it is copied into every chunk's metadata."""
 
 
 def _clean(text: str) -> str:
@@ -232,10 +233,10 @@ def _clean(text: str) -> str:
 
 
 def _title(text: str | None) -> str | None:
-    """A title hint as chunks carry it: clean, at most ``MAX_TITLE_HINT`` characters."""
+    """A title hint as chunks carry it: clean, at most ``MAX_TITLE`` characters."""
     if text is None:
         return None
-    return _clean(text).strip()[:MAX_TITLE_HINT] or None
+    return _clean(text).strip()[:MAX_TITLE] or None
 
 
 def _stem(filename_hint: str | None) -> str | None:

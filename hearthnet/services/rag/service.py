@@ -38,7 +38,7 @@ from hearthnet.services.rag.ingest import (
     run_blocking,
 )
 from hearthnet.services.rag.names import PERSONAL, validate_corpus_name
-from hearthnet.services.rag.reader import MAX_TEXT_BYTES
+from hearthnet.services.rag.reader import MAX_TEXT_BYTES, MAX_TITLE
 from hearthnet.services.rag.store import CorpusStore, build_where
 
 log = structlog.get_logger("hearthnet.rag")
@@ -462,7 +462,7 @@ class RagService:
         data = {
             "corpus": corpus,
             "doc_cid": doc_cid,
-            "title": title[:1000],
+            "title": title[:MAX_TITLE],
             "language": language,
             "chunks": chunks,
         }
@@ -585,8 +585,8 @@ def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[st
     if not isinstance(doc_cid, str) or not is_cid(doc_cid):
         raise BadRequest("input.doc_cid must be a blake3:<hex> CID of a stored blob")
     title = inp.get("title") or ""
-    if not isinstance(title, str) or len(title) > 1000:
-        raise BadRequest("input.title must be a string of at most 1000 characters")
+    if not isinstance(title, str) or len(title) > MAX_TITLE:
+        raise BadRequest(f"input.title must be a string of at most {MAX_TITLE} characters")
     language = inp.get("language")
     if language is not None and (not isinstance(language, str) or not 1 <= len(language) <= 16):
         raise BadRequest("input.language must be a short language code such as 'en'")
