@@ -42,7 +42,17 @@ from hearthnet.events.gossip import DEFAULT_BATCH, MAX_BATCH, lacking, parse_ver
 from hearthnet.events.rules import EventRule, EventRules
 from hearthnet.identity.keys import Identity
 
-__all__ = ["EventLog", "IngestReport"]
+__all__ = ["MAX_LAMPORT_STEP", "EventLog", "IngestReport"]
+
+MAX_LAMPORT_STEP = 1 << 20
+"""How far above the event replaying just before it a received event's Lamport time may be.
+
+An honest event is exactly one above an event its author holds, and gossip
+sends events in replay order, so honest logs have no gap above 1.  The bound
+keeps a member from pushing the clock to 2^53-1 with one event (which would
+stop every writer, the anchors who would revoke it included): it now takes
+2^33 stored events.  Monotone: more events before it only narrow the gap.
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -481,12 +491,14 @@ class EventLog:
             )
         accepted: list[Event] = []
         walked: dict[str, int] = {}  # author -> seq accepted last in this walk
+        below = self._lamport_before(first)  # Lamport time of the event replaying just before
         tagged = heapq.merge(
             ((e.key, 0, e) for e in stored), ((e.key, 1, e) for e in candidates), key=lambda t: t[0]
         )
         for _key, is_new, ev in tagged:
             if is_new:
                 try:
+                    _check_step(ev, below)
                     self._rules.admit(ev, membership)
                     self._check_sequence(ev, walked)
                 except BusError as exc:
@@ -494,8 +506,20 @@ class EventLog:
                     continue
                 accepted.append(ev)
                 walked[ev.author] = ev.seq
+            below = ev.lamport
             membership.apply(ev, self._rules)
         return accepted, membership
+
+    def _lamport_before(self, key: tuple[int, str]) -> int:
+        """The Lamport time of the stored event replaying just before ``key`` (0: none)."""
+        if self._tail is not None and key > self._tail:
+            return self._tail[0]
+        row = self._db.execute(
+            "SELECT lamport FROM events WHERE (lamport, event_id) < (?, ?) "
+            "ORDER BY lamport DESC, event_id DESC LIMIT 1",
+            key,
+        ).fetchone()
+        return 0 if row is None else int(row[0])
 
     def _check_sequence(self, ev: Event, walked: Mapping[str, int]) -> None:
         """An author's events are stored without gaps, each replaying after its predecessor."""
@@ -538,3 +562,12 @@ class EventLog:
         if seq == self._contig.get(author, 0) + 1:
             self._contig[author] = seq
             self._last_key[author] = key
+
+
+def _check_step(ev: Event, below: int) -> None:
+    """Refuse a Lamport time more than :data:`MAX_LAMPORT_STEP` above the event before it."""
+    if ev.lamport - below > MAX_LAMPORT_STEP:
+        raise BadRequest(
+            f"Lamport time {ev.lamport} is more than {MAX_LAMPORT_STEP} above the event before it "
+            f"({below}): its history has not arrived, or it would race the clock to its limit"
+        )

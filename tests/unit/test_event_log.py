@@ -30,6 +30,7 @@ from hearthnet.events import (
 )
 from hearthnet.events import log as log_module
 from hearthnet.events.envelope import MAX_LAMPORT
+from hearthnet.events.log import MAX_LAMPORT_STEP
 from hearthnet.identity.keys import Identity
 from hearthnet.wire.codec import pack, unpack_map
 
@@ -509,11 +510,11 @@ def test_a_huge_batch_is_checked_in_linear_time(tmp_path: Path) -> None:
 
 
 def test_a_revoked_members_event_does_not_move_the_clock(tmp_path: Path) -> None:
-    """Otherwise one event at 2^53-1 would stop every writer of the community for good."""
+    """A revoked member's events are stored (alike everywhere) but never raise the clock."""
     with _founded(tmp_path / "a.db") as a:
         a.append_local(FOUNDER, "member.revoked", {"node_id": ALICE.node_id, "reason": "x"})
         clock = a.lamport_clock
-        last = _invite(a.community_id or "", BOB, lamport=MAX_LAMPORT, seq=1)
+        last = _invite(a.community_id or "", BOB, lamport=clock + MAX_LAMPORT_STEP, seq=1)
         assert a.ingest([last]).accepted == [last]  # stored alike everywhere, without effect
         assert not a.membership().is_effective(last.event_id)
         assert a.lamport_clock == clock
@@ -522,6 +523,41 @@ def test_a_revoked_members_event_does_not_move_the_clock(tmp_path: Path) -> None
         a.close()
         with _open(tmp_path / "a.db") as again:
             assert again.lamport_clock == after.lamport
+
+
+def test_a_member_cannot_push_the_clock_to_its_limit(tmp_path: Path) -> None:
+    """One event at 2^53-1 by a member in good standing would stop every writer for good,
+    the anchors who would revoke it included: a Lamport time may be at most
+    MAX_LAMPORT_STEP above the event replaying before it."""
+    with _founded(tmp_path / "a.db") as a:
+        cid, clock = a.community_id or "", a.lamport_clock
+        frozen = _invite(cid, BOB, lamport=MAX_LAMPORT, seq=1)
+        report = a.ingest([frozen])
+        assert report.accepted == [] and a.count() == 2 and a.lamport_clock == clock
+        [(event_id, code, reason)] = report.rejected
+        assert (event_id, code) == (frozen.event_id, "bad_request")
+        assert f"more than {MAX_LAMPORT_STEP} above the event before it ({clock})" in reason
+        just = _invite(cid, BOB, lamport=clock + MAX_LAMPORT_STEP, seq=1)
+        assert a.ingest([just]).accepted == [just]  # the widest step allowed
+        revoke = a.append_local(FOUNDER, "member.revoked", {"node_id": ALICE.node_id, "reason": "x"})
+        assert revoke.lamport == just.lamport + 1
+
+
+def test_a_step_refused_early_is_taken_once_its_history_arrives(tmp_path: Path) -> None:
+    """The step bound is monotone: whatever the delivery order, every log ends with the same set."""
+    with _founded(tmp_path / "a.db") as a, _joined(tmp_path / "b.db", a) as b:
+        cid, clock = a.community_id or "", a.lamport_clock
+        one = _invite(cid, BOB, lamport=clock + MAX_LAMPORT_STEP, seq=1)
+        two = _invite(cid, OUTSIDER, lamport=clock + 2 * MAX_LAMPORT_STEP, seq=3, author=FOUNDER)
+        [(_, _, why)] = a.ingest([two]).rejected
+        assert "its history has not arrived" in why
+        assert a.ingest([one]).accepted == [one]
+        assert a.ingest([two]).accepted == [two]  # offered again by the next sync
+        assert b.ingest([two, one]).accepted == [one, two]  # one batch, any order
+        # an event landing below the tail is judged by the event replaying just before it
+        late = _invite(cid, Identity.generate(), lamport=one.lamport + 1, seq=2)
+        assert a.ingest([late]).accepted == [late] and b.ingest([late]).accepted == [late]
+        assert [e.event_id for e in a.replay()] == [e.event_id for e in b.replay()]
 
 
 def test_a_store_written_before_bound_event_ids_is_refused_with_a_reason(tmp_path: Path) -> None:
