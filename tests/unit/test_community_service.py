@@ -17,7 +17,7 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.community import Level, decode_token
 from hearthnet.errors import BadRequest
-from hearthnet.events import Event, EventLog, EventRule, EventRules, default_rules, require_fields
+from hearthnet.events import Event, EventLog, EventRule, EventRules, default_rules, pull, require_fields
 from hearthnet.identity import Identity
 from hearthnet.services.community import service as service_module
 from hearthnet.services.community.service import SYNC_BATCH, SYNC_MAX_BYTES, CommunityService
@@ -63,6 +63,7 @@ def _peer(
     level_of: Callable[[str], Level | None] | None = None,
     with_service: bool = True,
     served: list[int] | None = None,
+    anti_entropy_seconds: float = service_module.ANTI_ENTROPY_SECONDS,
 ) -> Peer:
     bus = CapabilityBus(
         identity, level_of=level_of or log.level_of, community_id=lambda: log.community_id, name="n"
@@ -74,7 +75,12 @@ def _peer(
             return None
 
         service = CommunityService(
-            identity=identity, bus=bus, event_log=log, addresses=addresses, on_membership_changed=changed
+            identity=identity,
+            bus=bus,
+            event_log=log,
+            addresses=addresses,
+            on_membership_changed=changed,
+            anti_entropy_seconds=anti_entropy_seconds,
         )
         for registration in service.registrations():
             if served is not None and registration.descriptor.name == "events.sync":
@@ -192,6 +198,41 @@ async def test_an_answer_longer_than_asked_is_refused_and_counted(tmp_path: Path
             await wait_until(lambda: joiner.service and joiner.service.rejected_by_peer.get(FOUNDER.node_id))
         assert joiner.service.rejected_by_peer[FOUNDER.node_id] == SYNC_BATCH + 1
         assert j_log.count() == 0
+
+
+@pytest.mark.anyio
+async def test_a_peer_that_never_answers_does_not_hold_up_the_others(tmp_path: Path) -> None:
+    """The periodic round used to pull from one peer after the other: a peer stalling each
+    events.sync to its 10 s deadline delayed what every other peer had to offer."""
+    with _founded(tmp_path / "f.db", WRITER, JOINER) as f_log, _joined(tmp_path / "j.db", f_log) as j_log:
+        pull(j_log, f_log.missing_for)
+        stalled = anyio.Event()
+        calls = 0
+
+        async def never(ctx: CallContext) -> dict[str, Any]:
+            nonlocal calls
+            calls += 1
+            if calls == 1:  # the pull when the link comes up; then every periodic pull hangs
+                return {"events": [], "more": False}
+            stalled.set()
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        hostile = _peer(WRITER, f_log, with_service=False)
+        hostile.bus.register(
+            Registration(CapabilityDescriptor("events.sync", (1, 0), idempotent=True), never)
+        )
+        founder, joiner = _peer(FOUNDER, f_log), _peer(JOINER, j_log, anti_entropy_seconds=0.05)
+        assert joiner.service is not None
+        async with _linked(joiner, hostile), _linked(joiner, founder), anyio.create_task_group() as tg:
+            assert list(joiner.bus.sessions) == [WRITER.node_id, FOUNDER.node_id]  # hostile first
+            tg.start_soon(joiner.service.run)
+            with anyio.fail_after(5):
+                await stalled.wait()  # a round is stuck on the hostile peer
+            f_log.append_local(FOUNDER, "member.invited", {"node_id": NEWBIE.node_id, "level": "member"})
+            await wait_until(lambda: j_log.count() == f_log.count(), timeout=5)  # before the 10 s deadline
+            tg.cancel_scope.cancel()
+        assert j_log.replay() == f_log.replay()
 
 
 @pytest.mark.anyio

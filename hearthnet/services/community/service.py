@@ -62,8 +62,10 @@ class CommunityService:
         event_log: EventLog,
         addresses: Callable[[], list[str]],
         on_membership_changed: MembershipChanged,
+        anti_entropy_seconds: float = ANTI_ENTROPY_SECONDS,
     ) -> None:
         self._identity = identity
+        self._anti_entropy_seconds = anti_entropy_seconds
         self._bus = bus
         self._log = event_log
         self._addresses = addresses
@@ -104,10 +106,17 @@ class CommunityService:
         }
 
     async def run_anti_entropy(self) -> None:
+        """Every ``anti_entropy_seconds``, start a pull from every connected peer.
+
+        Each pull runs in its peer's session, so a peer that answers slowly (or
+        not at all, until the call's deadline) holds up only its own pull, not
+        the round's pulls from the others; a pull still running is not doubled
+        (:meth:`pull_from` coalesces).
+        """
         while True:
-            await anyio.sleep(ANTI_ENTROPY_SECONDS)
-            for peer in list(self._bus.sessions):
-                await self.pull_from(peer)
+            await anyio.sleep(self._anti_entropy_seconds)
+            for session in list(self._bus.sessions.values()):
+                session.spawn(self.pull_from, session.peer_id)
 
     # local writes -------------------------------------------------------------------
     async def append(self, event_type: str, data: dict[str, Any]) -> Event:
