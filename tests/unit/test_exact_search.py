@@ -231,3 +231,37 @@ def test_a_new_corpus_is_searched_exactly_from_its_first_document_without_a_load
         assert hits[0].chunk_id == "b-2" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     finally:
         store.close()
+
+
+def test_queries_during_a_load_use_hnsw_instead_of_loading_a_copy_each(tmp_path: Path) -> None:
+    """The first queries after a start used to load the whole corpus once each, in parallel."""
+    store = CorpusStore(tmp_path / "rag")
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        va = unit_vectors(40, seed=1)
+        store.add_document("kb", fake_chunks("a", 40), va)
+        store._exact.clear()  # as after a start: loaded on the first query
+        real = store._collection("kb")
+        reading, finish = threading.Event(), threading.Event()
+        loads: list[int] = []
+
+        class PausedLoad:
+            def get(self, **kw: Any) -> Any:
+                if kw.get("offset") == 0:
+                    loads.append(1)
+                reading.set()
+                assert finish.wait(30)
+                return real.get(**kw)
+
+        loader = threading.Thread(target=store._exact_index, args=("kb", PausedLoad()))
+        loader.start()
+        assert reading.wait(30)
+        assert store._exact_index("kb", PausedLoad()) is None  # no second load: this query uses HNSW
+        hits = store.query("kb", va[7], k=3)  # answered meanwhile, through HNSW
+        assert hits[0].chunk_id == "a-7" and "kb" not in store._exact
+        finish.set()
+        loader.join(30)
+        assert loads == [1] and len(store._exact["kb"]) == 40
+        assert store.query("kb", va[9], k=1)[0].chunk_id == "a-9"
+    finally:
+        store.close()

@@ -286,6 +286,8 @@ class CorpusStore:
         """Corpora that did not fit the exact budget when last tried (retried after a delete)."""
         self._exact_gen: dict[str, int] = {}
         """Bumped whenever a corpus's set of complete documents changes (guards unlocked loads)."""
+        self._exact_loading: set[str] = set()
+        """Corpora whose exact index a query is loading now (one load per corpus at a time)."""
         try:
             self._db = sqlite3.connect(
                 self.root / "ledger.sqlite3", check_same_thread=False, isolation_level=None
@@ -1021,12 +1023,26 @@ class CorpusStore:
         The load reads ChromaDB without holding the store lock (a 10k-chunk
         corpus takes ~1.4 s here), then installs the copy only if no document
         of the corpus completed or started deleting meanwhile; otherwise this
-        query uses HNSW and a later one loads again.
+        query uses HNSW and a later one loads again.  One load per corpus at a
+        time: queries arriving meanwhile use HNSW instead of loading (and
+        holding in memory) a copy each.
         """
         with self._lock:
             index = self._exact.get(name)
             if index is not None or name in self._too_big or self._exact_budget == 0:
                 return index
+            if name in self._exact_loading:
+                return None
+            self._exact_loading.add(name)
+        try:
+            return self._load_exact(name, col)
+        finally:
+            with self._lock:
+                self._exact_loading.discard(name)
+
+    def _load_exact(self, name: str, col: Any) -> ExactIndex | None:
+        """:meth:`_exact_index`'s load (the caller marked ``name`` as loading)."""
+        with self._lock:
             row = self._row(name)
             if row is None:
                 return None
