@@ -4,7 +4,10 @@ Ours: this process joins the community as a member (its own CapabilityBus over
 an authenticated, encrypted TCP link) and calls ``node.ping`` on a separate
 node process.  Floor, measured in the same run: a bare anyio TCP echo server
 in another process, echoing the same msgpack request frame with no handshake,
-encryption or bus.
+encryption or bus.  Bound, same run (reported): our own authenticated,
+encrypted link (``hearthnet.transport``) to a process that answers each request
+message with a ``done`` message, no bus on either side -- what is left of the
+latency target for the bus itself.
 
     python -m bench.bus [--quick]
 """
@@ -49,6 +52,27 @@ async def main():
 anyio.run(main, backend_options={'use_uvloop': True})
 """
 
+LINK_SERVER = r"""
+import anyio
+from hearthnet.cli import event_loop_options
+from hearthnet.errors import BusError
+from hearthnet.identity import Identity
+from hearthnet.transport import create_listener, listener_port, serve_links
+async def answer(link):
+    try:
+        while True:
+            msg = await link.receive()
+            await link.send({"t": "done", "id": msg["id"], "output": {"pong": True}, "meta": {}})
+    except (anyio.EndOfStream, BusError):
+        pass  # the bench closed this link; serve the next
+async def main():
+    listener = await create_listener("127.0.0.1", 0)
+    print(listener_port(listener), flush=True)
+    me = Identity.generate()
+    await serve_links(listener, answer, identity=me, community_id="bench", admit=lambda _: None)
+anyio.run(main, backend_options=event_loop_options())
+"""
+
 REQUEST = {
     "t": "req",
     "id": 1,
@@ -75,6 +99,32 @@ async def floor_latency(port: int, n: int) -> list[float]:
                 got = dec.feed(await s.receive(65536))
             out.append((time.perf_counter() - t) * 1000)
     return out
+
+
+async def link_latency(port: int, n: int, rounds: int) -> list[float]:
+    """p50 (ms) per round of one request at a time over our encrypted link, no bus."""
+    from hearthnet.identity import Identity
+    from hearthnet.transport import open_link
+
+    link = await open_link(
+        "127.0.0.1", port, identity=Identity.generate(), community_id="bench", admit=lambda _: None
+    )
+    p50s: list[float] = []
+    try:
+        for i in range(100):
+            await link.send({**REQUEST, "id": i})
+            await link.receive()
+        for _ in range(rounds):
+            out: list[float] = []
+            for i in range(n):
+                t = time.perf_counter()
+                await link.send({**REQUEST, "id": i})
+                await link.receive()
+                out.append((time.perf_counter() - t) * 1000)
+            p50s.append(percentile(out, 0.5))
+    finally:
+        await link.aclose()
+    return p50s
 
 
 async def floor_throughput(port: int, n: int, window: int = 32) -> float:
@@ -145,6 +195,10 @@ def run(quick: bool = False) -> list[Metric]:
     echo = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE)
     assert echo.stdout is not None
     port = int(echo.stdout.readline())
+    link_server = subprocess.Popen([sys.executable, "-c", LINK_SERVER], stdout=subprocess.PIPE)
+    assert link_server.stdout is not None
+    link_port = int(link_server.stdout.readline())
+    link_p50: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, LocalMesh(Path(tmp)) as mesh:
         mesh.env.update({"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0", "HEARTHNET_LOG_LEVEL": "warning"})
         a = mesh.add("a")
@@ -164,8 +218,12 @@ def run(quick: bool = False) -> list[Metric]:
                     floors, port, n_latency, n_throughput, 1, backend_options=event_loop_options()
                 ).items():
                     f[k] += v
+                link_p50 += anyio.run(
+                    link_latency, link_port, n_latency, 1, backend_options=event_loop_options()
+                )
         finally:
             echo.kill()
+            link_server.kill()
     p50, p50_lo, p50_hi = median_range(o["p50"])
     fp50 = median_range(f["p50"])[0]
     p99, p99_lo, p99_hi = median_range(o["p99"])
@@ -184,6 +242,22 @@ def run(quick: bool = False) -> list[Metric]:
             p50 <= 0.5 and p50 <= 2 * fp50,
             round(p50_lo, 4),
             round(p50_hi, 4),
+        ),
+        Metric(
+            "node",
+            "bound: our encrypted link alone, no bus, one request at a time, p50",
+            "ms",
+            round(median_range(link_p50)[0], 4),
+            round(fp50, 4),
+            round(median_range(link_p50)[0] / fp50, 2),
+            "(reported)",
+            None,
+            round(min(link_p50), 4),
+            round(max(link_p50), 4),
+            note=(
+                "hearthnet.transport to a process answering each message; the bus adds "
+                f"{p50 - median_range(link_p50)[0]:.3f} ms on top"
+            ),
         ),
         Metric(
             "node",
