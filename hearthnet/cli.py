@@ -299,19 +299,31 @@ def cmd_call(args: argparse.Namespace) -> None:
     emit(args, document, lambda: print(json.dumps(_jsonable(document), indent=2, ensure_ascii=False)))
 
 
+EVENTS_PAGE = 1000
+"""Events asked for per ``events.list`` call by ``hearthnet events``."""
+
+
 def cmd_events(args: argparse.Namespace) -> None:
-    result = _client(args).call("events.list")
-    events = result.output.get("events", [])
-
-    def human() -> None:
-        for e in events:
-            ignored = "" if e.get("effective", True) else "  (no effect)"
-            print(
-                f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
-                f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}{ignored}"
-            )
-
-    emit(args, {"events": events}, human)
+    client = _client(args)
+    events: list[dict[str, Any]] = []
+    after: Any = None
+    while True:  # page by page: a long-lived community's log does not fit one answer
+        page = client.call("events.list", input={"limit": EVENTS_PAGE, "after": after}).output
+        batch = page.get("events", [])
+        if args.json:
+            events.extend(batch)
+        else:
+            for e in batch:
+                ignored = "" if e.get("effective", True) else "  (no effect)"
+                print(
+                    f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
+                    f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}{ignored}"
+                )
+        after = page.get("next")
+        if after is None or not batch:
+            break
+    if args.json:
+        emit(args, {"events": events}, lambda: None)
 
 
 def cmd_invite(args: argparse.Namespace) -> None:

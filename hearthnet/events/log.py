@@ -271,6 +271,21 @@ class EventLog:
         with self._lock:
             return list(self._replay_iter())
 
+    def replay_page(self, after: tuple[int, str] | None, limit: int) -> list[Event]:
+        """Up to ``limit`` stored events in replay order, starting after the key ``after``."""
+        with self._lock:
+            if after is None:
+                return list(
+                    self._iter(f"SELECT {_COLS} FROM events ORDER BY lamport, event_id LIMIT ?", (limit,))
+                )
+            return list(
+                self._iter(
+                    f"SELECT {_COLS} FROM events WHERE (lamport, event_id) > (?, ?) "
+                    "ORDER BY lamport, event_id LIMIT ?",
+                    (*after, limit),
+                )
+            )
+
     def membership(self) -> Membership:
         """The membership derived from all stored events (a copy; cached internally)."""
         with self._lock:

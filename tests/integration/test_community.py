@@ -271,3 +271,24 @@ def test_status_json_is_one_document(mesh: LocalMesh) -> None:
     assert proc.stdout.count("\n") == 1
     assert Path(a.home / "identity.key").stat().st_mode & 0o777 == 0o600
     assert Path(a.home / "control.sock").stat().st_mode & 0o777 == 0o600
+
+
+def test_the_events_command_pages_through_the_whole_log(
+    mesh: LocalMesh, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``hearthnet events`` asks for the log page by page (here 2 events a page) and prints
+    it whole, in replay order, as one JSON document or one line per event."""
+    import json
+
+    from hearthnet import cli
+
+    a, _, _ = nodes(mesh)
+    whole = a.cli_json("call", "events.list", "--input", '{"limit": 5000}')["output"]
+    assert whole["next"] is None and len(whole["events"]) >= 3
+    monkeypatch.setattr(cli, "EVENTS_PAGE", 2)
+    assert cli.main(["events", "--home", str(a.home), "--json"]) == 0
+    paged = json.loads(capsys.readouterr().out)["events"]
+    assert [e["event_id"] for e in paged] == [e["event_id"] for e in whole["events"]]
+    assert cli.main(["events", "--home", str(a.home)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == [e["event_id"] for e in whole["events"]]

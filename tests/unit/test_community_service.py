@@ -275,3 +275,30 @@ async def test_the_event_list_marks_events_that_had_no_effect(tmp_path: Path) ->
         effective = {e["event_id"]: e["effective"] for e in listed}
         assert effective[late.event_id] is False
         assert sum(effective.values()) == len(listed) - 1
+
+
+@pytest.mark.anyio
+async def test_the_event_list_comes_in_pages_that_cover_the_log_once_in_replay_order(tmp_path: Path) -> None:
+    """One answer of the whole log stops fitting the control frame once a community has
+    ingested some tens of thousands of documents."""
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        for i in range(23):
+            f_log.append_local(WRITER, "note.posted", {"text": f"note {i}"})
+        founder = _peer(FOUNDER, f_log)
+        pages: list[list[str]] = []
+        after: Any = None
+        for _ in range(5):
+            out = (await founder.bus.call("events.list", input={"limit": 10, "after": after})).output
+            pages.append([e["event_id"] for e in out["events"]])
+            after = out["next"]
+            if after is None:
+                break
+        assert [len(p) for p in pages] == [10, 10, 5]
+        assert [i for p in pages for i in p] == [e.event_id for e in f_log.replay()]
+        whole = (await founder.bus.call("events.list")).output  # default page holds all 25
+        assert len(whole["events"]) == 25 and whole["next"] is None
+        bad_inputs = [{"limit": 0}, {"limit": True}, {"limit": 5001}, {"after": "x"}]
+        bad_inputs.append({"after": {"lamport": 1}})
+        for bad in bad_inputs:
+            with pytest.raises(BadRequest):
+                await founder.bus.call("events.list", input=bad)

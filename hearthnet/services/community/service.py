@@ -47,6 +47,10 @@ SYNC_BATCH = 200
 SYNC_MAX_BYTES = 256 * 1024
 """Encoded events per ``events.sync`` answer: a quarter of the 1 MiB frame; one event always fits."""
 INVITE_TTL_MS = 7 * 24 * 3600 * 1000
+LIST_PAGE = 1000
+"""Events per ``events.list`` page unless the caller asks for fewer or more."""
+LIST_MAX = 5000
+"""Most events one page may hold (~3 MB as JSON-ready maps; the control frame takes 16 MiB)."""
 
 MembershipChanged = Callable[[], Awaitable[None]]
 
@@ -222,14 +226,27 @@ class CommunityService:
         return {"events": [e.to_wire() for e in events], "more": more}
 
     async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
-        def listing() -> list[dict[str, Any]]:
-            events = self._log.replay()
-            membership = self._log.membership()
-            # `effective` false: stored and replicated, but its author lacked the right
-            # at its place (e.g. an invite backdated by a revoked anchor)
-            return [{**e.to_json(), "effective": membership.is_effective(e.event_id)} for e in events]
+        """One page of the log in replay order: ``{events, next}``; pass ``next`` back as ``after``."""
+        limit = ctx.input.get("limit", LIST_PAGE)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= LIST_MAX:
+            raise BadRequest(f"limit must be an integer from 1 to {LIST_MAX}")
+        after = _list_cursor(ctx.input.get("after"))
 
-        return {"events": await anyio.to_thread.run_sync(listing, limiter=self._limiter)}
+        def listing() -> dict[str, Any]:
+            events = self._log.replay_page(after, limit + 1)
+            more = len(events) > limit
+            events = events[:limit]
+            membership = self._log.membership()
+            last = events[-1] if more else None
+            return {
+                # `effective` false: stored and replicated, but its author lacked the right
+                # at its place (e.g. an invite backdated by a revoked anchor)
+                "events": [{**e.to_json(), "effective": membership.is_effective(e.event_id)} for e in events],
+                "next": None if last is None else {"lamport": last.lamport, "event_id": last.event_id},
+            }
+
+        out: dict[str, Any] = await anyio.to_thread.run_sync(listing, limiter=self._limiter)
+        return out
 
     async def _handle_invite(self, ctx: CallContext) -> dict[str, Any]:
         node_id = _node_id_input(ctx.input)
@@ -282,6 +299,20 @@ def token_address(address: str) -> str:
     if sep and ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"
     return address
+
+
+def _list_cursor(value: Any) -> tuple[int, str] | None:
+    """``events.list``'s ``after``: absent, or the ``next`` of the previous page."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, dict)
+        or type(value.get("lamport")) is not int
+        or not isinstance(value.get("event_id"), str)
+        or len(value["event_id"]) > 64
+    ):
+        raise BadRequest("after must be the 'next' of the previous page: {lamport: int, event_id: str}")
+    return int(value["lamport"]), str(value["event_id"])
 
 
 def _node_id_input(inp: dict[str, Any]) -> str:
