@@ -21,19 +21,30 @@ mixed types, which ChromaDB refuses.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunker import METADATA_KEY
 
-__all__ = ["MAX_FILTER_CONDITIONS", "MAX_FILTER_DEPTH", "build_where", "chroma_where", "where_matches"]
+__all__ = [
+    "MAX_FILTER_CONDITIONS",
+    "MAX_FILTER_DEPTH",
+    "MAX_IN_VALUES",
+    "build_where",
+    "chroma_where",
+    "compile_where",
+    "where_matches",
+]
 
 MAX_IN_VALUES = 1000
+"""``$in``/``$nin`` values in one filter, all lists together."""
 MAX_FILTER_DEPTH = 8
 """Nesting of ``$and``/``$or`` a filter may use."""
-MAX_FILTER_CONDITIONS = 64
-"""Conditions (``key: {op: value}``) in one filter."""
+MAX_FILTER_CONDITIONS = 16
+"""Conditions (``key: {op: value}``) in one filter (an exact search evaluates them on every
+chunk it passes: 16 on 30k chunks matching nothing cost ~0.3 s here, 64 cost 1.1-1.5 s)."""
 _OPERATORS = frozenset({"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin"})
 _RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
 _INT64 = 1 << 63
@@ -52,7 +63,7 @@ def _scalar(key: str, value: Any) -> Any:
     raise BadRequest(f"filter value for {key!r} must be a string, number or boolean")
 
 
-def _condition(key: Any, cond: Any) -> dict[str, Any]:
+def _condition(key: Any, cond: Any, budget: list[int]) -> dict[str, Any]:
     if not isinstance(key, str) or METADATA_KEY.fullmatch(key) is None or key.startswith("hn_"):
         raise BadRequest(
             f"filter key {str(key)[:70]!r} is not supported: use a metadata field such as doc_cid or page"
@@ -71,6 +82,9 @@ def _condition(key: Any, cond: Any) -> dict[str, Any]:
     if op in ("$in", "$nin"):
         if not isinstance(value, list | tuple) or not value or len(value) > MAX_IN_VALUES:
             raise BadRequest(f"{op} for {key!r} needs a list of 1-{MAX_IN_VALUES} values")
+        budget[1] -= len(value)
+        if budget[1] < 0:
+            raise BadRequest(f"filter has more than {MAX_IN_VALUES} $in/$nin values in all")
         return {key: {op: [_scalar(key, v) for v in value]}}
     value = _scalar(key, value)
     if op in _RANGE_OPERATORS and (isinstance(value, bool) or not isinstance(value, int | float)):
@@ -86,7 +100,7 @@ def build_where(filter: Mapping[str, Any]) -> dict[str, Any]:
     ``$or`` lists are accepted too, so the output is itself a valid filter.
     At most ``MAX_FILTER_DEPTH`` levels and ``MAX_FILTER_CONDITIONS`` conditions.
     """
-    budget = [MAX_FILTER_CONDITIONS]
+    budget = [MAX_FILTER_CONDITIONS, MAX_IN_VALUES]  # conditions, $in/$nin values
     return _build(filter, 0, 0, budget)
 
 
@@ -115,7 +129,7 @@ def _build(filter: Any, level: int, nesting: int, budget: list[int]) -> dict[str
             budget[0] -= 1
             if budget[0] < 0:
                 raise BadRequest(f"filter has more than {MAX_FILTER_CONDITIONS} conditions")
-            parts.append(_condition(key, cond))
+            parts.append(_condition(key, cond, budget))
     return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
@@ -155,6 +169,88 @@ def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> boo
     return bool(
         {"$gt": actual > value, "$gte": actual >= value, "$lt": actual < value, "$lte": actual <= value}[op]
     )
+
+
+Matcher = Callable[[Mapping[str, Any]], bool]
+
+
+def compile_where(clause: Mapping[str, Any]) -> Matcher:
+    """:func:`where_matches` for one clause as a predicate, for evaluating it on many chunks.
+
+    Same meaning; ``$in``/``$nin`` look values up in one hashed set per kind
+    (bool, number, str kept apart, so ``True`` never meets ``1``) instead of
+    comparing with each: a filter of many values costs the same per chunk
+    as one of a few.
+    """
+    if "$and" in clause:
+        alls = [compile_where(c) for c in clause["$and"]]
+
+        def every(m: Mapping[str, Any]) -> bool:
+            for f in alls:
+                if not f(m):
+                    return False
+            return True
+
+        return every
+    if "$or" in clause:
+        anys = [compile_where(c) for c in clause["$or"]]
+
+        def some(m: Mapping[str, Any]) -> bool:
+            for f in anys:
+                if f(m):
+                    return True
+            return False
+
+        return some
+    ((key, cond),) = clause.items()
+    ((op, value),) = cond.items()
+    if op in ("$eq", "$ne"):
+        kind, equal = _kind(value), op == "$eq"
+
+        def same(m: Mapping[str, Any]) -> bool:
+            actual = m.get(key, _MISSING)
+            if actual is _MISSING:
+                return not equal
+            found = _kind(actual) == kind and bool(actual == value)
+            return found if equal else not found
+
+        return same
+    if op in _RANGE_OPERATORS:
+        compare = _COMPARE[op]
+
+        def ranged(m: Mapping[str, Any]) -> bool:
+            actual = m.get(key, _MISSING)
+            return actual is not _MISSING and _kind(actual) == "number" and compare(actual, value)
+
+        return ranged
+    if op in ("$in", "$nin"):
+        kinds: dict[str, set[Any]] = {}
+        for v in value:
+            kinds.setdefault(_kind(v), set()).add(v)
+        wanted = op == "$in"
+
+        def member(m: Mapping[str, Any]) -> bool:
+            if key not in m:
+                return not wanted
+            actual = m[key]
+            found = actual in kinds.get(_kind(actual), ()) if _hashable(actual) else False
+            return found if wanted else not found
+
+        return member
+    raise ValueError(f"not a build_where clause: operator {op!r}")
+
+
+_MISSING = object()
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "$gt": operator.gt,
+    "$gte": operator.ge,
+    "$lt": operator.lt,
+    "$lte": operator.le,
+}
+
+
+def _hashable(value: Any) -> bool:
+    return isinstance(value, bool | int | float | str)
 
 
 def _fraction(value: Any) -> bool:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import json
 import os
 import shutil
@@ -48,7 +47,7 @@ from hearthnet.errors import (
 )
 from hearthnet.services.rag.chunker import RESERVED_METADATA, Chunk, check_extra_metadata
 from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
-from hearthnet.services.rag.filters import build_where, chroma_where, where_matches
+from hearthnet.services.rag.filters import build_where, chroma_where, compile_where, where_matches
 from hearthnet.services.rag.names import collection_name, staging_collection_name, validate_corpus_name
 from hearthnet.sqlite_tx import transaction
 
@@ -916,7 +915,7 @@ class CorpusStore:
         clause = build_where(where) if where else None
         index = self._exact_index(name, col)
         if index is not None:
-            matches = None if clause is None else functools.partial(where_matches, clause)
+            matches = None if clause is None else compile_where(clause)
             return index.search(vec, k, matches, include_text=include_text)
         return self._hnsw_query(col, name, vec, k, clause, include_text)
 
@@ -967,11 +966,12 @@ class CorpusStore:
         # ask for more, but never for more than MAX_RECHECKED candidates in all, so that
         # one query cannot hold a store thread for seconds (it then returns fewer than k).
         n, limit = k, min(max(k, int(stored)), max(k, MAX_RECHECKED))
+        matches = None if clause is None else compile_where(clause)
         while True:
             with _chroma_errors("query"):
                 res = col.query(query_embeddings=[vec], n_results=n, where=where, include=include)
             got = _scored(res, include_text)
-            matching = [h for h in got if clause is None or where_matches(clause, h.metadata)]
+            matching = [h for h in got if matches is None or matches(h.metadata)]
             hits = self._complete_only(name, matching)
             if len(hits) >= k or len(got) < n or n >= limit:
                 return hits[:k]
@@ -1131,7 +1131,8 @@ class CorpusStore:
         with _chroma_errors("query"):
             # Metadata only: the texts of the few chunks kept are fetched afterwards.
             res = col.query(query_embeddings=[vec], n_results=n, include=["metadatas", "distances"])
-        matching = [h for h in _scored(res, False) if where_matches(clause, h.metadata)]
+        matches = compile_where(clause)
+        matching = [h for h in _scored(res, False) if matches(h.metadata)]
         hits = self._complete_only(name, matching)[:k]
         if len(hits) < k:
             return None
