@@ -487,3 +487,61 @@ async def test_announcing_a_corpus_never_blocks_the_event_loop_on_the_store_lock
         holder.join(5)
         assert seen == [True] * 5
         assert "fresh" in n.rag.health()["corpora"]
+
+
+@pytest.mark.anyio
+async def test_a_caller_walking_away_during_the_write_leaves_the_document_registered_and_announced(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """The write runs in a thread the caller cannot stop; its registration and event came after an
+    await that the caller's cancellation did stop: stored, unreachable by rag.query, unannounced."""
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("tulips"))
+        write = n.store.add_document
+        with anyio.CancelScope() as scope:
+
+            def walk_away_meanwhile(*args: Any) -> None:
+                anyio.from_thread.run_sync(scope.cancel)  # the deadline passes during the write
+                write(*args)
+
+            n.store.add_document = walk_away_meanwhile  # type: ignore[method-assign]
+            await n.ingest("garden", cid, filename="tulips.md")
+        assert n.store.has_document("garden", cid)
+        assert [data["doc_cid"] for _, data in n.events] == [cid]
+        hits = (await n.query("garden", query="tulips in spring", k=1))["chunks"]
+        assert hits[0]["metadata"]["doc_cid"] == cid
+
+
+@pytest.mark.anyio
+async def test_a_repeat_ingest_registers_a_corpus_whose_first_ingest_stopped_after_the_write(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("lilies"))
+        announce = n.rag._announce_corpus
+        calls = 0
+
+        async def fails_once(corpus: str) -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise InternalError("registration failed")
+            await announce(corpus)
+
+        n.rag._announce_corpus = fails_once  # type: ignore[method-assign]
+        with pytest.raises(InternalError):
+            await n.ingest("pond", cid, filename="lilies.md")
+        assert n.store.has_document("pond", cid) and "pond" not in n.rag._registered_corpora
+        _, meta = await n.ingest("pond", cid)
+        assert meta["existing"] is True and "pond" in n.rag._registered_corpora
+        assert [data["doc_cid"] for _, data in n.events] == [cid]
+        assert (await n.query("pond", query="lilies", k=1))["chunks"][0]["metadata"]["doc_cid"] == cid
+
+
+@pytest.mark.anyio
+async def test_an_input_key_that_is_not_a_string_is_a_bad_request(tmp_path: Path, minilm: OnnxModel) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("garden", n.put(garden_text("ferns")), filename="ferns.md")
+        ctx = Ctx("rag.query", {"corpus": "garden"}, {"query": "x", b"k": 1, 7: 2})  # type: ignore[dict-item]
+        with pytest.raises(BadRequest, match=r"unknown rag\.query input field"):
+            await n.call("rag.query", ctx)

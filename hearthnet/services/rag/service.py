@@ -304,12 +304,16 @@ class RagService:
         existing = await self._existing(corpus, doc_cid)
         if existing is not None:
             output, doc, event_id = existing
-            if event_id is None:
-                # Stored, but the event was never appended (e.g. the node died between the
-                # two): announce it as it was stored, not as this caller describes it.
-                event_id = await self._emit(
-                    corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
-                )
+            with anyio.CancelScope(shield=True):  # repairs: finished even if the caller walks away
+                if corpus not in self._registered_corpora:
+                    # stored, but the node died or the call was cut before it was registered
+                    await self._announce_corpus(corpus)
+                if event_id is None:
+                    # Stored, but the event was never appended (e.g. the node died between the
+                    # two): announce it as it was stored, not as this caller describes it.
+                    event_id = await self._emit(
+                        corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
+                    )
             return output, {
                 "corpus": corpus,
                 "ms": _ms(started),
@@ -352,16 +356,20 @@ class RagService:
             limiter=self._store_limiter,
         )
         await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
-        await run_blocking(
-            self._store.add_document,
-            corpus,
-            prepared.chunks,
-            embedded.vectors,
-            limiter=self._store_limiter,
-        )
-        await self._announce_corpus(corpus)
-        doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
-        event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
+        # Once the write starts, the document is registered and announced even if the caller's
+        # deadline passes or it walks away meanwhile: a stored document that no query can reach
+        # and no member hears of would be worse than an answer that comes late.
+        with anyio.CancelScope(shield=True):
+            await run_blocking(
+                self._store.add_document,
+                corpus,
+                prepared.chunks,
+                embedded.vectors,
+                limiter=self._store_limiter,
+            )
+            await self._announce_corpus(corpus)
+            doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
+            event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
         self.ingests += 1
         log.info(
@@ -538,17 +546,18 @@ class RagService:
             progress.done = i + 1
             await ctx.send({"stage": "reindex", "current": i + 1, "total": len(docs)})
         dim = int(prepared_docs[0][1].shape[1])
-        await run_blocking(
-            lambda: self._store.replace_corpus(
-                corpus, embedding_model=self._settings.embedding_model, dim=dim, documents=prepared_docs
-            ),
-            limiter=self._store_limiter,
-        )
-        # The registry removes a registration by its exact params (which name the old model).
-        old = self._registered_corpora.pop(corpus, None)
-        if old is not None:
-            self._bus.unregister("rag.query", old)
-        await self._announce_corpus(corpus)
+        with anyio.CancelScope(shield=True):  # the swap and the new registration go together
+            await run_blocking(
+                lambda: self._store.replace_corpus(
+                    corpus, embedding_model=self._settings.embedding_model, dim=dim, documents=prepared_docs
+                ),
+                limiter=self._store_limiter,
+            )
+            # The registry removes a registration by its exact params (which name the old model).
+            old = self._registered_corpora.pop(corpus, None)
+            if old is not None:
+                self._bus.unregister("rag.query", old)
+            await self._announce_corpus(corpus)
         return len(docs)
 
 
@@ -556,10 +565,15 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def _query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
-    unknown = set(inp) - {"query", "k", "filter", "include_text"}
+def _unknown_fields(inp: Mapping[Any, Any], known: set[str], what: str) -> None:
+    """``bad_request`` naming (a few of) the fields of ``inp`` that are not in ``known``."""
+    unknown = sorted(str(k)[:40] for k in inp if k not in known)  # a key may be bytes or a number
     if unknown:
-        raise BadRequest(f"unknown rag.query input field(s): {', '.join(sorted(unknown))}")
+        raise BadRequest(f"unknown {what} input field(s): {', '.join(unknown[:8])}")
+
+
+def _query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
+    _unknown_fields(inp, {"query", "k", "filter", "include_text"}, "rag.query")
     query = inp.get("query")
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("input.query must be a non-empty string")
