@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.reader import detect_content_type, read_document
+from hearthnet.services.rag import reader as reader_module
+from hearthnet.services.rag.reader import MAX_PAGE_TEXT, detect_content_type, read_document
 from tests.shared_data import PDF_DIR
 
 # file -> expected outcome: "ok" or a fragment of the specific BadRequest message
@@ -224,3 +227,40 @@ def test_lone_surrogates_from_a_pdfs_unicode_map_become_replacement_characters()
 def test_a_title_found_in_the_file_is_cut_to_the_length_a_caller_may_give() -> None:
     doc = read_document(("# " + "T" * 5000 + "\n\nbody text here\n").encode(), filename_hint="a.md")
     assert doc.title_hint == "T" * 1000
+
+
+def _flate(content: bytes) -> bytes:
+    return zlib.compress(content, 9) + b"|/Filter /FlateDecode "
+
+
+def test_a_page_that_expands_to_more_text_than_any_real_page_is_a_bad_request() -> None:
+    """A few KB of compressed content stream became millions of characters: 25 s and 465 MB to
+    chunk one page, minutes of embedding."""
+    bomb = _pdf([_text("a title page"), _flate(_text("a " * (MAX_PAGE_TEXT // 2 + 1000)))])
+    assert len(bomb) < 8_000
+    with pytest.raises(BadRequest, match=r"page 2 of the PDF yields .* characters of text"):
+        read_document(bomb)
+    fine = _pdf([_flate(_text("a " * (MAX_PAGE_TEXT // 2 - 1000)))])
+    assert len(read_document(fine).pages[0].text) <= MAX_PAGE_TEXT
+
+
+def test_a_pdf_whose_pages_add_up_to_too_much_text_is_a_bad_request_before_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reader_module, "MAX_PDF_TEXT", 50_000)
+    page = _flate(_text("word " * 3_000))  # 15,000 characters each
+    with pytest.raises(BadRequest, match=r"more than 50,000 characters of text by page 4 of 6: split it"):
+        read_document(_pdf([page] * 6))
+    assert len(read_document(_pdf([page] * 3)).pages) == 3
+
+
+def test_a_page_needing_a_decoder_pypdf_lacks_is_skipped_not_an_internal_error() -> None:
+    jbig2 = _text("scanned page") + b"|/Filter /JBIG2Decode "
+    with capture_logs() as logs:
+        doc = read_document(_pdf([_text("first page"), jbig2]))
+    assert [p.text.strip() for p in doc.pages] == ["first page", ""]
+    assert [(e["page"], e["error"]) for e in logs if e["event"] == "pdf_page_unreadable"] == [
+        (2, "DependencyError")
+    ]
+    with pytest.raises(BadRequest, match="PDF features this reader does not support"):
+        read_document(_pdf([jbig2]))

@@ -28,6 +28,8 @@ from hearthnet.services.rag import pdf_content
 
 __all__ = [
     "CONTENT_TYPES",
+    "MAX_PAGE_TEXT",
+    "MAX_PDF_TEXT",
     "MAX_TEXT_BYTES",
     "MAX_TITLE",
     "Document",
@@ -49,6 +51,12 @@ _PDF_HEADER_WINDOW = 1024
 """pypdf (like Acrobat) accepts junk before the ``%PDF-`` header within the first KiB."""
 MAX_TEXT_BYTES = 4 << 20
 """A plain-text or Markdown file is chunked as one page: at most 4 MiB of it."""
+MAX_PAGE_TEXT = 256 << 10
+"""Characters of text one PDF page may yield: ten times the densest real page.  A few KiB of
+compressed content stream can expand to millions of characters (minutes of chunking and
+embedding, hundreds of MB of memory for one page)."""
+MAX_PDF_TEXT = 16 << 20
+"""Characters of text in all of a PDF's pages (a 5,000-page book of dense pages is ~15 M)."""
 
 # Magic bytes of common types we do not read, to name them in the error.
 _KNOWN_MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -332,7 +340,13 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
             "(e.g. print it to a new PDF)"
         ) from exc
     except DependencyError as exc:
-        raise InternalError("PDF needs an optional dependency that is not installed (cryptography)") from exc
+        if "cryptography" in str(exc).lower() or "aes" in str(exc).lower():
+            missing = "PDF needs an optional dependency that is not installed (cryptography)"
+            raise InternalError(missing) from exc
+        raise BadRequest(
+            "not a readable PDF: it needs a decoder this reader does not have; re-export it "
+            "(e.g. print it to a new PDF)"
+        ) from exc
     except (PyPdfError, *_PYPDF_INTERNAL) as exc:
         raise _corrupt(exc) from exc
     if page_count == 0:
@@ -342,6 +356,7 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
     yield DocumentHeader(PDF, _pdf_title(reader) or _title(_stem(filename_hint)), page_count)
 
     failed = unsupported = 0
+    total = 0
     any_text = False
     for number in range(1, page_count + 1):
         try:
@@ -349,12 +364,25 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
                 text = reader.pages[number - 1].extract_text() or ""
         except FileNotDecryptedError as exc:
             raise _password_error() from exc
-        except (PyPdfError, NotImplementedError, *_PYPDF_INTERNAL) as exc:
-            # NotImplementedError: e.g. a content stream compressed with a filter pypdf lacks.
+        except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL) as exc:
+            # NotImplementedError / DependencyError: e.g. a content stream compressed with a
+            # filter pypdf lacks or needs an external program for (JBIG2).
             failed += 1
-            unsupported += isinstance(exc, NotImplementedError)
+            unsupported += isinstance(exc, NotImplementedError | DependencyError)
             _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
             text = ""
+        if len(text) > MAX_PAGE_TEXT:
+            raise BadRequest(
+                f"page {number} of the PDF yields {len(text):,} characters of text, more than any "
+                f"real page ({MAX_PAGE_TEXT:,} at most): the file is damaged or built to blow up; "
+                "re-export it"
+            )
+        total += len(text)
+        if total > MAX_PDF_TEXT:
+            raise BadRequest(
+                f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
+                f"{page_count}: split it into smaller files"
+            )
         page = PageText(page=number, text=_clean(text))
         any_text = any_text or bool(page.text.strip())
         yield page
