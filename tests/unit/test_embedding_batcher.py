@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Iterator
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -14,6 +15,7 @@ from hearthnet.errors import InternalError
 from hearthnet.services.embedding import OnnxEmbeddingBackend, OnnxSettings, find_model_files
 from hearthnet.services.embedding.batcher import MicroBatcher, _Request, plan_batch
 from hearthnet.services.embedding.onnx_backend import OnnxModel
+from tests.polling import wait_until
 
 
 @pytest.fixture
@@ -198,3 +200,45 @@ async def test_big_caller_does_not_starve_a_small_one() -> None:
     assert all(len(b) <= 8 for b in batches)
     np.testing.assert_array_equal(small_result[0], _rows([9999]))
     np.testing.assert_array_equal(big_result[0], _rows(list(range(256))))
+
+
+@pytest.mark.anyio
+async def test_a_caller_cancelled_before_its_batch_starts_still_runs_the_others_items() -> None:
+    """A batch takes every caller's pending items; if the caller whose turn runs it was cancelled
+    while its thread waited to start, the others' items were dropped and they timed out."""
+
+    def rows(items: list[float]) -> np.ndarray:
+        return np.array([[x] for x in items], dtype=np.float32)
+
+    batcher: MicroBatcher[float] = MicroBatcher(rows, dim=1, limiter=anyio.CapacityLimiter(1))
+    threads = anyio.to_thread.current_default_thread_limiter()
+    saved = threads.total_tokens
+    threads.total_tokens = 1
+    release = threading.Event()
+    got: dict[str, float] = {}
+    entered: list[str] = []
+
+    async def caller(name: str, item: float, scope: anyio.CancelScope) -> None:
+        with scope:
+            entered.append(name)
+            got[name] = float((await batcher.submit([(item, 1)]))[0, 0])
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, release.wait)  # holds the only worker thread
+            try:
+                await wait_until(lambda: threads.borrowed_tokens == 1)
+                a, b = anyio.CancelScope(), anyio.CancelScope()
+                tg.start_soon(caller, "a", 1.0, a)
+                tg.start_soon(caller, "b", 2.0, b)
+                # a's turn takes both items into one batch, whose thread waits for the busy pool
+                await wait_until(lambda: len(entered) == 2 and not batcher._pending)
+                assert batcher.batches_run == 0
+                a.cancel()
+                await anyio.lowlevel.checkpoint()
+            finally:
+                release.set()
+            await wait_until(lambda: "b" in got, timeout=10)
+    finally:
+        threads.total_tokens = saved
+    assert got == {"b": 2.0}

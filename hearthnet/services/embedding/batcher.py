@@ -146,7 +146,11 @@ class MicroBatcher(Generic[T]):
         if not batch:
             return
         try:
-            rows = await anyio.to_thread.run_sync(self._run_batch, [r.items[pos] for r, pos in batch])
+            # The batch holds other callers' items, taken out of the queue: it runs to its end even
+            # if this caller is cancelled meanwhile (before the thread starts, too), or they would
+            # wait for rows that never come until their own deadlines.
+            with anyio.CancelScope(shield=True):
+                rows = await anyio.to_thread.run_sync(self._run_batch, [r.items[pos] for r, pos in batch])
             if rows.shape != (len(batch), self._dim):
                 raise InternalError(
                     f"embedding batch returned shape {rows.shape}, expected ({len(batch)}, {self._dim})"
