@@ -13,7 +13,6 @@ reachable here and nowhere else.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,42 +29,79 @@ from hearthnet.wire.frames import FrameDecoder
 log = structlog.get_logger("hearthnet.control")
 
 
+MAX_CONNECTIONS = 64
+"""Control connections served at once; more are closed at once (a leaky script cannot pile them up)."""
+REQUEST_SECONDS = 30.0
+"""How long a client has to send its request after connecting."""
+WRITE_SECONDS = 60.0
+"""How long one answer or frame may wait for a client that stopped reading."""
+_ACCEPT_BACKOFF_MAX = 1.0
+
+
 class ControlServer:
     def __init__(self, path: Path, bus: CapabilityBus) -> None:
         self.path = path
         self._bus = bus
+        self.connections = 0
+        """Control connections being served now."""
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()
-        old_umask = os.umask(0o177)
-        try:
-            listener = await anyio.create_unix_listener(self.path)
-        finally:
-            os.umask(old_umask)
-        os.chmod(self.path, 0o600)
+        # Created with mode 0600 (and inside the 0700 home): no process-wide umask change,
+        # which other threads writing files meanwhile would inherit.
+        listener = await anyio.create_unix_listener(self.path, mode=0o600)
         task_status.started()
         try:
-            async with listener:
-                await listener.serve(self._handle)
+            async with listener, anyio.create_task_group() as tg:
+                await self._accept_forever(listener, tg)
         finally:
             try:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
 
+    async def _accept_forever(self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+        """Accept until cancelled.  ``listener.serve`` would end on the first failed accept
+        (e.g. ``EMFILE``) and take the node with it: here it is logged and retried."""
+        backoff = 0.0
+        while True:
+            try:
+                stream = await listener.accept()
+            except (OSError, anyio.BrokenResourceError) as exc:
+                backoff = min(max(2 * backoff, 0.01), _ACCEPT_BACKOFF_MAX)
+                log.warning("control_accept_failed", error=type(exc).__name__, retry_in_s=backoff)
+                await anyio.sleep(backoff)
+                continue
+            backoff = 0.0
+            if self.connections >= MAX_CONNECTIONS:
+                log.warning("control_connection_refused", open=self.connections)
+                await stream.aclose()
+                continue
+            self.connections += 1
+            tg.start_soon(self._handle, stream)
+
     async def _handle(self, stream: anyio.abc.ByteStream) -> None:
-        async with stream:
-            decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
-            pending: list[bytes] = []
-            try:
-                request = await read_message(stream, decoder, pending)
-            except (anyio.EndOfStream, anyio.BrokenResourceError, ProtocolError):
-                return
-            try:
+        try:
+            async with stream:
+                decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
+                pending: list[bytes] = []
+                request: dict[str, Any] | None = None
+                with anyio.move_on_after(REQUEST_SECONDS):
+                    try:
+                        request = await read_message(stream, decoder, pending)
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        return
+                    except ProtocolError as exc:
+                        await _answer(stream, {"t": "error", **BadRequest(exc.message).to_wire()})
+                        return
+                if request is None:
+                    return  # connected and never asked: the slot is not held forever
                 await self._serve(stream, request)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return  # the client went away
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
+            return  # the client went away or stopped reading
+        finally:
+            self.connections -= 1
 
     async def _serve(self, stream: anyio.abc.ByteStream, request: dict[str, Any]) -> None:
         try:
@@ -77,10 +113,7 @@ class ControlServer:
             inp = request.get("input") or {}
             if not isinstance(params, dict) or not isinstance(inp, dict):
                 raise BadRequest("params and input must be JSON objects")
-            timeout = request.get("timeout")
-            timeout_f = (
-                float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
-            )
+            timeout_f = _timeout(request.get("timeout"))
             provider = request.get("provider")
             provider_s = provider if isinstance(provider, str) else None
             if request.get("stream"):
@@ -89,20 +122,35 @@ class ControlServer:
                 ) as call:
                     await call.end_input()
                     async for frame in call.frames():
-                        await write_message(stream, {"t": "frame", "data": frame})
+                        await _answer(stream, {"t": "frame", "data": frame})
                     result = await call.result()
             else:
                 result = await self._bus.call(
                     capability, version, params=params, input=inp, timeout=timeout_f, provider=provider_s
                 )
-            await write_message(
+            await _answer(
                 stream,
                 {"t": "done", "output": result.output, "meta": result.meta, "provider": result.provider},
             )
         except BusError as exc:
-            await write_message(stream, {"t": "error", **exc.to_wire()})
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await _answer(stream, {"t": "error", **exc.to_wire()})
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
             raise
         except Exception:
             log.exception("control_call_failed")
-            await write_message(stream, {"t": "error", **InternalError("control call failed").to_wire()})
+            await _answer(stream, {"t": "error", **InternalError("control call failed").to_wire()})
+
+
+async def _answer(stream: anyio.abc.ByteStream, message: dict[str, Any]) -> None:
+    """Write one message; ``TimeoutError`` if the client does not take it within ``WRITE_SECONDS``."""
+    with anyio.fail_after(WRITE_SECONDS):
+        await write_message(stream, message)
+
+
+def _timeout(value: Any) -> float | None:
+    """A request's ``timeout``: absent, or a finite number of seconds above 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise BadRequest("timeout must be a number of seconds above 0")
+    return float(value)
