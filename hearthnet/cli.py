@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,20 +68,21 @@ def _client(args: argparse.Namespace) -> Client:
     return Client(args.home)
 
 
-def _node_running(home: Path) -> bool:
-    sock = home / "control.sock"
-    if not sock.exists():
-        return False
-    import socket
+@contextlib.contextmanager
+def _home_unused(home: Path, command: str) -> Iterator[None]:
+    """Hold the home's node lock while ``command`` writes the home directly.
 
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    A node holds the lock from the moment ``node run`` starts (seconds before its
+    control socket exists), so this refuses a node that is still starting too.
+    """
     try:
-        s.connect(str(sock))
-        return True
-    except OSError:
-        return False
+        lock = _lock_home(home)
+    except CliError:
+        raise CliError(f"stop the running node first ('{command}' writes the home directly)") from None
+    try:
+        yield
     finally:
-        s.close()
+        lock.close()
 
 
 def event_loop_options() -> dict[str, Any]:
@@ -146,19 +148,18 @@ def cmd_community_create(args: argparse.Namespace) -> None:
 
     home: Path = args.home
     identity = load_identity(home / "identity.key")
-    if _node_running(home):
-        raise CliError("stop the running node first ('community create' writes the event log directly)")
-    event_log = _open_log(home)
-    try:
-        if event_log.community_id is not None:
-            raise CliError(f"this node already belongs to community {event_log.community_id}")
-        # append_local checks the event first and only then binds the log to its community
-        event = event_log.append_local(
-            identity, "community.created", {"name": args.name, "founder": identity.node_id}
-        )
-        community_id = event.community_id
-    finally:
-        event_log.close()
+    with _home_unused(home, "community create"):
+        event_log = _open_log(home)
+        try:
+            if event_log.community_id is not None:
+                raise CliError(f"this node already belongs to community {event_log.community_id}")
+            # append_local checks the event first and only then binds the log to its community
+            event = event_log.append_local(
+                identity, "community.created", {"name": args.name, "founder": identity.node_id}
+            )
+            community_id = event.community_id
+        finally:
+            event_log.close()
     emit(
         args,
         {
@@ -180,20 +181,19 @@ def cmd_join(args: argparse.Namespace) -> None:
     token = decode_token(args.token.strip())
     if token.invitee != identity.node_id:
         raise CliError(f"this invite is for {token.invitee}, not for this node ({identity.node_id})")
-    if _node_running(home):
-        raise CliError("stop the running node first ('join' writes the home directly)")
-    event_log = _open_log(home)
-    try:
-        if event_log.community_id not in (None, token.community_id):
-            raise CliError(f"this node already belongs to community {event_log.community_id}")
-        event_log.set_community(token.community_id)
-    finally:
-        event_log.close()
     bootstrap = {
         "community_id": token.community_id,
         "peers": [{"node_id": token.inviter, "addresses": list(token.addresses)}],
     }
-    _write_atomically(home / "bootstrap.json", json.dumps(bootstrap, indent=2))
+    with _home_unused(home, "join"):
+        event_log = _open_log(home)
+        try:
+            if event_log.community_id not in (None, token.community_id):
+                raise CliError(f"this node already belongs to community {event_log.community_id}")
+            event_log.set_community(token.community_id)
+        finally:
+            event_log.close()
+        _write_atomically(home / "bootstrap.json", json.dumps(bootstrap, indent=2))
     emit(
         args,
         {

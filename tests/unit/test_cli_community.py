@@ -55,3 +55,22 @@ def test_failures_around_the_home_are_one_line_not_a_traceback(
     )
     assert run.returncode == 1  # no identity yet
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("hearthnet: ")
+
+
+def test_community_create_and_join_refuse_a_node_that_is_still_starting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A starting node holds node.lock seconds before its control socket exists; writing the
+    event log then left the node running without the community until a restart."""
+    import fcntl
+
+    home = tmp_path / "home"
+    assert main(["init", "--home", str(home), "--name", "n1"]) == 0
+    capsys.readouterr()
+    with (home / "node.lock").open("a+") as held:  # as 'node run' holds it from its start
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["community", "create", "Hearth", "--home", str(home)]) == 1
+        assert "stop the running node first ('community create'" in capsys.readouterr().err
+        assert not (home / "events.sqlite3").exists()  # nothing written while the node starts
+    assert main(["community", "create", "Hearth", "--home", str(home), "--json"]) == 0
+    assert '"name": "Hearth"' in capsys.readouterr().out
