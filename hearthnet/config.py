@@ -41,8 +41,8 @@ def _positive_float(value: Any, name: str) -> float:
         f = float(value)
     except (TypeError, ValueError) as exc:
         raise BadRequest(f"{name} must be a number, got {value!r}") from exc
-    if not f > 0:
-        raise BadRequest(f"{name} must be positive, got {value!r}")
+    if not 0 < f < 1e9:  # NaN and infinity too: a deadline of inf seconds overflows later
+        raise BadRequest(f"{name} must be a positive number of seconds, got {value!r}")
     return f
 
 
@@ -140,76 +140,173 @@ class NodeConfig:
         return self.home / "bootstrap.json"
 
 
-def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = data.get(name, {})
-    if not isinstance(value, dict):
+_KNOWN: dict[str, frozenset[str]] = {
+    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs"}),
+    "network": frozenset(
+        {
+            "listen",
+            "advertise_host",
+            "max_frame",
+            "handshake_timeout",
+            "keepalive_seconds",
+            "dead_after_seconds",
+        }
+    ),
+    "embedding": frozenset({"enabled", "model_dir", "threads", "openai", "timeout_seconds"}),
+    "embedding.openai": frozenset(
+        {"base_url", "model", "dim", "api_key_env", "max_tokens", "timeout_seconds"}
+    ),
+    "rag": frozenset(
+        {
+            "enabled",
+            "chroma_url",
+            "query_timeout_seconds",
+            "embed_timeout_seconds",
+            "accept_new_corpora",
+            "embedding_model",
+        }
+    ),
+    "blobs": frozenset({"cap_bytes"}),
+}
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _table(data: Any, name: str) -> Mapping[str, Any]:
+    """A table of config.toml with only the keys this version knows (a typo is an error, not a
+    setting silently left at its default)."""
+    if not isinstance(data, dict):
         raise BadRequest(f"[{name}] in config.toml must be a table")
+    unknown = sorted(str(k) for k in data if k not in _KNOWN[name])
+    if unknown:
+        where = f" in [{name}]" if name else ""
+        raise BadRequest(
+            f"unknown config key(s){where}: {', '.join(unknown)} (known: {', '.join(sorted(_KNOWN[name]))})"
+        )
+    return data
+
+
+def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str) -> Any:
+    """``table[key]`` if it has the TOML type ``kind`` (``bool`` is not an ``int``), else ``default``."""
+    if key not in table:
+        return default
+    value = table[key]
+    wanted = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, bool) and bool not in wanted) or not isinstance(value, wanted):
+        names = " or ".join("true/false" if k is bool else k.__name__ for k in wanted)
+        raise BadRequest(f"{where}.{key} in config.toml must be {names}, got {value!r}")
     return value
 
 
-def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
-    """Build a config from a parsed TOML document (unknown keys are an error)."""
-    known_top = {"name", "log_level", "network", "embedding", "rag", "blobs"}
-    unknown = set(data) - known_top
-    if unknown:
-        raise BadRequest(f"unknown config key(s): {', '.join(sorted(unknown))}")
+def _int_at_least(value: int | None, low: int, name: str) -> int | None:
+    if value is not None and value < low:
+        raise BadRequest(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def check_log_level(level: str, name: str) -> str:
+    if level.lower() not in LOG_LEVELS:
+        raise BadRequest(f"{name} must be one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    return level.lower()
+
+
+def check_chroma_url(url: str | None, name: str) -> str | None:
+    """``None``, or an http(s) URL with a host and a valid port (checked here, not at first use)."""
+    if url is None:
+        return None
+    from urllib.parse import urlsplit
+
     try:
-        net = _section(data, "network")
-        listen_host, listen_port = _parse_listen(str(net["listen"])) if "listen" in net else ("127.0.0.1", 0)
-        network = NetworkConfig(
-            listen_host=listen_host,
-            listen_port=listen_port,
-            advertise_host=net.get("advertise_host"),
-            max_frame=int(net.get("max_frame", DEFAULT_MAX_FRAME)),
-            handshake_timeout=_positive_float(net.get("handshake_timeout", 5.0), "handshake_timeout"),
-            keepalive_seconds=_positive_float(net.get("keepalive_seconds", 10.0), "keepalive_seconds"),
-            dead_after_seconds=_positive_float(net.get("dead_after_seconds", 30.0), "dead_after_seconds"),
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise BadRequest(f"{name} is not a valid URL: {url!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest(f"{name} must be an http(s) URL with a host, got {url!r}")
+    del port
+    return url
+
+
+def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
+    """Build a config from a parsed TOML document (unknown keys and wrong types are an error)."""
+    top = _table(data, "")
+    net = _table(top.get("network", {}), "network")
+    listen = _get(net, "listen", str, None, "network")
+    listen_host, listen_port = _parse_listen(listen) if listen is not None else ("127.0.0.1", 0)
+    network = NetworkConfig(
+        listen_host=listen_host,
+        listen_port=listen_port,
+        advertise_host=_get(net, "advertise_host", str, None, "network"),
+        max_frame=_int_at_least(
+            _get(net, "max_frame", int, DEFAULT_MAX_FRAME, "network"), 1 << 16, "max_frame"
         )
-        emb = _section(data, "embedding")
-        openai = tuple(
+        or DEFAULT_MAX_FRAME,
+        handshake_timeout=_positive_float(
+            _get(net, "handshake_timeout", (int, float), 5.0, "network"), "handshake_timeout"
+        ),
+        keepalive_seconds=_positive_float(
+            _get(net, "keepalive_seconds", (int, float), 10.0, "network"), "keepalive_seconds"
+        ),
+        dead_after_seconds=_positive_float(
+            _get(net, "dead_after_seconds", (int, float), 30.0, "network"), "dead_after_seconds"
+        ),
+    )
+    emb = _table(top.get("embedding", {}), "embedding")
+    backends = _get(emb, "openai", list, [], "embedding")
+    openai = []
+    for raw in backends:
+        b = _table(raw, "embedding.openai")
+        where = "embedding.openai"
+        for required in ("base_url", "model", "dim"):
+            if required not in b:
+                raise BadRequest(f"[[embedding.openai]] in config.toml needs {required}")
+        openai.append(
             OpenAIBackendConfig(
-                base_url=str(b["base_url"]),
-                model=str(b["model"]),
-                dim=int(b["dim"]),
-                api_key_env=b.get("api_key_env"),
-                max_tokens=int(b.get("max_tokens", 512)),
-                timeout_seconds=_positive_float(b.get("timeout_seconds", 10.0), "timeout_seconds"),
+                base_url=_get(b, "base_url", str, None, where),
+                model=_get(b, "model", str, None, where),
+                dim=_int_at_least(_get(b, "dim", int, None, where), 1, "embedding.openai.dim") or 1,
+                api_key_env=_get(b, "api_key_env", str, None, where),
+                max_tokens=_int_at_least(_get(b, "max_tokens", int, 512, where), 1, "max_tokens") or 512,
+                timeout_seconds=_positive_float(
+                    _get(b, "timeout_seconds", (int, float), 10.0, where), "timeout_seconds"
+                ),
             )
-            for b in emb.get("openai", [])
         )
-        embedding = EmbeddingConfig(
-            enabled=bool(emb.get("enabled", True)),
-            model_dir=emb.get("model_dir"),
-            threads=int(emb["threads"]) if "threads" in emb else None,
-            openai=openai,
-            timeout_seconds=_positive_float(emb.get("timeout_seconds", 10.0), "embedding.timeout_seconds"),
-        )
-        rag_s = _section(data, "rag")
-        rag = RagConfig(
-            enabled=bool(rag_s.get("enabled", True)),
-            chroma_url=rag_s.get("chroma_url"),
-            query_timeout_seconds=_positive_float(
-                rag_s.get("query_timeout_seconds", 5.0), "query_timeout_seconds"
-            ),
-            embed_timeout_seconds=_positive_float(
-                rag_s.get("embed_timeout_seconds", 10.0), "embed_timeout_seconds"
-            ),
-            accept_new_corpora=bool(rag_s.get("accept_new_corpora", True)),
-            embedding_model=str(rag_s.get("embedding_model", "all-MiniLM-L6-v2")),
-        )
-        blob_s = _section(data, "blobs")
-        blobs = BlobConfig(cap_bytes=int(blob_s["cap_bytes"]) if "cap_bytes" in blob_s else None)
-        return NodeConfig(
-            home=home,
-            name=str(data.get("name", "node")),
-            network=network,
-            embedding=embedding,
-            rag=rag,
-            blobs=blobs,
-            log_level=str(data.get("log_level", "info")),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadRequest(f"invalid config.toml: {type(exc).__name__}: {exc}") from exc
+    embedding = EmbeddingConfig(
+        enabled=_get(emb, "enabled", bool, True, "embedding"),
+        model_dir=_get(emb, "model_dir", str, None, "embedding"),
+        threads=_int_at_least(_get(emb, "threads", int, None, "embedding"), 1, "embedding.threads"),
+        openai=tuple(openai),
+        timeout_seconds=_positive_float(
+            _get(emb, "timeout_seconds", (int, float), 10.0, "embedding"), "embedding.timeout_seconds"
+        ),
+    )
+    rag_s = _table(top.get("rag", {}), "rag")
+    rag = RagConfig(
+        enabled=_get(rag_s, "enabled", bool, True, "rag"),
+        chroma_url=check_chroma_url(_get(rag_s, "chroma_url", str, None, "rag"), "rag.chroma_url"),
+        query_timeout_seconds=_positive_float(
+            _get(rag_s, "query_timeout_seconds", (int, float), 5.0, "rag"), "query_timeout_seconds"
+        ),
+        embed_timeout_seconds=_positive_float(
+            _get(rag_s, "embed_timeout_seconds", (int, float), 10.0, "rag"), "embed_timeout_seconds"
+        ),
+        accept_new_corpora=_get(rag_s, "accept_new_corpora", bool, True, "rag"),
+        embedding_model=_get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
+    )
+    blob_s = _table(top.get("blobs", {}), "blobs")
+    blobs = BlobConfig(
+        cap_bytes=_int_at_least(_get(blob_s, "cap_bytes", int, None, "blobs"), 0, "blobs.cap_bytes")
+    )
+    name = _get(top, "name", str, "node", "config")
+    return NodeConfig(
+        home=home,
+        name=name,
+        network=network,
+        embedding=embedding,
+        rag=rag,
+        blobs=blobs,
+        log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
+    )
 
 
 def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
@@ -241,7 +338,8 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     if "HEARTHNET_RAG_MODEL" in env:
         rag = replace(rag, embedding_model=env["HEARTHNET_RAG_MODEL"])
     if "HEARTHNET_CHROMA_URL" in env:
-        rag = replace(rag, chroma_url=env["HEARTHNET_CHROMA_URL"] or None)
+        url = check_chroma_url(env["HEARTHNET_CHROMA_URL"] or None, "HEARTHNET_CHROMA_URL")
+        rag = replace(rag, chroma_url=url)
     if "RAG_QUERY_TIMEOUT_SECONDS" in env:
         rag = replace(
             rag,
@@ -254,9 +352,14 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         rag = replace(rag, embed_timeout_seconds=t)
         embedding = replace(embedding, timeout_seconds=t)
     if "HEARTHNET_BLOB_CAP_BYTES" in env:
-        blobs = replace(blobs, cap_bytes=int(env["HEARTHNET_BLOB_CAP_BYTES"]))
+        text = env["HEARTHNET_BLOB_CAP_BYTES"].strip()
+        if not text.isdigit():
+            raise BadRequest(f"HEARTHNET_BLOB_CAP_BYTES must be a number of bytes (0 or more), got {text!r}")
+        blobs = replace(blobs, cap_bytes=int(text))
     name = env.get("HEARTHNET_NAME", config.name)
-    log_level = env.get("HEARTHNET_LOG_LEVEL", config.log_level)
+    if not name.strip():
+        raise BadRequest("HEARTHNET_NAME must not be empty")
+    log_level = check_log_level(env.get("HEARTHNET_LOG_LEVEL", config.log_level), "HEARTHNET_LOG_LEVEL")
     return replace(
         config, name=name, log_level=log_level, network=network, embedding=embedding, rag=rag, blobs=blobs
     )
@@ -271,6 +374,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None) -> NodeConfig:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise BadRequest(f"{path} is not valid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise BadRequest(f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
     return apply_env(config_from_mapping(home, data), os.environ if env is None else env)
 
 

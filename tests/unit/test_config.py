@@ -84,3 +84,67 @@ def test_unknown_keys_and_bad_toml_are_rejected(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text("name = ")
     with pytest.raises(BadRequest, match="not valid TOML"):
         load_config(tmp_path, env={})
+
+
+@pytest.mark.parametrize(
+    ("document", "fragment"),
+    [
+        ({"rag": {"enable": False}}, r"unknown config key\(s\) in \[rag\]: enable"),
+        ({"network": {"keepalive": 5}}, r"in \[network\]: keepalive"),
+        ({"embedding": {"openai": [{"base_url": "http://h", "model": "m", "dim": 8, "key": 1}]}}, "openai"),
+        ({"rag": {"enabled": "false"}}, r"rag\.enabled in config\.toml must be true/false"),
+        ({"embedding": {"model_dir": 5}}, r"embedding\.model_dir in config\.toml must be str"),
+        ({"embedding": {"threads": -2}}, "embedding.threads must be at least 1"),
+        ({"blobs": {"cap_bytes": -5}}, "blobs.cap_bytes must be at least 0"),
+        ({"log_level": "verbose"}, "log_level must be one of debug, info, warning, error"),
+        ({"rag": {"chroma_url": "http://h:99999"}}, "rag.chroma_url is not a valid URL"),
+        ({"rag": {"chroma_url": "h:8000"}}, "must be an http"),
+        ({"rag": {"query_timeout_seconds": float("inf")}}, "query_timeout_seconds must be"),
+    ],
+)
+def test_a_setting_that_would_be_ignored_or_crash_later_is_refused_at_load(
+    tmp_path: Path, document: dict[str, object], fragment: str
+) -> None:
+    """Typos inside a section were ignored, "false" was true, and wrong types crashed the node's
+    start with a traceback instead of one line."""
+    with pytest.raises(BadRequest, match=fragment):
+        config_from_mapping(tmp_path, document)
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"HEARTHNET_BLOB_CAP_BYTES": "abc"}, "HEARTHNET_BLOB_CAP_BYTES must be a number of bytes"),
+        ({"HEARTHNET_BLOB_CAP_BYTES": "-5"}, "HEARTHNET_BLOB_CAP_BYTES must be a number of bytes"),
+        ({"HEARTHNET_LOG_LEVEL": "warn"}, "HEARTHNET_LOG_LEVEL must be one of"),
+        ({"HEARTHNET_NAME": " "}, "HEARTHNET_NAME must not be empty"),
+        ({"HEARTHNET_CHROMA_URL": "http://h:port"}, "HEARTHNET_CHROMA_URL is not a valid URL"),
+    ],
+)
+def test_environment_overrides_are_checked_as_strictly(
+    tmp_path: Path, env: dict[str, str], fragment: str
+) -> None:
+    with pytest.raises(BadRequest, match=fragment):
+        apply_env(config_from_mapping(tmp_path, {}), env)
+
+
+def test_a_config_file_that_is_not_utf8_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(BadRequest, match="not UTF-8 text"):
+        load_config(tmp_path, env={})
+
+
+def test_the_written_preset_and_real_settings_still_load(tmp_path: Path) -> None:
+    from hearthnet.config import default_config_text
+
+    (tmp_path / "config.toml").write_text(default_config_text(name="n1", listen="127.0.0.1:0"))
+    config = load_config(tmp_path, env={"HEARTHNET_BLOB_CAP_BYTES": "1000", "HEARTHNET_LOG_LEVEL": "WARNING"})
+    assert config.name == "n1" and config.blobs.cap_bytes == 1000 and config.log_level == "warning"
+    full = {
+        "rag": {"enabled": False, "chroma_url": "http://127.0.0.1:8000", "query_timeout_seconds": 3},
+        "embedding": {"threads": 2, "openai": [{"base_url": "http://h:1", "model": "m", "dim": 8}]},
+        "network": {"max_frame": 2 << 20, "keepalive_seconds": 5, "dead_after_seconds": 10},
+    }
+    config = config_from_mapping(tmp_path, full)
+    assert config.rag.enabled is False and config.rag.query_timeout_seconds == 3.0
+    assert config.embedding.openai[0].dim == 8 and config.network.max_frame == 2 << 20
