@@ -230,3 +230,18 @@ def test_token_estimator_calibration_on_shared_pdfs() -> None:
         fits += sum(1 for n in counts if n <= 256)
     assert total > 2000
     assert fits / total >= 0.99, f"{fits}/{total} chunks fit 256 tokens"
+
+
+def test_korean_chunks_fit_the_window() -> None:
+    """Hangul syllables were costed one token each; the uncased tokenizer splits each into its
+    2-3 letters, and ~97 % of Korean chunks came out over the 256-token window."""
+    tok = _real_tokenizer()
+    korean = (
+        "한국어는 대한민국과 조선민주주의인민공화국의 공용어이다. 서울은 대한민국의 수도이며 "
+        "가장 큰 도시이다. 한글은 세종대왕이 창제한 문자로 과학적인 구조를 가지고 있다.\n\n"
+    ) * 60
+    size, overlap = chunk_params_for(256)
+    chunks = chunk_text(korean, tokens_per_chunk=size, overlap_tokens=overlap)
+    counts = [len(e.ids) for e in tok.encode_batch([c.text for c in chunks], add_special_tokens=True)]
+    assert len(chunks) > 10 and max(counts) <= 256, counts
+    assert sum(counts) / len(counts) > 100  # not cut needlessly small either
