@@ -139,6 +139,7 @@ async def node(
     minilm: OnnxModel | None = None,
     other: OpenAIEmbeddingServer | None = None,
     accept_new_corpora: bool = True,
+    find_event: Callable[[str, str], str | None] = lambda corpus, doc_cid: None,
 ) -> AsyncIterator[Node]:
     """One node's bus with the file, embedding and rag services on ``root`` (reopened if it exists)."""
     identity = Identity.generate()
@@ -174,7 +175,7 @@ async def node(
             embedding_model=MINILM if minilm is not None else OTHER, accept_new_corpora=accept_new_corpora
         ),
         append_event=append_event,
-        find_event=lambda corpus, doc_cid: None,
+        find_event=find_event,
         own_level=lambda: Level.TRUSTED,
     )
     n = Node(bus, rag, store, blobs, events, failures)
@@ -545,3 +546,23 @@ async def test_an_input_key_that_is_not_a_string_is_a_bad_request(tmp_path: Path
         ctx = Ctx("rag.query", {"corpus": "garden"}, {"query": "x", b"k": 1, 7: 2})  # type: ignore[dict-item]
         with pytest.raises(BadRequest, match=r"unknown rag\.query input field"):
             await n.call("rag.query", ctx)
+
+
+@pytest.mark.anyio
+async def test_a_repeat_ingest_looks_its_event_up_off_the_event_loop(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """The lookup scans every ingest event of the community's log; on the event loop, re-running
+    a folder ingest stalled every query of the node for N x M event decodes."""
+    looked_up_on: list[int] = []
+
+    def find_event(corpus: str, doc_cid: str) -> str | None:
+        looked_up_on.append(threading.get_ident())
+        return "ev-old"
+
+    async with node(tmp_path, minilm=minilm, find_event=find_event) as n:
+        cid = n.put(garden_text("moss"))
+        await n.ingest("garden", cid, filename="moss.md")
+        _, meta = await n.ingest("garden", cid)
+        assert meta["existing"] is True and meta["ingest_event_id"] == "ev-old"
+    assert looked_up_on and threading.get_ident() not in looked_up_on

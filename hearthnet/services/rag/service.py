@@ -462,7 +462,9 @@ class RagService:
         if doc is None:
             return None
         output = {"doc_cid": doc_cid, "chunks_indexed": doc["chunks"], "tokens_indexed": doc["tokens"]}
-        return output, doc, self._find_event(corpus, doc_cid)
+        # A scan of the log's ingest events (SQLite and decoding): never on the event loop.
+        event_id = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_limiter)
+        return output, doc, event_id
 
     async def _emit(self, corpus: str, doc_cid: str, title: str, language: str, chunks: int) -> str:
         if corpus == PERSONAL:
