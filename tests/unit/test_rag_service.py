@@ -566,3 +566,35 @@ async def test_a_repeat_ingest_looks_its_event_up_off_the_event_loop(
         _, meta = await n.ingest("garden", cid)
         assert meta["existing"] is True and meta["ingest_event_id"] == "ev-old"
     assert looked_up_on and threading.get_ident() not in looked_up_on
+
+
+@pytest.mark.anyio
+async def test_an_ingest_waiting_for_the_embedder_does_not_stop_another_from_reading(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """The reader held the one CPU slot for its whole document, waits for the embedder included:
+    a small file behind a long PDF sat in its 'read' stage until that PDF was nearly embedded."""
+    from tests.shared_data import PDF_DIR
+
+    async with node(tmp_path, minilm=minilm) as n:
+        long_pdf = n.blobs.put_bytes((PDF_DIR / "en_walden_thoreau_249p.pdf").read_bytes()).doc_cid
+        small = n.put(garden_text("basil"))
+        paused, resume = anyio.Event(), anyio.Event()
+
+        async def hold_embedding(frame: Frame) -> None:
+            if frame.get("stage") == "embed":
+                paused.set()
+                await resume.wait()  # the long PDF's embedding stops; its reader fills its buffer
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: n.ingest("books", long_pdf, filename="walden.pdf", on_frame=hold_embedding))
+            with anyio.fail_after(60):
+                await paused.wait()
+            try:
+                with anyio.fail_after(60):
+                    output, _ = await n.ingest("garden", small, filename="basil.md")
+                assert output["chunks_indexed"] >= 1
+            finally:
+                tg.cancel_scope.cancel()  # the long PDF's caller walks away: nothing of it is kept
+                resume.set()
+        assert n.store.has_document("garden", small) and "books" not in n.store.corpora()

@@ -11,6 +11,7 @@ its ``rag.query`` answers ``not_found`` with the reindex command.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -96,7 +97,10 @@ class RagService:
         """Threads for store writes (and the reads of ingest and reindex)."""
         self._read_limiter = anyio.CapacityLimiter(settings.store_threads)
         """Threads for queries and listings: a query never waits behind a long write."""
-        self._cpu_limiter = anyio.CapacityLimiter(1)
+        self._reader_limiter = anyio.CapacityLimiter(4)
+        """Threads reading documents (ingests and a reindex); each mostly waits for the embedder."""
+        self._parse_slot = threading.BoundedSemaphore(1)
+        """Held while a reader parses and chunks one page (CPU): never while it waits for the embedder."""
         self._doc_locks: dict[tuple[str, str], tuple[anyio.Lock, list[int]]] = {}
         """(corpus, doc_cid) -> its ingest lock and how many ingests hold or await it."""
         self._gate = CorpusGate()
@@ -428,14 +432,18 @@ class RagService:
             )
             # Closed at once however this ends, so the reader's pypdf warning capture ends with it.
             with contextlib.closing(doc.chunk_groups()) as groups:
-                for group in groups:
-                    anyio.from_thread.run(send.send, group)
+                while True:
+                    with self._parse_slot:  # one page's parsing at a time across ingests
+                        group = next(groups, None)
+                    if group is None:
+                        break
+                    anyio.from_thread.run(send.send, group)  # may wait for the embedder: no slot held
             result.append(doc.prepared())
 
         async def reader() -> None:
             async with send:
                 try:
-                    await run_blocking(read, limiter=self._cpu_limiter)
+                    await run_blocking(read, limiter=self._reader_limiter)
                 except anyio.BrokenResourceError:
                     return  # the embedding side failed and stopped listening: its error is reported
 
