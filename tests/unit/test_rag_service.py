@@ -41,6 +41,7 @@ from hearthnet.services.rag.ingest import EmbeddedDocument, Embedder, embed_stre
 from hearthnet.services.rag.service import PAGES_AHEAD, RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore
 from tests.openai_server import DIM, OpenAIEmbeddingServer
+from tests.polling import wait_until
 
 MINILM = "all-MiniLM-L6-v2"
 OTHER = "hashed-words-64"
@@ -598,3 +599,33 @@ async def test_an_ingest_waiting_for_the_embedder_does_not_stop_another_from_rea
                 tg.cancel_scope.cancel()  # the long PDF's caller walks away: nothing of it is kept
                 resume.set()
         assert n.store.has_document("garden", small) and "books" not in n.store.corpora()
+
+
+@pytest.mark.anyio
+async def test_two_announces_finishing_in_the_other_order_leave_the_newest_corpus_list(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("alpha", n.put(garden_text("sage")), filename="sage.md")
+        real = n.store.corpora
+        first_read, release = threading.Event(), threading.Event()
+        reads = 0
+
+        def corpora() -> list[str]:
+            nonlocal reads
+            reads += 1
+            held = real()
+            if reads == 1:  # the first announce read its list; it resumes after the second
+                first_read.set()
+                assert release.wait(30)
+            return held
+
+        n.store.corpora = corpora  # type: ignore[method-assign]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(n.rag._announce_corpus, "alpha")
+            await anyio.to_thread.run_sync(first_read.wait, 30)
+            n.store.create_corpus("beta", embedding_model=MINILM, dim=384)
+            tg.start_soon(n.rag._announce_corpus, "beta")
+            await wait_until(lambda: reads >= 2 or n.rag._announce_lock.statistics().tasks_waiting == 1)
+            release.set()
+        assert n.rag._ingest_params is not None and n.rag._ingest_params["corpora"] == ["alpha", "beta"]

@@ -104,6 +104,7 @@ class RagService:
         self._doc_locks: dict[tuple[str, str], tuple[anyio.Lock, list[int]]] = {}
         """(corpus, doc_cid) -> its ingest lock and how many ingests hold or await it."""
         self._gate = CorpusGate()
+        self._announce_lock = anyio.Lock()
         self._registered_corpora: dict[str, dict[str, Any]] = {}
         self._ingest_params: dict[str, Any] | None = None
         self.queries = 0
@@ -203,12 +204,15 @@ class RagService:
         def read() -> tuple[str, list[str]]:
             return self._store.info(corpus).embedding_model, self._store.corpora()
 
-        model, held = await run_blocking(read, limiter=self._read_limiter)
-        if corpus not in self._registered_corpora:
-            self._bus.register(self._query_registration(corpus, model))
-        if self._ingest_params is not None:
-            self._bus.unregister("rag.ingest", self._ingest_params)
-        self._bus.register(self._ingest_registration(held))
+        # One at a time, each reading the store inside: two announces resuming in the other
+        # order would register the older corpus list last (a new corpus missing from it).
+        async with self._announce_lock:
+            model, held = await run_blocking(read, limiter=self._read_limiter)
+            if corpus not in self._registered_corpora:
+                self._bus.register(self._query_registration(corpus, model))
+            if self._ingest_params is not None:
+                self._bus.unregister("rag.ingest", self._ingest_params)
+            self._bus.register(self._ingest_registration(held))
 
     # rag.query ----------------------------------------------------------------------
     async def _handle_query(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
