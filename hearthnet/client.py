@@ -155,9 +155,13 @@ class AsyncClient:
         provider: str | None = None,
         _frames: bool = True,
     ) -> AsyncIterator[StreamedCall]:
+        request = self._request(capability, params, input, timeout, provider, _frames)
         stream = await self._connect()
         async with stream:
-            await write_message(stream, self._request(capability, params, input, timeout, provider, _frames))
+            try:
+                await write_message(stream, request)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                raise Partition("the node closed the control connection before the call was sent") from exc
             yield StreamedCall(stream)
 
 

@@ -186,7 +186,8 @@ def _table(data: Any, name: str) -> Mapping[str, Any]:
 
 
 def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str) -> Any:
-    """``table[key]`` if it has the TOML type ``kind`` (``bool`` is not an ``int``), else ``default``."""
+    """``table[key]``, or ``default`` if absent; another TOML type than ``kind`` is ``bad_request``
+    (``bool`` is not an ``int``)."""
     if key not in table:
         return default
     value = table[key]

@@ -29,8 +29,9 @@ from hearthnet.wire.frames import FrameDecoder
 log = structlog.get_logger("hearthnet.control")
 
 
-MAX_CONNECTIONS = 64
-"""Control connections served at once; more are closed at once (a leaky script cannot pile them up)."""
+MAX_CONNECTIONS = 512
+"""Control connections served at once.  Beyond that the server stops accepting until one ends
+(further clients wait in the listen backlog): bounded file descriptors, nobody turned away."""
 REQUEST_SECONDS = 30.0
 """How long a client has to send its request after connecting."""
 WRITE_SECONDS = 60.0
@@ -44,6 +45,7 @@ class ControlServer:
         self._bus = bus
         self.connections = 0
         """Control connections being served now."""
+        self._slot_freed: anyio.Event | None = None
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if self.path.exists() or self.path.is_symlink():
@@ -66,6 +68,10 @@ class ControlServer:
         (e.g. ``EMFILE``) and take the node with it: here it is logged and retried."""
         backoff = 0.0
         while True:
+            if self.connections >= MAX_CONNECTIONS:
+                freed = self._slot_freed = anyio.Event()
+                await freed.wait()  # the next one waits in the backlog meanwhile
+                continue
             try:
                 stream = await listener.accept()
             except (OSError, anyio.BrokenResourceError) as exc:
@@ -74,10 +80,6 @@ class ControlServer:
                 await anyio.sleep(backoff)
                 continue
             backoff = 0.0
-            if self.connections >= MAX_CONNECTIONS:
-                log.warning("control_connection_refused", open=self.connections)
-                await stream.aclose()
-                continue
             self.connections += 1
             tg.start_soon(self._handle, stream)
 
@@ -102,6 +104,8 @@ class ControlServer:
             return  # the client went away or stopped reading
         finally:
             self.connections -= 1
+            if self._slot_freed is not None:
+                self._slot_freed.set()
 
     async def _serve(self, stream: anyio.abc.ByteStream, request: dict[str, Any]) -> None:
         try:
