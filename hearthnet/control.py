@@ -24,6 +24,7 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.descriptors import parse_version
 from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
 from hearthnet.errors import BadRequest, BusError, InternalError, ProtocolError
+from hearthnet.transport.tcp import accept_retrying
 from hearthnet.wire.frames import FrameDecoder
 
 log = structlog.get_logger("hearthnet.control")
@@ -36,7 +37,6 @@ REQUEST_SECONDS = 30.0
 """How long a client has to send its request after connecting."""
 WRITE_SECONDS = 60.0
 """How long one answer or frame may wait for a client that stopped reading."""
-_ACCEPT_BACKOFF_MAX = 1.0
 
 
 class ControlServer:
@@ -66,20 +66,12 @@ class ControlServer:
     async def _accept_forever(self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
         """Accept until cancelled.  ``listener.serve`` would end on the first failed accept
         (e.g. ``EMFILE``) and take the node with it: here it is logged and retried."""
-        backoff = 0.0
         while True:
             if self.connections >= MAX_CONNECTIONS:
                 freed = self._slot_freed = anyio.Event()
                 await freed.wait()  # the next one waits in the backlog meanwhile
                 continue
-            try:
-                stream = await listener.accept()
-            except (OSError, anyio.BrokenResourceError) as exc:
-                backoff = min(max(2 * backoff, 0.01), _ACCEPT_BACKOFF_MAX)
-                log.warning("control_accept_failed", error=type(exc).__name__, retry_in_s=backoff)
-                await anyio.sleep(backoff)
-                continue
-            backoff = 0.0
+            stream = await accept_retrying(listener.accept, "control_accept_failed")
             self.connections += 1
             tg.start_soon(self._handle, stream)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 import anyio.abc
@@ -85,6 +86,29 @@ async def serve_links(
 MAX_PENDING_HANDSHAKES = 64
 """Connections still in their handshake; further ones are closed unread until one finishes."""
 _ACCEPT_BACKOFF_MAX = 1.0
+_Stream = TypeVar("_Stream", bound=anyio.abc.ByteStream)
+
+
+async def accept_retrying(accept: Callable[[], Awaitable[_Stream]], event: str) -> _Stream:
+    """The next connection from ``accept()``; a failed accept is logged as ``event`` and retried.
+
+    ``EMFILE``, ``ENFILE``, ``ENOBUFS``, ``ENOMEM``, ``ECONNABORTED``, ... end
+    no accept loop: each is retried after a pause that starts at 10 ms and
+    doubles up to 1 s.  anyio's own listeners report them as
+    ``BrokenResourceError`` (from the ``OSError``); a listener closed on purpose
+    (``ClosedResourceError``) still ends the loop.
+    """
+    backoff = 0.0
+    while True:
+        try:
+            return await accept()
+        except (OSError, anyio.BrokenResourceError) as exc:
+            backoff = min(max(2 * backoff, 0.01), _ACCEPT_BACKOFF_MAX)
+            cause = exc if isinstance(exc, OSError) else exc.__cause__
+            code = cause.errno if isinstance(cause, OSError) else None
+            name = errno.errorcode.get(code, str(code)) if code is not None else type(exc).__name__
+            _log.warning(event, error=name, retry_in_s=backoff)
+            await anyio.sleep(backoff)
 
 
 async def accept_forever(
@@ -132,18 +156,9 @@ async def accept_forever(
         if link is not None:
             await serve(link)
 
-    backoff = 0.0
     async with anyio.create_task_group() as tg:
         while True:
-            try:
-                stream = await accept()
-            except OSError as exc:  # EMFILE, ENFILE, ENOBUFS, ENOMEM, ECONNABORTED, ...
-                backoff = min(max(2 * backoff, 0.01), _ACCEPT_BACKOFF_MAX)
-                name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-                _log.warning("transport.accept_failed", error=name, retry_in_s=backoff)
-                await anyio.sleep(backoff)
-                continue
-            backoff = 0.0
+            stream = await accept_retrying(accept, "transport.accept_failed")
             if pending >= max_pending:
                 _log.info("transport.connection_shed", pending=pending)
                 await anyio.aclose_forcefully(stream)
