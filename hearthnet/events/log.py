@@ -273,16 +273,13 @@ class EventLog:
 
     def replay_page(self, after: tuple[int, str] | None, limit: int) -> list[Event]:
         """Up to ``limit`` stored events in replay order, starting after the key ``after``."""
+        start = (0, "") if after is None else after  # every stored Lamport time is at least 1
         with self._lock:
-            if after is None:
-                return list(
-                    self._iter(f"SELECT {_COLS} FROM events ORDER BY lamport, event_id LIMIT ?", (limit,))
-                )
             return list(
                 self._iter(
                     f"SELECT {_COLS} FROM events WHERE (lamport, event_id) > (?, ?) "
                     "ORDER BY lamport, event_id LIMIT ?",
-                    (*after, limit),
+                    (*start, limit),
                 )
             )
 

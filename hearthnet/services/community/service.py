@@ -217,9 +217,7 @@ class CommunityService:
     # handlers -----------------------------------------------------------------------
     async def _handle_sync(self, ctx: CallContext) -> dict[str, Any]:
         vv = parse_version_vector(ctx.input.get("vv", {}))
-        limit = ctx.input.get("limit", SYNC_BATCH)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            raise BadRequest("limit must be an integer from 1 to 1000")
+        limit = _limit(ctx.input.get("limit", SYNC_BATCH), 1000)
         events, more = await anyio.to_thread.run_sync(
             lambda: self._log.missing_batch(vv, limit=limit, max_bytes=SYNC_MAX_BYTES), limiter=self._limiter
         )
@@ -227,9 +225,7 @@ class CommunityService:
 
     async def _handle_list(self, ctx: CallContext) -> dict[str, Any]:
         """One page of the log in replay order: ``{events, next}``; pass ``next`` back as ``after``."""
-        limit = ctx.input.get("limit", LIST_PAGE)
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= LIST_MAX:
-            raise BadRequest(f"limit must be an integer from 1 to {LIST_MAX}")
+        limit = _limit(ctx.input.get("limit", LIST_PAGE), LIST_MAX)
         after = _list_cursor(ctx.input.get("after"))
 
         def listing() -> dict[str, Any]:
@@ -299,6 +295,13 @@ def token_address(address: str) -> str:
     if sep and ":" in host and not host.startswith("["):
         return f"[{host}]:{port}"
     return address
+
+
+def _limit(value: Any, most: int) -> int:
+    """A caller's ``limit``: an integer from 1 to ``most``."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise BadRequest(f"limit must be an integer from 1 to {most}")
+    return value
 
 
 def _list_cursor(value: Any) -> tuple[int, str] | None:
