@@ -145,6 +145,15 @@ def _equal(actual: Any, value: Any) -> bool:
     return _kind(actual) == _kind(value) != "other" and bool(actual == value)
 
 
+_MISSING = object()
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "$gt": operator.gt,
+    "$gte": operator.ge,
+    "$lt": operator.lt,
+    "$lte": operator.le,
+}
+
+
 def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> bool:
     """Evaluate a :func:`build_where` clause on one chunk's metadata (see the module's semantics)."""
     if "$and" in clause:
@@ -164,11 +173,7 @@ def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> boo
         return any(_equal(actual, v) for v in value)
     if op == "$nin":
         return not any(_equal(actual, v) for v in value)
-    if _kind(actual) != "number":
-        return False
-    return bool(
-        {"$gt": actual > value, "$gte": actual >= value, "$lt": actual < value, "$lte": actual <= value}[op]
-    )
+    return _kind(actual) == "number" and _COMPARE[op](actual, value)
 
 
 Matcher = Callable[[Mapping[str, Any]], bool]
@@ -238,15 +243,6 @@ def compile_where(clause: Mapping[str, Any]) -> Matcher:
 
         return member
     raise ValueError(f"not a build_where clause: operator {op!r}")
-
-
-_MISSING = object()
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "$gt": operator.gt,
-    "$gte": operator.ge,
-    "$lt": operator.lt,
-    "$lte": operator.le,
-}
 
 
 def _hashable(value: Any) -> bool:
