@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from hearthnet.errors import BadRequest
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME
@@ -198,9 +198,15 @@ def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], defa
     return value
 
 
-def _int_at_least(value: int | None, low: int, name: str) -> int | None:
+@overload
+def _int(table: Mapping[str, Any], key: str, default: int, low: int, where: str) -> int: ...
+@overload
+def _int(table: Mapping[str, Any], key: str, default: None, low: int, where: str) -> int | None: ...
+def _int(table: Mapping[str, Any], key: str, default: int | None, low: int, where: str) -> int | None:
+    """``table[key]`` as an integer of at least ``low`` (``default`` if absent)."""
+    value: int | None = _get(table, key, int, default, where)
     if value is not None and value < low:
-        raise BadRequest(f"{name} must be at least {low}, got {value}")
+        raise BadRequest(f"{where}.{key} must be at least {low}, got {value}")
     return value
 
 
@@ -218,12 +224,11 @@ def check_chroma_url(url: str | None, name: str) -> str | None:
 
     try:
         parts = urlsplit(url)
-        port = parts.port
+        _ = parts.port  # a port that is not a number below 65536 raises here
     except ValueError as exc:
         raise BadRequest(f"{name} is not a valid URL: {url!r} ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadRequest(f"{name} must be an http(s) URL with a host, got {url!r}")
-    del port
     return url
 
 
@@ -237,10 +242,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         listen_host=listen_host,
         listen_port=listen_port,
         advertise_host=_get(net, "advertise_host", str, None, "network"),
-        max_frame=_int_at_least(
-            _get(net, "max_frame", int, DEFAULT_MAX_FRAME, "network"), 1 << 16, "max_frame"
-        )
-        or DEFAULT_MAX_FRAME,
+        max_frame=_int(net, "max_frame", DEFAULT_MAX_FRAME, 1 << 16, "network"),
         handshake_timeout=_positive_float(
             _get(net, "handshake_timeout", (int, float), 5.0, "network"), "handshake_timeout"
         ),
@@ -264,9 +266,9 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
             OpenAIBackendConfig(
                 base_url=_get(b, "base_url", str, None, where),
                 model=_get(b, "model", str, None, where),
-                dim=_int_at_least(_get(b, "dim", int, None, where), 1, "embedding.openai.dim") or 1,
+                dim=_int(b, "dim", 0, 1, where),  # present: checked above
                 api_key_env=_get(b, "api_key_env", str, None, where),
-                max_tokens=_int_at_least(_get(b, "max_tokens", int, 512, where), 1, "max_tokens") or 512,
+                max_tokens=_int(b, "max_tokens", 512, 1, where),
                 timeout_seconds=_positive_float(
                     _get(b, "timeout_seconds", (int, float), 10.0, where), "timeout_seconds"
                 ),
@@ -275,7 +277,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     embedding = EmbeddingConfig(
         enabled=_get(emb, "enabled", bool, True, "embedding"),
         model_dir=_get(emb, "model_dir", str, None, "embedding"),
-        threads=_int_at_least(_get(emb, "threads", int, None, "embedding"), 1, "embedding.threads"),
+        threads=_int(emb, "threads", None, 1, "embedding"),
         openai=tuple(openai),
         timeout_seconds=_positive_float(
             _get(emb, "timeout_seconds", (int, float), 10.0, "embedding"), "embedding.timeout_seconds"
@@ -295,9 +297,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         embedding_model=_get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
     )
     blob_s = _table(top.get("blobs", {}), "blobs")
-    blobs = BlobConfig(
-        cap_bytes=_int_at_least(_get(blob_s, "cap_bytes", int, None, "blobs"), 0, "blobs.cap_bytes")
-    )
+    blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
     name = _get(top, "name", str, "node", "config")
     return NodeConfig(
         home=home,
