@@ -334,17 +334,14 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
             "PDF is encrypted with a security handler this reader does not support (e.g. a "
             "certificate); decrypt it first (e.g. qpdf --decrypt)"
         ) from exc
-    except NotImplementedError as exc:
-        raise BadRequest(
-            "not a readable PDF: it uses a PDF feature this reader does not support; re-export it "
-            "(e.g. print it to a new PDF)"
-        ) from exc
-    except DependencyError as exc:
-        if "cryptography" in str(exc).lower() or "aes" in str(exc).lower():
+    except (NotImplementedError, DependencyError) as exc:
+        # DependencyError: a decoder pypdf needs and lacks (JBIG2), as a page's stream may
+        # need one; our own missing dependency (cryptography, for AES) is our fault.
+        if isinstance(exc, DependencyError) and any(w in str(exc).lower() for w in ("cryptography", "aes")):
             missing = "PDF needs an optional dependency that is not installed (cryptography)"
             raise InternalError(missing) from exc
         raise BadRequest(
-            "not a readable PDF: it needs a decoder this reader does not have; re-export it "
+            "not a readable PDF: it uses a PDF feature this reader does not support; re-export it "
             "(e.g. print it to a new PDF)"
         ) from exc
     except (PyPdfError, *_PYPDF_INTERNAL) as exc:
