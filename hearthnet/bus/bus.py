@@ -716,8 +716,12 @@ class _RemoteStream(CallStream):
             raise Timeout("streamed call did not finish within its deadline") from exc
 
 
-def check_input_keys(input: Mapping[str, Any], allowed: set[str]) -> None:
-    """Reject unknown input fields with ``bad_request`` (helps catch typos)."""
-    unknown = sorted(set(input) - allowed)
+def check_input_keys(input: Mapping[Any, Any], allowed: set[str], capability: str = "") -> None:
+    """Reject unknown input fields with ``bad_request`` naming (a few of) them (helps catch typos).
+
+    A key may be bytes or a number (a peer's map): it is named, not a ``TypeError``.
+    """
+    unknown = sorted(str(k)[:40] for k in input if k not in allowed)
     if unknown:
-        raise BadRequest(f"unknown input field(s): {', '.join(unknown)}")
+        what = f"{capability} " if capability else ""
+        raise BadRequest(f"unknown {what}input field(s): {', '.join(unknown[:8])}")

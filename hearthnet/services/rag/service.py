@@ -22,6 +22,7 @@ import structlog
 
 from hearthnet.blobs import BlobStore, is_cid
 from hearthnet.bus.api import BusAPI
+from hearthnet.bus.bus import check_input_keys
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
@@ -579,15 +580,8 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def _unknown_fields(inp: Mapping[Any, Any], known: set[str], what: str) -> None:
-    """``bad_request`` naming (a few of) the fields of ``inp`` that are not in ``known``."""
-    unknown = sorted(str(k)[:40] for k in inp if k not in known)  # a key may be bytes or a number
-    if unknown:
-        raise BadRequest(f"unknown {what} input field(s): {', '.join(unknown[:8])}")
-
-
 def _query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
-    _unknown_fields(inp, {"query", "k", "filter", "include_text"}, "rag.query")
+    check_input_keys(inp, {"query", "k", "filter", "include_text"}, "rag.query")
     query = inp.get("query")
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("input.query must be a non-empty string")
