@@ -67,12 +67,8 @@ def rag_service(parts: NodeParts) -> Service | None:
         return (await community.append(event_type, data)).event_id
 
     def find_event(corpus: str, doc_cid: str) -> str | None:
-        for event in event_log.events_of_type(INGESTED, effective_only=True):
-            if (
-                event.author == own_id
-                and event.data.get("corpus") == corpus
-                and event.data.get("doc_cid") == doc_cid
-            ):
+        for event in event_log.events_of_type(INGESTED, effective_only=True, author=own_id):
+            if event.data.get("corpus") == corpus and event.data.get("doc_cid") == doc_cid:
                 return event.event_id
         return None
 
@@ -88,7 +84,7 @@ def rag_service(parts: NodeParts) -> Service | None:
         ),
         append_event=append_event,
         find_event=find_event,
-        own_level=lambda: event_log.membership().level_of(own_id),
+        own_level=lambda: event_log.level_of(own_id),
     )
 
 

@@ -306,13 +306,20 @@ class EventLog:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
 
-    def events_of_type(self, event_type: str, *, effective_only: bool = False) -> list[Event]:
-        """Stored events of one type in replay order; ``effective_only`` drops ignored ones."""
+    def events_of_type(
+        self, event_type: str, *, effective_only: bool = False, author: str | None = None
+    ) -> list[Event]:
+        """Stored events of one type (by one ``author``) in replay order.
+
+        ``effective_only`` drops the ones that have no effect.
+        """
+        where, args = "event_type = ?", [event_type]
+        if author is not None:
+            where, args = where + " AND author = ?", [*args, author]
         with self._lock:
             events = list(
                 self._iter(
-                    f"SELECT {_COLS} FROM events WHERE event_type = ? ORDER BY lamport, event_id",
-                    (event_type,),
+                    f"SELECT {_COLS} FROM events WHERE {where} ORDER BY lamport, event_id", tuple(args)
                 )
             )
             if effective_only:

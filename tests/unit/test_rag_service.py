@@ -24,7 +24,7 @@ from hearthnet.blobs import BlobStore
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, BusError, CapacityExceeded, InternalError, NotFound
+from hearthnet.errors import BadRequest, BusError, CapacityExceeded, InternalError, NotFound, Unauthorized
 from hearthnet.identity import Identity
 from hearthnet.services.embedding import (
     EmbeddingConfig,
@@ -141,6 +141,7 @@ async def node(
     other: OpenAIEmbeddingServer | None = None,
     accept_new_corpora: bool = True,
     find_event: Callable[[str, str], str | None] = lambda corpus, doc_cid: None,
+    own_level: Level | None = Level.TRUSTED,
 ) -> AsyncIterator[Node]:
     """One node's bus with the file, embedding and rag services on ``root`` (reopened if it exists)."""
     identity = Identity.generate()
@@ -177,7 +178,7 @@ async def node(
         ),
         append_event=append_event,
         find_event=find_event,
-        own_level=lambda: Level.TRUSTED,
+        own_level=lambda: own_level,
     )
     n = Node(bus, rag, store, blobs, events, failures)
     await embedding.start()
@@ -629,3 +630,47 @@ async def test_two_announces_finishing_in_the_other_order_leave_the_newest_corpu
             await wait_until(lambda: reads >= 2 or n.rag._announce_lock.statistics().tasks_waiting == 1)
             release.set()
         assert n.rag._ingest_params is not None and n.rag._ingest_params["corpora"] == ["alpha", "beta"]
+
+
+@pytest.mark.anyio
+async def test_a_node_that_is_not_trusted_still_ingests_into_its_personal_corpus(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm, own_level=Level.MEMBER) as n:
+        cid = n.put(garden_text("ferns"))
+        with pytest.raises(Unauthorized):
+            await n.ingest("house", cid)  # announced to the community: needs trusted
+        output, _ = await n.ingest("personal", cid)  # never announced: this node's own business
+        assert output["chunks_indexed"] > 0 and n.events == []
+
+
+def _pinned(n: Node, cid: str) -> bool:
+    (info,) = [b for b in n.blobs.list() if b.doc_cid == cid]
+    return info.pinned
+
+
+@pytest.mark.anyio
+async def test_an_indexed_document_keeps_its_source_and_a_refused_one_holds_nothing(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        good = n.put(garden_text("tulips"))  # imported unpinned, as `hearthnet ingest` does
+        bad = n.blobs.put_bytes(b"%PDF-1.4 not really a pdf").doc_cid
+        await n.ingest("house", good)
+        with pytest.raises(BadRequest):
+            await n.ingest("house", bad)
+        assert _pinned(n, good)  # `rag reindex` re-embeds from it: garbage collection must not take it
+        assert not _pinned(n, bad)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("language", ["e\x9bn", "en\u202e", "en us", "x" * 17, ""])
+async def test_a_language_that_is_not_a_short_code_is_a_bad_request(
+    tmp_path: Path, minilm: OnnxModel, language: str
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("moss"))
+        with pytest.raises(BadRequest, match="language"):
+            await n.ingest("house", cid, language=language)
+        output, _ = await n.ingest("house", cid, language="auto")  # detected
+        assert n.events[-1][1]["language"] == "en" and output["chunks_indexed"] > 0

@@ -5,7 +5,8 @@ stores and relays the same events.  Only a member that is ``trusted`` at that
 point of the replay may emit it.  The data is bounded like ``rag.ingest``'s
 input, so an event stays small: exactly the keys ``corpus`` (a corpus name),
 ``doc_cid`` (a canonical blob cid), ``title`` (<= 1000 chars), ``language``
-(1..16 chars) and ``chunks`` (0 .. 2^31).
+(1..16 letters, digits, '-' or '_') and ``chunks`` (0 .. 2^31).  The corpus may
+not be ``personal`` or ``system``: no honest node announces a document there.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from hearthnet.blobs.cid import is_cid
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest
 from hearthnet.events.rules import EventRule
-from hearthnet.services.rag.names import validate_corpus_name
+from hearthnet.services.rag.names import is_language, validate_corpus_name
 
 INGESTED = "rag.document.ingested"
 MAX_TITLE = 1000
@@ -39,13 +40,13 @@ def validate_ingested(data: Mapping[str, Any]) -> None:
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BadRequest(f"{INGESTED}.{key} has the wrong type")
-    validate_corpus_name(data["corpus"])
+    validate_corpus_name(data["corpus"], allow_reserved=False)
     if not is_cid(data["doc_cid"]):
         raise BadRequest(f"{INGESTED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
     if len(data["title"]) > MAX_TITLE:
         raise BadRequest(f"{INGESTED}.title is limited to {MAX_TITLE} characters")
-    if not 1 <= len(data["language"]) <= MAX_LANGUAGE:
-        raise BadRequest(f"{INGESTED}.language must have 1..{MAX_LANGUAGE} characters")
+    if not is_language(data["language"]):
+        raise BadRequest(f"{INGESTED}.language must be 1..{MAX_LANGUAGE} letters, digits, '-' or '_'")
     if not 0 <= data["chunks"] <= MAX_CHUNKS:
         raise BadRequest(f"{INGESTED}.chunks must be in 0..{MAX_CHUNKS}")
 

@@ -23,11 +23,14 @@ __all__ = [
     "COLLECTION_PREFIX",
     "COLLECTION_SUFFIX",
     "KEPT_LOCAL",
+    "LANGUAGE",
     "MAX_CORPUS_NAME",
     "PERSONAL",
     "RESERVED",
+    "SYSTEM",
     "collection_name",
     "corpus_from_collection",
+    "is_language",
     "staging_collection_name",
     "validate_corpus_name",
 ]
@@ -35,6 +38,7 @@ __all__ = [
 MAX_CORPUS_NAME = 64
 RESERVED: frozenset[str] = frozenset({"personal", "system"})
 PERSONAL = "personal"
+SYSTEM = "system"
 KEPT_LOCAL: tuple[tuple[str, dict[str, str]], ...] = (
     ("rag.query", {"corpus": PERSONAL}),
     ("rag.ingest", {"corpus": PERSONAL}),
@@ -58,6 +62,15 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
     if not allow_reserved and name in RESERVED:
         raise BadRequest(f"corpus name {name!r} is reserved")
     return name
+
+
+LANGUAGE = re.compile(r"[A-Za-z0-9_-]{1,16}")
+"""A language tag as chunks and ingest events carry it ('en', 'pt-BR', 'und'): letters,
+digits, '-' and '_', 1..16 of them, so nothing shown to a member can steer a terminal."""
+
+
+def is_language(value: object) -> bool:
+    return isinstance(value, str) and LANGUAGE.fullmatch(value) is not None
 
 
 def collection_name(corpus: str) -> str:

@@ -26,7 +26,7 @@ from hearthnet.bus.bus import check_input_keys
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, NotFound, Unauthorized, unwrap_group
+from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized, unwrap_group
 from hearthnet.services.rag.chunker import Chunk, check_extra_metadata
 from hearthnet.services.rag.events import INGESTED
 from hearthnet.services.rag.gate import CorpusGate, Reindexing
@@ -39,7 +39,7 @@ from hearthnet.services.rag.ingest import (
     embed_streamed,
     run_blocking,
 )
-from hearthnet.services.rag.names import PERSONAL, validate_corpus_name
+from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, MAX_TITLE
 from hearthnet.services.rag.store import CorpusStore, build_where
 
@@ -49,7 +49,6 @@ DEFAULT_K = 5
 MAX_K = 20
 MAX_QUERY_CHARS = 8192
 
-SYSTEM = "system"
 
 AppendEvent = Callable[[str, dict[str, Any]], Awaitable[str]]
 """Appends a signed event authored by this node; returns its event id."""
@@ -269,8 +268,9 @@ class RagService:
         if corpus == PERSONAL and not ctx.is_local:
             raise Unauthorized("corpus personal only takes documents from this node itself")
         doc_cid, title, language, metadata, filename = _ingest_input(ctx.input)
-        own = self._own_level()
-        if own is None or own < Level.TRUSTED:
+        # The log's lock may be held by a long gossip replay: never wait for it on the event loop.
+        own = None if corpus == PERSONAL else await run_blocking(self._own_level, limiter=self._read_limiter)
+        if corpus != PERSONAL and (own is None or own < Level.TRUSTED):  # personal is never announced
             raise Unauthorized(
                 "this node is not trusted in its community, so it may not announce ingests; "
                 "ask an anchor to promote it"
@@ -323,6 +323,7 @@ class RagService:
                     event_id = await self._emit(
                         corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
                     )
+                await self._keep_source(doc_cid)
             return output, {
                 "corpus": corpus,
                 "ms": _ms(started),
@@ -379,6 +380,7 @@ class RagService:
             await self._announce_corpus(corpus)
             doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
             event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
+            await self._keep_source(doc_cid)
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
         self.ingests += 1
         log.info(
@@ -401,6 +403,22 @@ class RagService:
                 "pages": prepared.document.page_count,
             },
         )
+
+    async def _keep_source(self, doc_cid: str) -> None:
+        """Pin an indexed document's blob: ``rag reindex`` re-embeds the corpus from it.
+
+        Callers import and push documents unpinned, so that a file refused on the way
+        leaves nothing held; once a document is in a corpus its source must outlive
+        the blob store's garbage collection.  A source that is already gone (indexed
+        before sources were pinned, then collected) is left for ``rag reindex`` to report;
+        a pin that fails otherwise is logged and never fails the ingest, which is done.
+        """
+        try:
+            await run_blocking(self._blobs.pin, doc_cid, limiter=self._store_limiter)
+        except NotFound:
+            pass
+        except BusError as exc:
+            log.warning("rag_source_not_pinned", doc_cid=doc_cid, code=exc.code, reason=exc.message[:200])
 
     async def _read_and_embed(
         self,
@@ -610,8 +628,13 @@ def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[st
     if not isinstance(title, str) or len(title) > MAX_TITLE:
         raise BadRequest(f"input.title must be a string of at most {MAX_TITLE} characters")
     language = inp.get("language")
-    if language is not None and (not isinstance(language, str) or not 1 <= len(language) <= 16):
-        raise BadRequest("input.language must be a short language code such as 'en'")
+    if language is not None and not is_language(language):
+        raise BadRequest(
+            "input.language must be a short language code such as 'en' or 'pt-BR' "
+            "(1-16 letters, digits, '-' or '_'), or 'auto' to detect it"
+        )
+    if language == "auto":
+        language = None  # detected from the document's first pages
     metadata = check_extra_metadata(inp.get("metadata") or {})
     filename = inp.get("filename")
     if filename is not None and not isinstance(filename, str):
