@@ -29,6 +29,7 @@ from hearthnet.process_settings import tune_malloc
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 
 class CliError(Exception):
@@ -304,6 +305,8 @@ EVENTS_PAGE = 1000
 
 
 def cmd_events(args: argparse.Namespace) -> None:
+    from hearthnet.cli_data import shown
+
     client = _client(args)
     events: list[dict[str, Any]] = []
     after: Any = None
@@ -315,9 +318,10 @@ def cmd_events(args: argparse.Namespace) -> None:
         else:
             for e in batch:
                 ignored = "" if e.get("effective", True) else "  (no effect)"
+                data = shown(json.dumps(e.get("data", {}), ensure_ascii=False)[:100])
                 print(
-                    f"{e['lamport']:>6}  {e['event_id']}  {e['event_type']:24} {e['author'][:20]}…  "
-                    f"{json.dumps(e.get('data', {}), ensure_ascii=False)[:100]}{ignored}"
+                    f"{e['lamport']:>6}  {e['event_id']}  {shown(str(e['event_type'])):24} "
+                    f"{e['author'][:20]}…  {data}{ignored}"
                 )
         after = page.get("next")
         if after is None or not batch:
@@ -437,6 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
     except BrokenPipeError:
         return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("hearthnet: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except OSError as exc:  # a home that is a file, a socket path too long, a full disk, ...
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"hearthnet: {exc.strerror or exc}{where}", file=sys.stderr)

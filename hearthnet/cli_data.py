@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -15,9 +16,11 @@ from typing import Any
 from hearthnet.bus.context import CallResult
 from hearthnet.client import Client
 from hearthnet.errors import BadRequest, BusError, NotFound
-from hearthnet.services.rag.names import PERSONAL
+from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
 
 SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
+MAX_K = 20
+"""``rag.query``'s largest ``k`` (its ``k_max``)."""
 
 
 class Progress:
@@ -45,14 +48,28 @@ class Progress:
 
 def _streamed(client: Client, capability: str, progress: Progress, label: str, **kw: Any) -> CallResult:
     result: CallResult | None = None
-    for item in client.stream(capability, **kw):
-        if isinstance(item, CallResult):
-            result = item
-        else:
-            progress.show(label, item)
-    progress.done()
+    try:
+        for item in client.stream(capability, **kw):
+            if isinstance(item, CallResult):
+                result = item
+            else:
+                progress.show(label, item)
+    finally:
+        progress.done()  # a failure is printed on a clean line
     assert result is not None
     return result
+
+
+def shown(text: str) -> str:
+    """``text`` safe for a terminal: control, format and undecodable characters as ``\\u`` escapes."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else f"\\u{ord(ch):04x}" for ch in text)
+
+
+def path_text(path: Path) -> str:
+    """A path as text for output: bytes that are not UTF-8 become U+FFFD (JSON needs valid text)."""
+    return os.fsencode(path).decode("utf-8", "replace")
 
 
 def _emit(args: argparse.Namespace, document: Any, text: str) -> None:
@@ -123,17 +140,76 @@ def _blob_state(blob: dict[str, Any]) -> str:
 
 
 # -- rag --------------------------------------------------------------------------------
-def _expand(paths: Iterable[str]) -> list[Path]:
+def _failure(path: Path, code: str, message: str) -> dict[str, Any]:
+    return {"path": path_text(path), "ok": False, "error": code, "message": message}
+
+
+def _expand(paths: Iterable[str]) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The files to ingest, each once, in the order given; and failures for what cannot be walked.
+
+    A folder contributes its supported files (``SUPPORTED_SUFFIXES``), sorted, skipping
+    names that start with '.' (``.git/``, macOS ``._x.pdf`` resource forks) and following
+    symlinked folders once each.  A file named directly is taken whatever its name.
+    """
     files: list[Path] = []
+    problems: list[dict[str, Any]] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        try:
+            key = path.resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+            problems.append(_failure(path, "bad_request", f"cannot resolve the path: {exc}"))
+            return
+        if key not in seen:
+            seen.add(key)
+            files.append(path)
+
     for p in paths:
         path = Path(p)
-        if path.is_dir():
-            files.extend(
-                sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in SUPPORTED_SUFFIXES)
-            )
-        else:
-            files.append(path)
-    return files
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:
+            problems.append(_failure(path, "bad_request", f"cannot read: {exc.strerror or exc}"))
+            continue
+        if not is_dir:
+            add(path)
+            continue
+        for found in _walk(path, problems):
+            add(found)
+    return files, problems
+
+
+def _walk(top: Path, problems: list[dict[str, Any]]) -> list[Path]:
+    found: list[Path] = []
+    visited: set[tuple[int, int]] = set()
+
+    def unreadable(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else top
+        problems.append(_failure(where, "bad_request", f"cannot read the folder: {exc.strerror or exc}"))
+
+    for root, dirs, names in os.walk(top, onerror=unreadable, followlinks=True):
+        try:
+            st = os.stat(root)
+        except OSError as exc:
+            unreadable(exc)
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in visited:  # a symlinked folder seen already (or a loop)
+            dirs[:] = []
+            continue
+        visited.add((st.st_dev, st.st_ino))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith(".") or Path(name).suffix.lower() not in SUPPORTED_SUFFIXES:
+                continue
+            candidate = Path(root) / name
+            try:
+                if candidate.is_file():
+                    found.append(candidate)
+            except OSError as exc:
+                problems.append(_failure(candidate, "bad_request", f"cannot read: {exc.strerror or exc}"))
+    return found
 
 
 def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
@@ -144,9 +220,14 @@ def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
         if on and on != own:
             raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
         return str(own)  # never push a personal document to a peer, whatever it advertises
-    if on:
-        return on
     caps = status["capabilities"]
+    if on:
+        if on != own and not any(c["node"] == on and c["capability"].startswith("rag.ingest@") for c in caps):
+            raise NotFound(
+                f"node {on} does not offer rag.ingest to this node (not connected, or not running rag): "
+                "see 'hearthnet status'"
+            )
+        return on
     holders = [
         c["node"]
         for c in caps
@@ -166,73 +247,104 @@ def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
-    client = Client(args.home)
-    files = _expand(args.paths)
-    if not files:
+    corpus = validate_corpus_name(args.corpus)
+    if corpus == SYSTEM:
+        raise BadRequest("corpus system is read-only")
+    if args.title is not None and not args.title.strip():
+        raise BadRequest("--title is empty")
+    if args.language is not None and not is_language(args.language):
+        raise BadRequest("--language must be a short code such as 'en' or 'pt-BR', or 'auto'")
+    files, problems = _expand(args.paths)
+    if not files and not problems:
         raise BadRequest("no files to ingest (supported: PDF, .txt, .md)")
-    host = _corpus_host(client, args.corpus, args.on)
+    if args.title is not None and len(files) > 1:
+        raise BadRequest(f"--title names one document, but {len(files)} files were given")
+    client = Client(args.home)
+    host = _corpus_host(client, corpus, args.on)
     own = client.call("node.status").output["node_id"]
     progress = Progress(not args.json)
     results: list[dict[str, Any]] = []
+    for entry in problems:
+        _report(args, entry)
+        results.append(entry)
     for path in files:
-        entry: dict[str, Any] = {"path": str(path)}
-        try:
-            imported = client.call("file.import", input={"path": str(path.resolve())}).output
-            entry["doc_cid"] = imported["doc_cid"]
-            if host != own:
-                _streamed(
-                    client,
-                    "file.push",
-                    progress,
-                    path.name,
-                    input={"doc_cid": imported["doc_cid"], "node": host},
-                )
-            inp: dict[str, Any] = {"doc_cid": imported["doc_cid"], "filename": path.name}
-            if args.title and len(files) == 1:
-                inp["title"] = args.title  # otherwise the document's own title, or its file name
-            if args.language:
-                inp["language"] = args.language
-            result = _streamed(
-                client,
-                "rag.ingest",
-                progress,
-                path.name,
-                params={"corpus": args.corpus},
-                input=inp,
-                provider=host,
-                timeout=900,
-            )
-            entry.update(
-                ok=True,
-                **result.output,
-                event_id=result.meta.get("ingest_event_id"),
-                node=result.provider,
-                existing=bool(result.meta.get("existing")),
-            )
-            if not args.json:
-                note = " (already indexed)" if entry["existing"] else ""
-                print(f"ok    {path.name}: {entry['chunks_indexed']} chunks{note}")
-        except BusError as exc:
-            entry.update(ok=False, error=exc.code, message=exc.message)
-            if not args.json:
-                print(f"FAIL  {path.name}: {exc.code}: {exc.message}")
-        except OSError as exc:
-            entry.update(ok=False, error="bad_request", message=str(exc))
-            if not args.json:
-                print(f"FAIL  {path.name}: bad_request: {exc}")
+        entry = _ingest_one(args, client, progress, path, corpus, host, own)
+        _report(args, entry)
         results.append(entry)
     failed = [r for r in results if not r["ok"]]
     if args.json:
-        sys.stdout.write(json.dumps({"corpus": args.corpus, "node": host, "results": results}) + "\n")
+        sys.stdout.write(json.dumps({"corpus": corpus, "node": host, "results": results}) + "\n")
     if failed:
         from hearthnet.cli import CliError
 
         raise CliError(f"{len(failed)} of {len(results)} files failed to ingest")
 
 
+def _ingest_one(
+    args: argparse.Namespace, client: Client, progress: Progress, path: Path, corpus: str, host: str, own: str
+) -> dict[str, Any]:
+    """One file: import (unpinned), move to the host if needed, ``rag.ingest``; never raises."""
+    name = Path(path_text(path)).name or path_text(path)
+    entry: dict[str, Any] = {"path": path_text(path)}
+    try:
+        try:
+            full = str(path.resolve())
+            full.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("the file name is not valid UTF-8: rename the file") from None
+        # Unpinned: the node that ingests the document pins its own copy once it is indexed,
+        # so a file refused here (a scanned PDF, an unsupported type) leaves nothing held.
+        imported = client.call("file.import", input={"path": full, "pin": False}).output
+        entry["doc_cid"] = imported["doc_cid"]
+        if host != own:
+            _streamed(
+                client, "file.push", progress, name, input={"doc_cid": imported["doc_cid"], "node": host}
+            )
+        inp: dict[str, Any] = {"doc_cid": imported["doc_cid"], "filename": name}
+        if args.title is not None:
+            inp["title"] = args.title  # otherwise the document's own title, or its file name
+        if args.language is not None:
+            inp["language"] = args.language
+        result = _streamed(
+            client,
+            "rag.ingest",
+            progress,
+            name,
+            params={"corpus": corpus},
+            input=inp,
+            provider=host,
+            timeout=900,
+        )
+        entry.update(
+            ok=True,
+            **result.output,
+            event_id=result.meta.get("ingest_event_id"),
+            node=result.provider,
+            existing=bool(result.meta.get("existing")),
+        )
+    except BusError as exc:
+        entry.update(ok=False, error=exc.code, message=exc.message)
+    except (OSError, RuntimeError) as exc:  # e.g. a symlink loop met while resolving
+        entry.update(ok=False, error="bad_request", message=str(exc))
+    return entry
+
+
+def _report(args: argparse.Namespace, entry: dict[str, Any]) -> None:
+    if args.json:
+        return
+    name = shown(Path(entry["path"]).name or entry["path"])
+    if entry["ok"]:
+        note = " (already indexed)" if entry["existing"] else ""
+        print(f"ok    {name}: {entry['chunks_indexed']} chunks{note}")
+    else:
+        print(f"FAIL  {name}: {entry['error']}: {shown(entry['message'])}")
+
+
 def cmd_query(args: argparse.Namespace) -> None:
     from hearthnet.cli import _load_json
 
+    if not 1 <= args.k <= MAX_K:
+        raise BadRequest(f"-k must be between 1 and {MAX_K}")
     inp: dict[str, Any] = {"query": args.text, "k": args.k}
     if args.filter:
         inp["filter"] = _load_json(args.filter, "--filter")
@@ -243,7 +355,7 @@ def cmd_query(args: argparse.Namespace) -> None:
         md = c["metadata"]
         snippet = " ".join(str(c.get("text") or "").split())[:160]
         where = f"{md.get('doc_title', '?')} p.{md.get('page', '?')}"
-        lines.append(f"{c['rank']:>2}. {c['score']:.3f}  {where}\n    {snippet}")
+        lines.append(f"{c['rank']:>2}. {c['score']:.3f}  {shown(where)}\n    {shown(snippet)}")
     document = {"chunks": chunks, "meta": result.meta, "provider": result.provider}
     _emit(args, document, "\n".join(lines) if lines else "(no matches)")
 
@@ -265,14 +377,22 @@ def cmd_corpora(args: argparse.Namespace) -> None:
         corpora.extend({**c, "node": node} for c in out["corpora"])
     lines = [
         f"{c['name']:20} {c['docs']:>5} docs {c['chunks']:>7} chunks  {c.get('language_majority') or '-':4} "
-        f"{c['embedding_model']}  {c['node']}"
+        f"{shown(str(c['embedding_model']))}  {c['node']}"
+        + ("" if c.get("served", True) else "  (not served: embedded with another model; rag reindex)")
         for c in corpora
     ]
+    if not args.json:
+        for e in errors:  # on stderr: stdout stays the list
+            print(f"hearthnet: {e['node']}: {e['error']}: {shown(e['message'])}", file=sys.stderr)
     _emit(
         args,
         {"corpora": corpora, "errors": errors},
         "\n".join(lines) if lines else "(no corpora in the mesh)",
     )
+    if nodes and len(errors) == len(nodes):
+        from hearthnet.cli import CliError
+
+        raise CliError(f"none of the {len(nodes)} nodes running rag answered rag.list_corpora")
 
 
 def cmd_rag_reindex(args: argparse.Namespace) -> None:

@@ -179,12 +179,33 @@ def test_every_shared_pdf_ingests_or_gets_its_specific_bad_request(mesh: LocalMe
     ok = [r for r in results.values() if r["ok"]]
     assert info["docs"] == len(ok)
     assert info["chunks"] == sum(r["chunks_indexed"] for r in ok)
+    # B keeps the source of each document it indexed (`rag reindex` needs it); A's copies were
+    # only in transit, and nothing refused is held anywhere.
+    on_a, on_b = pins(a), pins(b)
+    for r in results.values():
+        assert on_a[r["doc_cid"]] is False, r
+        assert on_b.get(r["doc_cid"], False) is r["ok"], r
     hit = a.cli_json("query", "Who must file Form 1040-NR?", "--corpus", "shared", "-k", "3")
     titles = [ch["metadata"]["doc_title"] for ch in hit["chunks"]]
     assert any("1040" in t or "i1040nr" in t.lower() for t in titles), titles
     assert all(
         isinstance(ch["metadata"]["page"], int) and ch["metadata"]["page"] >= 1 for ch in hit["chunks"]
     )
+
+
+def pins(node: MeshNode) -> dict[str, bool]:
+    return {blob["doc_cid"]: blob["pinned"] for blob in node.cli_json("file", "ls")["blobs"]}
+
+
+def test_ingest_on_a_node_that_offers_no_ingest_fails_before_copying_anything(mesh: LocalMesh) -> None:
+    a, _, c = nodes(mesh)
+    before = pins(a)
+    proc = a.cli(
+        "ingest", str(DEMO / "garden_and_seeds.pdf"), "--corpus", "household", "--on", c.node_id, check=False
+    )
+    assert proc.returncode == 1 and "does not offer rag.ingest" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert pins(a) == before
 
 
 def test_no_document_text_or_vectors_in_any_log(mesh: LocalMesh) -> None:
