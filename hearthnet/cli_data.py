@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from hearthnet.bus.context import CallResult
-from hearthnet.client import Client
+from hearthnet.client import AsyncClient, Client
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
 
@@ -368,13 +370,11 @@ def cmd_corpora(args: argparse.Namespace) -> None:
     )
     corpora: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
-    for node in nodes:
-        try:
-            out = client.call("rag.list_corpora", provider=node, timeout=10).output
-        except BusError as exc:
-            errors.append({"node": node, "error": exc.code, "message": exc.message})
-            continue
-        corpora.extend({**c, "node": node} for c in out["corpora"])
+    for node, answer in anyio.run(_list_corpora_of, AsyncClient(args.home), nodes):
+        if isinstance(answer, BusError):
+            errors.append({"node": node, "error": answer.code, "message": answer.message})
+        else:
+            corpora.extend({**c, "node": node} for c in answer["corpora"])
     lines = [
         f"{c['name']:20} {c['docs']:>5} docs {c['chunks']:>7} chunks  {c.get('language_majority') or '-':4} "
         f"{shown(str(c['embedding_model']))}  {c['node']}"
@@ -393,6 +393,32 @@ def cmd_corpora(args: argparse.Namespace) -> None:
         from hearthnet.cli import CliError
 
         raise CliError(f"none of the {len(nodes)} nodes running rag answered rag.list_corpora")
+
+
+LIST_TIMEOUT = 10.0
+"""Seconds each node has to answer ``rag.list_corpora`` for ``hearthnet corpora``."""
+
+
+async def _list_corpora_of(
+    client: AsyncClient, nodes: list[str]
+) -> list[tuple[str, dict[str, Any] | BusError]]:
+    """Every node's ``rag.list_corpora`` answer (or error), asked at the same time, in ``nodes`` order."""
+    answers: dict[str, dict[str, Any] | BusError] = {}
+    limit = anyio.CapacityLimiter(16)
+
+    async def ask(node: str) -> None:
+        async with limit:
+            try:
+                answers[node] = (
+                    await client.call("rag.list_corpora", provider=node, timeout=LIST_TIMEOUT)
+                ).output
+            except BusError as exc:
+                answers[node] = exc
+
+    async with anyio.create_task_group() as tg:
+        for node in nodes:
+            tg.start_soon(ask, node)
+    return [(node, answers[node]) for node in nodes]
 
 
 def cmd_rag_reindex(args: argparse.Namespace) -> None:
