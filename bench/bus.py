@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from functools import partial
@@ -35,7 +33,7 @@ from pathlib import Path
 
 import anyio
 
-from bench.common import Metric, machine, median_range, percentile
+from bench.common import Metric, helper_servers, machine, median_range, node_like_process, percentile
 from hearthnet.cli import event_loop_options
 from hearthnet.mesh import LocalMesh, member_bus
 from hearthnet.wire.codec import pack
@@ -262,49 +260,37 @@ def bound_metric(name: str, p50s: list[float], fp50: float, note: str) -> Metric
 
 
 def run(quick: bool = False) -> list[Metric]:
+    node_like_process()
     n_latency, n_throughput, rounds = (500, 2000, 3) if quick else (2000, 10000, 5)
-    echo = subprocess.Popen([sys.executable, "-c", ECHO_SERVER], stdout=subprocess.PIPE)
-    assert echo.stdout is not None
-    port = int(echo.stdout.readline())
-    servers = {
-        mode: subprocess.Popen([sys.executable, "-c", LINK_SERVER, mode], stdout=subprocess.PIPE)
-        for mode in LINK_MODES
-    }
-    link_ports = {
-        mode: int(proc.stdout.readline()) for mode, proc in servers.items() if proc.stdout is not None
-    }
     bound_p50: dict[str, list[float]] = {mode: [] for mode in LINK_MODES}
-    with tempfile.TemporaryDirectory() as tmp, LocalMesh(Path(tmp)) as mesh:
+    with tempfile.TemporaryDirectory() as tmp, helper_servers() as start, LocalMesh(Path(tmp)) as mesh:
+        port = start(ECHO_SERVER)
+        link_ports = {mode: start(LINK_SERVER, mode) for mode in LINK_MODES}
         mesh.env.update({"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0", "HEARTHNET_LOG_LEVEL": "warning"})
         a = mesh.add("a")
         bench_node = mesh.add("bench")
         mesh.found(a)
         mesh.invite(a, bench_node, "member", start=False)
-        try:
-            # Interleave ours, the floor and the bounds so all see the same machine load.
-            o: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
-            f: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
-            for _ in range(rounds):
-                for k, v in anyio.run(
-                    ours, mesh, n_latency, n_throughput, 1, backend_options=event_loop_options()
-                ).items():
-                    o[k] += v
-                for k, v in anyio.run(
-                    floors, port, n_latency, n_throughput, 1, backend_options=event_loop_options()
-                ).items():
-                    f[k] += v
-                for mode in LINK_MODES:
-                    bound_p50[mode] += anyio.run(
-                        partial(link_latency, reader_task=mode == "anyio"),
-                        link_ports[mode],
-                        n_latency,
-                        1,
-                        backend_options=event_loop_options(),
-                    )
-        finally:
-            echo.kill()
-            for proc in servers.values():
-                proc.kill()
+        # Interleave ours, the floor and the bounds so all see the same machine load.
+        o: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
+        f: dict[str, list[float]] = {"p50": [], "p99": [], "cps": []}
+        for _ in range(rounds):
+            for k, v in anyio.run(
+                ours, mesh, n_latency, n_throughput, 1, backend_options=event_loop_options()
+            ).items():
+                o[k] += v
+            for k, v in anyio.run(
+                floors, port, n_latency, n_throughput, 1, backend_options=event_loop_options()
+            ).items():
+                f[k] += v
+            for mode in LINK_MODES:
+                bound_p50[mode] += anyio.run(
+                    partial(link_latency, reader_task=mode == "anyio"),
+                    link_ports[mode],
+                    n_latency,
+                    1,
+                    backend_options=event_loop_options(),
+                )
     p50, p50_lo, p50_hi = median_range(o["p50"])
     fp50 = median_range(f["p50"])[0]
     p99, p99_lo, p99_hi = median_range(o["p99"])

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -42,14 +45,49 @@ class Metric:
         return asdict(self)
 
 
+@contextmanager
+def helper_servers() -> Iterator[Callable[..., int]]:
+    """``start(source, *args)`` runs ``python -c source *args`` and returns the port it prints.
+
+    Every process started is killed and reaped on leaving, however the benchmark ends
+    (a helper left serving would keep a piped ``make bench`` from ever finishing).
+    """
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(source: str, *args: str) -> int:
+        proc = subprocess.Popen([sys.executable, "-c", source, *args], stdout=subprocess.PIPE)
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.strip():
+            raise RuntimeError("a helper server exited before printing its port")
+        return int(line)
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+def node_like_process() -> None:
+    """Tune this process's allocator as ``hearthnet node run`` does (floors and nodes alike)."""
+    from hearthnet.process_settings import tune_malloc
+
+    tune_malloc()
+
+
 def median_range(values: Sequence[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile; an empty sample has none (a figure of nothing must not pass)."""
     ordered = sorted(values)
     if not ordered:
-        return 0.0
+        raise ValueError("percentile of an empty sample")
     k = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
     return ordered[k]
 

@@ -14,8 +14,8 @@ calls of 8-20 tokens one after another (p50 latency).
 
 Floor, same run, interleaved round by round: direct onnxruntime in this process
 through ``bench.embed_direct`` with the service's settings — one intra-op
-thread, two inferences side by side, batch 1 for full-window chunks (the
-service's 512-token batch budget holds at most two of them) — on the same
+thread, two inferences side by side, batches of 2 full-window chunks (what
+the service's 512-token batch budget holds) — on the same
 texts; for queries, tokenize + one ``session.run`` per query.
 
     python -m bench.embed [--quick]
@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 
-from bench.common import Metric, machine, median_range, percentile
+from bench.common import Metric, machine, median_range, node_like_process, percentile
 from bench.embed_direct import make_chunks, measure_direct
 from hearthnet.cli import event_loop_options
 from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
@@ -107,6 +107,7 @@ async def _remote(far: MeshNode, chunks: list[str], queries: list[str]) -> tuple
 
 
 def run(quick: bool = False) -> list[Metric]:
+    node_like_process()
     n_chunks, n_queries, rounds = (32, 30, 3) if quick else (128, 100, 5)
     model = OnnxModel(find_model_files(), OnnxSettings(intra_op_threads=1))
     # measure_direct builds its texts with make_chunks(seed=7): the same call gives the same texts.

@@ -9,13 +9,7 @@ floor measured in the same run (see ``specs/benchmarks.md``).
 
 from __future__ import annotations
 
-import os
-
-# Idle OpenBLAS threads spin ~0.1 s after each matrix product and steal the CPU that
-# the next embedding needs.  Same setting as `hearthnet node run` (which the mesh
-# nodes inherit anyway), so floors and nodes run the same BLAS.
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
-
+# The package's __init__ sets this process up like a node (BLAS threads, malloc).
 import argparse
 import datetime as dt
 import importlib
@@ -81,7 +75,6 @@ def main() -> None:
         metrics.extend(rows)
         print(f"   {name}: {entry['seconds']} s, {'ok' if entry['ok'] else 'FAILED'}", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    png = plot_rag_latency(plot, RESULTS / "rag_latency.png") if plot else None
     doc = {
         "quick": args.quick,
         "started": started,
@@ -92,6 +85,12 @@ def main() -> None:
         "rag_latency_plot": plot,
     }
     (RESULTS / "latest.json").write_text(json.dumps(doc, indent=2) + "\n")
+    png = None
+    if plot:
+        try:  # the figures are written already: a plotting failure must not lose them
+            png = plot_rag_latency(plot, RESULTS / "rag_latency.png")
+        except Exception as exc:
+            print(f"   (no plot: {type(exc).__name__}: {exc})", flush=True)
     m = doc["machine"]
     table = markdown_table(metrics)
     header = (

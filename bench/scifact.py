@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import SHARED_DATA, Metric, machine, median_range, percentile
+from bench.common import SHARED_DATA, Metric, machine, median_range, node_like_process, percentile
 
 DATA = SHARED_DATA / "scifact"
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
@@ -165,6 +165,7 @@ async def _ask_all(home: Path, texts: list[str], k: int) -> tuple[list[list[str]
 
 
 def run(quick: bool = False) -> list[Metric]:
+    node_like_process()
     from hearthnet.mesh import LocalMesh
 
     idx, queries, qrels = subset(quick)
