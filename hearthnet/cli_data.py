@@ -137,7 +137,13 @@ def cmd_file_ls(args: argparse.Namespace) -> None:
 
 def _blob_state(blob: dict[str, Any]) -> str:
     return " ".join(
-        word for word, on in (("pinned", blob["pinned"]), ("incomplete", not blob["complete"])) if on
+        word
+        for word, on in (
+            ("pinned", blob["pinned"]),
+            ("private", blob.get("private", False)),
+            ("incomplete", not blob["complete"]),
+        )
+        if on
     )
 
 
@@ -296,7 +302,10 @@ def _ingest_one(
             raise BadRequest("the file name is not valid UTF-8: rename the file") from None
         # Unpinned: the node that ingests the document pins its own copy once it is indexed,
         # so a file refused here (a scanned PDF, an unsupported type) leaves nothing held.
-        imported = client.call("file.import", input={"path": full, "pin": False}).output
+        # A personal document is private: peers are never told of it nor given it (file.read).
+        imported = client.call(
+            "file.import", input={"path": full, "pin": False, "private": corpus == PERSONAL}
+        ).output
         entry["doc_cid"] = imported["doc_cid"]
         if host != own:
             _streamed(

@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS blobs (
     pinned     INTEGER NOT NULL DEFAULT 0,
     complete   INTEGER NOT NULL DEFAULT 0,
     last_used  INTEGER NOT NULL,
-    changed_at REAL NOT NULL
+    changed_at REAL NOT NULL,
+    private    INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS blob_chunks (
     doc_cid  TEXT NOT NULL,
@@ -153,6 +154,8 @@ class BlobInfo:
     pinned: bool
     complete: bool
     last_used: int
+    private: bool = False
+    """Only this node reads it: peers are told it is not here (``file.read``, ``file.list``)."""
 
 
 _UPSERT_CHUNK: Final = (
@@ -201,6 +204,9 @@ class BlobStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(blobs)")}
+        if "private" not in columns:  # a store made before blobs could be private
+            self._db.execute("ALTER TABLE blobs ADD COLUMN private INTEGER NOT NULL DEFAULT 0")
         self._recover()
 
     # ------------------------------------------------------------------ lifecycle
@@ -333,8 +339,8 @@ class BlobStore:
         """A writer for the chunks of one blob arriving from a peer (see :class:`IncomingChunks`)."""
         return IncomingChunks(self, group)
 
-    def put_bytes(self, data: bytes, *, pin: bool = False) -> Manifest:
-        """Store ``data`` as a complete blob; returns its manifest."""
+    def put_bytes(self, data: bytes, *, pin: bool = False, private: bool = False) -> Manifest:
+        """Store ``data`` as a complete blob; returns its manifest (``private``: see :meth:`_register`)."""
         manifest = manifest_for_bytes(data, self.chunk_size)  # too many chunks: BadRequest, nothing written
         self.check_quota(self.missing_bytes(manifest))
         view = memoryview(data)
@@ -348,12 +354,12 @@ class BlobStore:
                 start = i * self.chunk_size
                 self._store_verified_chunk(cid, view[start : start + self.chunk_size], dirs)
             dirs.flush()
-            self._register(manifest, pin=pin, complete=True)
+            self._register(manifest, pin=pin, complete=True, private=private)
         finally:
             self._release(held)
         return manifest
 
-    def put_file(self, path: Path, *, pin: bool = False) -> Manifest:
+    def put_file(self, path: Path, *, pin: bool = False, private: bool = False) -> Manifest:
         """Stream the file at ``path`` into the store (memory bounded by one chunk)."""
         size = Path(path).stat().st_size
         if chunk_count(size, self.chunk_size) > MAX_MANIFEST_CHUNKS:
@@ -382,7 +388,7 @@ class BlobStore:
                     raise BadRequest(f"{path} changed size while it was being imported; import it again")
             dirs.flush()
             manifest = builder.build()
-            self._register(manifest, pin=pin, complete=True)
+            self._register(manifest, pin=pin, complete=True, private=private)
         finally:
             self._release(held)
         return manifest
@@ -473,8 +479,12 @@ class BlobStore:
                     (now, *part),
                 )
 
-    def _register(self, manifest: Manifest, *, pin: bool, complete: bool) -> None:
+    def _register(self, manifest: Manifest, *, pin: bool, complete: bool, private: bool = False) -> None:
         """Write the manifest file and its index rows.
+
+        ``private`` marks a new blob as this node's alone; registering a blob that
+        is not private (a public import, a peer's put) makes it public for good:
+        its bytes are shared then, and ``private`` never hides what was shared.
 
         ``complete=True`` (the caller verified the reassembly): the manifest
         replaces whatever is stored and the blob is complete, unless one of its
@@ -518,12 +528,14 @@ class BlobStore:
                         ((doc_cid, i, c) for i, c in enumerate(manifest.chunks)),
                     )
                 self._db.execute(
-                    "INSERT INTO blobs VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(doc_cid) DO UPDATE SET"
+                    "INSERT INTO blobs (doc_cid, size, pinned, complete, last_used, changed_at, private)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(doc_cid) DO UPDATE SET"
                     " size = excluded.size, pinned = max(pinned, excluded.pinned),"
                     " complete = CASE WHEN ? THEN excluded.complete"
                     " ELSE max(complete, excluded.complete) END,"
-                    " last_used = excluded.last_used, changed_at = excluded.changed_at",
-                    (doc_cid, manifest.size, int(pin), int(complete), tick, now, int(not same)),
+                    " last_used = excluded.last_used, changed_at = excluded.changed_at,"
+                    " private = min(private, excluded.private)",
+                    (doc_cid, manifest.size, int(pin), int(complete), tick, now, int(private), int(not same)),
                 )
 
     def _unindexed(self, chunk_ids: tuple[str, ...]) -> int:
@@ -826,19 +838,38 @@ class BlobStore:
             fsync_dir(dest.parent)
         return manifest
 
-    def list(self, prefix: str = "", *, after: str = "", limit: int | None = None) -> list[BlobInfo]:
+    def list(
+        self, prefix: str = "", *, after: str = "", limit: int | None = None, include_private: bool = True
+    ) -> list[BlobInfo]:
         """Known documents whose cid starts with ``prefix``, sorted by cid.
 
         ``after``: only cids sorting after it (the last one of the previous page);
-        ``limit``: at most that many.
+        ``limit``: at most that many; ``include_private=False`` leaves private blobs out.
         """
         with self._lock:
             rows = self._db.execute(
-                "SELECT doc_cid, size, pinned, complete, last_used FROM blobs"
-                " WHERE substr(doc_cid, 1, ?) = ? AND doc_cid > ? ORDER BY doc_cid LIMIT ?",
-                (len(prefix), prefix, after, -1 if limit is None else limit),
+                "SELECT doc_cid, size, pinned, complete, last_used, private FROM blobs"
+                " WHERE substr(doc_cid, 1, ?) = ? AND doc_cid > ? AND (? OR private = 0)"
+                " ORDER BY doc_cid LIMIT ?",
+                (len(prefix), prefix, after, int(include_private), -1 if limit is None else limit),
             ).fetchall()
-        return [BlobInfo(r[0], r[1], bool(r[2]), bool(r[3]), r[4]) for r in rows]
+        return [BlobInfo(r[0], r[1], bool(r[2]), bool(r[3]), r[4], bool(r[5])) for r in rows]
+
+    def is_private(self, doc_cid: str) -> bool:
+        """Whether ``doc_cid`` is a blob only this node may read (False if unknown)."""
+        with self._lock:
+            row = self._db.execute("SELECT private FROM blobs WHERE doc_cid = ?", (doc_cid,)).fetchone()
+        return bool(row and row[0])
+
+    def chunk_is_private(self, chunk_id: str) -> bool:
+        """Whether every blob that holds ``chunk_id`` is private (a chunk no blob holds is not)."""
+        with self._lock:
+            holders, public = self._db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(b.private = 0), 0)"
+                " FROM blob_chunks bc JOIN blobs b USING (doc_cid) WHERE bc.chunk_id = ?",
+                (chunk_id,),
+            ).fetchone()
+        return bool(holders) and not public
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -243,7 +243,8 @@ def test_file_ls_lists_more_blobs_than_one_answer_carries(mesh: LocalMesh) -> No
     db = sqlite3.connect(n1.home / "blobs" / "index.sqlite3", timeout=30)
     with db:
         db.executemany(
-            "INSERT INTO blobs VALUES (?, ?, 0, 0, 1, ?)",
+            "INSERT INTO blobs (doc_cid, size, pinned, complete, last_used, changed_at)"
+            " VALUES (?, ?, 0, 0, 1, ?)",
             [(blob_cid(b"ls-%d" % i), 1_000 + i, time.time()) for i in range(many)],
         )
     db.close()

@@ -156,6 +156,14 @@ def test_personal_corpus_is_never_reachable_from_another_node(mesh: LocalMesh) -
     assert proc.returncode != 0 and "not_found" in proc.stderr
     # no event announces a personal document
     assert not [e for e in a.cli_json("events")["events"] if e["data"].get("corpus") == "personal"]
+    # and its blob is private: a peer is told B does not hold it, and never sees it listed
+    cid = out["results"][0]["doc_cid"]
+    proc = a.cli(
+        "call", "file.read", "--input", json.dumps({"doc_cid": cid}), "--provider", b.node_id, check=False
+    )
+    assert proc.returncode != 0 and "not_found" in proc.stderr
+    listed = a.cli_json("call", "file.list", "--provider", b.node_id)["output"]["blobs"]
+    assert cid not in {blob["doc_cid"] for blob in listed}
 
 
 def test_every_shared_pdf_ingests_or_gets_its_specific_bad_request(mesh: LocalMesh) -> None:

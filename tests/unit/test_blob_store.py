@@ -1047,3 +1047,17 @@ def test_chunks_whose_index_write_failed_are_taken_back(
         _deliver(store, manifest, data)
         store.release_reservation(manifest.doc_cid)
         assert store.complete(manifest.doc_cid) == manifest
+
+
+def test_a_store_made_before_private_blobs_opens_and_keeps_its_blobs_public(tmp_path: Path) -> None:
+    with BlobStore(tmp_path / "s", chunk_size=SMALL) as store:
+        kept = store.put_bytes(b"an older blob " * 100, pin=True).doc_cid
+    db = sqlite3.connect(tmp_path / "s" / "index.sqlite3")
+    with db:  # the table as stores wrote it before the `private` column
+        db.execute("ALTER TABLE blobs DROP COLUMN private")
+    db.close()
+    with BlobStore(tmp_path / "s", chunk_size=SMALL) as store:
+        (info,) = store.list()
+        assert (info.doc_cid, info.pinned, info.private) == (kept, True, False)
+        mine = store.put_bytes(b"a diary " * 100, private=True).doc_cid
+        assert store.is_private(mine) and not store.is_private(kept)

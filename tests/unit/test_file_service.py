@@ -23,7 +23,7 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, CapacityExceeded, Partition, Unauthorized
+from hearthnet.errors import BadRequest, CapacityExceeded, NotFound, Partition, Unauthorized
 from hearthnet.identity import Identity
 from hearthnet.services.file import service as file_service
 from hearthnet.services.file.service import FileService
@@ -365,7 +365,8 @@ async def test_file_list_of_many_blobs_is_truncated_by_size_and_pages(tmp_path: 
         db = sqlite3.connect(tmp_path / "a" / "index.sqlite3")
         with db:
             db.executemany(
-                "INSERT INTO blobs VALUES (?, ?, 0, 0, 1, ?)",
+                "INSERT INTO blobs (doc_cid, size, pinned, complete, last_used, changed_at)"
+                " VALUES (?, ?, 0, 0, 1, ?)",
                 [(blob_cid(i.to_bytes(4, "big")), 123_456_789, time.time()) for i in range(many)],
             )
         db.close()
@@ -472,3 +473,31 @@ async def test_a_put_pins_only_a_blob_it_completed(tmp_path: Path) -> None:
             await call.result()
         assert b.store.read_blob(honest.doc_cid) == payload
         assert [(i.doc_cid, i.pinned, i.complete) for i in b.store.list()] == [(honest.doc_cid, True, True)]
+
+
+@pytest.mark.anyio
+async def test_a_private_blob_is_not_there_for_peers_until_it_is_shared(tmp_path: Path) -> None:
+    secret, shared = b"my diary " * 3000, b"the garden plan " * 3000
+    async with nodes(tmp_path, ["owner", "peer"]) as n:
+        owner, peer = n["owner"], n["peer"]
+        for name, data in (("diary.txt", secret), ("garden.txt", shared)):
+            (tmp_path / name).write_bytes(data)
+        diary = await owner.bus.call(
+            "file.import", input={"path": str(tmp_path / "diary.txt"), "private": True}
+        )
+        await owner.bus.call("file.import", input={"path": str(tmp_path / "garden.txt")})
+        cid = diary.output["doc_cid"]
+        chunk = owner.store.get_manifest(cid).chunks[0]
+        listed = (await peer.bus.call("file.list", provider=owner.id)).output["blobs"]
+        assert [b["doc_cid"] for b in listed] == [blob_cid(shared)]
+        for refused in ({"doc_cid": cid}, {"chunk_id": chunk}):
+            with pytest.raises(NotFound):
+                await peer.bus.call("file.read", input=refused, provider=owner.id)
+        mine = (await owner.bus.call("file.list")).output["blobs"]
+        assert {b["doc_cid"]: b["private"] for b in mine} == {cid: True, blob_cid(shared): False}
+        with pytest.raises(BadRequest):
+            await owner.bus.call("file.import", input={"path": str(tmp_path / "diary.txt"), "pin": "false"})
+        # Imported again without `private` (e.g. `hearthnet file put`): shared from now on.
+        await owner.bus.call("file.import", input={"path": str(tmp_path / "diary.txt")})
+        read = await peer.bus.call("file.read", input={"chunk_id": chunk}, provider=owner.id)
+        assert read.output["chunk_id"] == chunk

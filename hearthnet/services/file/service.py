@@ -182,7 +182,9 @@ class FileService:
     # file.put ------------------------------------------------------------------------
     async def _handle_put(self, ctx: CallContext) -> dict[str, Any]:
         manifest = Manifest.from_wire(ctx.input.get("manifest"))
-        pin = bool(ctx.input.get("pin", False))
+        pin = ctx.input.get("pin", False)
+        if not isinstance(pin, bool):
+            raise BadRequest("input.pin must be true or false")
         async with self._one_transfer_per_blob(manifest.doc_cid):
             try:
                 return await self._put(ctx, manifest, pin)
@@ -315,6 +317,8 @@ class FileService:
     async def _handle_read(self, ctx: CallContext) -> dict[str, Any]:
         if "chunk_id" in ctx.input:
             chunk_id = _cid_input(ctx.input, "chunk_id")
+            if not ctx.is_local and await self._io(self.store.chunk_is_private, chunk_id):
+                raise NotFound(f"this node does not hold chunk {chunk_id}")  # as if it were not here
             data = await self._io(self.store.get_chunk, chunk_id)
             self.chunks_served += 1
             return {"chunk_id": chunk_id, "data": data}
@@ -323,8 +327,10 @@ class FileService:
         if not isinstance(skip_raw, list):
             raise BadRequest("input.skip must be a list of chunk ids")
         skip = {s for s in skip_raw if isinstance(s, str)}
-        if not await self._io(self.store.has_blob, doc_cid):
-            raise NotFound(f"this node does not hold {doc_cid}")
+        if not await self._io(self.store.has_blob, doc_cid) or (
+            not ctx.is_local and await self._io(self.store.is_private, doc_cid)
+        ):
+            raise NotFound(f"this node does not hold {doc_cid}")  # a private blob: as if it were not here
         manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
         await ctx.send({"manifest": manifest.to_wire()})
         sent = 0
@@ -369,15 +375,18 @@ class FileService:
         after = ctx.input.get("after", "")
         if not isinstance(prefix, str) or not isinstance(after, str):
             raise BadRequest("input.prefix and input.after must be strings")
-        blobs, truncated = await self._io(self._list_page, prefix, after)
+        blobs, truncated = await self._io(self._list_page, prefix, after, ctx.is_local)
         return {"blobs": blobs, "truncated": truncated}
 
-    def _list_page(self, prefix: str, after: str) -> tuple[list[dict[str, Any]], bool]:
-        """Entries after ``after`` up to ``LIST_BUDGET`` encoded bytes, and whether more remain."""
+    def _list_page(self, prefix: str, after: str, local: bool) -> tuple[list[dict[str, Any]], bool]:
+        """Entries after ``after`` up to ``LIST_BUDGET`` encoded bytes, and whether more remain.
+
+        A peer never sees a private blob; this node's own caller sees it marked.
+        """
         out: list[dict[str, Any]] = []
         used = 0
         while True:
-            infos = self.store.list(prefix, after=after, limit=_LIST_PAGE)
+            infos = self.store.list(prefix, after=after, limit=_LIST_PAGE, include_private=local)
             for info in infos:
                 entry = {
                     "doc_cid": info.doc_cid,
@@ -385,6 +394,8 @@ class FileService:
                     "pinned": info.pinned,
                     "complete": info.complete,
                 }
+                if local:
+                    entry["private"] = info.private
                 used += len(pack(entry))
                 if used > LIST_BUDGET:
                     return out, True
@@ -401,10 +412,11 @@ class FileService:
         p = Path(path)
         if not await anyio.to_thread.run_sync(p.is_file):
             raise BadRequest(f"{path} is not a readable file")
+        pin, private = ctx.input.get("pin", True), ctx.input.get("private", False)
+        if not isinstance(pin, bool) or not isinstance(private, bool):
+            raise BadRequest("input.pin and input.private must be true or false")
         try:
-            manifest: Manifest = await self._io(
-                lambda: self.store.put_file(p, pin=bool(ctx.input.get("pin", True)))
-            )
+            manifest: Manifest = await self._io(lambda: self.store.put_file(p, pin=pin, private=private))
         except (PermissionError, IsADirectoryError, FileNotFoundError) as exc:
             raise BadRequest(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
         return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
