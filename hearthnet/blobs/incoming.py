@@ -106,24 +106,25 @@ class IncomingChunks:
         with store._lock:  # renames are ordered against quarantine and delete
             # the cache gives way to verified data only, as much as arrived (store.room_for_arrivals)
             store.room_for_arrivals(sum(item.size for item in staged if item.tmp is not None))
-            for item in staged:
-                if item.tmp is None:
-                    continue
-                parent = item.dest.parent
-                if parent not in store._made_dirs:
-                    parent.mkdir(parents=True, exist_ok=True)
-                    store._made_dirs.add(parent)
-                if not item.dest.exists():
-                    fresh.append(item.dest)
-                os.replace(item.tmp, item.dest)
-                item.tmp = None
-                renamed.add(parent)
-                self.written += 1
             try:
+                for item in staged:
+                    if item.tmp is None:
+                        continue
+                    parent = item.dest.parent
+                    if parent not in store._made_dirs:
+                        parent.mkdir(parents=True, exist_ok=True)  # ENOSPC here too: undone below
+                        store._made_dirs.add(parent)
+                    if not item.dest.exists():
+                        fresh.append(item.dest)
+                    os.replace(item.tmp, item.dest)
+                    item.tmp = None
+                    renamed.add(parent)
+                    self.written += 1
                 store._record_chunks([(item.chunk_id, item.size) for item in staged])
             except BaseException:
                 # Files without index rows would look present to a resumed transfer (which then
-                # never sends them) yet lost to complete(): take back what this group added.
+                # never sends them) yet lost to complete(): take back what this group added,
+                # whether a rename, a directory or the index write failed.
                 for path in fresh:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()

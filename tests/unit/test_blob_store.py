@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import tempfile
@@ -1061,3 +1062,48 @@ def test_a_store_made_before_private_blobs_opens_and_keeps_its_blobs_public(tmp_
         assert (info.doc_cid, info.pinned, info.private) == (kept, True, False)
         mine = store.put_bytes(b"a diary " * 100, private=True).doc_cid
         assert store.is_private(mine) and not store.is_private(kept)
+
+
+def test_a_disk_full_midway_through_a_group_leaves_no_chunk_file_without_its_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    payload = os.urandom(3 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(manifest)
+        refused = store._chunk_path(manifest.chunks[1]).parent
+        real_mkdir = Path.mkdir
+
+        def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+            if self == refused:
+                raise OSError(errno.ENOSPC, "No space left on device", str(self))
+            real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Path, "mkdir", mkdir)
+        with pytest.raises(CapacityExceeded), store.incoming(group=3) as incoming:
+            try:
+                for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
+                    incoming.add(cid, piece)
+            finally:
+                incoming.commit()
+        assert not store._chunk_path(manifest.chunks[0]).exists()  # taken back with its group
+        monkeypatch.setattr(Path, "mkdir", real_mkdir)
+        assert store.missing_chunks(manifest) == list(manifest.chunks)  # a resumed transfer sends all
+        with store.incoming(group=3) as incoming:
+            for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
+                incoming.add(cid, piece)
+            incoming.commit()
+        assert store.complete(manifest.doc_cid) == manifest
+        assert store.read_blob(manifest.doc_cid) == payload
+
+
+def test_a_chunk_file_left_without_its_row_is_asked_for_again(tmp_path: Path) -> None:
+    payload = os.urandom(2 * SMALL)
+    manifest = manifest_for_bytes(payload, SMALL)
+    with small_store(tmp_path / "b") as store:
+        store.put_manifest(manifest)
+        for cid, piece in zip(manifest.chunks, _pieces(payload), strict=True):
+            store.put_chunk(cid, piece)
+        with store._lock:  # as an interrupted write could leave it: the file, no index row
+            store._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (manifest.chunks[0],))
+        assert store.missing_chunks(manifest) == [manifest.chunks[0]]
