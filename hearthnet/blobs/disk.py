@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import sqlite3
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -142,19 +143,41 @@ def read_exact(f: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
-def manifest_of_file(path: Path, chunk_size: int) -> Manifest:
-    """The manifest ``put_file`` would build for ``path`` (one reading pass, nothing stored)."""
+def manifest_of_stream(f: BinaryIO, chunk_size: int, size: int) -> Manifest:
+    """The manifest of the next ``size`` bytes of ``f`` (one reading pass, nothing stored)."""
     builder = ManifestBuilder(chunk_size)
-    with open(path, "rb") as f:
-        while chunk := read_exact(f, chunk_size):
-            builder.add(chunk)
+    left = size
+    while left > 0 and (chunk := read_exact(f, min(chunk_size, left))):
+        left -= len(chunk)
+        builder.add(chunk)
     return builder.build()
+
+
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file, else :class:`BadRequest`.
+
+    Opened without blocking and checked on the descriptor itself: a path swapped for
+    a FIFO after a check would otherwise block the reading thread forever.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadRequest(f"{path} is not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+TEMP_NAME_KEEP = 100
+"""Characters of the destination's name kept in its temporary file's name (names are <= 255 bytes)."""
 
 
 def create_beside(dest: Path) -> tuple[int, str]:
     """A new, empty temporary file next to ``dest`` (mode 0666 less the umask, like any new file)."""
     while True:
-        name = str(dest.parent / f".{dest.name}.{secrets.token_hex(6)}.part")
+        name = str(dest.parent / f".{dest.name[:TEMP_NAME_KEEP]}.{secrets.token_hex(6)}.part")
         try:
             return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), name
         except FileExistsError:
@@ -185,7 +208,11 @@ def export_errors(dest: Path, size: int) -> Iterator[None]:
             raise BadRequest(f"cannot export to {dest}: it is a directory; give a file path") from exc
         if exc.errno in _DEST_REFUSED:
             raise BadRequest(f"cannot export to {dest}: {exc.strerror}") from exc
-        raise
+        if exc.errno != errno.EIO:  # a name too long, a symlink loop, a busy mount point, ...
+            raise BadRequest(f"cannot export to {dest}: {exc.strerror or exc}") from exc
+        raise  # the disk failing is not the caller's mistake
+    except ValueError as exc:  # a NUL byte in the path
+        raise BadRequest(f"cannot export to {dest!r}: {exc}") from exc
 
 
 def _syncfs_function() -> Callable[[int], int] | None:

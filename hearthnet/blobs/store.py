@@ -42,7 +42,8 @@ from hearthnet.blobs.disk import (
     export_errors,
     fsync_dir,
     intact,
-    manifest_of_file,
+    manifest_of_stream,
+    open_regular,
     read_bounded,
     read_exact,
     write_temp,
@@ -366,22 +367,27 @@ class BlobStore:
         return manifest
 
     def put_file(self, path: Path, *, pin: bool = False, private: bool = False) -> Manifest:
-        """Stream the file at ``path`` into the store (memory bounded by one chunk)."""
-        size = Path(path).stat().st_size
-        if chunk_count(size, self.chunk_size) > MAX_MANIFEST_CHUNKS:
-            raise BadRequest(
-                f"{path} is {size} bytes; one document can be at most"
-                f" {MAX_MANIFEST_CHUNKS * self.chunk_size} bytes ({MAX_MANIFEST_CHUNKS} chunks)"
-            )
-        if not self._fits(size):
-            # Near the cap: count only what is not stored yet (a re-import adds nothing),
-            # which takes one reading pass to learn the chunk ids.
-            self.check_quota(self.missing_bytes(manifest_of_file(path, self.chunk_size)))
-        builder = ManifestBuilder(self.chunk_size)
-        held: list[str] = []
-        dirs = DirSync()
-        try:
-            with open(path, "rb") as f:
+        """Stream the regular file at ``path`` into the store (memory bounded by one chunk).
+
+        The size is the opened file's; a file that is not regular (a FIFO, a device)
+        is :class:`BadRequest`, found without blocking on it.
+        """
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if chunk_count(size, self.chunk_size) > MAX_MANIFEST_CHUNKS:
+                raise BadRequest(
+                    f"{path} is {size} bytes; one document can be at most"
+                    f" {MAX_MANIFEST_CHUNKS * self.chunk_size} bytes ({MAX_MANIFEST_CHUNKS} chunks)"
+                )
+            if not self._fits(size):
+                # Near the cap: count only what is not stored yet (a re-import adds nothing),
+                # which takes one reading pass to learn the chunk ids.
+                self.check_quota(self.missing_bytes(manifest_of_stream(f, self.chunk_size, size)))
+                f.seek(0)
+            builder = ManifestBuilder(self.chunk_size)
+            held: list[str] = []
+            dirs = DirSync()
+            try:
                 left = size  # what the quota was checked for: a file that grows is not read on
                 while left > 0 and (chunk := read_exact(f, min(self.chunk_size, left))):
                     left -= len(chunk)
@@ -392,11 +398,11 @@ class BlobStore:
                     self._store_verified_chunk(cid, chunk, dirs)
                 if left or f.read(1):
                     raise BadRequest(f"{path} changed size while it was being imported; import it again")
-            dirs.flush()
-            manifest = builder.build()
-            self._register(manifest, pin=pin, complete=True, private=private)
-        finally:
-            self._release(held)
+                dirs.flush()
+                manifest = builder.build()
+                self._register(manifest, pin=pin, complete=True, private=private)
+            finally:
+                self._release(held)
         return manifest
 
     def put_manifest(self, manifest: Manifest, *, pin: bool = False, reserve: bool = False) -> None:

@@ -501,3 +501,33 @@ async def test_a_private_blob_is_not_there_for_peers_until_it_is_shared(tmp_path
         await owner.bus.call("file.import", input={"path": str(tmp_path / "diary.txt")})
         read = await peer.bus.call("file.read", input={"chunk_id": chunk}, provider=owner.id)
         assert read.output["chunk_id"] == chunk
+
+
+@pytest.mark.anyio
+async def test_paths_that_cannot_work_are_bad_requests_and_a_long_name_exports(tmp_path: Path) -> None:
+    async with nodes(tmp_path, ["a", "b"]) as n:
+        bus = n["a"].bus
+        src = tmp_path / "notes.txt"
+        src.write_bytes(b"notes " * 1000)
+        loop = tmp_path / "loop"
+        os.symlink(loop, loop)
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        for path in (
+            "notes.txt",
+            str(loop),
+            str(fifo),
+            str(tmp_path),
+            str(tmp_path / "x\x00y"),
+            "/" + "n" * 300,
+        ):
+            with pytest.raises(BadRequest):
+                await bus.call("file.import", input={"path": path})
+        cid = (await bus.call("file.import", input={"path": str(src)})).output["doc_cid"]
+        for dest in ("out.txt", str(tmp_path / ("n" * 300)), str(loop / "x"), str(tmp_path / "x\x00y")):
+            with pytest.raises(BadRequest):
+                await bus.call("file.export", input={"doc_cid": cid, "path": dest})
+        longest = tmp_path / ("n" * 250)  # its temporary name used to be too long for the file system
+        await bus.call("file.export", input={"doc_cid": cid, "path": str(longest)})
+        assert longest.read_bytes() == src.read_bytes()
+        assert [name for name in os.listdir(tmp_path) if name.endswith(".part")] == []

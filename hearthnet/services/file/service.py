@@ -26,6 +26,7 @@ start and every ``GC_INTERVAL_S``.
 
 from __future__ import annotations
 
+import errno
 import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -59,6 +60,22 @@ LIST_BUDGET: Final = 512 * 1024
 _LIST_PAGE: Final = 1024
 GC_INTERVAL_S: Final = 600.0
 """Seconds between garbage collections of the blob store (stale leftovers, then the cap)."""
+
+
+_SOURCE_ERRORS: Final = frozenset(
+    {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
+)
+"""Errors of opening the file to import: the caller's path, not this node's disk."""
+
+
+def _absolute_path(path: str) -> Path:
+    """``path`` as given, if absolute: the node's working directory is not the caller's."""
+    if "\x00" in path:
+        raise BadRequest("input.path contains a NUL character")
+    p = Path(path)
+    if not p.is_absolute():
+        raise BadRequest(f"input.path must be an absolute path, got {path!r:.200}")
+    return p
 
 
 def _cid_input(inp: dict[str, Any], key: str) -> str:
@@ -409,15 +426,15 @@ class FileService:
         path = ctx.input.get("path")
         if not isinstance(path, str):
             raise BadRequest("input.path is required")
-        p = Path(path)
-        if not await anyio.to_thread.run_sync(p.is_file):
-            raise BadRequest(f"{path} is not a readable file")
+        p = _absolute_path(path)
         pin, private = ctx.input.get("pin", True), ctx.input.get("private", False)
         if not isinstance(pin, bool) or not isinstance(private, bool):
             raise BadRequest("input.pin and input.private must be true or false")
         try:
             manifest: Manifest = await self._io(lambda: self.store.put_file(p, pin=pin, private=private))
-        except (PermissionError, IsADirectoryError, FileNotFoundError) as exc:
+        except OSError as exc:
+            if exc.filename != path and exc.errno not in _SOURCE_ERRORS:
+                raise  # the store's own disk, not the caller's file
             raise BadRequest(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
         return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
 
@@ -426,7 +443,7 @@ class FileService:
         path = ctx.input.get("path")
         if not isinstance(path, str):
             raise BadRequest("input.path is required")
-        manifest: Manifest = await self._io(self.store.export, doc_cid, Path(path))
+        manifest: Manifest = await self._io(self.store.export, doc_cid, _absolute_path(path))
         return {"doc_cid": doc_cid, "size": manifest.size, "path": path}
 
     async def _handle_push(self, ctx: CallContext) -> dict[str, Any]:
