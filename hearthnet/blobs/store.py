@@ -523,7 +523,7 @@ class BlobStore:
                     )
             if not same:
                 self._atomic_write(self._manifest_path(doc_cid), (manifest.to_bytes(),))
-            with transaction(self._db):
+            with self._durable(), transaction(self._db):
                 tick = self._tick()
                 now = self._clock()
                 if not same:
@@ -900,9 +900,25 @@ class BlobStore:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @contextlib.contextmanager
+    def _durable(self) -> Iterator[None]:
+        """The transaction inside is on disk when it commits, even through a power loss.
+
+        The index runs ``synchronous=NORMAL`` (WAL): cheap commits for the many chunk
+        rows, but the last ones may roll back after a power loss.  A blob's
+        registration and its pin are what callers are told succeeded (an import, a
+        put): those commits sync the log, which makes every earlier row durable too.
+        """
+        with self._lock:
+            self._db.execute("PRAGMA synchronous=FULL")
+            try:
+                yield
+            finally:
+                self._db.execute("PRAGMA synchronous=NORMAL")
+
     def _set_pin(self, doc_cid: str, pinned: bool) -> None:
         parse_cid(doc_cid)
-        with self._lock, transaction(self._db):
+        with self._durable(), transaction(self._db):
             cur = self._db.execute("UPDATE blobs SET pinned = ? WHERE doc_cid = ?", (int(pinned), doc_cid))
             if cur.rowcount == 0:
                 raise NotFound(f"no blob {doc_cid}")

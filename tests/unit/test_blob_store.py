@@ -1107,3 +1107,26 @@ def test_a_chunk_file_left_without_its_row_is_asked_for_again(tmp_path: Path) ->
         with store._lock:  # as an interrupted write could leave it: the file, no index row
             store._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (manifest.chunks[0],))
         assert store.missing_chunks(manifest) == [manifest.chunks[0]]
+
+
+def test_what_a_caller_is_told_succeeded_is_committed_with_a_synced_log(tmp_path: Path) -> None:
+    with small_store(tmp_path / "b") as store:
+        statements: list[str] = []
+        store._db.set_trace_callback(statements.append)
+        cid = store.put_bytes(b"a document " * 50).doc_cid
+        store.pin(cid)
+        store._db.set_trace_callback(None)
+
+    def synced(marker: str) -> bool:
+        """The commit of the transaction holding ``marker`` ran under synchronous=FULL."""
+        at = next(i for i, s in enumerate(statements) if marker in s)
+        full = max(i for i, s in enumerate(statements[:at]) if s.startswith("PRAGMA synchronous"))
+        commit = next(i for i, s in enumerate(statements[at:], at) if s == "COMMIT")
+        normal = next(i for i, s in enumerate(statements[commit:], commit) if s.startswith("PRAGMA"))
+        return (
+            statements[full] == "PRAGMA synchronous=FULL"
+            and statements[normal] == "PRAGMA synchronous=NORMAL"
+        )
+
+    assert synced("INSERT INTO blobs")
+    assert synced("UPDATE blobs SET pinned")
