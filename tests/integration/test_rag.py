@@ -135,9 +135,12 @@ def test_query_errors_have_the_right_codes(mesh: LocalMesh) -> None:
     assert pages and all(p >= 2 for p in pages)
 
 
-def test_personal_corpus_is_never_reachable_from_another_node(mesh: LocalMesh) -> None:
+def test_personal_corpus_is_never_reachable_from_another_node(mesh: LocalMesh, tmp_path: Path) -> None:
     a, b, _ = nodes(mesh)
-    code, out = ingest(b, DEMO / "garden_and_seeds.pdf", corpus="personal", on=b.node_id)
+    # A document of its own: one already shared (the demo PDFs are in `household`) stays shared.
+    diary = tmp_path / "diary.md"
+    diary.write_text("# My seed diary\n\nThe bean seeds I saved this autumn sit in the blue tin.\n")
+    code, out = ingest(b, diary, corpus="personal", on=b.node_id)
     assert code == 0, out
     assert b.cli_json("query", "seeds", "--corpus", "personal")["chunks"]
     caps = [c for c in a.status()["capabilities"] if c["capability"] == "rag.query@1.0"]
