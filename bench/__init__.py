@@ -1,12 +1,10 @@
 """Benchmarks and measurement scripts (not part of the installed package).
 
-Floors run in the benchmark's own process, so it is set up as ``hearthnet node
-run`` sets up a node: the OpenBLAS thread timeout here, before numpy loads
-(whichever entry point runs, ``python -m bench.run`` or one benchmark alone),
-and the malloc tuning by :func:`bench.common.node_like_process` when a
-benchmark starts.
+Floors run in the benchmark's own process, which each benchmark tunes like a
+node's allocator (:func:`bench.common.node_like_process`).  OpenBLAS keeps its
+default here, unlike in a node (``OPENBLAS_THREAD_TIMEOUT=4``): its threads
+spin ~0.1 s after a product, which makes the floor's exact search its fastest
+(0.65 ms at 10k against ~1 ms with sleeping threads), and ``bench.rag`` lets
+that spin end before it times ours, so the spinning never takes a core from
+the node being measured.
 """
-
-import os
-
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")

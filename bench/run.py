@@ -9,7 +9,6 @@ floor measured in the same run (see ``specs/benchmarks.md``).
 
 from __future__ import annotations
 
-# The package's __init__ sets this process up like a node (BLAS threads, malloc).
 import argparse
 import datetime as dt
 import importlib
