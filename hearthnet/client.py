@@ -24,7 +24,7 @@ import anyio.abc
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import parse_capability_ref
 from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
-from hearthnet.errors import BusError, Partition, ProtocolError, error_from_wire
+from hearthnet.errors import BusError, Partition, ProtocolError, Timeout, error_from_wire
 from hearthnet.wire.frames import FrameDecoder
 
 
@@ -47,14 +47,25 @@ def plain_output(output: dict[str, Any]) -> dict[str, Any]:
     return output
 
 
+ANSWER_GRACE_SECONDS = 30.0
+"""How long past a call's own ``timeout`` the client waits for the node's answer.
+
+The node ends every call by its deadline; a node that says nothing that long
+after (wedged, or every control connection taken) is reported as ``timeout``
+rather than waited on for ever.  Without a ``timeout`` the node applies the
+capability's own, which the client does not know, so it waits.
+"""
+
+
 class StreamedCall:
     """A streamed call in progress: iterate ``frames()``, then ``result()``."""
 
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, deadline: float | None = None) -> None:
         self._stream = stream
         self._decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
         self._pending: list[bytes] = []
         self._final: dict[str, Any] | None = None
+        self._deadline = deadline  # on the clock of the loop the call runs on
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
         while self._final is None:
@@ -73,10 +84,17 @@ class StreamedCall:
         return _finish(self._final)
 
     async def _next(self) -> dict[str, Any]:
-        try:
-            return await read_message(self._stream, self._decoder, self._pending)
-        except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-            raise Partition("the node closed the control connection mid-call") from exc
+        # Per read, not around the whole call: the blocking Client reads each frame in a task of its own.
+        limit = anyio.CancelScope(deadline=self._deadline if self._deadline is not None else float("inf"))
+        with limit:
+            try:
+                return await read_message(self._stream, self._decoder, self._pending)
+            except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+                raise Partition("the node closed the control connection mid-call") from exc
+        raise Timeout(
+            f"the node has not answered {ANSWER_GRACE_SECONDS:g} s after the call's timeout: "
+            "it may be overloaded or stuck (see its log)"
+        )
 
 
 def _finish(msg: dict[str, Any]) -> CallResult:
@@ -156,13 +174,17 @@ class AsyncClient:
         _frames: bool = True,
     ) -> AsyncIterator[StreamedCall]:
         request = self._request(capability, params, input, timeout, provider, _frames)
-        stream = await self._connect()
+        deadline = None if timeout is None else anyio.current_time() + timeout + ANSWER_GRACE_SECONDS
+        with anyio.CancelScope(deadline=float("inf") if deadline is None else deadline) as connecting:
+            stream = await self._connect()  # blocks while the node's accept queue is full
+        if connecting.cancelled_caught:
+            raise Timeout(f"the node of {self.home} did not take the connection (overloaded or stuck)")
         async with stream:
             try:
                 await write_message(stream, request)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
                 raise Partition("the node closed the control connection before the call was sent") from exc
-            yield StreamedCall(stream)
+            yield StreamedCall(stream, deadline)
 
 
 class Client:
