@@ -11,6 +11,7 @@ packed float32 bytes are handed back as plain lists of floats.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -174,7 +175,11 @@ class AsyncClient:
         _frames: bool = True,
     ) -> AsyncIterator[StreamedCall]:
         request = self._request(capability, params, input, timeout, provider, _frames)
-        deadline = None if timeout is None else anyio.current_time() + timeout + ANSWER_GRACE_SECONDS
+        # A timeout the node will refuse (NaN, infinite, not above 0) sets no deadline here:
+        # the node's bad_request says what is wrong with it.
+        deadline = None
+        if timeout is not None and math.isfinite(timeout) and timeout > 0:
+            deadline = anyio.current_time() + timeout + ANSWER_GRACE_SECONDS
         with anyio.CancelScope(deadline=float("inf") if deadline is None else deadline) as connecting:
             stream = await self._connect()  # blocks while the node's accept queue is full
         if connecting.cancelled_caught:
