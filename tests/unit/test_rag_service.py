@@ -9,6 +9,7 @@ point without sleeping.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -674,3 +675,18 @@ async def test_a_language_that_is_not_a_short_code_is_a_bad_request(
             await n.ingest("house", cid, language=language)
         output, _ = await n.ingest("house", cid, language="auto")  # detected
         assert n.events[-1][1]["language"] == "en" and output["chunks_indexed"] > 0
+
+
+@pytest.mark.anyio
+async def test_a_source_that_cannot_be_pinned_does_not_fail_an_ingest_that_is_done(
+    tmp_path: Path, minilm: OnnxModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        cid = n.put(garden_text("lilies"))
+
+        def broken_pin(doc_cid: str) -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(n.blobs, "pin", broken_pin)
+        output, meta = await n.ingest("house", cid)  # stored and announced: the answer says so
+        assert output["chunks_indexed"] > 0 and meta["ingest_event_id"] and n.store.has_document("house", cid)

@@ -11,6 +11,7 @@ its ``rag.query`` answers ``not_found`` with the reindex command.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -419,6 +420,10 @@ class RagService:
             pass
         except BusError as exc:
             log.warning("rag_source_not_pinned", doc_cid=doc_cid, code=exc.code, reason=exc.message[:200])
+        except (OSError, sqlite3.Error) as exc:  # the blob index failing: the ingest itself is done
+            log.warning(
+                "rag_source_not_pinned", doc_cid=doc_cid, code="internal_error", reason=str(exc)[:200]
+            )
 
     async def _read_and_embed(
         self,
