@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, chunk_cid, cid_hex, is_cid, parse_cid
 from hearthnet.blobs.disk import (
@@ -553,16 +553,18 @@ class BlobStore:
     def _unindexed(self, chunk_ids: tuple[str, ...]) -> int:
         """How many distinct ``chunk_ids`` have no row in the chunk index (lock held)."""
         wanted = list(dict.fromkeys(chunk_ids))
-        return len(wanted) - self._sum_over("SELECT COUNT(*) FROM chunks WHERE chunk_id IN ({marks})", wanted)
+        return len(wanted) - len(self._indexed(wanted))
 
-    def _sum_over(self, query: str, ids: Sequence[str]) -> int:
-        """``query`` (one number; ``{marks}`` stands for an ``IN`` list) summed over ``ids``, 500 at a
+    def _rows_over(self, query: str, ids: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``query`` (``{marks}`` stands for an ``IN`` list) over ``ids``, 500 at a
         time (lock held)."""
-        total = 0
         for a in range(0, len(ids), 500):
             part = ids[a : a + 500]
-            total += int(self._db.execute(query.format(marks=", ".join("?" * len(part))), part).fetchone()[0])
-        return total
+            yield from self._db.execute(query.format(marks=", ".join("?" * len(part))), part)
+
+    def _sum_over(self, query: str, ids: Sequence[str]) -> int:
+        """``query`` (one number per ``IN`` list) summed over ``ids`` (lock held)."""
+        return sum(int(row[0]) for row in self._rows_over(query, ids))
 
     def missing_chunks(self, manifest: Manifest) -> list[str]:
         """Ids of ``manifest``'s chunks not stored yet, in manifest order, without repeats.
@@ -576,18 +578,13 @@ class BlobStore:
 
     def _indexed(self, chunk_ids: Sequence[str]) -> set[str]:
         """Which of ``chunk_ids`` have a row in the chunk index."""
-        found: set[str] = set()
         with self._lock:
-            for a in range(0, len(chunk_ids), 500):
-                part = chunk_ids[a : a + 500]
-                marks = ", ".join("?" * len(part))
-                found.update(
-                    row[0]
-                    for row in self._db.execute(
-                        f"SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks})", part
-                    )
+            return {
+                row[0]
+                for row in self._rows_over(
+                    "SELECT chunk_id FROM chunks WHERE chunk_id IN ({marks})", chunk_ids
                 )
-        return found
+            }
 
     def missing_bytes(self, manifest: Manifest) -> int:
         """Bytes the chunks :meth:`missing_chunks` lists will take (what a transfer adds)."""
