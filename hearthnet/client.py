@@ -24,7 +24,7 @@ import anyio.abc
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import parse_capability_ref
-from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
+from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, valid_timeout, write_message
 from hearthnet.errors import BusError, Partition, ProtocolError, Timeout, error_from_wire
 from hearthnet.wire.frames import FrameDecoder
 
@@ -61,7 +61,7 @@ capability's own, which the client does not know, so it waits.
 class StreamedCall:
     """A streamed call in progress: iterate ``frames()``, then ``result()``."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, deadline: float | None = None) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, deadline: float = math.inf) -> None:
         self._stream = stream
         self._decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
         self._pending: list[bytes] = []
@@ -86,8 +86,7 @@ class StreamedCall:
 
     async def _next(self) -> dict[str, Any]:
         # Per read, not around the whole call: the blocking Client reads each frame in a task of its own.
-        limit = anyio.CancelScope(deadline=self._deadline if self._deadline is not None else float("inf"))
-        with limit:
+        with anyio.CancelScope(deadline=self._deadline):
             try:
                 return await read_message(self._stream, self._decoder, self._pending)
             except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
@@ -177,10 +176,10 @@ class AsyncClient:
         request = self._request(capability, params, input, timeout, provider, _frames)
         # A timeout the node will refuse (NaN, infinite, not above 0) sets no deadline here:
         # the node's bad_request says what is wrong with it.
-        deadline = None
-        if timeout is not None and math.isfinite(timeout) and timeout > 0:
+        deadline = math.inf
+        if timeout is not None and valid_timeout(timeout):
             deadline = anyio.current_time() + timeout + ANSWER_GRACE_SECONDS
-        with anyio.CancelScope(deadline=float("inf") if deadline is None else deadline) as connecting:
+        with anyio.CancelScope(deadline=deadline) as connecting:
             stream = await self._connect()  # blocks while the node's accept queue is full
         if connecting.cancelled_caught:
             raise Timeout(f"the node of {self.home} did not take the connection (overloaded or stuck)")

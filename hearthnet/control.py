@@ -22,7 +22,7 @@ import structlog
 
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.descriptors import parse_version
-from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
+from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, valid_timeout, write_message
 from hearthnet.errors import BadRequest, BusError, InternalError, ProtocolError
 from hearthnet.transport.tcp import accept_retrying
 from hearthnet.wire.frames import FrameDecoder
@@ -147,6 +147,6 @@ def _timeout(value: Any) -> float | None:
     """A request's ``timeout``: absent, or a finite number of seconds above 0."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+    if not valid_timeout(value):
         raise BadRequest("timeout must be a number of seconds above 0")
     return float(value)

@@ -18,6 +18,12 @@ CONTROL_LIMITS = MsgLimits(
 )
 """Decoding limits of a control message: whatever fits its frame (a local answer may hold more
 than a peer's, e.g. 256 embeddings of 1,536 dimensions in one 1.5 MiB field)."""
+MAX_TIMEOUT_SECONDS = 1e9
+
+
+def valid_timeout(value: object) -> bool:
+    """Whether ``value`` is a call ``timeout`` the node takes: a number of seconds, 0 < t < 1e9."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < MAX_TIMEOUT_SECONDS
 
 
 async def read_message(
