@@ -198,6 +198,13 @@ def _get(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], defa
     return value
 
 
+def _seconds(
+    table: Mapping[str, Any], key: str, default: float, where: str, name: str | None = None
+) -> float:
+    """``table[key]`` as a positive number of seconds (``default`` if absent); errors name ``name``."""
+    return _positive_float(_get(table, key, (int, float), default, where), name or key)
+
+
 @overload
 def _int(table: Mapping[str, Any], key: str, default: int, low: int, where: str) -> int: ...
 @overload
@@ -243,15 +250,9 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         listen_port=listen_port,
         advertise_host=_get(net, "advertise_host", str, None, "network"),
         max_frame=_int(net, "max_frame", DEFAULT_MAX_FRAME, 1 << 16, "network"),
-        handshake_timeout=_positive_float(
-            _get(net, "handshake_timeout", (int, float), 5.0, "network"), "handshake_timeout"
-        ),
-        keepalive_seconds=_positive_float(
-            _get(net, "keepalive_seconds", (int, float), 10.0, "network"), "keepalive_seconds"
-        ),
-        dead_after_seconds=_positive_float(
-            _get(net, "dead_after_seconds", (int, float), 30.0, "network"), "dead_after_seconds"
-        ),
+        handshake_timeout=_seconds(net, "handshake_timeout", 5.0, "network"),
+        keepalive_seconds=_seconds(net, "keepalive_seconds", 10.0, "network"),
+        dead_after_seconds=_seconds(net, "dead_after_seconds", 30.0, "network"),
     )
     emb = _table(top.get("embedding", {}), "embedding")
     backends = _get(emb, "openai", list, [], "embedding")
@@ -269,9 +270,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
                 dim=_int(b, "dim", 0, 1, where),  # present: checked above
                 api_key_env=_get(b, "api_key_env", str, None, where),
                 max_tokens=_int(b, "max_tokens", 512, 1, where),
-                timeout_seconds=_positive_float(
-                    _get(b, "timeout_seconds", (int, float), 10.0, where), "timeout_seconds"
-                ),
+                timeout_seconds=_seconds(b, "timeout_seconds", 10.0, where),
             )
         )
     embedding = EmbeddingConfig(
@@ -279,20 +278,14 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         model_dir=_get(emb, "model_dir", str, None, "embedding"),
         threads=_int(emb, "threads", None, 1, "embedding"),
         openai=tuple(openai),
-        timeout_seconds=_positive_float(
-            _get(emb, "timeout_seconds", (int, float), 10.0, "embedding"), "embedding.timeout_seconds"
-        ),
+        timeout_seconds=_seconds(emb, "timeout_seconds", 10.0, "embedding", name="embedding.timeout_seconds"),
     )
     rag_s = _table(top.get("rag", {}), "rag")
     rag = RagConfig(
         enabled=_get(rag_s, "enabled", bool, True, "rag"),
         chroma_url=check_chroma_url(_get(rag_s, "chroma_url", str, None, "rag"), "rag.chroma_url"),
-        query_timeout_seconds=_positive_float(
-            _get(rag_s, "query_timeout_seconds", (int, float), 5.0, "rag"), "query_timeout_seconds"
-        ),
-        embed_timeout_seconds=_positive_float(
-            _get(rag_s, "embed_timeout_seconds", (int, float), 10.0, "rag"), "embed_timeout_seconds"
-        ),
+        query_timeout_seconds=_seconds(rag_s, "query_timeout_seconds", 5.0, "rag"),
+        embed_timeout_seconds=_seconds(rag_s, "embed_timeout_seconds", 10.0, "rag"),
         accept_new_corpora=_get(rag_s, "accept_new_corpora", bool, True, "rag"),
         embedding_model=_get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
     )
