@@ -270,12 +270,13 @@ class RagService:
             raise Unauthorized("corpus personal only takes documents from this node itself")
         doc_cid, title, language, metadata, filename = _ingest_input(ctx.input)
         # The log's lock may be held by a long gossip replay: never wait for it on the event loop.
-        own = None if corpus == PERSONAL else await run_blocking(self._own_level, limiter=self._read_limiter)
-        if corpus != PERSONAL and (own is None or own < Level.TRUSTED):  # personal is never announced
-            raise Unauthorized(
-                "this node is not trusted in its community, so it may not announce ingests; "
-                "ask an anchor to promote it"
-            )
+        if corpus != PERSONAL:  # personal is never announced, so it needs no trust
+            own = await run_blocking(self._own_level, limiter=self._read_limiter)
+            if own is None or own < Level.TRUSTED:
+                raise Unauthorized(
+                    "this node is not trusted in its community, so it may not announce ingests; "
+                    "ask an anchor to promote it"
+                )
         if not ctx.is_local and not self._settings.accept_new_corpora:
             held = await run_blocking(self._store.corpora, limiter=self._store_limiter)
             if corpus not in held:
