@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -211,7 +212,19 @@ async def tcp_links() -> AsyncIterator[tuple[Link, Link]]:
             a = await open_link(
                 "127.0.0.1", port, identity=identity_a, community_id="c", admit=lambda _: None
             )
-        yield a, accepted[0]
+        try:
+            yield a, accepted[0]
+        finally:  # a failed test must not leave a shielded write waiting on a peer that never reads
+            await a.aclose()
+            await accepted[0].aclose()
+
+
+def cap_socket_buffers(sender: Link, receiver: Link, size: int = 64 * 1024) -> None:
+    """Fix the kernel's buffers between two links (Linux autotunes loopback buffers to megabytes):
+    a blocked write then moves only a bounded amount each time the receiver reads."""
+    for link, option in ((sender, socket.SO_SNDBUF), (receiver, socket.SO_RCVBUF)):
+        sock = link._stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        sock.setsockopt(socket.SOL_SOCKET, option, size)
 
 
 async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> None:
@@ -227,11 +240,13 @@ async def test_a_message_a_link_reported_sent_survives_an_abortive_close() -> No
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(sender)
-            with anyio.fail_after(30):
-                while a.write_blocked_since is None:  # the peer is not reading: a send waits
-                    await anyio.lowlevel.checkpoint()
-            reported = len(done)
-            await a.aclose()
+            try:
+                with anyio.fail_after(30):
+                    while a.write_blocked_since is None:  # the peer is not reading: a send waits
+                        await anyio.lowlevel.checkpoint()
+                reported = len(done)
+            finally:  # the only thing that ends the sender's shielded write, pass or fail
+                await a.aclose()
         got: list[int] = []
         with contextlib.suppress(anyio.EndOfStream, Partition, ProtocolError):
             while True:
@@ -304,24 +319,27 @@ async def test_a_slow_reader_is_not_a_stalled_one() -> None:
                 for i in range(64):
                     await a.send({"i": i, "pad": b"x" * 900_000})
 
+        cap_socket_buffers(a, b)  # the write b's reads resume cannot finish between two looks
         async with anyio.create_task_group() as tg:
             tg.start_soon(sender)
-            with anyio.fail_after(30):
-                while a.write_blocked_since is None:  # b is not reading: a's write waits
-                    await anyio.lowlevel.checkpoint()
-            start = a.write_blocked_since
-            assert start is not None
-            assert a.write_stalled_for(start + 100) == 100  # nothing moved since the write began
-            assert a.write_stalled_for(start + 200) == 200
-            raw = b._stream  # read raw bytes, a little at a time: the same write goes on
-            with anyio.fail_after(30):
-                while True:
-                    await raw.receive(16_384)
-                    assert a.write_blocked_since is not None  # still the one write
-                    if a.write_stalled_for(start + 300) == 0.0:
-                        break
-            assert a.write_blocked_since == start + 300  # progress restarted the clock
-            assert a.write_stalled_for(start + 400) == 100  # and it runs on while nothing moves
-            await a.aclose()
+            try:
+                with anyio.fail_after(30):
+                    while a.write_blocked_since is None:  # b is not reading: a's write waits
+                        await anyio.lowlevel.checkpoint()
+                start = a.write_blocked_since
+                assert start is not None
+                assert a.write_stalled_for(start + 100) == 100  # nothing moved since the write began
+                assert a.write_stalled_for(start + 200) == 200
+                raw = b._stream  # read raw bytes, a little at a time: the same write goes on
+                with anyio.fail_after(30):
+                    while True:
+                        await raw.receive(16_384)
+                        assert a.write_blocked_since is not None  # still the one write
+                        if a.write_stalled_for(start + 300) == 0.0:
+                            break
+                assert a.write_blocked_since == start + 300  # progress restarted the clock
+                assert a.write_stalled_for(start + 400) == 100  # and it runs on while nothing moves
+            finally:  # the only thing that ends the sender's shielded write, pass or fail
+                await a.aclose()
             tg.cancel_scope.cancel()
         await b.aclose()
