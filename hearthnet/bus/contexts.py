@@ -46,9 +46,16 @@ class RemoteCallContext(CallContext):
 class LocalCallContext(CallContext):
     """A call made by this node (CLI, a service) to one of its own handlers.
 
-    Stream frames flow through bounded memory streams, so backpressure holds
-    locally exactly as it does over a link.
+    A streamed call's frames flow through bounded memory streams, so
+    backpressure holds locally exactly as it does over a link.  A plain call
+    has none (it is the common, latency-sensitive case: an embedding for a
+    query): its frames are dropped and it has no input frames, as over a link.
     """
+
+    frames_tx: MemoryObjectSendStream[dict[str, Any]]
+    frames_rx: MemoryObjectReceiveStream[dict[str, Any]]
+    input_tx: MemoryObjectSendStream[dict[str, Any] | None]
+    input_rx: MemoryObjectReceiveStream[dict[str, Any] | None]
 
     def __init__(
         self,
@@ -73,12 +80,9 @@ class LocalCallContext(CallContext):
         self.deadline = deadline
         self.trace_id = trace_id
         self.stream = stream
-        self.frames_tx: MemoryObjectSendStream[dict[str, Any]]
-        self.frames_rx: MemoryObjectReceiveStream[dict[str, Any]]
-        self.frames_tx, self.frames_rx = anyio.create_memory_object_stream[dict[str, Any]](WINDOW)
-        self.input_tx: MemoryObjectSendStream[dict[str, Any] | None]
-        self.input_rx: MemoryObjectReceiveStream[dict[str, Any] | None]
-        self.input_tx, self.input_rx = anyio.create_memory_object_stream[dict[str, Any] | None](WINDOW)
+        if stream:
+            self.frames_tx, self.frames_rx = anyio.create_memory_object_stream[dict[str, Any]](WINDOW)
+            self.input_tx, self.input_rx = anyio.create_memory_object_stream[dict[str, Any] | None](WINDOW)
 
     async def send(self, frame: dict[str, Any]) -> None:
         if not self.stream:
@@ -89,6 +93,8 @@ class LocalCallContext(CallContext):
             pass  # the caller stopped listening; the handler's result still counts
 
     async def receive(self) -> dict[str, Any] | None:
+        if not self.stream:
+            return None  # a plain call has no input frames
         try:
             return await self.input_rx.receive()
         except anyio.EndOfStream:

@@ -210,13 +210,16 @@ async def test_a_caller_cancelled_before_its_batch_starts_still_runs_the_others_
     def rows(items: list[float]) -> np.ndarray:
         return np.array([[x] for x in items], dtype=np.float32)
 
-    batcher: MicroBatcher[float] = MicroBatcher(rows, dim=1, limiter=anyio.CapacityLimiter(1))
-    threads = anyio.to_thread.current_default_thread_limiter()
-    saved = threads.total_tokens
-    threads.total_tokens = 1
+    limiter = anyio.CapacityLimiter(1)
+    batcher: MicroBatcher[float] = MicroBatcher(rows, dim=1, limiter=limiter)
     release = threading.Event()
+    busy = threading.Event()
     got: dict[str, float] = {}
     entered: list[str] = []
+
+    def hold() -> None:
+        busy.set()
+        release.wait()
 
     async def caller(name: str, item: float, scope: anyio.CancelScope) -> None:
         with scope:
@@ -225,14 +228,18 @@ async def test_a_caller_cancelled_before_its_batch_starts_still_runs_the_others_
 
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(anyio.to_thread.run_sync, release.wait)  # holds the only worker thread
+            tg.start_soon(batcher._threads.run, hold)  # holds the batcher's only inference thread
             try:
-                await wait_until(lambda: threads.borrowed_tokens == 1)
+                await wait_until(busy.is_set)
                 a, b = anyio.CancelScope(), anyio.CancelScope()
+                await limiter.acquire()  # both callers queue their items and wait for a turn
                 tg.start_soon(caller, "a", 1.0, a)
                 tg.start_soon(caller, "b", 2.0, b)
-                # a's turn takes both items into one batch, whose thread waits for the busy pool
-                await wait_until(lambda: len(entered) == 2 and not batcher._pending)
+                await wait_until(lambda: len(entered) == 2 and len(batcher._pending) == 2)
+                limiter.release()
+                # a's turn (first in line) takes both items into one batch, whose job waits
+                # for the busy thread
+                await wait_until(lambda: not batcher._pending)
                 assert batcher.batches_run == 0
                 a.cancel()
                 await anyio.lowlevel.checkpoint()
@@ -240,5 +247,6 @@ async def test_a_caller_cancelled_before_its_batch_starts_still_runs_the_others_
                 release.set()
             await wait_until(lambda: "b" in got, timeout=10)
     finally:
-        threads.total_tokens = saved
+        release.set()
+        batcher.close()
     assert got == {"b": 2.0}

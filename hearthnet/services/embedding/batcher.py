@@ -7,8 +7,8 @@ one-query calls become one batch.  A batch takes items round-robin across
 queued requests, each request's items shortest first, up to
 ``max_batch_items`` and ``max_batch_tokens`` padded tokens (rows x longest
 row), so one caller's 256 texts delay another caller by at most one bounded
-batch per inference slot.  Inference runs in a worker thread via
-``anyio.to_thread``.
+batch per inference slot.  Inference runs in the batcher's own worker threads
+(:class:`~hearthnet.worker_threads.WorkerThreads`, one per limiter token).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hearthnet.errors import BusError, InternalError
+from hearthnet.worker_threads import WorkerThreads
 
 __all__ = ["MicroBatcher", "plan_batch"]
 
@@ -84,7 +85,7 @@ class MicroBatcher(Generic[T]):
 
     ``run_batch(items) -> (len(items), dim) float32`` is blocking and runs in a
     worker thread; it must be safe to call from ``limiter.total_tokens``
-    threads at once.
+    threads at once.  :meth:`close` ends the threads.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class MicroBatcher(Generic[T]):
         self._max_items = max_batch_items
         self._max_tokens = max_batch_tokens
         self._pending: deque[_Request[T]] = deque()
+        self._threads = WorkerThreads(max(1, min(int(limiter.total_tokens), 64)), "embed")
         self.batches_run = 0
         """Count of ``run_batch`` calls (stats and tests)."""
 
@@ -116,16 +118,21 @@ class MicroBatcher(Generic[T]):
         try:
             if len(self._pending) == 1 and self._limiter.available_tokens >= 1 and self._one_batch(req):
                 # Fast path (a lone small caller on an idle model, e.g. one query): its turn runs
-                # right here, without helper tasks; callers arriving meanwhile join the next batch.
-                async with self._limiter:
+                # right here, without helper tasks or a pass through the event loop for the free
+                # token; callers arriving meanwhile join the next batch.
+                self._limiter.acquire_nowait()
+                try:
                     await self._run_one()
+                finally:
+                    self._limiter.release()
             # Up to one worker per limiter token, so a single large call still uses every inference slot.
             workers = min(int(self._limiter.total_tokens), req.unscheduled)
             if workers:
                 async with anyio.create_task_group() as tg:
                     for _ in range(workers):
                         tg.start_soon(self._work, req)
-            await req.done.wait()  # anything left is in flight on another caller's turn
+            if not req.done.is_set():
+                await req.done.wait()  # anything left is in flight on another caller's turn
         finally:
             if req in self._pending:  # cancelled before all items ran: drop the rest
                 self._pending.remove(req)
@@ -150,7 +157,7 @@ class MicroBatcher(Generic[T]):
             # if this caller is cancelled meanwhile (before the thread starts, too), or they would
             # wait for rows that never come until their own deadlines.
             with anyio.CancelScope(shield=True):
-                rows = await anyio.to_thread.run_sync(self._run_batch, [r.items[pos] for r, pos in batch])
+                rows = await self._threads.run(self._run_batch, [r.items[pos] for r, pos in batch])
             if rows.shape != (len(batch), self._dim):
                 raise InternalError(
                     f"embedding batch returned shape {rows.shape}, expected ({len(batch)}, {self._dim})"
@@ -176,3 +183,7 @@ class MicroBatcher(Generic[T]):
             req.remaining -= 1
             if req.remaining == 0 and req.error is None:
                 req.done.set()
+
+    def close(self) -> None:
+        """End the inference threads once the batches already running are done."""
+        self._threads.close()

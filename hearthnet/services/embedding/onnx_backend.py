@@ -2,9 +2,10 @@
 
 :class:`OnnxModel` is the blocking core (tokenize, pad, run, mean-pool); it is
 only ever called from worker threads.  :class:`OnnxEmbeddingBackend` is the
-async face: tokenization and inference run through ``anyio.to_thread`` under
-one ``CapacityLimiter``, and concurrent callers share micro-batches
-(:mod:`.batcher`).  Settings are justified by measurements in ``specs/embedding.md``.
+async face: inference runs in the batcher's worker threads under one
+``CapacityLimiter`` and concurrent callers share micro-batches
+(:mod:`.batcher`); long inputs are tokenized through ``anyio.to_thread``,
+query-sized ones inline.  Settings are justified by measurements in ``specs/embedding.md``.
 """
 
 from __future__ import annotations
@@ -210,4 +211,5 @@ class OnnxEmbeddingBackend:
         return self._model.count_tokens(texts)
 
     async def aclose(self) -> None:
-        """Nothing to release beyond what garbage collection frees; present for the protocol."""
+        """End the inference threads (batches already running finish first)."""
+        self._batcher.close()

@@ -25,6 +25,7 @@ from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Part
 from hearthnet.services.rag.chunker import Chunk, PageChunker, detect_language
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, Document, DocumentHeader, PageText, stream_document
 from hearthnet.wire.vectors import decode_embeddings
+from hearthnet.worker_threads import WorkerThreads
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
@@ -261,8 +262,13 @@ async def embed_streamed(
     return EmbeddedDocument(matrix, tokens, truncated)
 
 
-async def run_blocking(fn: Callable[..., Any], *args: Any, limiter: anyio.CapacityLimiter) -> Any:
+async def run_blocking(
+    fn: Callable[..., Any], *args: Any, limiter: anyio.CapacityLimiter | WorkerThreads
+) -> Any:
+    """``fn(*args)`` in a worker thread: anyio's under ``limiter``, or one of the given threads."""
     try:
+        if isinstance(limiter, WorkerThreads):
+            return await limiter.run(fn, *args)
         return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
     except BusError:
         raise

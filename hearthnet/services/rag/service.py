@@ -43,6 +43,7 @@ from hearthnet.services.rag.ingest import (
 from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, MAX_TITLE
 from hearthnet.services.rag.store import CorpusStore, build_where
+from hearthnet.worker_threads import WorkerThreads
 
 log = structlog.get_logger("hearthnet.rag")
 
@@ -96,8 +97,9 @@ class RagService:
         self._embedder = Embedder(bus, settings.embedding_model, settings.embed_timeout_seconds)
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
         """Threads for store writes (and the reads of ingest and reindex)."""
-        self._read_limiter = anyio.CapacityLimiter(settings.store_threads)
-        """Threads for queries and listings: a query never waits behind a long write."""
+        self._read_threads = WorkerThreads(settings.store_threads, "rag-read")
+        """Threads for queries and listings: a query never waits behind a long write (and pays
+        one pass through the event loop to reach one, see :mod:`hearthnet.worker_threads`)."""
         self._reader_limiter = anyio.CapacityLimiter(4)
         """Threads reading documents (ingests and a reindex); each mostly waits for the embedder."""
         self._parse_slot = threading.BoundedSemaphore(1)
@@ -121,6 +123,7 @@ class RagService:
 
     async def stop(self) -> None:
         await anyio.to_thread.run_sync(self._store.close)
+        self._read_threads.close()
 
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
@@ -208,7 +211,7 @@ class RagService:
         # One at a time, each reading the store inside: two announces resuming in the other
         # order would register the older corpus list last (a new corpus missing from it).
         async with self._announce_lock:
-            model, held = await run_blocking(read, limiter=self._read_limiter)
+            model, held = await run_blocking(read, limiter=self._read_threads)
             if corpus not in self._registered_corpora:
                 self._bus.register(self._query_registration(corpus, model))
             if self._ingest_params is not None:
@@ -236,7 +239,7 @@ class RagService:
         embedded = time.perf_counter()
         hits = await run_blocking(
             lambda: self._store.query(corpus, vectors[0], k=k, where=where, include_text=include_text),
-            limiter=self._read_limiter,
+            limiter=self._read_threads,
         )
         chunks = []
         for rank, hit in enumerate(hits, start=1):
@@ -271,7 +274,7 @@ class RagService:
         doc_cid, title, language, metadata, filename = _ingest_input(ctx.input)
         # The log's lock may be held by a long gossip replay: never wait for it on the event loop.
         if corpus != PERSONAL:  # personal is never announced, so it needs no trust
-            own = await run_blocking(self._own_level, limiter=self._read_limiter)
+            own = await run_blocking(self._own_level, limiter=self._read_threads)
             if own is None or own < Level.TRUSTED:
                 raise Unauthorized(
                     "this node is not trusted in its community, so it may not announce ingests; "
@@ -500,7 +503,7 @@ class RagService:
             return None
         output = {"doc_cid": doc_cid, "chunks_indexed": doc["chunks"], "tokens_indexed": doc["tokens"]}
         # A scan of the log's ingest events (SQLite and decoding): never on the event loop.
-        event_id = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_limiter)
+        event_id = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
         return output, doc, event_id
 
     async def _emit(self, corpus: str, doc_cid: str, title: str, language: str, chunks: int) -> str:
@@ -536,7 +539,7 @@ class RagService:
                 )
             return out
 
-        return {"corpora": await run_blocking(collect, limiter=self._read_limiter)}
+        return {"corpora": await run_blocking(collect, limiter=self._read_threads)}
 
     # rag.reindex ------------------------------------------------------------------------
     async def _handle_reindex(self, ctx: CallContext) -> dict[str, Any]:

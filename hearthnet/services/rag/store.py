@@ -903,10 +903,14 @@ class CorpusStore:
     ) -> list[ScoredChunk]:
         col = self._collection(name)
         with self._lock:
-            row = self._row(name)
-        if row is None:
+            cached = self._exact.get(name)  # kept with the corpus's row: no ledger read then
+            row = None if cached is not None else self._row(name)
+        if cached is not None:
+            dim = cached.dim
+        elif row is None:
             raise NotFound(f"corpus {name!r} does not exist")
-        dim = row[1]
+        else:
+            dim = row[1]
         vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
         if vec.shape != (dim,) or not np.isfinite(vec).all():
             raise BadRequest(f"query embedding must be {dim} finite floats")
