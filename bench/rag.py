@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import shutil
@@ -317,13 +318,16 @@ async def _query_interleaved(
     """
     from hearthnet.client import AsyncClient
 
+    # A long-lived client (a UI) keeps its control connection: no connect and accept per call.
     client = AsyncClient(far.home) if far is not None else None
     inp: dict[str, Any] = {"k": 10, "include_text": False}
     if flt:
         inp["filter"] = flt
     out: dict[str, list[float]] = {"floor": [], "embed": [], "local": [], "remote": []}
     sub = data if mask is None else data[mask]
-    async with member_bus(node, member_home) as bus:
+    async with member_bus(node, member_home) as bus, contextlib.AsyncExitStack() as kept:
+        if client is not None:
+            await kept.enter_async_context(client)
 
         async def local(text: str) -> None:
             res = await bus.call(

@@ -6,7 +6,10 @@
         print(out.output["chunks"])
 
 Calls go through the node's local control socket; vectors that travel as
-packed float32 bytes are handed back as plain lists of floats.
+packed float32 bytes are handed back as plain lists of floats.  Used as
+``async with AsyncClient(home) as client:``, one connection serves call after
+call (a long-lived caller, e.g. a UI, saves a connect and an accept per call);
+otherwise each call has a connection of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import parse_capability_ref
 from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, valid_timeout, write_message
 from hearthnet.errors import BusError, Partition, ProtocolError, Timeout, error_from_wire
+from hearthnet.transport.tcp_stream import TcpStream, connect_unix
 from hearthnet.wire.frames import FrameDecoder
 
 
@@ -56,13 +60,18 @@ after (wedged, or every control connection taken) is reported as ``timeout``
 rather than waited on for ever.  Without a ``timeout`` the node applies the
 capability's own, which the client does not know, so it waits.
 """
+KEEP_IDLE_SECONDS = 10.0
+"""How long an ``async with`` client keeps an idle connection for its next call: well inside
+the node's ``REQUEST_SECONDS`` (30 s), so the node never closes one just as a call starts."""
+MAX_KEPT = 8
+"""Idle connections an ``async with`` client keeps at most (one per call it runs at once)."""
 
 
 class StreamedCall:
     """A streamed call in progress: iterate ``frames()``, then ``result()``."""
 
     def __init__(self, stream: anyio.abc.ByteStream, deadline: float = math.inf) -> None:
-        self._stream = stream
+        self.stream = stream
         self._decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
         self._pending: list[bytes] = []
         self._final: dict[str, Any] | None = None
@@ -84,11 +93,16 @@ class StreamedCall:
         assert self._final is not None
         return _finish(self._final)
 
+    @property
+    def ended_cleanly(self) -> bool:
+        """The final answer was read and nothing more arrived: the connection may carry another call."""
+        return self._final is not None and not self._pending and not self._decoder.buffered
+
     async def _next(self) -> dict[str, Any]:
         # Per read, not around the whole call: the blocking Client reads each frame in a task of its own.
         with anyio.CancelScope(deadline=self._deadline):
             try:
-                return await read_message(self._stream, self._decoder, self._pending)
+                return await read_message(self.stream, self._decoder, self._pending)
             except (anyio.EndOfStream, anyio.BrokenResourceError) as exc:
                 raise Partition("the node closed the control connection mid-call") from exc
         raise Timeout(
@@ -112,10 +126,77 @@ class AsyncClient:
     def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
         self.home = resolve_home(home)
         self.socket_path = self.home / "control.sock"
+        self._keep = False  # inside ``async with``: connections are kept for the next call
+        self._idle: list[tuple[TcpStream, float]] = []  # (connection, when its last call ended)
+
+    async def __aenter__(self) -> AsyncClient:
+        self._keep = True
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the kept connections; later calls each use a connection of their own."""
+        self._keep = False
+        idle, self._idle = self._idle, []
+        for stream, _ in idle:
+            await stream.aclose()
+
+    async def _kept(self) -> TcpStream | None:
+        """A kept connection still fit for a call, if any (the unfit ones are closed)."""
+        now = anyio.current_time()
+        while self._idle:
+            stream, since = self._idle.pop()
+            if stream.reusable and now - since < KEEP_IDLE_SECONDS:
+                return stream
+            await stream.aclose()
+        return None
+
+    async def _release(self, call: StreamedCall) -> None:
+        stream = call.stream
+        if (
+            self._keep
+            and call.ended_cleanly
+            and isinstance(stream, TcpStream)
+            and stream.reusable
+            and len(self._idle) < MAX_KEPT
+        ):
+            self._idle.append((stream, anyio.current_time()))
+        else:
+            await stream.aclose()
+
+    async def _send_request(self, request: dict[str, Any], deadline: float) -> anyio.abc.ByteStream:
+        """The connection ``request`` was written to: a kept one if fit, else a new one."""
+        kept = await self._kept()
+        if kept is not None:
+            try:
+                await write_message(kept, request)
+                return kept
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                # Not delivered (a Unix socket takes all or nothing): the node went away or was
+                # restarted meanwhile; the call goes on a new connection.
+                await _close(kept)
+            except BaseException:
+                await _close(kept)
+                raise
+        with anyio.CancelScope(deadline=deadline) as connecting:
+            stream = await self._connect()  # blocks while the node's accept queue is full
+        if connecting.cancelled_caught:
+            raise Timeout(f"the node of {self.home} did not take the connection (overloaded or stuck)")
+        try:
+            await write_message(stream, request)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            await _close(stream)
+            raise Partition("the node closed the control connection before the call was sent") from exc
+        except BaseException:
+            await _close(stream)
+            raise
+        return stream
 
     async def _connect(self) -> anyio.abc.ByteStream:
         try:
-            return await anyio.connect_unix(self.socket_path)
+            return await connect_unix(self.socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise Partition(
                 f"no node is running for home {self.home}: "
@@ -179,16 +260,22 @@ class AsyncClient:
         deadline = math.inf
         if timeout is not None and valid_timeout(timeout):
             deadline = anyio.current_time() + timeout + ANSWER_GRACE_SECONDS
-        with anyio.CancelScope(deadline=deadline) as connecting:
-            stream = await self._connect()  # blocks while the node's accept queue is full
-        if connecting.cancelled_caught:
-            raise Timeout(f"the node of {self.home} did not take the connection (overloaded or stuck)")
-        async with stream:
-            try:
-                await write_message(stream, request)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                raise Partition("the node closed the control connection before the call was sent") from exc
-            yield StreamedCall(stream, deadline)
+        stream = await self._send_request(request, deadline)
+        call = StreamedCall(stream, deadline)
+        try:
+            yield call
+        except BaseException as exc:
+            if isinstance(exc, BusError) and call.ended_cleanly:  # the node's answer was an error
+                await self._release(call)
+            else:
+                await _close(stream)
+            raise
+        await self._release(call)
+
+
+async def _close(stream: anyio.abc.ByteStream) -> None:
+    with anyio.CancelScope(shield=True):
+        await stream.aclose()
 
 
 class Client:

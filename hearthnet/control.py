@@ -1,10 +1,16 @@
 """The local control channel: a Unix socket (mode 0600) inside the node's home.
 
-Only the home's owner can open it.  Each connection carries one call::
+Only the home's owner can open it.  A connection carries calls one after
+another, each::
 
     client -> {capability, version, params, input, timeout?, provider?, stream}
     server -> {t: "frame", data}*  then exactly one {t: "done", output, meta, provider}
                                    or {t: "error", error, message, retry_after_ms?}
+
+A client may close after one call (the CLI does) or send its next request on
+the same connection (a long-lived client, e.g. a UI: no connect and accept per
+call).  The server closes a connection that sends no request for
+``REQUEST_SECONDS``, and after a request it cannot decode.
 
 The server performs the call through this node's bus as the node itself, so
 local-only capabilities (``node.status``, ``community.invite`` ...) are
@@ -25,6 +31,7 @@ from hearthnet.bus.descriptors import parse_version
 from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, valid_timeout, write_message
 from hearthnet.errors import BadRequest, BusError, InternalError, ProtocolError
 from hearthnet.transport.tcp import accept_retrying
+from hearthnet.transport.tcp_stream import accept_unix
 from hearthnet.wire.frames import FrameDecoder
 
 log = structlog.get_logger("hearthnet.control")
@@ -34,7 +41,7 @@ MAX_CONNECTIONS = 512
 """Control connections served at once.  Beyond that the server stops accepting until one ends
 (further clients wait in the listen backlog): bounded file descriptors, nobody turned away."""
 REQUEST_SECONDS = 30.0
-"""How long a client has to send its request after connecting."""
+"""How long a client has to send a request after connecting or after its last call ended."""
 WRITE_SECONDS = 60.0
 """How long one answer or frame may wait for a client that stopped reading."""
 
@@ -71,7 +78,7 @@ class ControlServer:
                 freed = self._slot_freed = anyio.Event()
                 await freed.wait()  # the next one waits in the backlog meanwhile
                 continue
-            stream = await accept_retrying(listener.accept, "control_accept_failed")
+            stream = await accept_retrying(lambda: accept_unix(listener), "control_accept_failed")
             self.connections += 1
             tg.start_soon(self._handle, stream)
 
@@ -80,18 +87,19 @@ class ControlServer:
             async with stream:
                 decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
                 pending: list[bytes] = []
-                request: dict[str, Any] | None = None
-                with anyio.move_on_after(REQUEST_SECONDS):
-                    try:
-                        request = await read_message(stream, decoder, pending)
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        return
-                    except ProtocolError as exc:
-                        await _answer(stream, {"t": "error", **BadRequest(exc.message).to_wire()})
-                        return
-                if request is None:
-                    return  # connected and never asked: the slot is not held forever
-                await self._serve(stream, request)
+                while True:
+                    request: dict[str, Any] | None = None
+                    with anyio.move_on_after(REQUEST_SECONDS):
+                        try:
+                            request = await read_message(stream, decoder, pending)
+                        except (anyio.EndOfStream, anyio.BrokenResourceError):
+                            return  # the client is done
+                        except ProtocolError as exc:
+                            await _answer(stream, {"t": "error", **BadRequest(exc.message).to_wire()})
+                            return  # the framing cannot be trusted any more
+                    if request is None:
+                        return  # connected (or done) and silent: the slot is not held forever
+                    await self._serve(stream, request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
             return  # the client went away or stopped reading
         finally:

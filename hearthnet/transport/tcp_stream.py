@@ -1,4 +1,4 @@
-"""A TCP byte stream on an asyncio protocol: anyio's ``ByteStream``, with less work per call.
+"""A TCP (or Unix) byte stream on an asyncio protocol: anyio's ``ByteStream``, with less work per call.
 
 anyio's ``SocketStream`` stops and restarts reading around every ``receive``
 (two ``epoll_ctl`` calls each time) and yields to the event loop after every
@@ -17,8 +17,12 @@ byte before it was read), ``BrokenResourceError`` when the connection broke,
 ``ClosedResourceError`` after ``aclose``, ``BusyResourceError`` for a second
 concurrent ``receive`` or ``send``.
 
-Only for the asyncio backend (the node runs on asyncio or uvloop);
-:func:`connect_tcp` and :func:`accept_tcp` fall back to anyio's own streams on
+The control channel's Unix sockets use the same stream (:func:`connect_unix`,
+:func:`accept_unix`); there :attr:`TcpStream.reusable` tells a client whether a
+connection is fit for its next call.
+
+Only for the asyncio backend (the node runs on asyncio or uvloop); the
+``connect_*`` and ``accept_*`` functions fall back to anyio's own streams on
 any other backend.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import socket
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -35,7 +40,7 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 
-__all__ = ["READ_HIGH", "READ_LOW", "TcpStream", "accept_tcp", "connect_tcp"]
+__all__ = ["READ_HIGH", "READ_LOW", "TcpStream", "accept_tcp", "accept_unix", "connect_tcp", "connect_unix"]
 
 READ_HIGH = 256 * 1024
 """Unread bytes at which the stream stops reading from the socket."""
@@ -191,6 +196,24 @@ class TcpStream(anyio.abc.ByteStream):
         return self._protocol.write_paused
 
     @property
+    def reusable(self) -> bool:
+        """Open both ways with nothing unread and nothing unsent: a new exchange may start here.
+
+        ``False`` once the peer closed (even cleanly) or sent something unasked.
+        """
+        p = self._protocol
+        return not (
+            self._closed
+            or p.eof
+            or p.lost
+            or p.chunks
+            or p.write_paused
+            or self._receiving
+            or self._sending
+            or self._transport.is_closing()
+        )
+
+    @property
     def unsent_bytes(self) -> int:
         """Bytes written that still wait for room in the kernel's buffer (shrinks as the peer reads)."""
         return int(self._transport.get_write_buffer_size())
@@ -287,8 +310,26 @@ async def connect_tcp(host: str, port: int) -> anyio.abc.ByteStream:
     return TcpStream(transport, protocol)
 
 
+async def connect_unix(path: str | os.PathLike[str]) -> anyio.abc.ByteStream:
+    """Connect to the Unix socket at ``path`` (raises ``OSError`` on failure)."""
+    if not _on_asyncio():
+        return await anyio.connect_unix(path)
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.create_unix_connection(_Protocol, os.fspath(path))
+    return TcpStream(transport, protocol)
+
+
 async def accept_tcp(listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
     """Accept the next connection on an anyio TCP ``listener`` (raises ``OSError`` on failure)."""
+    return await _accept(listener, tcp=True)
+
+
+async def accept_unix(listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream:
+    """Accept the next connection on an anyio Unix ``listener`` (raises ``OSError`` on failure)."""
+    return await _accept(listener, tcp=False)
+
+
+async def _accept(listener: anyio.abc.SocketListener, *, tcp: bool) -> anyio.abc.ByteStream:
     if not _on_asyncio():
         return await listener.accept()
     raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
@@ -303,7 +344,8 @@ async def accept_tcp(listener: anyio.abc.SocketListener) -> anyio.abc.ByteStream
         raise
     try:
         sock.setblocking(False)
-        _nodelay(sock)
+        if tcp:
+            _nodelay(sock)
         transport, protocol = await loop.connect_accepted_socket(_Protocol, sock)
     except BaseException:
         sock.close()

@@ -21,7 +21,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.client import AsyncClient
 from hearthnet.community import Level
 from hearthnet.control import ControlServer
-from hearthnet.errors import BadRequest
+from hearthnet.errors import BadRequest, NotFound
 from hearthnet.identity import Identity
 from tests.polling import wait_until
 
@@ -88,19 +88,16 @@ async def test_a_failed_accept_is_retried_instead_of_ending_the_node(
 ) -> None:
     """``listener.serve`` ended on the first failed accept (EMFILE under fd pressure), and with it
     the node's task group: one 'hearthnet status' too many stopped the node."""
-    probe = await anyio.create_unix_listener(tmp_path / "probe.sock")
-    listener_type = type(probe)
-    await probe.aclose()
-    real = listener_type.accept
+    real = control.accept_unix
     failures: list[BaseException] = [OSError(errno.EMFILE, "Too many open files")]
     failures.append(anyio.BrokenResourceError())
 
-    async def flaky(self: Any) -> Any:
+    async def flaky(listener: Any) -> Any:
         if failures:
             raise failures.pop(0)
-        return await real(self)
+        return await real(listener)
 
-    monkeypatch.setattr(listener_type, "accept", flaky)
+    monkeypatch.setattr(control, "accept_unix", flaky)
     async with serving(tmp_path) as server:
         with anyio.fail_after(10):
             result = await AsyncClient(tmp_path).call("test.echo", input={"x": "still here"})
@@ -120,3 +117,79 @@ async def test_control_answers_may_hold_more_than_a_peer_message_and_timeouts_mu
         for bad in (float("nan"), float("inf"), -1.0, 0.0):
             with pytest.raises(BadRequest, match="timeout must be a number of seconds above 0"):
                 await client.call("test.echo", timeout=bad)
+
+
+def counting_accepts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the connections the control server accepts from now on."""
+    real = control.accept_unix
+    accepted: list[int] = []
+
+    async def accept(listener: Any) -> Any:
+        stream = await real(listener)
+        accepted.append(1)
+        return stream
+
+    monkeypatch.setattr(control, "accept_unix", accept)
+    return accepted
+
+
+@pytest.mark.anyio
+async def test_a_kept_client_sends_call_after_call_on_one_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside ``async with``, calls (an error answer included) share one connection; without it,
+    every call has its own, closed when it ends (the CLI's way)."""
+    accepted = counting_accepts(monkeypatch)
+    async with serving(tmp_path) as server:
+        async with AsyncClient(tmp_path) as client:
+            for i in range(5):
+                assert (await client.call("test.echo", input={"x": i})).output["echo"] == i
+            with pytest.raises(NotFound):
+                await client.call("test.missing")
+            async with client.stream("test.echo", input={"x": "s"}) as call:
+                assert (await call.result()).output["echo"] == "s"
+            assert (await client.call("test.echo", input={"x": "last"})).output["echo"] == "last"
+            assert len(accepted) == 1 and server.connections == 1
+        await wait_until(lambda: server.connections == 0)  # closed with the client
+        plain = AsyncClient(tmp_path)
+        for i in range(3):
+            assert (await plain.call("test.echo", input={"x": i})).output["echo"] == i
+        assert len(accepted) == 4
+        await wait_until(lambda: server.connections == 0)
+
+
+@pytest.mark.anyio
+async def test_a_connection_the_node_closed_or_a_call_left_unfinished_is_not_used_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control, "REQUEST_SECONDS", 0.2)
+    accepted = counting_accepts(monkeypatch)
+    async with serving(tmp_path), AsyncClient(tmp_path) as client:
+        await client.call("test.echo", input={"x": 1})
+        ((kept, _),) = client._idle
+        await wait_until(lambda: not kept.reusable)  # idle past REQUEST_SECONDS: the node closed it
+        assert (await client.call("test.echo", input={"x": 2})).output["echo"] == 2
+        assert len(accepted) == 2
+        async with client.stream("test.echo", input={"x": 3}):
+            pass  # left before its answer was read: that connection must not carry the next call
+        assert (await client.call("test.echo", input={"x": 4})).output["echo"] == 4
+        assert len(accepted) == 3
+
+
+@pytest.mark.anyio
+async def test_a_request_that_cannot_reach_a_kept_connection_goes_on_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node closed the kept connection just as the next call was written (too late for the
+    client to see it): a Unix socket refuses the write whole, so the call is sent again."""
+    from hearthnet.transport.tcp_stream import TcpStream
+
+    monkeypatch.setattr(control, "REQUEST_SECONDS", 0.2)
+    accepted = counting_accepts(monkeypatch)
+    async with serving(tmp_path), AsyncClient(tmp_path) as client:
+        await client.call("test.echo", input={"x": 1})
+        ((kept, _),) = client._idle
+        await wait_until(lambda: not kept.reusable)  # the node closed it
+        monkeypatch.setattr(TcpStream, "reusable", property(lambda self: True))  # unseen by the client
+        assert (await client.call("test.echo", input={"x": 2})).output["echo"] == 2
+        assert len(accepted) == 2
