@@ -1,18 +1,47 @@
-"""Authenticated, encrypted, framed links between nodes (see ``specs/transport.md``)."""
+"""Authenticated, encrypted, framed links between nodes (see ``specs/transport.md``).
 
-from hearthnet.transport.handshake import PROTOCOL_VERSION
-from hearthnet.transport.link import (
-    Admit,
-    Link,
-    accept_link,
-    format_address,
-    initiate_link,
-    open_link,
-    socket_peer_address,
-)
-from hearthnet.transport.memory import MemoryByteStream, memory_stream_pair
-from hearthnet.transport.session import Session
-from hearthnet.transport.tcp import LinkHandler, create_listener, listener_port, serve_links
+The names below load their module on first use: a client of the control socket
+imports only ``tcp_stream`` from this package, not the cryptography and logging
+every link needs (the CLI starts faster).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hearthnet.transport.handshake import PROTOCOL_VERSION
+    from hearthnet.transport.link import (
+        Admit,
+        Link,
+        accept_link,
+        format_address,
+        initiate_link,
+        open_link,
+        socket_peer_address,
+    )
+    from hearthnet.transport.memory import MemoryByteStream, memory_stream_pair
+    from hearthnet.transport.session import Session
+    from hearthnet.transport.tcp import LinkHandler, create_listener, listener_port, serve_links
+
+_HOME = {
+    "PROTOCOL_VERSION": "handshake",
+    "Admit": "link",
+    "Link": "link",
+    "accept_link": "link",
+    "format_address": "link",
+    "initiate_link": "link",
+    "open_link": "link",
+    "socket_peer_address": "link",
+    "MemoryByteStream": "memory",
+    "memory_stream_pair": "memory",
+    "Session": "session",
+    "LinkHandler": "tcp",
+    "create_listener": "tcp",
+    "listener_port": "tcp",
+    "serve_links": "tcp",
+}
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -31,3 +60,12 @@ __all__ = [
     "serve_links",
     "socket_peer_address",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
