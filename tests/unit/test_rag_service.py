@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,15 @@ from hearthnet.blobs import BlobStore
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, BusError, CapacityExceeded, InternalError, NotFound, Unauthorized
+from hearthnet.errors import (
+    BadRequest,
+    BusError,
+    CapacityExceeded,
+    InternalError,
+    NotFound,
+    Partition,
+    Unauthorized,
+)
 from hearthnet.identity import Identity
 from hearthnet.services.embedding import (
     EmbeddingConfig,
@@ -420,22 +428,54 @@ async def test_a_query_does_not_wait_behind_writes_holding_every_write_thread(
         assert n.store.info("house").docs == 3
 
 
+class RecordingEmbedder(Embedder):
+    """The real embedder, with its calls recorded; a call may be held until the test lets it go."""
+
+    def __init__(self, bus: CapabilityBus) -> None:
+        super().__init__(bus, MINILM, TIMEOUT)
+        self.sizes: list[int] = []
+        self.running = 0
+        self.most_running = 0
+        self.gates: dict[int, anyio.Event] = {}  # call number -> held until set
+        self.started: dict[int, anyio.Event] = {}
+        self.fail: set[int] = set()
+
+    async def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int, int]:
+        number = len(self.sizes)
+        self.sizes.append(len(texts))
+        self.started.setdefault(number, anyio.Event()).set()
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            if number in self.gates:
+                await self.gates[number].wait()
+            if number in self.fail:
+                raise Partition("the embedder went away")
+            return await super().embed(texts)
+        finally:
+            self.running -= 1
+
+
 @pytest.mark.anyio
 async def test_embedding_starts_on_the_chunks_read_so_far_and_never_sends_more_than_a_batch(
     tmp_path: Path, minilm: OnnxModel
 ) -> None:
-    """The embedder is not kept waiting for a full batch of 32 while chunks are ready."""
+    """The embedder is not kept waiting for a full batch of 32 while chunks are ready, the next
+    call goes out while one is in flight (never more than two), and vectors keep the chunks'
+    order when the later call ends first."""
     async with node(tmp_path, minilm=minilm) as n:
-        embedder = Embedder(n.bus, MINILM, TIMEOUT)
+        embedder = RecordingEmbedder(n.bus)
         chunks = [Chunk(f"c{i}", f"chunk {i} about compost and {i % 7} worms", {}) for i in range(43)]
         send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
         frames: list[Frame] = []
         first, go_on = anyio.Event(), anyio.Event()
+        embedder.gates[1] = anyio.Event()  # the 32-chunk call is held until the 8-chunk one ran
+        embedder.started[2] = anyio.Event()
 
         async def progress(frame: Frame) -> None:
             frames.append(frame)
             first.set()
-            await go_on.wait()  # the embedding side pauses here while the test reads on
+            await go_on.wait()  # the first call's task pauses here while the test reads on
 
         result: list[EmbeddedDocument] = []
 
@@ -453,11 +493,34 @@ async def test_embedding_starts_on_the_chunks_read_so_far_and_never_sends_more_t
             await send.send(chunks[20:])  # 40 ready at once: a full batch of 32, then 8
             await send.aclose()
             go_on.set()
-        assert [f["current"] for f in frames] == [3, 35, 43]
+            with anyio.fail_after(60):
+                await embedder.started[2].wait()  # sent while the 32 are still in flight
+                await wait_until(lambda: len(frames) == 2)  # the 8 are done first
+            embedder.gates[1].set()
+        assert embedder.sizes == [3, 32, 8] and embedder.most_running == 2
+        assert [f["current"] for f in frames] == [3, 11, 43]
         assert all(f["total"] == 43 for f in frames[1:])
-        direct, _, _ = await embedder.embed([c.text for c in chunks])
+        direct, _, _ = await Embedder(n.bus, MINILM, TIMEOUT).embed([c.text for c in chunks])
         assert result[0].vectors.shape == (43, direct.shape[1])
         assert ((result[0].vectors @ direct.T).argmax(axis=1) == np.arange(43)).all()  # in order
+
+
+@pytest.mark.anyio
+async def test_a_failed_embedding_call_ends_the_other_in_flight_and_is_raised_as_itself(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        embedder = RecordingEmbedder(n.bus)
+        embedder.gates[0] = anyio.Event()  # never set: only cancellation ends this call
+        embedder.fail.add(1)
+        send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
+        chunks = [Chunk(f"c{i}", f"chunk {i} about compost", {}) for i in range(40)]
+        await send.send(chunks)  # 32 + 8: two calls at once
+        await send.aclose()
+        with anyio.fail_after(60), pytest.raises(Partition, match="went away"):
+            async with receive:
+                await embed_streamed(embedder, receive, None)
+        assert embedder.sizes == [32, 8] and embedder.running == 0
 
 
 @pytest.mark.anyio

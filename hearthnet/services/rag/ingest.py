@@ -21,7 +21,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from hearthnet.bus.api import BusAPI
-from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition
+from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition, unwrap_group
 from hearthnet.services.rag.chunker import Chunk, PageChunker, detect_language
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, Document, DocumentHeader, PageText, stream_document
 from hearthnet.wire.vectors import decode_embeddings
@@ -37,6 +37,8 @@ MAX_DIM = 8192
 """Largest embedding a provider may answer (OpenAI's largest is 3,072)."""
 EMBED_BATCH = 32
 """Texts per embed.text call: small enough to interleave with queries, large enough to batch well."""
+EMBED_IN_FLIGHT = 2
+"""``embed.text`` calls an ingest keeps in flight (see :func:`embed_streamed`)."""
 
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -210,20 +212,32 @@ class EmbeddedDocument:
 
 
 async def embed_streamed(
-    embedder: Embedder, groups: MemoryObjectReceiveStream[list[Chunk]], progress: Progress | None
+    embedder: Embedder,
+    groups: MemoryObjectReceiveStream[list[Chunk]],
+    progress: Progress | None,
+    *,
+    in_flight: int = EMBED_IN_FLIGHT,
 ) -> EmbeddedDocument:
-    """Embed chunks as they are read, one ``embed.text`` call at a time.
+    """Embed chunks as they are read, up to ``in_flight`` ``embed.text`` calls at a time.
 
     Each call takes up to ``EMBED_BATCH`` of the chunks read so far and is
-    sent as soon as the previous one returns: the embedder never waits for a
-    full batch while chunks are ready (so the first call goes out after the
-    first pages, and a reader slower than the embedder gets smaller calls,
-    not an idle embedder).  Progress frames count chunks: ``current``
-    embedded of ``total`` read so far.
+    sent as soon as a call slot is free: the embedder never waits for a full
+    batch while chunks are ready (so the first call goes out after the first
+    pages, and a reader slower than the embedder gets smaller calls, not an
+    idle embedder).  With a call in flight while the next one is sent, the
+    embedder has the next call's texts while it finishes the last batch of
+    the previous one (its inference threads would take turns idling at every
+    call's end) and, on another node, while an answer crosses the network.
+    Vectors keep the chunks' order whatever order the calls end in.  The
+    first failure cancels the other call and is raised.  Progress frames
+    count chunks: ``current`` embedded of ``total`` read so far.
     """
-    parts: list[np.ndarray] = []
+    if in_flight < 1:
+        raise ValueError("in_flight must be at least 1")
+    parts: dict[int, np.ndarray] = {}
     pending: list[Chunk] = []
-    tokens = truncated = done = seen = 0
+    tokens = truncated = done = seen = sent = 0
+    slots = anyio.Semaphore(in_flight)
     started = time.perf_counter()
 
     def take_ready() -> None:
@@ -238,27 +252,42 @@ async def embed_streamed(
             pending.extend(group)
             seen += len(group)
 
-    async for group in groups:  # waits only when nothing read is left to embed
-        pending.extend(group)
-        seen += len(group)
-        take_ready()
-        while pending:
-            batch, pending = pending[:EMBED_BATCH], pending[EMBED_BATCH:]
+    async def call(number: int, batch: list[Chunk]) -> None:
+        nonlocal tokens, truncated, done
+        try:
             vectors, t, tr = await embedder.embed([c.text for c in batch])
-            parts.append(vectors)
-            tokens += t
-            truncated += tr
-            done += len(batch)
-            if progress is not None:
-                await progress({"stage": "embed", "current": done, "total": seen})
-            take_ready()
+        finally:
+            slots.release()
+        parts[number] = vectors
+        tokens += t
+        truncated += tr
+        done += len(batch)
+        if progress is not None:
+            await progress({"stage": "embed", "current": done, "total": seen})
+
+    try:
+        async with anyio.create_task_group() as tg:
+            async for group in groups:  # waits only when nothing read is left to embed
+                pending.extend(group)
+                seen += len(group)
+                take_ready()
+                while pending:
+                    await slots.acquire()
+                    take_ready()  # what the reader produced while the calls in flight ran
+                    batch, pending = pending[:EMBED_BATCH], pending[EMBED_BATCH:]
+                    tg.start_soon(call, sent, batch)
+                    sent += 1
+                    take_ready()
+    except BaseExceptionGroup as group:
+        raise unwrap_group(group) from None
     log.info(
         "chunks_embedded",
         chunks=done,
         truncated=truncated,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
-    matrix = np.concatenate(parts, axis=0) if parts else np.zeros((0, 0), dtype=np.float32)
+    ordered = [parts[i] for i in range(sent)]
+    matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
     return EmbeddedDocument(matrix, tokens, truncated)
 
 
