@@ -250,3 +250,37 @@ async def test_a_caller_cancelled_before_its_batch_starts_still_runs_the_others_
         release.set()
         batcher.close()
     assert got == {"b": 2.0}
+
+
+@pytest.mark.anyio
+async def test_a_small_call_on_an_idle_model_is_shared_by_every_inference_slot() -> None:
+    """Nine texts that fit one batch ran as one batch on one thread while the other idled; now
+    they run as 5 + 4 at the same time.  One text, and a model with one slot, are unchanged."""
+    both_running = threading.Barrier(2, timeout=10)
+    sizes: list[int] = []
+
+    def rows(items: list[int]) -> np.ndarray:
+        sizes.append(len(items))
+        if len(items) > 1:
+            both_running.wait()  # raises if the other half never runs beside this one
+        return np.array([[float(x)] for x in items], dtype=np.float32)
+
+    batcher: MicroBatcher[int] = MicroBatcher(rows, dim=1, limiter=anyio.CapacityLimiter(2))
+    try:
+        with anyio.fail_after(20):
+            out = await batcher.submit([(i, 10) for i in range(9)])
+            assert out[:, 0].tolist() == [float(i) for i in range(9)]
+            assert sorted(sizes) == [4, 5]
+            sizes.clear()
+            await batcher.submit([(7, 10)])
+            assert sizes == [1]
+    finally:
+        batcher.close()
+    single: MicroBatcher[int] = MicroBatcher(
+        lambda items: np.zeros((len(items), 1), dtype=np.float32), dim=1, limiter=anyio.CapacityLimiter(1)
+    )
+    try:
+        await single.submit([(i, 10) for i in range(9)])
+        assert single.batches_run == 1
+    finally:
+        single.close()

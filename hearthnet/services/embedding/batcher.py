@@ -106,6 +106,7 @@ class MicroBatcher(Generic[T]):
         self._max_tokens = max_batch_tokens
         self._pending: deque[_Request[T]] = deque()
         self._threads = WorkerThreads(max(1, min(int(limiter.total_tokens), 64)), "embed")
+        self._running = 0  # batches planned and not finished
         self.batches_run = 0
         """Count of ``run_batch`` calls (stats and tests)."""
 
@@ -116,7 +117,7 @@ class MicroBatcher(Generic[T]):
             return req.out
         self._pending.append(req)
         try:
-            if len(self._pending) == 1 and self._limiter.available_tokens >= 1 and self._one_batch(req):
+            if len(self._pending) == 1 and self._one_batch(req) and self._runs_alone(req):
                 # Fast path (a lone small caller on an idle model, e.g. one query): its turn runs
                 # right here, without helper tasks or a pass through the event loop for the free
                 # token; callers arriving meanwhile join the next batch.
@@ -143,15 +144,31 @@ class MicroBatcher(Generic[T]):
     def _one_batch(self, req: _Request[T]) -> bool:
         return len(req.items) <= self._max_items and max(req.costs) * len(req.items) <= self._max_tokens
 
+    def _runs_alone(self, req: _Request[T]) -> bool:
+        """A free token, and nothing to share it with: one item, or no second free token."""
+        free = self._limiter.available_tokens
+        return free >= 1 and (len(req.items) == 1 or free < 2)
+
+    def _share(self) -> int:
+        """Most items this turn takes: an even share of what waits over the inference slots not
+        running a batch (a call of nine texts on an idle model runs as 5 + 4 on two threads,
+        not 9 on one), never more than ``max_batch_items``."""
+        slots = int(self._limiter.total_tokens) - self._running
+        if slots < 2:
+            return self._max_items
+        waiting = sum(r.unscheduled for r in self._pending)
+        return max(1, min(self._max_items, -(-waiting // slots)))
+
     async def _work(self, req: _Request[T]) -> None:
         while req.unscheduled and not req.done.is_set():
             async with self._limiter:
                 await self._run_one()
 
     async def _run_one(self) -> None:
-        batch = plan_batch(self._pending, max_items=self._max_items, max_tokens=self._max_tokens)
+        batch = plan_batch(self._pending, max_items=self._share(), max_tokens=self._max_tokens)
         if not batch:
             return
+        self._running += 1
         try:
             # The batch holds other callers' items, taken out of the queue: it runs to its end even
             # if this caller is cancelled meanwhile (before the thread starts, too), or they would
@@ -176,6 +193,7 @@ class MicroBatcher(Generic[T]):
                 req.done.set()
             return
         finally:
+            self._running -= 1
             self.batches_run += 1
         # No checkpoint from here on: results reach their callers even if this task is being cancelled.
         for (req, pos), row in zip(batch, rows, strict=True):
