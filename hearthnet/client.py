@@ -62,7 +62,7 @@ capability's own, which the client does not know, so it waits.
 """
 KEEP_IDLE_SECONDS = 10.0
 """How long an ``async with`` client keeps an idle connection for its next call: well inside
-the node's ``REQUEST_SECONDS`` (30 s), so the node never closes one just as a call starts."""
+the node's ``IDLE_SECONDS`` (15 s), so the node never closes one just as a call starts."""
 MAX_KEPT = 8
 """Idle connections an ``async with`` client keeps at most (one per call it runs at once)."""
 
@@ -169,21 +169,10 @@ class AsyncClient:
     async def _send_request(self, request: dict[str, Any], deadline: float) -> anyio.abc.ByteStream:
         """The connection ``request`` was written to: a kept one if fit, else a new one."""
         kept = await self._kept()
-        if kept is not None:
-            try:
-                await write_message(kept, request)
-                return kept
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                # Not delivered (a Unix socket takes all or nothing): the node went away or was
-                # restarted meanwhile; the call goes on a new connection.
-                await _close(kept)
-            except BaseException:
-                await _close(kept)
-                raise
-        with anyio.CancelScope(deadline=deadline) as connecting:
-            stream = await self._connect()  # blocks while the node's accept queue is full
-        if connecting.cancelled_caught:
-            raise Timeout(f"the node of {self.home} did not take the connection (overloaded or stuck)")
+        stream = kept if kept is not None else await self._connect_by(deadline)
+        # A write that fails is never sent again: the node may have read the whole request before
+        # the failure was seen, and a call must not run twice.  A kept connection the node closed
+        # is seen (``reusable``) long before the next call, unless it closed in the same instant.
         try:
             await write_message(stream, request)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -193,6 +182,11 @@ class AsyncClient:
             await _close(stream)
             raise
         return stream
+
+    async def _connect_by(self, deadline: float) -> anyio.abc.ByteStream:
+        with anyio.CancelScope(deadline=deadline):
+            return await self._connect()  # blocks while the node's accept queue is full
+        raise Timeout(f"the node of {self.home} did not take the connection (overloaded or stuck)")
 
     async def _connect(self) -> anyio.abc.ByteStream:
         try:

@@ -9,8 +9,9 @@ another, each::
 
 A client may close after one call (the CLI does) or send its next request on
 the same connection (a long-lived client, e.g. a UI: no connect and accept per
-call).  The server closes a connection that sends no request for
-``REQUEST_SECONDS``, and after a request it cannot decode.
+call).  The server closes a connection that sends no request within
+``REQUEST_SECONDS`` of connecting or ``IDLE_SECONDS`` of its last answer, and
+after a request it cannot decode.
 
 The server performs the call through this node's bus as the node itself, so
 local-only capabilities (``node.status``, ``community.invite`` ...) are
@@ -41,7 +42,10 @@ MAX_CONNECTIONS = 512
 """Control connections served at once.  Beyond that the server stops accepting until one ends
 (further clients wait in the listen backlog): bounded file descriptors, nobody turned away."""
 REQUEST_SECONDS = 30.0
-"""How long a client has to send a request after connecting or after its last call ended."""
+"""How long a client has to send its first request after connecting."""
+IDLE_SECONDS = 15.0
+"""How long a connection may wait for its next request after an answer (a kept connection holds
+one of the ``MAX_CONNECTIONS`` slots meanwhile); clients keep theirs for less (10 s)."""
 WRITE_SECONDS = 60.0
 """How long one answer or frame may wait for a client that stopped reading."""
 
@@ -87,9 +91,10 @@ class ControlServer:
             async with stream:
                 decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
                 pending: list[bytes] = []
+                wait = REQUEST_SECONDS
                 while True:
                     request: dict[str, Any] | None = None
-                    with anyio.move_on_after(REQUEST_SECONDS):
+                    with anyio.move_on_after(wait):
                         try:
                             request = await read_message(stream, decoder, pending)
                         except (anyio.EndOfStream, anyio.BrokenResourceError):
@@ -100,6 +105,7 @@ class ControlServer:
                     if request is None:
                         return  # connected (or done) and silent: the slot is not held forever
                     await self._serve(stream, request)
+                    wait = IDLE_SECONDS
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
             return  # the client went away or stopped reading
         finally:

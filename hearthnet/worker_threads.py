@@ -11,9 +11,11 @@ an embedding.  :class:`WorkerThreads` submits to its own ``ThreadPoolExecutor``
 served) and awaits the future: one pass.
 
 As with ``anyio.to_thread.run_sync``: a caller cancelled while its function
-runs waits for the function to end and then sees the cancellation; the
-function runs with a copy of the caller's context variables.  Off asyncio (the
-node always runs on asyncio or uvloop) it falls back to
+waits in the queue (or before) gives it up, and it never runs; a caller
+cancelled while its function runs waits for the function to end (what the
+function uses stays valid) and then sees the cancellation (anyio's returns
+the result first; here it is dropped).  The function runs with a copy of the caller's context variables.
+Off asyncio (the node always runs on asyncio or uvloop) it falls back to
 ``anyio.to_thread.run_sync`` with a limiter of the same size.
 
 Only for functions that never call back into the event loop: these threads are
@@ -29,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from hearthnet.errors import Partition
 
@@ -57,11 +60,20 @@ class WorkerThreads:
             if self._limiter is None:
                 self._limiter = anyio.CapacityLimiter(self.threads)
             return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+        await anyio.lowlevel.checkpoint_if_cancelled()
         context = contextvars.copy_context()
-        future = loop.run_in_executor(self._executor, context.run, fn, *args)
-        with anyio.CancelScope(shield=True):  # the thread cannot be stopped: wait for its end
-            result = await future
-        return result
+        job = self._executor.submit(context.run, fn, *args)
+        waiter = asyncio.wrap_future(job, loop=loop)
+        try:
+            return await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            if job.cancel():
+                raise  # still queued: it will never run
+            with anyio.CancelScope(shield=True):  # running: a thread cannot be stopped, wait for it
+                await asyncio.wait([waiter])
+            if not waiter.cancelled():
+                waiter.exception()  # its outcome is not wanted: no "never retrieved" warning
+            raise
 
     def close(self) -> None:
         """Refuse new work; what runs or waits finishes in the background.  Idempotent."""

@@ -21,7 +21,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.client import AsyncClient
 from hearthnet.community import Level
 from hearthnet.control import ControlServer
-from hearthnet.errors import BadRequest, NotFound
+from hearthnet.errors import BadRequest, NotFound, Partition
 from hearthnet.identity import Identity
 from tests.polling import wait_until
 
@@ -162,12 +162,13 @@ async def test_a_kept_client_sends_call_after_call_on_one_connection(
 async def test_a_connection_the_node_closed_or_a_call_left_unfinished_is_not_used_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(control, "REQUEST_SECONDS", 0.2)
+    monkeypatch.setattr(control, "IDLE_SECONDS", 0.2)
     accepted = counting_accepts(monkeypatch)
     async with serving(tmp_path), AsyncClient(tmp_path) as client:
         await client.call("test.echo", input={"x": 1})
         ((kept, _),) = client._idle
-        await wait_until(lambda: not kept.reusable)  # idle past REQUEST_SECONDS: the node closed it
+        await wait_until(lambda: not kept.reusable)  # idle past IDLE_SECONDS: the node closed it
+        monkeypatch.setattr(control, "IDLE_SECONDS", 30.0)  # from here on, however slow the host
         assert (await client.call("test.echo", input={"x": 2})).output["echo"] == 2
         assert len(accepted) == 2
         async with client.stream("test.echo", input={"x": 3}):
@@ -177,19 +178,33 @@ async def test_a_connection_the_node_closed_or_a_call_left_unfinished_is_not_use
 
 
 @pytest.mark.anyio
-async def test_a_request_that_cannot_reach_a_kept_connection_goes_on_a_new_one(
+async def test_a_request_whose_write_fails_is_not_sent_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The node closed the kept connection just as the next call was written (too late for the
-    client to see it): a Unix socket refuses the write whole, so the call is sent again."""
+    """The node closed the kept connection in the instant before the next call was written: the
+    call fails with partition instead of being sent again (the node might have read all of it
+    before the failure showed, and a call must not run twice); the next call connects anew."""
     from hearthnet.transport.tcp_stream import TcpStream
 
-    monkeypatch.setattr(control, "REQUEST_SECONDS", 0.2)
+    monkeypatch.setattr(control, "IDLE_SECONDS", 0.2)
     accepted = counting_accepts(monkeypatch)
-    async with serving(tmp_path), AsyncClient(tmp_path) as client:
-        await client.call("test.echo", input={"x": 1})
+    calls = 0
+
+    async def counted(ctx: CallContext) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        return {}
+
+    async with serving(tmp_path) as server, AsyncClient(tmp_path) as client:
+        descriptor = CapabilityDescriptor("test.count", (1, 0), local_only=True)
+        server._bus.register(Registration(descriptor, counted))
+        await client.call("test.count")
         ((kept, _),) = client._idle
         await wait_until(lambda: not kept.reusable)  # the node closed it
-        monkeypatch.setattr(TcpStream, "reusable", property(lambda self: True))  # unseen by the client
-        assert (await client.call("test.echo", input={"x": 2})).output["echo"] == 2
-        assert len(accepted) == 2
+        with monkeypatch.context() as m:
+            m.setattr(TcpStream, "reusable", property(lambda self: True))  # not seen by the client
+            with pytest.raises(Partition, match="before the call was sent"):
+                await client.call("test.count")
+        assert calls == 1 and client._idle == []
+        await client.call("test.count")
+        assert calls == 2 and len(accepted) == 2

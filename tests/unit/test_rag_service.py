@@ -753,3 +753,24 @@ async def test_a_source_that_cannot_be_pinned_does_not_fail_an_ingest_that_is_do
         monkeypatch.setattr(n.blobs, "pin", broken_pin)
         output, meta = await n.ingest("house", cid)  # stored and announced: the answer says so
         assert output["chunks_indexed"] > 0 and meta["ingest_event_id"] and n.store.has_document("house", cid)
+
+
+@pytest.mark.anyio
+async def test_embedding_calls_answered_with_different_sizes_are_an_internal_error(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """Two providers of one model name with different dimensions (a misconfigured one) used to
+    end the ingest in numpy's ValueError; the caller gets internal_error naming the model."""
+
+    class TwoSizes(Embedder):
+        async def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int, int]:
+            vectors, tokens, truncated = await super().embed(texts)
+            return (vectors if len(texts) == 32 else vectors[:, :8]), tokens, truncated
+
+    async with node(tmp_path, minilm=minilm) as n:
+        send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
+        await send.send([Chunk(f"c{i}", f"chunk {i} about compost", {}) for i in range(40)])  # 32 + 8
+        await send.aclose()
+        with anyio.fail_after(60), pytest.raises(InternalError, match="different sizes"):
+            async with receive:
+                await embed_streamed(TwoSizes(n.bus, MINILM, TIMEOUT), receive, None)

@@ -64,23 +64,25 @@ async def test_at_most_threads_run_at_once_and_the_rest_wait_their_turn() -> Non
 
 
 async def test_a_cancelled_caller_waits_for_its_function_then_sees_the_cancellation() -> None:
+    """A thread cannot be stopped: the caller leaves only once its function has ended (so what
+    the function uses stays valid), and then as cancelled."""
     threads = WorkerThreads(1, "t")
     started, release = threading.Event(), threading.Event()
-    finished: list[str] = []
-    after: list[str] = []
+    order: list[str] = []
 
     def job() -> str:
         started.set()
         release.wait(10)
-        finished.append("job")
+        order.append("job ended")
         return "done"
 
     async def caller(scope: anyio.CancelScope) -> None:
         with scope:
-            await threads.run(job)
-            after.append("returned")  # no checkpoint between: it runs
-            await anyio.lowlevel.checkpoint()
-            after.append("past a checkpoint")  # cancelled before this
+            try:
+                await threads.run(job)
+                order.append("returned")  # must not happen: the call was cancelled
+            finally:
+                order.append("caller left")
 
     try:
         scope = anyio.CancelScope()
@@ -89,9 +91,34 @@ async def test_a_cancelled_caller_waits_for_its_function_then_sees_the_cancellat
             await wait_until(started.is_set)
             scope.cancel()
             await anyio.lowlevel.checkpoint()
-            assert not finished  # the caller still waits for the thread
+            assert order == []  # the caller still waits for the thread
             release.set()
-        assert finished == ["job"] and after == ["returned"]
+        assert order == ["job ended", "caller left"] and scope.cancelled_caught
+    finally:
+        release.set()
+        threads.close()
+
+
+async def test_a_caller_cancelled_while_its_function_waits_in_the_queue_gives_it_up() -> None:
+    """A query whose deadline passes while its search waits behind a long read does not wait on:
+    its function never runs, and the caller sees the cancellation at once."""
+    threads = WorkerThreads(1, "t")
+    started, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def busy() -> None:
+        started.set()
+        release.wait(10)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(threads.run, busy)  # holds the only thread
+            await wait_until(started.is_set)
+            with anyio.move_on_after(0.2) as scope:
+                await threads.run(lambda: ran.append("queued"))
+            assert scope.cancelled_caught and not release.is_set()  # gave up while busy still runs
+            release.set()
+        assert await threads.run(lambda: "next") == "next" and ran == []
     finally:
         release.set()
         threads.close()

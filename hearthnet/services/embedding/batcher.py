@@ -117,11 +117,10 @@ class MicroBatcher(Generic[T]):
             return req.out
         self._pending.append(req)
         try:
-            if len(self._pending) == 1 and self._one_batch(req) and self._runs_alone(req):
+            if len(self._pending) == 1 and self._one_batch(req) and self._runs_alone(req) and self._take():
                 # Fast path (a lone small caller on an idle model, e.g. one query): its turn runs
                 # right here, without helper tasks or a pass through the event loop for the free
                 # token; callers arriving meanwhile join the next batch.
-                self._limiter.acquire_nowait()
                 try:
                     await self._run_one()
                 finally:
@@ -143,6 +142,15 @@ class MicroBatcher(Generic[T]):
 
     def _one_batch(self, req: _Request[T]) -> bool:
         return len(req.items) <= self._max_items and max(req.costs) * len(req.items) <= self._max_tokens
+
+    def _take(self) -> bool:
+        """The free token, without waiting; ``False`` if a waiter is owed it (some anyio
+        versions show a released token as free until the waiter it was handed to resumes)."""
+        try:
+            self._limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            return False
+        return True
 
     def _runs_alone(self, req: _Request[T]) -> bool:
         """A free token, and nothing to share it with: one item, or no second free token."""

@@ -287,6 +287,11 @@ async def embed_streamed(
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
     ordered = [parts[i] for i in range(sent)]
+    if len({part.shape[1] for part in ordered}) > 1:  # two providers of one model name disagree
+        raise InternalError(
+            f"embed.text providers of {embedder.model} answered vectors of different sizes "
+            f"({sorted({part.shape[1] for part in ordered})}): fix the misconfigured one"
+        )
     matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
     return EmbeddedDocument(matrix, tokens, truncated)
 
