@@ -85,24 +85,25 @@ async def _local(
 async def _remote(far: MeshNode, chunks: list[str], queries: list[str]) -> tuple[float, list[float]]:
     from hearthnet.client import AsyncClient
 
-    client = AsyncClient(far.home)
+    # A long-lived client (a UI) keeps its control connection: no connect and accept per call.
+    async with AsyncClient(far.home) as client:
 
-    async def call(texts: list[str]) -> Any:
-        return await client.call(
-            "embed.text", params={"model": MODEL}, input={"texts": texts, "normalize": True}, timeout=120
-        )
+        async def call(texts: list[str]) -> Any:
+            return await client.call(
+                "embed.text", params={"model": MODEL}, input={"texts": texts, "normalize": True}, timeout=120
+            )
 
-    await call(chunks[:2])
-    t = time.perf_counter()
-    for s in range(0, len(chunks), BATCH):
-        res = await call(chunks[s : s + BATCH])
-        assert res.provider != far.node_id
-    cps = len(chunks) / (time.perf_counter() - t)
-    lat: list[float] = []
-    for q in queries:
+        await call(chunks[:2])
         t = time.perf_counter()
-        await call([q])
-        lat.append((time.perf_counter() - t) * 1000)
+        for s in range(0, len(chunks), BATCH):
+            res = await call(chunks[s : s + BATCH])
+            assert res.provider != far.node_id
+        cps = len(chunks) / (time.perf_counter() - t)
+        lat: list[float] = []
+        for q in queries:
+            t = time.perf_counter()
+            await call([q])
+            lat.append((time.perf_counter() - t) * 1000)
     return cps, lat
 
 
