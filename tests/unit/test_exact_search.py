@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hearthnet.errors import BadRequest
 from hearthnet.services.rag.exact import ExactIndex
 from hearthnet.services.rag.store import CorpusStore, build_where, where_matches
 from tests.unit.test_corpus_store import fake_chunks, unit_vectors
@@ -263,5 +264,46 @@ def test_queries_during_a_load_use_hnsw_instead_of_loading_a_copy_each(tmp_path:
         loader.join(30)
         assert loads == [1] and len(store._exact["kb"]) == 40
         assert store.query("kb", va[9], k=1)[0].chunk_id == "a-9"
+    finally:
+        store.close()
+
+
+def test_query_in_memory_answers_as_query_or_declines_without_waiting(tmp_path: Path) -> None:
+    """The event loop's search: the same hits as query(); None (never a wait) while a write holds
+    the store lock, for a filter, for a copy over the size given, or before the corpus has a copy."""
+    store = CorpusStore(tmp_path / "rag", exact_max_chunks=100)
+    try:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        v = unit_vectors(30, seed=4)
+        store.add_document("kb", fake_chunks("a", 30), v)
+        store.create_corpus("big", embedding_model="m", dim=16)
+        store.add_document("big", fake_chunks("b", 200), unit_vectors(200, seed=5))  # over 100: HNSW
+        store.query("kb", v[3], k=1)  # the collection handle is known from here on
+        store.query("big", v[3], k=1)
+        for q in (v[3], v[9] * 2.0):
+            want = [(h.chunk_id, h.text) for h in store.query("kb", q, k=5)]
+            got = store.query_in_memory("kb", q, k=5, max_floats=10_000)
+            assert got is not None and [(h.chunk_id, h.text) for h in got] == want
+        assert store.query_in_memory("kb", v[3], k=5, max_floats=30 * 16 - 1) is None  # too big here
+        assert store.query_in_memory("kb", v[3], k=5, where={"page": 1}, max_floats=10_000) is None
+        assert store.query_in_memory("big", v[3], k=5, max_floats=10**9) is None  # no copy
+        assert store.query_in_memory("nope", v[3], k=5, max_floats=10**9) is None
+        with pytest.raises(BadRequest):
+            store.query_in_memory("kb", v[3][:8], k=5, max_floats=10_000)
+        held, release = threading.Event(), threading.Event()
+
+        def write() -> None:
+            with store._lock:
+                held.set()
+                release.wait(10)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            assert held.wait(10)
+            assert store.query_in_memory("kb", v[3], k=5, max_floats=10_000) is None  # at once
+        finally:
+            release.set()
+            writer.join()
     finally:
         store.close()

@@ -888,6 +888,42 @@ class CorpusStore:
             self._forget_handle(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
             return self._query(name, embedding, k=k, where=where, include_text=include_text)
 
+    def query_in_memory(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None = None,
+        include_text: bool = True,
+        max_floats: int,
+    ) -> list[ScoredChunk] | None:
+        """:meth:`query`'s answer if it can be given at once from the in-memory copy, else ``None``.
+
+        For the event loop (no thread hop): never waits for the store lock (a
+        write holding it gives ``None``), never reads ChromaDB or the ledger,
+        and searches only a copy of at most ``max_floats`` vector components
+        (the matrix product is most of the cost).  ``None`` too when the corpus
+        has no copy or no known collection handle, and for a filtered query (its
+        walk down the ranking is Python, as long as the filter is selective):
+        :meth:`query` then decides.
+        """
+        if where or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            index = self._exact.get(name)
+            known = name in self._collections
+        finally:
+            self._lock.release()
+        if index is None or not known or len(index) * index.dim > max_floats:
+            return None
+        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        if vec.shape != (index.dim,) or not np.isfinite(vec).all():
+            raise BadRequest(f"query embedding must be {index.dim} finite floats")
+        if k < 1:
+            raise BadRequest("k must be at least 1")
+        return index.search(vec, k, include_text=include_text)
+
     def _forget_handle(self, name: str) -> None:
         with self._lock:
             self._collections.pop(name, None)
