@@ -7,8 +7,9 @@ event log and invitations.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hearthnet.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from hearthnet.community.invite import InviteToken, decode_token, encode_token
@@ -38,10 +39,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # the type checker sees the imports above, and flags a misspelt name
+    __getattr__ = lazy_getattr(__name__, _HOME, globals())

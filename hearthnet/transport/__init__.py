@@ -7,8 +7,9 @@ every link needs (the CLI starts faster).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hearthnet.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from hearthnet.transport.handshake import PROTOCOL_VERSION
@@ -62,10 +63,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+if not TYPE_CHECKING:  # the type checker sees the imports above, and flags a misspelt name
+    __getattr__ = lazy_getattr(__name__, _HOME, globals())
