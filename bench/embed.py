@@ -27,6 +27,7 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,23 @@ def direct_query_latency(model: OnnxModel, queries: list[str]) -> list[float]:
     return out
 
 
+async def _measure(
+    call: Callable[[list[str]], Awaitable[Any]], chunks: list[str], queries: list[str]
+) -> tuple[float, list[float]]:
+    """Chunks/s over calls of ``BATCH`` chunks, then each query's latency in ms (after a warm-up)."""
+    await call(chunks[:2])
+    t = time.perf_counter()
+    for s in range(0, len(chunks), BATCH):
+        await call(chunks[s : s + BATCH])
+    cps = len(chunks) / (time.perf_counter() - t)
+    lat: list[float] = []
+    for q in queries:
+        t = time.perf_counter()
+        await call([q])
+        lat.append((time.perf_counter() - t) * 1000)
+    return cps, lat
+
+
 async def _local(
     emb: MeshNode, member_home: Path, chunks: list[str], queries: list[str]
 ) -> tuple[float, list[float]]:
@@ -69,17 +87,7 @@ async def _local(
                 timeout=120,
             )
 
-        await call(chunks[:2])  # warm-up
-        t = time.perf_counter()
-        for s in range(0, len(chunks), BATCH):
-            await call(chunks[s : s + BATCH])
-        cps = len(chunks) / (time.perf_counter() - t)
-        lat: list[float] = []
-        for q in queries:
-            t = time.perf_counter()
-            await call([q])
-            lat.append((time.perf_counter() - t) * 1000)
-    return cps, lat
+        return await _measure(call, chunks, queries)
 
 
 async def _remote(far: MeshNode, chunks: list[str], queries: list[str]) -> tuple[float, list[float]]:
@@ -89,22 +97,13 @@ async def _remote(far: MeshNode, chunks: list[str], queries: list[str]) -> tuple
     async with AsyncClient(far.home) as client:
 
         async def call(texts: list[str]) -> Any:
-            return await client.call(
+            res = await client.call(
                 "embed.text", params={"model": MODEL}, input={"texts": texts, "normalize": True}, timeout=120
             )
+            assert res.provider != far.node_id  # served by the embedder, through far
+            return res
 
-        await call(chunks[:2])
-        t = time.perf_counter()
-        for s in range(0, len(chunks), BATCH):
-            res = await call(chunks[s : s + BATCH])
-            assert res.provider != far.node_id
-        cps = len(chunks) / (time.perf_counter() - t)
-        lat: list[float] = []
-        for q in queries:
-            t = time.perf_counter()
-            await call([q])
-            lat.append((time.perf_counter() - t) * 1000)
-    return cps, lat
+        return await _measure(call, chunks, queries)
 
 
 def run(quick: bool = False) -> list[Metric]:

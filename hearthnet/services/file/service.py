@@ -344,9 +344,11 @@ class FileService:
         if not isinstance(skip_raw, list):
             raise BadRequest("input.skip must be a list of chunk ids")
         skip = {s for s in skip_raw if isinstance(s, str)}
-        if not await self._io(self.store.has_blob, doc_cid) or (
-            not ctx.is_local and await self._io(self.store.is_private, doc_cid)
-        ):
+
+        def readable() -> bool:  # one trip to a thread for both questions
+            return self.store.has_blob(doc_cid) and (ctx.is_local or not self.store.is_private(doc_cid))
+
+        if not await self._io(readable):
             raise NotFound(f"this node does not hold {doc_cid}")  # a private blob: as if it were not here
         manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
         await ctx.send({"manifest": manifest.to_wire()})

@@ -208,6 +208,17 @@ class _DocumentWrite:
 # --------------------------------------------------------------------------- store
 
 
+def _query_vector(embedding: np.ndarray, dim: int, k: int) -> np.ndarray:
+    """``embedding`` as a flat float32 vector of the corpus's ``dim``; ``BadRequest`` for a wrong
+    size, a value that is not finite, or ``k`` below 1."""
+    vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+    if vec.shape != (dim,) or not np.isfinite(vec).all():
+        raise BadRequest(f"query embedding must be {dim} finite floats")
+    if k < 1:
+        raise BadRequest("k must be at least 1")
+    return vec
+
+
 class _CollectionGone(NotFound):
     """A cached collection handle whose collection no longer exists (reindexed, deleted, or the
     server lost it): the store drops the handle, so the next use looks the collection up again."""
@@ -917,12 +928,7 @@ class CorpusStore:
             self._lock.release()
         if index is None or not known or len(index) * index.dim > max_floats:
             return None
-        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
-        if vec.shape != (index.dim,) or not np.isfinite(vec).all():
-            raise BadRequest(f"query embedding must be {index.dim} finite floats")
-        if k < 1:
-            raise BadRequest("k must be at least 1")
-        return index.search(vec, k, include_text=include_text)
+        return index.search(_query_vector(embedding, index.dim, k), k, include_text=include_text)
 
     def _forget_handle(self, name: str) -> None:
         with self._lock:
@@ -947,11 +953,7 @@ class CorpusStore:
             raise NotFound(f"corpus {name!r} does not exist")
         else:
             dim = row[1]
-        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
-        if vec.shape != (dim,) or not np.isfinite(vec).all():
-            raise BadRequest(f"query embedding must be {dim} finite floats")
-        if k < 1:
-            raise BadRequest("k must be at least 1")
+        vec = _query_vector(embedding, dim, k)
         clause = build_where(where) if where else None
         index = self._exact_index(name, col)
         if index is not None:
