@@ -84,33 +84,59 @@ def _emit(args: argparse.Namespace, document: Any, text: str) -> None:
 
 
 # -- file -------------------------------------------------------------------------------
+def node_path(text: str, what: str, fix: str) -> str:
+    """``text`` as an absolute path for the node (whose working directory is not ours).
+
+    Nothing is resolved: a symbolic link stays a link for the node to judge (``file.export``
+    never writes through one; ``file.import`` reads through it), and a symlink loop is the
+    node's clear error, not ours.  A name that is not valid UTF-8 cannot travel to the node.
+    """
+    full = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)
+    try:
+        full.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"the {what} {shown(path_text(Path(full)))} is not valid UTF-8: {fix}") from None
+    return full
+
+
 def cmd_file_put(args: argparse.Namespace) -> None:
     client = Client(args.home)
-    path = Path(args.path).resolve()
-    imported = client.call("file.import", input={"path": str(path)}).output
-    pushed = None
-    if args.on:
-        pushed = _streamed(
+    path = node_path(args.path, "file name", "rename the file")
+    if not args.on:
+        imported = client.call("file.import", input={"path": path}).output
+        _emit(args, {**imported, "pushed_to": None, "push": None}, imported["doc_cid"])
+        return
+    # One call: the node imports, pushes, and pins only if the push succeeded; a refused
+    # push leaves nothing here that the import created.
+    pushed = dict(
+        _streamed(
             client,
             "file.push",
             Progress(not args.json),
-            path.name,
-            input={"doc_cid": imported["doc_cid"], "node": args.on},
+            Path(path).name,
+            input={"path": path, "node": args.on},
         ).output
+    )
+    imported = pushed.pop("imported")
     _emit(args, {**imported, "pushed_to": args.on, "push": pushed}, imported["doc_cid"])
 
 
 def cmd_file_get(args: argparse.Namespace) -> None:
+    from hearthnet.blobs.destination import check_destination, destination_path
+
+    out = node_path(args.out, "output path", "choose a UTF-8 name")
+    check_destination(destination_path(out), force=args.force)  # before a long fetch; export checks again
     client = Client(args.home)
     fetched = _streamed(
         client, "file.fetch", Progress(not args.json), args.cid, input={"doc_cid": args.cid}
     ).output
-    out = str(Path(args.out).resolve())
-    exported = client.call("file.export", input={"doc_cid": args.cid, "path": out}).output
+    exported = client.call(
+        "file.export", input={"doc_cid": args.cid, "path": out, "force": args.force}
+    ).output
     _emit(
         args,
         {**fetched, **exported},
-        f"{args.cid} -> {out} ({exported['size']} bytes, from {fetched['source']})",
+        f"{args.cid} -> {shown(out)} ({exported['size']} bytes, from {fetched['source']})",
     )
 
 
@@ -459,7 +485,13 @@ def register_data_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     fp.set_defaults(func=cmd_file_put)
     fg = fsub.add_parser("get", parents=[common], help="fetch a blob from this node or the mesh")
     fg.add_argument("cid")
-    fg.add_argument("--out", required=True)
+    fg.add_argument("--out", required=True, help="file to write; an existing path is refused unless --force")
+    fg.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing regular file at --out, keeping its permissions (default: refuse; "
+        "a symbolic link, a directory, a FIFO or a device is refused even so)",
+    )
     fg.set_defaults(func=cmd_file_get)
     fl = fsub.add_parser("ls", parents=[common], help="blobs held by this node")
     fl.add_argument("--prefix")

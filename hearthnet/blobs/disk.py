@@ -1,8 +1,8 @@
 """File-level helpers of the blob store: atomic temp files, fsync/syncfs, bounded reads, errors.
 
 Blocking code, no index.  A full disk becomes ``capacity_exceeded``
-(:func:`disk_full_is_capacity`); a bad export destination ``bad_request``
-(:func:`export_errors`).
+(:func:`disk_full_is_capacity`).  Writing to a user's path is in
+:mod:`~hearthnet.blobs.destination`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import errno
 import os
-import secrets
 import shutil
 import sqlite3
 import stat
@@ -168,51 +167,6 @@ def open_regular(path: Path) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
-
-
-TEMP_NAME_KEEP = 100
-"""Characters of the destination's name kept in its temporary file's name (names are <= 255 bytes)."""
-
-
-def create_beside(dest: Path) -> tuple[int, str]:
-    """A new, empty temporary file next to ``dest`` (mode 0666 less the umask, like any new file)."""
-    while True:
-        name = str(dest.parent / f".{dest.name[:TEMP_NAME_KEEP]}.{secrets.token_hex(6)}.part")
-        try:
-            return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), name
-        except FileExistsError:
-            continue
-
-
-_DEST_MISSING: Final = frozenset({errno.ENOENT, errno.ENOTDIR})
-_DEST_REFUSED: Final = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-
-
-@contextlib.contextmanager
-def export_errors(dest: Path, size: int) -> Iterator[None]:
-    """Errors of writing ``dest`` as the caller's mistake (``bad_request``) or a full disk."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno in _NO_SPACE:
-            try:
-                free = shutil.disk_usage(dest.parent).free
-            except OSError:
-                free = 0
-            raise CapacityExceeded(
-                f"no room to export {size} bytes to {dest} ({free} bytes free there)"
-            ) from exc
-        if exc.errno in _DEST_MISSING:
-            raise BadRequest(f"cannot export to {dest}: directory {dest.parent} does not exist") from exc
-        if exc.errno == errno.EISDIR:
-            raise BadRequest(f"cannot export to {dest}: it is a directory; give a file path") from exc
-        if exc.errno in _DEST_REFUSED:
-            raise BadRequest(f"cannot export to {dest}: {exc.strerror}") from exc
-        if exc.errno != errno.EIO:  # a name too long, a symlink loop, a busy mount point, ...
-            raise BadRequest(f"cannot export to {dest}: {exc.strerror or exc}") from exc
-        raise  # the disk failing is not the caller's mistake
-    except ValueError as exc:  # a NUL byte in the path
-        raise BadRequest(f"cannot export to {dest!r}: {exc}") from exc
 
 
 def _syncfs_function() -> Callable[[int], int] | None:

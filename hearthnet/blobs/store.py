@@ -35,11 +35,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from hearthnet.blobs.cid import CHUNK_SIZE, CidHasher, chunk_cid, cid_hex, is_cid, parse_cid
+from hearthnet.blobs.destination import export_errors, write_destination
 from hearthnet.blobs.disk import (
     DirSync,
-    create_beside,
     disk_full_is_capacity,
-    export_errors,
     fsync_dir,
     intact,
     manifest_of_stream,
@@ -372,6 +371,14 @@ class BlobStore:
         The size is the opened file's; a file that is not regular (a FIFO, a device)
         is :class:`BadRequest`, found without blocking on it.
         """
+        return self.import_file(path, pin=pin, private=private)[0]
+
+    def import_file(self, path: Path, *, pin: bool = False, private: bool = False) -> tuple[Manifest, bool]:
+        """:meth:`put_file`, also telling whether the blob is new: no row of its cid existed before.
+
+        A caller that must take the import back if a later step fails (see
+        :meth:`discard`) removes only a blob the import created.
+        """
         with open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             if chunk_count(size, self.chunk_size) > MAX_MANIFEST_CHUNKS:
@@ -400,10 +407,10 @@ class BlobStore:
                     raise BadRequest(f"{path} changed size while it was being imported; import it again")
                 dirs.flush()
                 manifest = builder.build()
-                self._register(manifest, pin=pin, complete=True, private=private)
+                known = self._register(manifest, pin=pin, complete=True, private=private)
             finally:
                 self._release(held)
-        return manifest
+        return manifest, not known
 
     def put_manifest(self, manifest: Manifest, *, pin: bool = False, reserve: bool = False) -> None:
         """Record a (validated, not yet verified) manifest from a peer; its chunks may be missing.
@@ -491,8 +498,8 @@ class BlobStore:
                     (now, *part),
                 )
 
-    def _register(self, manifest: Manifest, *, pin: bool, complete: bool, private: bool = False) -> None:
-        """Write the manifest file and its index rows.
+    def _register(self, manifest: Manifest, *, pin: bool, complete: bool, private: bool = False) -> bool:
+        """Write the manifest file and its index rows; whether a row of the blob existed before.
 
         ``private`` marks a new blob as this node's alone; registering a blob that
         is not private (a public import, a peer's put) makes it public for good:
@@ -514,7 +521,7 @@ class BlobStore:
                     existing = self._read_manifest_file(doc_cid)
             same = existing == manifest
             if not complete and row is not None and row[0] and existing is not None and not same:
-                return  # a verified manifest is not displaced by an unverified one
+                return True  # a verified manifest is not displaced by an unverified one
             if complete:
                 lost = self._unindexed(manifest.chunks)
                 if lost:
@@ -549,6 +556,7 @@ class BlobStore:
                     " private = min(private, excluded.private)",
                     (doc_cid, manifest.size, int(pin), int(complete), tick, now, int(private), int(not same)),
                 )
+        return row is not None
 
     def _unindexed(self, chunk_ids: tuple[str, ...]) -> int:
         """How many distinct ``chunk_ids`` have no row in the chunk index (lock held)."""
@@ -835,31 +843,21 @@ class BlobStore:
         self.touch(doc_cid)
         return b"".join(self._iter_verified(manifest))
 
-    def export(self, doc_cid: str, dest: Path) -> Manifest:
-        """Write the verified blob to ``dest`` atomically (temp file beside it, then rename);
-        returns its manifest.
+    def export(self, doc_cid: str, dest: Path, *, force: bool = False) -> Manifest:
+        """Write the verified blob to ``dest``, whole or not at all; returns its manifest.
 
-        The file gets the usual mode for a new file (0666 less the umask).  A
-        destination that cannot be written (no such directory, a directory,
-        no permission) is :class:`BadRequest`; a full disk :class:`CapacityExceeded`.
+        Never through a symbolic link at ``dest``, never into or over anything but a
+        regular file, and over a regular file only with ``force`` (its permission
+        bits are kept; a new file gets 0666 less the umask): see
+        :mod:`~hearthnet.blobs.destination`.  Those refusals, and a destination
+        that cannot be written (no such directory, no permission), are
+        :class:`BadRequest`; a full disk :class:`CapacityExceeded`.
         """
         manifest = self._complete_manifest(doc_cid)
         self.touch(doc_cid)
         dest = Path(dest)
         with export_errors(dest, manifest.size):
-            fd, tmp_name = create_beside(dest)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    for data in self._iter_verified(manifest):
-                        f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp_name, dest)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp_name)
-                raise
-            fsync_dir(dest.parent)
+            write_destination(dest, self._iter_verified(manifest), force=force)
         return manifest
 
     def list(
@@ -933,6 +931,19 @@ class BlobStore:
         with self._lock:
             if not self._delete_locked(doc_cid):
                 raise NotFound(f"no blob {doc_cid}")
+
+    def discard(self, doc_cid: str) -> bool:
+        """Delete ``doc_cid`` unless it is pinned (as the collector may); whether it was deleted.
+
+        Takes back an import whose next step failed: a blob pinned meanwhile (someone
+        stored the same bytes to keep) stays, and an unpinned one is only a cache entry.
+        """
+        parse_cid(doc_cid)
+        with self._lock:
+            row = self._db.execute("SELECT pinned FROM blobs WHERE doc_cid = ?", (doc_cid,)).fetchone()
+            if row is None or row[0]:
+                return False
+            return self._delete_locked(doc_cid)
 
     def _delete_locked(self, doc_cid: str) -> bool:
         return self._drop(doc_cid)[0]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,3 +256,102 @@ def test_file_ls_lists_more_blobs_than_one_answer_carries(mesh: LocalMesh) -> No
     assert {blob_cid(b"ls-%d" % i) for i in range(many)} <= set(cids)
     text = n1.cli("file", "ls").stdout.splitlines()
     assert sum(1 for line in text if line.endswith("  incomplete")) >= many
+
+
+# -- Hardening: `file get --out` clobbered links' targets, read-only files, FIFOs, devices --------
+def _refused(node: MeshNode, *args: str, code: str = "bad_request") -> str:
+    """Run a CLI command that must fail: non-zero, one line ``hearthnet: <code>: ...`` on stderr."""
+    proc = node.cli(*args, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1, (proc.returncode, proc.stderr)
+    assert lines[0].startswith(f"hearthnet: {code}: "), lines[0]
+    return lines[0]
+
+
+def _identity(path: Path) -> tuple[int, int, int, int]:
+    st = os.lstat(path)
+    return st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def test_file_get_never_clobbers_what_is_at_out(mesh: LocalMesh, tmp_path: Path) -> None:
+    n1 = mesh.nodes["n1"]
+    src = tmp_path / "fresh.bin"
+    src.write_bytes(os.urandom(300_000))
+    cid = n1.cli_json("file", "put", str(src))["doc_cid"]
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"the user's own file")
+    link, null_link, fifo, read_only = (tmp_path / n for n in ("link", "null-link", "fifo", "ro.txt"))
+    link.symlink_to(outside)
+    null_link.symlink_to("/dev/null")
+    os.mkfifo(fifo)
+    read_only.write_bytes(b"read-only")
+    read_only.chmod(0o444)
+    never = [(link, "symbolic link"), (null_link, "symbolic link"), (fifo, "FIFO")]
+    if os.geteuid() == 0:  # a device node of the null device, in the test's own directory
+        device = tmp_path / "null-device"
+        os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        never.append((device, "character device"))
+    for dest, words in [*never, (read_only, "already exists")]:
+        before = _identity(dest)
+        line = _refused(n1, "file", "get", cid, "--out", str(dest))
+        assert words in line and str(dest) in line, line
+        assert _identity(dest) == before
+    for dest, words in never:  # --force replaces a regular file, nothing else
+        before = _identity(dest)
+        assert words in _refused(n1, "file", "get", cid, "--out", str(dest), "--force")
+        assert _identity(dest) == before
+    assert "does not exist" in _refused(n1, "file", "get", cid, "--out", str(tmp_path / "no-dir" / "x"))
+    # The node itself refuses, whoever calls file.export (here without the CLI's early check).
+    export = json.dumps({"doc_cid": cid, "path": str(link), "force": True})
+    assert "symbolic link" in _refused(n1, "call", "file.export", "--input", export)
+    assert outside.read_bytes() == b"the user's own file" and read_only.read_bytes() == b"read-only"
+    got = n1.cli_json("file", "get", cid, "--out", str(read_only), "--force")
+    assert got["size"] == src.stat().st_size and read_only.read_bytes() == src.read_bytes()
+    assert stat.S_IMODE(read_only.stat().st_mode) == 0o444  # replaced, as protected as it was
+    fresh = tmp_path / "new.bin"
+    n1.cli_json("file", "get", cid, "--out", str(fresh))
+    assert fresh.read_bytes() == src.read_bytes()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".part")] == []
+
+
+def test_a_symlink_loop_is_a_one_line_bad_request(mesh: LocalMesh, tmp_path: Path) -> None:
+    n1 = mesh.nodes["n1"]
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    src = tmp_path / "ok.txt"
+    src.write_bytes(b"a readable file")
+    cid = n1.cli_json("file", "put", str(src))["doc_cid"]
+    assert "symbolic links" in _refused(n1, "file", "put", str(loop))
+    assert "symbolic link" in _refused(n1, "file", "get", cid, "--out", str(loop))
+    assert "symbolic links" in _refused(n1, "file", "get", cid, "--out", str(loop / "x"))
+    assert sorted(os.listdir(tmp_path)) == ["loop", "ok.txt"]
+
+
+def test_a_file_name_that_is_not_utf8_is_a_one_line_bad_request(mesh: LocalMesh, tmp_path: Path) -> None:
+    n1 = mesh.nodes["n1"]
+    src = tmp_path / "ok.txt"
+    src.write_bytes(b"a readable file")
+    cid = n1.cli_json("file", "put", str(src))["doc_cid"]
+    # Byte 0xff: a surrogate escape in Python, the raw byte on the command line.
+    odd = os.fsdecode(bytes(tmp_path) + b"/caf\xff.txt")
+    Path(odd).write_bytes(b"an oddly named file")
+    assert "not valid UTF-8" in _refused(n1, "file", "put", odd)
+    assert "not valid UTF-8" in _refused(n1, "file", "get", cid, "--out", odd + ".out")
+    assert sorted(os.listdir(tmp_path)) == sorted(["ok.txt", os.path.basename(odd)])
+
+
+# -- Hardening: a refused `file put --on` kept the blob imported and pinned here -------------------
+def test_a_refused_put_on_keeps_nothing_it_imported(mesh: LocalMesh, tmp_path: Path) -> None:
+    n1, n3 = mesh.nodes["n1"], mesh.nodes["n3"]  # n3 is a plain member: n1 refuses its file.put
+    new, mine = tmp_path / "new.txt", tmp_path / "mine.txt"
+    new.write_bytes(os.urandom(600_000))
+    mine.write_bytes(os.urandom(600_000))
+    kept = n3.cli_json("file", "put", str(mine))["doc_cid"]
+    for path in (new, mine):
+        _refused(n3, "file", "put", str(path), "--on", n1.node_id, code="unauthorized")
+    held = {b["doc_cid"]: b["pinned"] for b in n3.cli_json("file", "ls")["blobs"]}
+    assert blob_cid(new.read_bytes()) not in held
+    assert held[kept] is True  # the user's file that was here before stays, pinned
+    back = tmp_path / "back.txt"
+    n3.cli_json("file", "get", kept, "--out", str(back))
+    assert back.read_bytes() == mine.read_bytes()

@@ -902,6 +902,51 @@ def test_an_exported_file_gets_the_mode_the_umask_allows(store: BlobStore, tmp_p
         assert (tmp_path / f"out-{umask:o}.bin").stat().st_mode & 0o777 == mode
 
 
+def test_export_where_the_file_system_has_no_hard_links_still_never_replaces(
+    store: BlobStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FAT and some network mounts refuse link(2): a new file is published by rename after a check."""
+    from hearthnet.blobs import destination
+
+    data = os.urandom(3000)
+    manifest = store.put_bytes(data)
+
+    def no_hard_links(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(destination.os, "link", no_hard_links)
+    store.export(manifest.doc_cid, tmp_path / "new.bin")
+    assert (tmp_path / "new.bin").read_bytes() == data
+    with pytest.raises(BadRequest, match="already exists"):
+        store.export(manifest.doc_cid, tmp_path / "new.bin")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+
+
+def test_a_long_non_ascii_name_exports(store: BlobStore, tmp_path: Path) -> None:
+    """The temporary name keeps 100 bytes of the name, not 100 characters (up to 400 bytes)."""
+    manifest = store.put_bytes(b"x" * 100)
+    dest = tmp_path / ("\u00e9" + "\U0001f600" * 63)  # 254 bytes, 64 characters
+    store.export(manifest.doc_cid, dest)
+    assert dest.read_bytes() == b"x" * 100
+
+
+def test_import_file_tells_a_new_blob_and_discard_spares_a_pinned_one(
+    store: BlobStore, tmp_path: Path
+) -> None:
+    src = tmp_path / "doc.txt"
+    src.write_bytes(b"one document " * 100)
+    manifest, new = store.import_file(src)
+    assert new
+    assert store.import_file(src) == (manifest, False)  # the same bytes again: nothing new
+    store.pin(manifest.doc_cid)
+    assert not store.discard(manifest.doc_cid)  # pinned meanwhile: kept
+    assert store.read_blob(manifest.doc_cid) == src.read_bytes()
+    store.unpin(manifest.doc_cid)
+    assert store.discard(manifest.doc_cid)
+    assert store.list() == [] and chunk_files(store.root) == []
+    assert not store.discard(manifest.doc_cid)  # nothing left to discard
+
+
 def test_export_to_a_full_disk_is_capacity_exceeded(store: BlobStore, tmp_path: Path) -> None:
     import subprocess
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,13 +59,18 @@ class Node:
 
 @asynccontextmanager
 async def nodes(
-    tmp: Path, names: list[str], *, hostile: dict[str, Handler] | None = None, **store_kw: Any
+    tmp: Path,
+    names: list[str],
+    *,
+    hostile: dict[str, Handler] | None = None,
+    members: frozenset[str] = frozenset(),
+    **store_kw: Any,
 ) -> AsyncIterator[dict[str, Node]]:
-    """Trusted nodes, every pair linked; each runs a FileService unless it is in ``hostile``
-    (then its ``file.read`` is that handler)."""
+    """Trusted nodes (plain members if named in ``members``), every pair linked; each runs a
+    FileService unless it is in ``hostile`` (then its ``file.read`` is that handler)."""
     hostile = hostile or {}
     ids = {name: Identity.generate() for name in names}
-    levels = {i.node_id: Level.TRUSTED for i in ids.values()}
+    levels = {i.node_id: Level.MEMBER if name in members else Level.TRUSTED for name, i in ids.items()}
 
     def admit(node_id: str) -> None:
         if node_id not in levels:
@@ -531,3 +537,161 @@ async def test_paths_that_cannot_work_are_bad_requests_and_a_long_name_exports(t
         await bus.call("file.export", input={"doc_cid": cid, "path": str(longest)})
         assert longest.read_bytes() == src.read_bytes()
         assert [name for name in os.listdir(tmp_path) if name.endswith(".part")] == []
+
+
+# -- defect: `file get --out` wrote through symlinks, over read-only files, FIFOs and devices -------
+def part_files(top: Path) -> list[str]:
+    """Temporary ``.part`` files an export left anywhere under ``top``."""
+    return [name for _, _, names in os.walk(top) for name in names if name.endswith(".part")]
+
+
+def _special_destinations(tmp: Path) -> dict[str, tuple[Path, str]]:
+    """Destinations no export may touch, with the words of their refusal."""
+    outside = tmp / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"the user's own file")
+    out = tmp / "out"
+    out.mkdir()
+    os.symlink(outside / "secret.txt", out / "link")
+    os.symlink("/dev/null", out / "null-link")
+    os.mkfifo(out / "fifo")
+    return {
+        "link": (out / "link", "symbolic link"),
+        "null-link": (out / "null-link", "symbolic link"),
+        "fifo": (out / "fifo", "FIFO"),
+        "dir": (outside, "directory"),
+    }
+
+
+@pytest.mark.anyio
+async def test_export_never_writes_through_a_link_nor_into_anything_but_a_regular_file(
+    tmp_path: Path,
+) -> None:
+    async with nodes(tmp_path, ["a", "b"]) as n:
+        bus = n["a"].bus
+        src = tmp_path / "report.txt"
+        src.write_bytes(b"the exported report " * 500)
+        cid = (await bus.call("file.import", input={"path": str(src)})).output["doc_cid"]
+        for name, (dest, words) in _special_destinations(tmp_path).items():
+            before = os.lstat(dest)
+            for force in (False, True):
+                with pytest.raises(BadRequest, match=words) as info:
+                    await bus.call("file.export", input={"doc_cid": cid, "path": str(dest), "force": force})
+                assert str(dest) in info.value.message, name
+                after = os.lstat(dest)
+                assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino), name
+        assert (tmp_path / "outside" / "secret.txt").read_bytes() == b"the user's own file"
+        with pytest.raises(BadRequest, match="names a directory"):
+            await bus.call("file.export", input={"doc_cid": cid, "path": str(tmp_path / "new-dir") + "/"})
+        with pytest.raises(BadRequest, match="force must be true or false"):
+            await bus.call("file.export", input={"doc_cid": cid, "path": str(tmp_path / "x"), "force": "yes"})
+        assert not (tmp_path / "new-dir").exists() and not (tmp_path / "x").exists()
+        assert part_files(tmp_path) == []
+
+
+@pytest.mark.anyio
+async def test_export_over_a_device_node_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("creating a device node needs root")
+    device = tmp_path / "null-device"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # the null device: harmless if written
+    async with nodes(tmp_path, ["a", "b"]) as n:
+        bus = n["a"].bus
+        cid = (await bus.call("file.import", input={"path": str(Path(file_service.__file__))})).output[
+            "doc_cid"
+        ]
+        for force in (False, True):
+            with pytest.raises(BadRequest, match="character device"):
+                await bus.call("file.export", input={"doc_cid": cid, "path": str(device), "force": force})
+        assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+@pytest.mark.anyio
+async def test_export_replaces_an_existing_file_only_when_forced_and_keeps_its_mode(tmp_path: Path) -> None:
+    async with nodes(tmp_path, ["a", "b"]) as n:
+        bus = n["a"].bus
+        src = tmp_path / "new.txt"
+        src.write_bytes(b"the new version " * 800)
+        cid = (await bus.call("file.import", input={"path": str(src)})).output["doc_cid"]
+        dest = tmp_path / "kept.txt"
+        dest.write_bytes(b"the old version")
+        dest.chmod(0o444)
+        with pytest.raises(BadRequest, match="already exists"):
+            await bus.call("file.export", input={"doc_cid": cid, "path": str(dest)})
+        assert dest.read_bytes() == b"the old version"
+        assert stat.S_IMODE(dest.stat().st_mode) == 0o444
+        await bus.call("file.export", input={"doc_cid": cid, "path": str(dest), "force": True})
+        assert dest.read_bytes() == src.read_bytes()
+        assert stat.S_IMODE(dest.stat().st_mode) == 0o444  # replaced, still as protected as it was
+        assert part_files(tmp_path) == []
+
+
+@pytest.mark.anyio
+async def test_export_leaves_alone_what_appears_at_the_destination_while_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another program creates the file (or swaps a forced destination for a link) meanwhile."""
+    async with nodes(tmp_path, ["a", "b"]) as n:
+        a = n["a"]
+        src = tmp_path / "big.txt"
+        src.write_bytes(os.urandom(8 * SMALL))
+        cid = (await a.bus.call("file.import", input={"path": str(src)})).output["doc_cid"]
+        verified = a.store._iter_verified
+        meanwhile: list[Callable[[], None]] = []
+
+        def iterate_then_meddle(manifest: Manifest) -> Iterator[bytes]:
+            for i, data in enumerate(verified(manifest)):
+                if i == 2:
+                    meanwhile.pop()()
+                yield data
+
+        monkeypatch.setattr(a.store, "_iter_verified", iterate_then_meddle)
+        theirs = tmp_path / "theirs.txt"
+        meanwhile.append(lambda: theirs.write_bytes(b"written by another program"))
+        with pytest.raises(BadRequest, match="appeared while"):
+            await a.bus.call("file.export", input={"doc_cid": cid, "path": str(theirs)})
+        assert theirs.read_bytes() == b"written by another program"
+
+        outside = tmp_path / "outside.txt"
+        outside.write_bytes(b"not to be touched")
+        swapped = tmp_path / "swapped.txt"
+        swapped.write_bytes(b"old")
+
+        def swap_for_a_link() -> None:
+            swapped.unlink()
+            swapped.symlink_to(outside)
+
+        meanwhile.append(swap_for_a_link)
+        with pytest.raises(BadRequest, match="changed while"):
+            await a.bus.call("file.export", input={"doc_cid": cid, "path": str(swapped), "force": True})
+        assert swapped.is_symlink() and outside.read_bytes() == b"not to be touched"
+        assert part_files(tmp_path) == []
+
+
+# -- defect: a refused `file put --on` kept the imported blob pinned here --------------------------
+@pytest.mark.anyio
+async def test_a_refused_push_of_an_import_keeps_nothing_it_created(tmp_path: Path) -> None:
+    async with nodes(tmp_path, ["member", "host"], members=frozenset({"member"})) as n:
+        member, host = n["member"], n["host"]
+        new = tmp_path / "new.txt"
+        new.write_bytes(b"never stored before " * 300)
+        mine = tmp_path / "mine.txt"
+        mine.write_bytes(b"already pinned here " * 300)
+        kept = (await member.bus.call("file.import", input={"path": str(mine)})).output["doc_cid"]
+        for path in (new, mine):
+            for target in (host.id, "ed25519:" + "A" * 43):  # refused; no such node
+                with pytest.raises((Unauthorized, NotFound, Partition)):
+                    async with member.bus.stream(
+                        "file.push", input={"path": str(path), "node": target}
+                    ) as call:
+                        await call.result()
+        assert [(i.doc_cid, i.pinned, i.complete) for i in member.store.list()] == [(kept, True, True)]
+        assert list(member.store.iter_blob(kept)) != []
+        assert host.store.list() == []
+        # The same flow to a node that accepts it: pinned here and there.
+        async with host.bus.stream("file.push", input={"path": str(new), "node": member.id}) as call:
+            result = (await call.result()).output
+        cid = result["imported"]["doc_cid"]
+        assert result["doc_cid"] == cid and result["imported"]["size"] == new.stat().st_size
+        assert [(i.doc_cid, i.pinned) for i in host.store.list()] == [(cid, True)]
+        assert member.store.read_blob(cid) == new.read_bytes()

@@ -15,8 +15,10 @@ Remote capabilities (stream frames as in ARCHITECTURE.md):
   answer stops at ``LIST_BUDGET`` encoded bytes, ``after`` (the last cid seen) continues it.
 
 Local only (the CLI through the control socket, other services through the bus):
-``file.import {path}``, ``file.push {doc_cid, node}``, ``file.fetch {doc_cid, hint?}``,
-``file.export {doc_cid, path}``.
+``file.import {path}``, ``file.push {doc_cid, node}`` (or ``{path, node}``: import, push,
+keep nothing if the push fails), ``file.fetch {doc_cid, hint?}``,
+``file.export {doc_cid, path, force?}`` (never through a link, into a special file, or over
+a file unless forced: ``hearthnet.blobs.destination``).
 
 Memory stays bounded by the flow-control window: at most a few chunks of any
 blob are in memory at once, whatever its size.  Transfers of one blob into this
@@ -39,6 +41,7 @@ import anyio.abc
 import structlog
 
 from hearthnet.blobs import BlobStore, Manifest, ReassemblyCheck, chunk_cid, is_cid
+from hearthnet.blobs.destination import destination_path
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
@@ -425,35 +428,73 @@ class FileService:
 
     # local helpers -------------------------------------------------------------------
     async def _handle_import(self, ctx: CallContext) -> dict[str, Any]:
-        path = ctx.input.get("path")
-        if not isinstance(path, str):
-            raise BadRequest("input.path is required")
+        path, pin, private = _import_input(ctx.input)
+        manifest, _ = await self._import(path, pin=pin, private=private)
+        return _imported(manifest)
+
+    async def _import(self, path: str, *, pin: bool, private: bool) -> tuple[Manifest, bool]:
+        """Store the file at ``path``; its manifest and whether the blob is new here."""
         p = _absolute_path(path)
-        pin, private = ctx.input.get("pin", True), ctx.input.get("private", False)
-        if not isinstance(pin, bool) or not isinstance(private, bool):
-            raise BadRequest("input.pin and input.private must be true or false")
         try:
-            manifest: Manifest = await self._io(lambda: self.store.put_file(p, pin=pin, private=private))
+            imported: tuple[Manifest, bool] = await self._io(
+                lambda: self.store.import_file(p, pin=pin, private=private)
+            )
         except OSError as exc:
             if exc.filename != path and exc.errno not in _SOURCE_ERRORS:
                 raise  # the store's own disk, not the caller's file
             raise BadRequest(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
-        return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
+        return imported
 
     async def _handle_export(self, ctx: CallContext) -> dict[str, Any]:
         doc_cid = _cid_input(ctx.input, "doc_cid")
         path = ctx.input.get("path")
         if not isinstance(path, str):
             raise BadRequest("input.path is required")
-        manifest: Manifest = await self._io(self.store.export, doc_cid, _absolute_path(path))
+        force = ctx.input.get("force", False)
+        if not isinstance(force, bool):
+            raise BadRequest("input.force must be true or false")
+        _absolute_path(path)  # no NUL, not relative
+        dest = destination_path(path)  # not ending in a separator
+        manifest: Manifest = await self._io(lambda: self.store.export(doc_cid, dest, force=force))
         return {"doc_cid": doc_cid, "size": manifest.size, "path": path}
 
+    async def _take_back(self, doc_cid: str) -> None:
+        """Discard a blob an import created for a push that failed (the push's error is the one told)."""
+        try:
+            async with self._one_transfer_per_blob(doc_cid):
+                if await self._io(self.store.discard, doc_cid):
+                    log.info("import_taken_back", doc_cid=doc_cid)
+        except Exception:
+            log.warning("import_take_back_failed", doc_cid=doc_cid, exc_info=True)
+
     async def _handle_push(self, ctx: CallContext) -> dict[str, Any]:
-        doc_cid = _cid_input(ctx.input, "doc_cid")
         node = ctx.input.get("node")
         if not isinstance(node, str):
             raise BadRequest("input.node is required")
+        if "path" in ctx.input:
+            return await self._import_and_push(ctx, node)
+        doc_cid = _cid_input(ctx.input, "doc_cid")
         return await self.push(doc_cid, node, progress=ctx.send)
+
+    async def _import_and_push(self, ctx: CallContext, node: str) -> dict[str, Any]:
+        """Import a file, push it to ``node``, pin it here once the push succeeded.
+
+        The import is unpinned until then; if the push fails (refused, the peer gone,
+        cancelled) a blob the import created is taken back, while one that was here
+        before, or that someone pinned meanwhile, stays.
+        """
+        path, pin, private = _import_input(ctx.input)
+        manifest, new = await self._import(path, pin=False, private=private)
+        try:
+            pushed = await self.push(manifest.doc_cid, node, progress=ctx.send)
+        except BaseException:
+            if new:
+                with anyio.CancelScope(shield=True):
+                    await self._take_back(manifest.doc_cid)
+            raise
+        if pin:
+            await self._io(self.store.pin, manifest.doc_cid)
+        return {**pushed, "imported": _imported(manifest)}
 
     async def push(self, doc_cid: str, node: str, *, progress: Any = None) -> dict[str, Any]:
         """Send a blob we hold to ``node`` (only the chunks it lacks)."""
@@ -585,6 +626,21 @@ class FileService:
             return []
         missing = set(self.store.missing_chunks(manifest))
         return [c for c in manifest.chunks if c not in missing]
+
+
+def _import_input(inp: dict[str, Any]) -> tuple[str, bool, bool]:
+    """``path``, ``pin`` (default true) and ``private`` (default false) of an import's input."""
+    path = inp.get("path")
+    if not isinstance(path, str):
+        raise BadRequest("input.path is required")
+    pin, private = inp.get("pin", True), inp.get("private", False)
+    if not isinstance(pin, bool) or not isinstance(private, bool):
+        raise BadRequest("input.pin and input.private must be true or false")
+    return path, pin, private
+
+
+def _imported(manifest: Manifest) -> dict[str, Any]:
+    return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
 
 
 def _check_length(manifest: Manifest, chunk_id: str, data: bytes) -> None:
