@@ -219,11 +219,16 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     tune_malloc()
     from hearthnet.config import load_config
     from hearthnet.node import Node
-    from hearthnet.observability import configure_logging
+    from hearthnet.observability import configure_logging, shutdown_logging
 
     config = load_config(args.home)
-    configure_logging(config.log_level)
-    lock = _lock_home(args.home)  # held until the process exits
+    lock = _lock_home(args.home)  # held until the process exits; before the log file is opened
+    configure_logging(
+        config.log_level,
+        log_file=config.log_path if config.log.file else None,
+        max_bytes=config.log.max_bytes,
+        backups=config.log.backups,
+    )
     node = Node(config)
 
     async def main() -> None:
@@ -245,6 +250,7 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     except BaseExceptionGroup as group:  # a failure at start comes out of the task group
         raise unwrap_group(group) from None
     finally:
+        shutdown_logging()  # what is still queued for the log file is written before the lock goes
         lock.close()
 
 
@@ -489,8 +495,9 @@ def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
 
 def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
     from hearthnet.cli_data import register_data_commands
+    from hearthnet.cli_logs import register_logs_command
 
-    return [register_data_commands]
+    return [register_data_commands, register_logs_command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,7 @@ ALL = list(commands(build_parser()))
 
 def test_the_walk_sees_every_command() -> None:
     names = {name for name, _ in ALL}
-    assert {"hearthnet member promote", "hearthnet file get", "hearthnet node run"} <= names
+    assert {"hearthnet member promote", "hearthnet file get", "hearthnet node run", "hearthnet logs"} <= names
 
 
 @pytest.mark.parametrize(("name", "parser"), ALL, ids=[name for name, _ in ALL])
