@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from hearthnet import __version__
 from hearthnet.client import Client, resolve_home
 from hearthnet.errors import BadRequest, BusError, unwrap_group
 from hearthnet.process_settings import tune_malloc
@@ -218,11 +219,16 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     tune_malloc()
     from hearthnet.config import load_config
     from hearthnet.node import Node
-    from hearthnet.observability import configure_logging
+    from hearthnet.observability import configure_logging, shutdown_logging
 
     config = load_config(args.home)
-    configure_logging(config.log_level)
-    lock = _lock_home(args.home)  # held until the process exits
+    lock = _lock_home(args.home)  # held until the process exits; before the log file is opened
+    configure_logging(
+        config.log_level,
+        log_file=config.log_path if config.log.file else None,
+        max_bytes=config.log.max_bytes,
+        backups=config.log.backups,
+    )
     node = Node(config)
 
     async def main() -> None:
@@ -244,6 +250,7 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     except BaseExceptionGroup as group:  # a failure at start comes out of the task group
         raise unwrap_group(group) from None
     finally:
+        shutdown_logging()  # what is still queued for the log file is written before the lock goes
         lock.close()
 
 
@@ -350,47 +357,78 @@ def cmd_member(args: argparse.Namespace) -> None:
 
 
 # -- parser ---------------------------------------------------------------------------
+DESCRIPTION = """\
+A HearthNet node and its command line.
+
+'init', 'community create', 'join' and 'node run' work on the home directly;
+every other command talks to the running node through its control socket.
+Every command takes --home DIR and --json; a failure exits non-zero with one
+line 'hearthnet: ...' on stderr."""
+
+LEVELS = ["member", "trusted", "anchor"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--home",
         type=Path,
+        metavar="DIR",
         default=argparse.SUPPRESS,
-        help="node home (default $HEARTHNET_HOME or ~/.hearthnet)",
+        help="node home (default: $HEARTHNET_HOME, then ~/.hearthnet)",
     )
     common.add_argument(
-        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document"
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document on stdout"
     )
 
-    parser = argparse.ArgumentParser(prog="hearthnet", parents=[common], description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="hearthnet",
+        parents=[common],
+        description=DESCRIPTION,
+        epilog="Run 'hearthnet COMMAND --help' for the options of a command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"hearthnet {__version__}", help="print the version and exit"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("init", parents=[common], help="create a node home with identity and config")
-    p.add_argument("--name")
-    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--name", help="the node's name shown to peers (default: the home folder's name)")
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="address to listen on; port 0 takes any free port (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("community", parents=[common], help="found a community")
-    csub = p.add_subparsers(dest="community_command", required=True)
+    csub = p.add_subparsers(dest="community_command", required=True, metavar="ACTION")
     pc = csub.add_parser(
         "create", parents=[common], help="this node founds a community and is its first anchor"
     )
-    pc.add_argument("name")
+    pc.add_argument("name", help="the community's name (1-128 characters)")
     pc.set_defaults(func=cmd_community_create)
 
     p = sub.add_parser("invite", parents=[common], help="invite a node id; prints a one-line token")
-    p.add_argument("node_id")
-    p.add_argument("--level", choices=["member", "trusted", "anchor"], default="member")
+    p.add_argument("node_id", help="the invitee's node id, printed by its 'hearthnet init'")
+    p.add_argument(
+        "--level",
+        choices=LEVELS,
+        default="member",
+        help="the invitee's trust level; a trusted member invites members only (default: %(default)s)",
+    )
     p.set_defaults(func=cmd_invite)
 
     p = sub.add_parser(
         "join", parents=[common], help="store the community and bootstrap peer of an invite token"
     )
-    p.add_argument("token")
+    p.add_argument("token", help="the token printed by 'hearthnet invite' on a member's node")
     p.set_defaults(func=cmd_join)
 
     p = sub.add_parser("node", parents=[common], help="run the node")
-    nsub = p.add_subparsers(dest="node_command", required=True)
+    nsub = p.add_subparsers(dest="node_command", required=True, metavar="ACTION")
     pr = nsub.add_parser("run", parents=[common], help="run in the foreground until SIGINT/SIGTERM")
     pr.set_defaults(func=cmd_node_run)
 
@@ -398,32 +436,68 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("call", parents=[common], help="call a capability through this node's bus")
-    p.add_argument("capability", help="NAME or NAME@X.Y")
-    p.add_argument("--params")
-    p.add_argument("--input")
-    p.add_argument("--timeout", type=float)
-    p.add_argument("--provider", help="node id that must serve the call")
+    p.add_argument("capability", help="NAME or NAME@X.Y, e.g. node.ping or rag.query@1.0")
+    p.add_argument(
+        "--params",
+        metavar="JSON",
+        help='JSON object of the parameters that choose a provider, e.g. {"corpus": "family"} (default: {})',
+    )
+    p.add_argument(
+        "--input", metavar="JSON", help='JSON object the capability works on, e.g. {"k": 5} (default: {})'
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="deadline of the call (default: the capability's own deadline)",
+    )
+    p.add_argument(
+        "--provider", metavar="NODE_ID", help="node that must serve the call (default: the bus chooses)"
+    )
     p.set_defaults(func=cmd_call)
 
     p = sub.add_parser("events", parents=[common], help="the local event log in replay order")
     p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("member", parents=[common], help="promote or revoke a member")
-    p.add_argument("action", choices=["promote", "revoke"])
-    p.add_argument("node_id")
-    p.add_argument("--level", choices=["member", "trusted", "anchor"])
-    p.add_argument("--reason")
-    p.set_defaults(func=cmd_member)
+    msub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pm = msub.add_parser(
+        "promote", parents=[common], help="set a member's trust level (anchors only; also lowers it)"
+    )
+    pm.add_argument("node_id", help="the member's node id")
+    pm.add_argument("--level", choices=LEVELS, default="trusted", help="the new level (default: %(default)s)")
+    pm.set_defaults(func=cmd_member)
+    pm = msub.add_parser(
+        "revoke", parents=[common], help="remove a member for good (anchors only; not the founder)"
+    )
+    pm.add_argument("node_id", help="the member's node id")
+    pm.add_argument(
+        "--reason", help="why, kept in the signed revocation event; up to 1000 characters (default: none)"
+    )
+    pm.set_defaults(func=cmd_member)
 
     for register in _extra_commands():
         register(sub, common)
+    _describe_subcommands(parser)
     return parser
+
+
+def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Give every subcommand's own ``--help`` the one-line summary its parent lists it with."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                if child.description is None:
+                    child.description = summaries.get(name)
+                _describe_subcommands(child)
 
 
 def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
     from hearthnet.cli_data import register_data_commands
+    from hearthnet.cli_logs import register_logs_command
 
-    return [register_data_commands]
+    return [register_data_commands, register_logs_command]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

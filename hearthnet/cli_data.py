@@ -476,16 +476,23 @@ def cmd_rag_reindex(args: argparse.Namespace) -> None:
 
 def register_data_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("file", parents=[common], help="content-addressed blobs")
-    fsub = p.add_subparsers(dest="file_command", required=True)
+    fsub = p.add_subparsers(dest="file_command", required=True, metavar="ACTION")
     fp = fsub.add_parser(
         "put", parents=[common], help="store a file (and push it to a node); prints its doc_cid"
     )
-    fp.add_argument("path")
-    fp.add_argument("--on", metavar="NODE_ID")
+    fp.add_argument("path", help="the file to store")
+    fp.add_argument(
+        "--on", metavar="NODE_ID", help="also push the blob to this node (default: kept on this node only)"
+    )
     fp.set_defaults(func=cmd_file_put)
     fg = fsub.add_parser("get", parents=[common], help="fetch a blob from this node or the mesh")
-    fg.add_argument("cid")
-    fg.add_argument("--out", required=True, help="file to write; an existing path is refused unless --force")
+    fg.add_argument("cid", help="the blob's doc_cid, as printed by 'file put' or 'file ls'")
+    fg.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="file to write the blob to (required); an existing path is refused unless --force",
+    )
     fg.add_argument(
         "--force",
         action="store_true",
@@ -494,31 +501,61 @@ def register_data_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     fg.set_defaults(func=cmd_file_get)
     fl = fsub.add_parser("ls", parents=[common], help="blobs held by this node")
-    fl.add_argument("--prefix")
+    fl.add_argument(
+        "--prefix", metavar="CID_PREFIX", help="only blobs whose doc_cid starts with this (default: all)"
+    )
     fl.set_defaults(func=cmd_file_ls)
 
     p = sub.add_parser("ingest", parents=[common], help="ingest files or directories into a corpus")
-    p.add_argument("paths", nargs="+", metavar="PATH")
-    p.add_argument("--corpus", required=True)
-    p.add_argument("--title")
-    p.add_argument("--language")
-    p.add_argument("--on", metavar="NODE_ID", help="node that hosts the corpus")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files (PDF, .txt, .md) or folders, walked for those; names starting with '.' skipped",
+    )
+    p.add_argument(
+        "--corpus", required=True, help="corpus to add to; 'personal' never leaves this node (required)"
+    )
+    p.add_argument(
+        "--title", help="the document's title, for one file only (default: its own title, else its file name)"
+    )
+    p.add_argument(
+        "--language",
+        metavar="CODE",
+        help="language code such as 'en' or 'pt-BR' (default: auto, detected from the text)",
+    )
+    p.add_argument(
+        "--on",
+        metavar="NODE_ID",
+        help="node that hosts the corpus (default: the node holding it, this node, "
+        "or one accepting new corpora)",
+    )
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("query", parents=[common], help="search a corpus anywhere in the mesh")
-    p.add_argument("text")
-    p.add_argument("--corpus", required=True)
-    p.add_argument("-k", type=int, default=5)
-    p.add_argument("--filter", help='JSON metadata conditions, e.g. {"page": {"$gte": 3}}')
+    p.add_argument("text", help="the question or search text")
+    p.add_argument("--corpus", required=True, help="corpus to search (required)")
+    p.add_argument(
+        "-k",
+        type=int,
+        default=5,
+        metavar="N",
+        help=f"number of chunks to return, 1-{MAX_K} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--filter",
+        metavar="JSON",
+        help='JSON metadata conditions, e.g. {"page": {"$gte": 3}} (default: none)',
+    )
     p.set_defaults(func=cmd_query)
 
     p = sub.add_parser("corpora", parents=[common], help="every corpus reachable in the mesh, with its node")
     p.set_defaults(func=cmd_corpora)
 
     p = sub.add_parser("rag", parents=[common], help="RAG maintenance")
-    rsub = p.add_subparsers(dest="rag_command", required=True)
+    rsub = p.add_subparsers(dest="rag_command", required=True, metavar="ACTION")
     rr = rsub.add_parser(
         "reindex", parents=[common], help="re-embed a corpus from its blobs with this node's model"
     )
-    rr.add_argument("--corpus", required=True)
+    rr.add_argument("--corpus", required=True, help="corpus on this node to re-embed (required)")
     rr.set_defaults(func=cmd_rag_reindex)

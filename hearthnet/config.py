@@ -105,6 +105,23 @@ class BlobConfig:
 
 
 @dataclass(frozen=True)
+class LogConfig:
+    """The node's log file, ``<home>/logs/node.log``, beside stderr: rotated by size."""
+
+    file: bool = True
+    max_bytes: int = 10 * 1024 * 1024
+    """A file reaching this size is renamed ``node.log.1`` (older ones shift up) and a new one begun."""
+    backups: int = 5
+    """Rotated files kept: at most ``(backups + 1) * max_bytes`` bytes of log on disk."""
+
+    def __post_init__(self) -> None:
+        if not 64 * 1024 <= self.max_bytes <= 1024 * 1024 * 1024:
+            raise BadRequest(f"log.max_bytes must be between 64 KiB and 1 GiB, got {self.max_bytes}")
+        if not 1 <= self.backups <= 100:
+            raise BadRequest(f"log.backups must be between 1 and 100, got {self.backups}")
+
+
+@dataclass(frozen=True)
 class NodeConfig:
     home: Path
     name: str = "node"
@@ -113,6 +130,7 @@ class NodeConfig:
     rag: RagConfig = field(default_factory=RagConfig)
     blobs: BlobConfig = field(default_factory=BlobConfig)
     log_level: str = "info"
+    log: LogConfig = field(default_factory=LogConfig)
 
     # paths inside the home ------------------------------------------------------
     @property
@@ -139,9 +157,18 @@ class NodeConfig:
     def bootstrap_path(self) -> Path:
         return self.home / "bootstrap.json"
 
+    @property
+    def log_path(self) -> Path:
+        return log_path(self.home)
+
+
+def log_path(home: Path) -> Path:
+    """The node's log file in ``home`` (rotated copies beside it: ``node.log.1`` ...)."""
+    return home / "logs" / "node.log"
+
 
 _KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs"}),
+    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "log"}),
     "network": frozenset(
         {
             "listen",
@@ -167,6 +194,7 @@ _KNOWN: dict[str, frozenset[str]] = {
         }
     ),
     "blobs": frozenset({"cap_bytes"}),
+    "log": frozenset({"file", "max_bytes", "backups"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -291,6 +319,12 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     )
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
+    log_s = _table(top.get("log", {}), "log")
+    log = LogConfig(
+        file=_get(log_s, "file", bool, True, "log"),
+        max_bytes=_get(log_s, "max_bytes", int, LogConfig.max_bytes, "log"),
+        backups=_get(log_s, "backups", int, LogConfig.backups, "log"),
+    )
     name = _get(top, "name", str, "node", "config")
     return NodeConfig(
         home=home,
@@ -300,12 +334,19 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         rag=rag,
         blobs=blobs,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
+        log=log,
     )
 
 
 def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     """Apply ``HEARTHNET_*`` (and the seeds' ``RAG_*_TIMEOUT_SECONDS``) overrides."""
-    network, embedding, rag, blobs = config.network, config.embedding, config.rag, config.blobs
+    network, embedding, rag, blobs, log = (
+        config.network,
+        config.embedding,
+        config.rag,
+        config.blobs,
+        config.log,
+    )
     if "HEARTHNET_LISTEN" in env:
         host, port = _parse_listen(env["HEARTHNET_LISTEN"])
         network = replace(network, listen_host=host, listen_port=port)
@@ -350,12 +391,21 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         if not text.isdigit():
             raise BadRequest(f"HEARTHNET_BLOB_CAP_BYTES must be a number of bytes (0 or more), got {text!r}")
         blobs = replace(blobs, cap_bytes=int(text))
+    if "HEARTHNET_LOG_FILE" in env:
+        log = replace(log, file=_bool(env["HEARTHNET_LOG_FILE"], "HEARTHNET_LOG_FILE"))
     name = env.get("HEARTHNET_NAME", config.name)
     if not name.strip():
         raise BadRequest("HEARTHNET_NAME must not be empty")
     log_level = check_log_level(env.get("HEARTHNET_LOG_LEVEL", config.log_level), "HEARTHNET_LOG_LEVEL")
     return replace(
-        config, name=name, log_level=log_level, network=network, embedding=embedding, rag=rag, blobs=blobs
+        config,
+        name=name,
+        log_level=log_level,
+        log=log,
+        network=network,
+        embedding=embedding,
+        rag=rag,
+        blobs=blobs,
     )
 
 
@@ -403,5 +453,9 @@ def default_config_text(*, name: str, listen: str) -> str:
         "enabled = true\n"
         "query_timeout_seconds = 5.0\n"
         "embed_timeout_seconds = 10.0\n\n"
-        "[blobs]\n"
+        "[blobs]\n\n"
+        "[log]\n"
+        "file = true                 # also write <home>/logs/node.log ('hearthnet logs' prints it)\n"
+        "max_bytes = 10485760        # rotate at 10 MiB\n"
+        "backups = 5                 # rotated files kept\n"
     )

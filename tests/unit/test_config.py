@@ -148,3 +148,35 @@ def test_the_written_preset_and_real_settings_still_load(tmp_path: Path) -> None
     config = config_from_mapping(tmp_path, full)
     assert config.rag.enabled is False and config.rag.query_timeout_seconds == 3.0
     assert config.embedding.openai[0].dim == 8 and config.network.max_frame == 2 << 20
+
+
+def test_the_log_file_settings_from_toml_and_environment(tmp_path: Path) -> None:
+    base = config_from_mapping(tmp_path, {})
+    assert (base.log.file, base.log.max_bytes, base.log.backups) == (True, 10 * 1024 * 1024, 5)
+    assert base.log_path == tmp_path / "logs" / "node.log"
+    toml = config_from_mapping(tmp_path, {"log": {"file": False, "max_bytes": 1 << 20, "backups": 2}})
+    assert (toml.log.file, toml.log.max_bytes, toml.log.backups) == (False, 1 << 20, 2)
+    assert apply_env(toml, {"HEARTHNET_LOG_FILE": "1"}).log.file is True
+    assert apply_env(base, {"HEARTHNET_LOG_FILE": "off"}).log.file is False
+    (tmp_path / "config.toml").write_text(default_config_text(name="n1", listen="127.0.0.1:0"))
+    assert load_config(tmp_path, env={}).log == base.log  # the preset spells out the defaults
+
+
+@pytest.mark.parametrize(
+    ("document", "fragment"),
+    [
+        ({"log": {"level": "debug"}}, r"unknown config key\(s\) in \[log\]: level"),
+        ({"log": {"file": "yes"}}, r"log\.file in config\.toml must be true/false"),
+        ({"log": {"max_bytes": 1000}}, "log.max_bytes must be between 64 KiB and 1 GiB"),
+        ({"log": {"max_bytes": 1.5e6}}, r"log\.max_bytes in config\.toml must be int"),
+        ({"log": {"backups": 0}}, "log.backups must be between 1 and 100"),  # 0: the file never rotates
+        ({"log": "on"}, r"\[log\] in config.toml must be a table"),
+    ],
+)
+def test_bad_log_file_settings_are_refused(
+    tmp_path: Path, document: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(BadRequest, match=fragment):
+        config_from_mapping(tmp_path, document)
+    with pytest.raises(BadRequest, match="HEARTHNET_LOG_FILE must be true or false"):
+        apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_LOG_FILE": "sometimes"})

@@ -60,8 +60,9 @@ async def test_unit_length_and_deterministic(backend: OnnxEmbeddingBackend) -> N
     assert first.vectors.shape == (2, 384)
     assert first.vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(first.vectors, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_array_equal(first.vectors[0], first.vectors[1])
-    np.testing.assert_array_equal(first.vectors[0], again.vectors[0])
+    # same text, same vector; across batch shapes the kernels may round differently, so a tolerance
+    np.testing.assert_allclose(first.vectors[0], first.vectors[1], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(first.vectors[0], again.vectors[0], rtol=0, atol=1e-6)
     assert first.truncated == 0
     assert first.tokens > 2 * 4
 
