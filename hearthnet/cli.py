@@ -101,8 +101,12 @@ def cmd_init(args: argparse.Namespace) -> None:
     from hearthnet.identity import create_identity
 
     home: Path = args.home
-    name = args.name or home.name or "node"
-    config_text = default_config_text(name=name, listen=args.listen)  # checked before any file
+    if (home / "identity.key").exists():
+        _report_existing_home(args, home)
+        return
+    name = args.name if args.name is not None else _default_name(home)
+    listen = args.listen if args.listen is not None else "127.0.0.1:0"
+    config_text = default_config_text(name=name, listen=listen)  # checked before any file
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
     identity = create_identity(home / "identity.key")
@@ -111,9 +115,38 @@ def cmd_init(args: argparse.Namespace) -> None:
         _write_atomically(config_path, config_text)
     emit(
         args,
-        {"node_id": identity.node_id, "home": str(home), "name": name},
+        {"node_id": identity.node_id, "home": str(home), "name": name, "existing": False},
         lambda: print(identity.node_id),
     )
+
+
+def _default_name(home: Path) -> str:
+    """The home directory's name when it is a valid node name, else ``node``."""
+    from hearthnet.config import check_name
+
+    try:
+        return check_name(home.name, "the home's name")
+    except BadRequest:
+        return "node"
+
+
+def _report_existing_home(args: argparse.Namespace, home: Path) -> None:
+    """``init`` on a home that has a key: say so and show its node, changing nothing."""
+    from hearthnet.config import CONFIG_FILE, load_config
+    from hearthnet.identity import load_identity
+
+    identity = load_identity(home / "identity.key")
+    name = load_config(home, env={}).name  # the file's own name, not an environment override
+    ignored = [flag for flag in ("--name", "--listen") if getattr(args, flag[2:]) is not None]
+
+    def human() -> None:
+        print(identity.node_id)
+        note = f"{home} already holds node {name!r}; nothing was changed"
+        if ignored:
+            note += f" ({' and '.join(ignored)} not applied: edit {home / CONFIG_FILE})"
+        print(f"hearthnet: {note}", file=sys.stderr)
+
+    emit(args, {"node_id": identity.node_id, "home": str(home), "name": name, "existing": True}, human)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -366,8 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("init", parents=[common], help="create a node home with identity and config")
-    p.add_argument("--name")
-    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--name", help="1-64 printable characters, shown to every peer (default: the home's name)")
+    p.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:0; port 0: any free port)")
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("community", parents=[common], help="found a community")
