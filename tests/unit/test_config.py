@@ -236,6 +236,6 @@ def test_a_node_name_is_1_to_64_printable_characters_wherever_it_comes_from(
 
 
 def test_names_of_up_to_64_printable_characters_are_kept(tmp_path: Path) -> None:
-    for name in ("k", "x" * 64, "Küche 🔥 \"two\" words", "日本語の名前"):
+    for name in ("k", "x" * 64, 'Küche 🔥 "two" words', "日本語の名前"):
         assert config_from_mapping(tmp_path, {"name": name}).name == name
         assert apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_NAME": name}).name == name
