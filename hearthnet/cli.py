@@ -303,13 +303,26 @@ def _lock_home(home: Path) -> Any:
 
 # -- commands through the running node ---------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> None:
+    from hearthnet.cli_data import shown
+
     result = _client(args).call("node.status")
     st = result.output
 
     def human() -> None:
         print(f"node       {st['node_id']} ({st.get('name', '')})")
-        print(f"community  {st.get('community_name') or '-'} ({st.get('community_id') or 'none'})")
-        print(f"level      {st.get('level') or '-'}")
+        if st.get("community_id") is None:
+            print(
+                "community  none: found one with 'hearthnet community create NAME' "
+                "or join one with 'hearthnet join TOKEN'"
+            )
+        else:
+            print(f"community  {st.get('community_name') or '-'} ({st['community_id']})")
+        revoked = st.get("revoked")
+        if revoked:
+            why = f" ({shown(revoked['reason'])})" if revoked.get("reason") else ""
+            print(f"level      revoked by {revoked['by']} at {revoked['at']}{why}")
+        else:
+            print(f"level      {st.get('level') or '-'}")
         print(f"listening  {', '.join(st.get('addresses', [])) or '-'}")
         print(f"peers      {len(st.get('peers', []))}")
         for p in st.get("peers", []):
@@ -370,9 +383,11 @@ def cmd_invite(args: argparse.Namespace) -> None:
 
 
 def cmd_member(args: argparse.Namespace) -> None:
-    if args.action == "promote":
+    if args.action in ("promote", "demote"):
+        if args.action == "demote" and args.level is None:
+            raise CliError("member demote needs --level: the level to lower it to (member or trusted)")
         result = _client(args).call(
-            "member.promote", input={"node_id": args.node_id, "level": args.level or "trusted"}
+            f"member.{args.action}", input={"node_id": args.node_id, "level": args.level or "trusted"}
         )
         emit(args, result.output, lambda: print(f"{args.node_id} is now {result.output['level']}"))
     else:
@@ -441,10 +456,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("events", parents=[common], help="the local event log in replay order")
     p.set_defaults(func=cmd_events)
 
-    p = sub.add_parser("member", parents=[common], help="promote or revoke a member")
-    p.add_argument("action", choices=["promote", "revoke"])
+    p = sub.add_parser(
+        "member", parents=[common], help="raise (promote) or lower (demote) a member's level, or revoke it"
+    )
+    p.add_argument("action", choices=["promote", "demote", "revoke"])
     p.add_argument("node_id")
-    p.add_argument("--level", choices=["member", "trusted", "anchor"])
+    p.add_argument(
+        "--level",
+        choices=["member", "trusted", "anchor"],
+        help="promote: the higher level (default trusted); demote: the lower level (required)",
+    )
     p.add_argument("--reason")
     p.set_defaults(func=cmd_member)
 

@@ -197,6 +197,11 @@ class NodeConfig:
     def bootstrap_path(self) -> Path:
         return self.home / "bootstrap.json"
 
+    @property
+    def revocation_path(self) -> Path:
+        """This node's revocation as a refusing peer showed it (when the log could not store it)."""
+        return self.home / "revoked.json"
+
 
 _KNOWN: dict[str, frozenset[str]] = {
     "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs"}),
