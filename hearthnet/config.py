@@ -70,6 +70,12 @@ def check_host(host: str, setting: str) -> str:
     return host
 
 
+def shown_name(name: str) -> str:
+    """A peer's name as ``status`` shows it: what its own config allows (64 printable characters),
+    whatever an older or hostile peer announces; other characters become U+FFFD."""
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in name[:NAME_MAX])
+
+
 def check_name(name: str, setting: str) -> str:
     """A node name: 1..64 printable characters (no control or format characters)."""
     if not name.strip():

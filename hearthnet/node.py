@@ -24,7 +24,7 @@ from hearthnet.bus.peers import PeerManager
 from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Revocation
-from hearthnet.config import NodeConfig
+from hearthnet.config import NodeConfig, shown_name
 from hearthnet.control import ControlServer
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
@@ -172,7 +172,7 @@ class Node:
             peers.append(
                 {
                     "node_id": node_id,
-                    "name": manifest.name if manifest else "",
+                    "name": shown_name(manifest.name) if manifest else "",
                     "level": level.label if level else None,
                     "address": session.link.remote_address,
                     # Seconds since anything arrived on the link (closed as dead past dead_after_seconds).

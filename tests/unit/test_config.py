@@ -239,3 +239,11 @@ def test_names_of_up_to_64_printable_characters_are_kept(tmp_path: Path) -> None
     for name in ("k", "x" * 64, 'Küche 🔥 "two" words', "日本語の名前"):
         assert config_from_mapping(tmp_path, {"name": name}).name == name
         assert apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_NAME": name}).name == name
+
+
+def test_a_peer_announcing_a_name_no_config_allows_is_shown_within_the_same_bounds() -> None:
+    from hearthnet.config import shown_name
+
+    assert shown_name("kitchen 🔥") == "kitchen 🔥"
+    assert shown_name("x" * 10_000) == "x" * 64
+    assert shown_name("evil\nname\x1b[2J") == "evil\ufffdname\ufffd[2J"
