@@ -141,6 +141,8 @@ class LocalChatBackend:
             str(cfg.context_tokens),
             "--interrupt_requests",
             "False",
+            "--verbose",
+            "False",  # llama.cpp's load and timing chatter; errors are still written
         ]
         if cfg.threads is not None:
             args += ["--n_threads", str(cfg.threads)]
