@@ -6,6 +6,7 @@ test process; B reaches it through the mesh with the CLI and the client.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,3 +165,31 @@ def test_bad_input_from_a_peer_is_refused_before_the_server_is_asked(
     with pytest.raises(BadRequest, match="role must be system, user or assistant"):
         anyio.run(ask)
     assert len(server.requests) == before
+
+
+FAKE_LLAMA = Path(__file__).resolve().parents[1] / "fake_llama"
+
+
+def test_a_node_runs_its_local_model_as_a_child_that_dies_with_it(tmp_path: Path) -> None:
+    """``[llm.local]`` as ``make local-llm`` writes it, with ``tests/fake_llama`` as llama_cpp."""
+    root = Path(__file__).resolve().parents[2]
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    with LocalMesh(tmp_path / "mesh") as m:
+        m.env.update({"HEARTHNET_RAG": "0", "HEARTHNET_EMBEDDING": "0"})
+        m.env["PYTHONPATH"] = os.pathsep.join([str(FAKE_LLAMA), str(root)])
+        c = m.add("c")
+        with (c.home / "config.toml").open("a") as f:
+            f.write(f'\n[llm.local]\nmodel_path = "{model}"\nmodel = "tiny"\nmax_output_tokens = 64\n')
+        m.found(c)
+        (listed,) = llm_models(c)
+        assert listed["model"] == "tiny" and listed["context_tokens"] == 2048 and listed["local"] is True
+        proc = c.cli("llm", "chat", "What to do?", "--system", "Context: [garden#c2] Drain the tap.")
+        assert proc.stdout == "According to the documents, the answer is given in [garden#c2].\n"
+        local = c.cli_json("call", "node.stats")["output"]["services"]["llm"]["models"][0]["local"]
+        assert local["ready"] and local["restarts"] == 0
+        child = int(local["pid"])
+        assert "local_child" in Path(f"/proc/{child}/cmdline").read_text()
+        assert (c.home / "llm-local.log").exists()
+        c.kill()  # kill -9 of the node: its model server goes too
+        wait_for(lambda: not Path(f"/proc/{child}").exists(), timeout=10, what="the child to exit")
