@@ -190,6 +190,6 @@ def test_a_node_runs_its_local_model_as_a_child_that_dies_with_it(tmp_path: Path
         assert local["ready"] and local["restarts"] == 0
         child = int(local["pid"])
         assert "local_child" in Path(f"/proc/{child}/cmdline").read_text()
-        assert (c.home / "llm-local.log").exists()
+        assert (c.home / "logs" / "llm-local.log").exists()
         c.kill()  # kill -9 of the node: its model server goes too
         wait_for(lambda: not Path(f"/proc/{child}").exists(), timeout=10, what="the child to exit")

@@ -149,6 +149,7 @@ class LocalChatBackend:
         env = {**os.environ, "API_KEY": self._key, "HEARTHNET_PARENT_PID": str(os.getpid())}
         log_file: Any = subprocess.DEVNULL
         if cfg.log_path is not None:
+            cfg.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             log_file = open(cfg.log_path, "ab")  # handed to the child, closed below
         try:
             self._process = subprocess.Popen(
