@@ -100,6 +100,101 @@ class RagConfig:
     embedding_model: str = "all-MiniLM-L6-v2"
 
 
+PROMPT_FORMATS = ("chat", "plain")
+
+
+def _check_llm_model(
+    where: str,
+    *,
+    model: str,
+    context_tokens: int,
+    max_output_tokens: int,
+    prompt_format: str,
+    max_concurrent: int = 1,
+) -> None:
+    """The checks every chat model's settings share; errors name ``where`` and the key."""
+    if not model.strip() or len(model) > 200:
+        raise BadRequest(f"{where}.model must be 1..200 characters")
+    if not 1 <= max_output_tokens < context_tokens:
+        raise BadRequest(
+            f"{where}.max_output_tokens ({max_output_tokens}) must be at least 1 and below "
+            f"{where}.context_tokens ({context_tokens})"
+        )
+    if prompt_format not in PROMPT_FORMATS:
+        raise BadRequest(f"{where}.prompt_format must be chat or plain, got {prompt_format!r:.40}")
+    if not 1 <= max_concurrent <= 1024:
+        raise BadRequest(f"{where}.max_concurrent must be 1..1024, got {max_concurrent}")
+
+
+@dataclass(frozen=True)
+class LlmOpenAIConfig:
+    """One ``[[llm.openai]]`` table: a model on an OpenAI-compatible server."""
+
+    base_url: str
+    model: str
+    context_tokens: int = 8192
+    max_output_tokens: int = 1024
+    api_key_env: str | None = None
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 600.0
+    max_concurrent: int = 4
+    prompt_format: str = "chat"
+    stream_usage: bool = True
+
+    def __post_init__(self) -> None:
+        check_chroma_url(self.base_url, "llm.openai.base_url")
+        _check_llm_model(
+            "llm.openai",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+            max_concurrent=self.max_concurrent,
+        )
+
+
+@dataclass(frozen=True)
+class LlmLocalConfig:
+    """``[llm.local]``: a GGUF model served by llama-cpp-python in a child process."""
+
+    model_path: str
+    model: str = "local"
+    context_tokens: int = 2048
+    max_output_tokens: int = 256
+    threads: int | None = None
+    port: int = 0
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 300.0
+    start_timeout_seconds: float = 120.0
+    prompt_format: str = "plain"
+
+    def __post_init__(self) -> None:
+        _check_llm_model(
+            "llm.local",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+        )
+        if not 0 <= self.port <= 65535:
+            raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    enabled: bool = True
+    openai: tuple[LlmOpenAIConfig, ...] = ()
+    local: LlmLocalConfig | None = None
+
+    def __post_init__(self) -> None:
+        names = [o.model for o in self.openai] + ([self.local.model] if self.local else [])
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise BadRequest(
+                f"two llm models share the name {', '.join(dupes)}: give each its own model name"
+            )
+
+
 @dataclass(frozen=True)
 class BlobConfig:
     cap_bytes: int | None = None
@@ -199,6 +294,7 @@ class NodeConfig:
     rag: RagConfig = field(default_factory=RagConfig)
     blobs: BlobConfig = field(default_factory=BlobConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
     log_level: str = "info"
 
     # paths inside the home ------------------------------------------------------
@@ -232,7 +328,7 @@ class NodeConfig:
 
 
 _KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "answer"}),
+    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "llm", "answer"}),
     "network": frozenset(
         {
             "listen",
@@ -259,6 +355,35 @@ _KNOWN: dict[str, frozenset[str]] = {
     ),
     "blobs": frozenset({"cap_bytes"}),
     "answer": frozenset(f.name for f in dataclasses.fields(AnswerConfig)),
+    "llm": frozenset({"enabled", "openai", "local"}),
+    "llm.openai": frozenset(
+        {
+            "base_url",
+            "model",
+            "api_key_env",
+            "context_tokens",
+            "max_output_tokens",
+            "timeout_seconds",
+            "call_timeout_seconds",
+            "max_concurrent",
+            "prompt_format",
+            "stream_usage",
+        }
+    ),
+    "llm.local": frozenset(
+        {
+            "model_path",
+            "model",
+            "context_tokens",
+            "max_output_tokens",
+            "threads",
+            "port",
+            "timeout_seconds",
+            "call_timeout_seconds",
+            "start_timeout_seconds",
+            "prompt_format",
+        }
+    ),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -384,6 +509,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
     answer = _answer_config(_table(top.get("answer", {}), "answer"))
+    llm = _llm_config(_table(top.get("llm", {}), "llm"))
     name = _get(top, "name", str, "node", "config")
     return NodeConfig(
         home=home,
@@ -393,6 +519,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         rag=rag,
         blobs=blobs,
         answer=answer,
+        llm=llm,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
     )
 
@@ -419,20 +546,14 @@ def _answer_config(table: Mapping[str, Any]) -> AnswerConfig:
 
 
 _SEED_ANSWER_ENV: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "RAG_TOKEN_BUDGET": ("token_budget", lambda text, name: _env_int(text, name)),
-    "RAG_TOP_K_MAX": ("top_k_max", lambda text, name: _env_int(text, name)),
+    "RAG_TOKEN_BUDGET": ("token_budget", lambda text, name: _env_int({name: text}, name, 0, 1)),
+    "RAG_TOP_K_MAX": ("top_k_max", lambda text, name: _env_int({name: text}, name, 0, 1)),
     "RAG_SIMILARITY_THRESHOLD": ("similarity_threshold", lambda text, name: _env_float(text, name)),
     "RAG_CACHE_TTL_SECONDS": ("cache_ttl_seconds", _positive_float),
     "RAG_TIMEOUT_SECONDS": ("retrieval_timeout_seconds", _positive_float),
     "RAG_DEBUG_MODE": ("debug", _bool),
 }
 """The seed's environment names for the composer's parameters."""
-
-
-def _env_int(text: str, name: str) -> int:
-    if not text.strip().isdigit():
-        raise BadRequest(f"{name} must be a whole number, got {text!r}")
-    return int(text.strip())
 
 
 def _env_float(text: str, name: str) -> float:
@@ -443,6 +564,112 @@ def _env_float(text: str, name: str) -> float:
     if value != value:  # NaN
         raise BadRequest(f"{name} must be a number, got {text!r}")
     return value
+
+
+def _llm_config(table: Mapping[str, Any]) -> LlmConfig:
+    """``[llm]``, its ``[[llm.openai]]`` tables and ``[llm.local]``."""
+    openai = []
+    for raw in _get(table, "openai", list, [], "llm"):
+        b = _table(raw, "llm.openai")
+        where = "llm.openai"
+        for required in ("base_url", "model"):
+            if required not in b:
+                raise BadRequest(f"[[llm.openai]] in config.toml needs {required}")
+        openai.append(
+            LlmOpenAIConfig(
+                base_url=_get(b, "base_url", str, None, where),
+                model=_get(b, "model", str, None, where),
+                context_tokens=_int(b, "context_tokens", 8192, 2, where),
+                max_output_tokens=_int(b, "max_output_tokens", 1024, 1, where),
+                api_key_env=_get(b, "api_key_env", str, None, where),
+                timeout_seconds=_seconds(b, "timeout_seconds", 60.0, where, "llm.openai.timeout_seconds"),
+                call_timeout_seconds=_seconds(
+                    b, "call_timeout_seconds", 600.0, where, "llm.openai.call_timeout_seconds"
+                ),
+                max_concurrent=_int(b, "max_concurrent", 4, 1, where),
+                prompt_format=_get(b, "prompt_format", str, "chat", where),
+                stream_usage=_get(b, "stream_usage", bool, True, where),
+            )
+        )
+    local = None
+    if "local" in table:
+        b = _table(table["local"], "llm.local")
+        where = "llm.local"
+        if "model_path" not in b:
+            raise BadRequest("[llm.local] in config.toml needs model_path (run 'make local-llm' to write it)")
+        local = LlmLocalConfig(
+            model_path=_get(b, "model_path", str, None, where),
+            model=_get(b, "model", str, "local", where),
+            context_tokens=_int(b, "context_tokens", 2048, 2, where),
+            max_output_tokens=_int(b, "max_output_tokens", 256, 1, where),
+            threads=_int(b, "threads", None, 1, where),
+            port=_int(b, "port", 0, 0, where),
+            timeout_seconds=_seconds(b, "timeout_seconds", 60.0, where, "llm.local.timeout_seconds"),
+            call_timeout_seconds=_seconds(
+                b, "call_timeout_seconds", 300.0, where, "llm.local.call_timeout_seconds"
+            ),
+            start_timeout_seconds=_seconds(
+                b, "start_timeout_seconds", 120.0, where, "llm.local.start_timeout_seconds"
+            ),
+            prompt_format=_get(b, "prompt_format", str, "plain", where),
+        )
+    return LlmConfig(enabled=_get(table, "enabled", bool, True, "llm"), openai=tuple(openai), local=local)
+
+
+LLM_ENV = (
+    "HEARTHNET_LLM_BASE_URL",
+    "HEARTHNET_LLM_MODEL",
+    "HEARTHNET_LLM_API_KEY_ENV",
+    "HEARTHNET_LLM_CONTEXT_TOKENS",
+    "HEARTHNET_LLM_MAX_OUTPUT_TOKENS",
+    "HEARTHNET_LLM_TIMEOUT_SECONDS",
+    "HEARTHNET_LLM_MAX_CONCURRENT",
+    "HEARTHNET_LLM_PROMPT_FORMAT",
+)
+"""One OpenAI-compatible model described by the environment (BASE_URL and MODEL required)."""
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, low: int) -> int:
+    text = env.get(name)
+    if text is None:
+        return default
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < low:
+        raise BadRequest(f"{name} must be a whole number of at least {low}, got {text!r:.40}")
+    return int(text)
+
+
+def _llm_from_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
+    if "HEARTHNET_LLM" in env:
+        llm = replace(llm, enabled=_bool(env["HEARTHNET_LLM"], "HEARTHNET_LLM"))
+    given = [name for name in LLM_ENV if name in env]
+    if not given:
+        return llm
+    base_url, model = env.get("HEARTHNET_LLM_BASE_URL"), env.get("HEARTHNET_LLM_MODEL")
+    if not base_url or not model:
+        raise BadRequest(
+            f"{given[0]} describes an llm model: set HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL too"
+        )
+    configured = next((o for o in llm.openai if o.model == model), None)
+    base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
+    timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
+    try:
+        entry = replace(
+            base,
+            base_url=check_chroma_url(base_url, "HEARTHNET_LLM_BASE_URL") or base_url,
+            api_key_env=env.get("HEARTHNET_LLM_API_KEY_ENV") or base.api_key_env,
+            context_tokens=_env_int(env, "HEARTHNET_LLM_CONTEXT_TOKENS", base.context_tokens, 2),
+            max_output_tokens=_env_int(env, "HEARTHNET_LLM_MAX_OUTPUT_TOKENS", base.max_output_tokens, 1),
+            timeout_seconds=base.timeout_seconds
+            if timeout is None
+            else _positive_float(timeout, "HEARTHNET_LLM_TIMEOUT_SECONDS"),
+            max_concurrent=_env_int(env, "HEARTHNET_LLM_MAX_CONCURRENT", base.max_concurrent, 1),
+            prompt_format=env.get("HEARTHNET_LLM_PROMPT_FORMAT", base.prompt_format),
+        )
+    except BadRequest as exc:
+        raise BadRequest(f"{exc.message} (from the HEARTHNET_LLM_* variables)") from None
+    others = tuple(o for o in llm.openai if o.model != model)
+    return replace(llm, openai=(*others, entry))
 
 
 def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
@@ -498,6 +725,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         seeded["model"] = env["HEARTHNET_ANSWER_MODEL"] or None
     if seeded:
         answer = replace(answer, **seeded)
+    llm = _llm_from_env(config.llm, env)
     name = env.get("HEARTHNET_NAME", config.name)
     if not name.strip():
         raise BadRequest("HEARTHNET_NAME must not be empty")
@@ -511,6 +739,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         rag=rag,
         blobs=blobs,
         answer=answer,
+        llm=llm,
     )
 
 
