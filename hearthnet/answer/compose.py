@@ -18,7 +18,14 @@ from typing import Any
 import anyio
 import structlog
 
-from hearthnet.answer.budget import MESSAGE_OVERHEAD, context_room, estimate_tokens, pack
+from hearthnet.answer.budget import (
+    MESSAGE_OVERHEAD,
+    REPLY_OVERHEAD,
+    context_room,
+    estimate_prompt,
+    estimate_tokens,
+    pack,
+)
 from hearthnet.answer.cache import AnswerCache, CacheKey
 from hearthnet.answer.citations import check_citations, sources
 from hearthnet.answer.extractive import extract
@@ -277,7 +284,7 @@ class Composer:
         cfg = self._config
         window = choice.context_tokens if choice else None
         instructions = system_text(cfg, [] if with_context else None)
-        system_tokens = estimate_tokens(instructions) + MESSAGE_OVERHEAD
+        system_tokens = estimate_tokens(instructions) + MESSAGE_OVERHEAD + REPLY_OVERHEAD
         question_tokens = estimate_tokens(question) + MESSAGE_OVERHEAD
         history_budget = cfg.history_tokens
         if window is not None:
@@ -300,8 +307,15 @@ class Composer:
         kept, context_tokens = pack(
             ranked if with_context else [], budget=room, max_items=cfg.top_k_max, cost=cost
         )
+        system = system_text(cfg, [lines[h.chunk_id] for h, _ in kept] if with_context else None)
+        prompt = estimate_prompt(messages(system, history, question))
+        # The parts were costed one by one; the whole prompt is what llm.chat checks against its window.
+        while window is not None and kept and prompt + max_tokens > window:
+            kept.pop()
+            system = system_text(cfg, [lines[h.chunk_id] for h, _ in kept])
+            prompt = estimate_prompt(messages(system, history, question))
         context = [h for h, _ in kept]
-        system = system_text(cfg, [lines[h.chunk_id] for h in context] if with_context else None)
+        context_tokens = sum(estimate_tokens(lines[h.chunk_id]) + 1 for h in context)
         return _Selection(
             context=context,
             history=history,
@@ -312,6 +326,7 @@ class Composer:
                 "question": question_tokens,
                 "context": context_tokens,
                 "context_room": room,
+                "prompt": prompt,
                 "max_tokens": max_tokens,
                 "model_window": window or 0,
             },
