@@ -100,13 +100,14 @@ async def answer_node(
     other: OpenAIEmbeddingServer | None = None,
     config: AnswerConfig | None = None,
     clock: Callable[[], float] | None = None,
+    identity: Identity | None = None,
 ) -> AsyncIterator[AnswerNode]:
     """Files, embedding, RAG and answer services on one bus, stores under ``root``.
 
     The node embeds with MiniLM, or with the loopback server's model when
     ``other`` is given (then its RAG corpora are of that model).
     """
-    bus = new_bus()
+    bus = new_bus(identity)
     blobs = BlobStore(root / "blobs")
     files = FileService(bus=bus, store=blobs)
     backends = [OnnxEmbeddingBackend(minilm)] if minilm is not None and other is None else []
