@@ -85,13 +85,14 @@ async def test_a_generated_answer_streams_its_tokens_and_keeps_only_citations_of
     assert out["mode"] == "generated" and out["meta"]["model"] == MODEL and out["meta"]["rag"] == "used"
     deltas = [f["delta"] for f in asked.frames if "delta" in f]
     assert len(deltas) > 10 and asked.streamed == server.reply  # word by word, as the model wrote it
+    # the made-up citation is gone; the real one names the chunk's file, not the title the model wrote
     assert out["answer"] == (
-        f"It is serviced every October by a registered engineer [Heating and Hot Water Handbook#{good}], "
+        f"It is serviced every October by a registered engineer [heating_handbook.pdf#{good}], "
         "and blessed by a priest."
     )
     assert out["meta"]["citations_removed"] == 1
     assert out["citations"] == [
-        {"chunk_id": good, "file": "Heating and Hot Water Handbook", "page": 1, "corpus": "house"}
+        {"chunk_id": good, "file": "heating_handbook.pdf", "page": 1, "corpus": "house"}
     ]
     assert out["sources"][0]["chunk_id"] == good and out["sources"][0]["cited"]
     assert not any(s["cited"] for s in out["sources"][1:])
@@ -101,7 +102,7 @@ async def test_a_generated_answer_streams_its_tokens_and_keeps_only_citations_of
     (request,) = server.requests
     system, user = request["messages"]
     assert system["role"] == "system" and system["content"].startswith(AnswerConfig().system_prompt)
-    line = f'\n- From Heating and Hot Water Handbook#{good} (page 1): "Heating and Hot Water Handbook The gas'
+    line = f'\n- From heating_handbook.pdf#{good} (page 1): "Heating and Hot Water Handbook The gas boiler'
     assert line in system["content"]
     assert user == {"role": "user", "content": BOILER}
     assert debug["tokens"]["prompt"] == estimate_prompt(request["messages"])

@@ -67,9 +67,9 @@ async def test_without_a_language_model_the_answer_quotes_the_most_similar_sente
     for line in lines[1:]:
         (cited,) = CITATION.findall(line)
         assert cited[1] in source_ids and cited[0] in (
-            "Heating and Hot Water Handbook",
-            "Garden Calendar and Seed Storage",
-            "Solar Panels and Home Battery",
+            "heating_handbook.pdf",
+            "garden_and_seeds.pdf",
+            "solar_and_battery.pdf",
         )
     cited_ids = [c["chunk_id"] for c in out["citations"]]
     assert source_ids[: len(cited_ids)] == cited_ids and all(
@@ -77,7 +77,8 @@ async def test_without_a_language_model_the_answer_quotes_the_most_similar_sente
     )
     assert not any(s["cited"] for s in out["sources"][len(cited_ids) :])
     top = out["sources"][0]
-    assert top["title"] == "Heating and Hot Water Handbook" and top["page"] == 1 and top["corpus"] == "house"
+    assert top["title"] == "Heating and Hot Water Handbook" and top["file"] == "heating_handbook.pdf"
+    assert top["page"] == 1 and top["corpus"] == "house"
     assert top["doc_cid"].startswith("blake3:") and top["node"] == n.bus.node_id and top["score"] > 0.2
     # frames: retrieval progress, then the answer's lines as deltas
     assert asked.frames[0] == {"stage": "retrieve", "corpora": {"house": "pending", "personal": "pending"}}

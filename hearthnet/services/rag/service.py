@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 import anyio
@@ -50,6 +51,7 @@ log = structlog.get_logger("hearthnet.rag")
 DEFAULT_K = 5
 MAX_K = 20
 MAX_QUERY_CHARS = 8192
+MAX_FILENAME = 255
 INLINE_SEARCH_FLOATS = 6_000_000
 """A corpus held in memory with at most this many vector components (~15,600 chunks of 384-d,
 24 MB) is searched on the event loop: about a millisecond of it here, against two thread hops
@@ -671,6 +673,9 @@ def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[st
     filename = inp.get("filename")
     if filename is not None and not isinstance(filename, str):
         raise BadRequest("input.filename must be a string")
+    name = PurePath(filename).name[:MAX_FILENAME] if filename else ""
+    if name and "filename" not in metadata:
+        metadata = {**metadata, "filename": name}  # what an answer's citations name
     return doc_cid, title, language, metadata, filename
 
 
