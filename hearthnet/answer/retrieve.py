@@ -1,7 +1,8 @@
 """Fan-out retrieval: one ``rag.query`` per corpus, all at once, within one deadline.
 
-Which corpora exist comes from the bus registry: every ``rag.query`` provider
-advertises ``{corpus, embedding_model, k_max}`` (the ``personal`` corpus only
+Which corpora exist comes from the bus registry: every ``rag.query``
+registration (``BusAPI.offers``: a node has one per corpus) advertises
+``{corpus, embedding_model, k_max}`` (the ``personal`` corpus only
 on this node).  Each corpus gets a status: ``ok`` (answered), ``timeout`` (not
 answered by the deadline: left out), ``unavailable`` (no provider, or its
 store or embedder failed: left out, with the error code).  A failure is never
@@ -54,7 +55,7 @@ class CorpusResult:
 def reachable_corpora(bus: BusAPI) -> dict[str, int]:
     """Corpus name -> the largest ``k`` one of its providers takes (at most ``rag.query``'s 20)."""
     out: dict[str, int] = {}
-    for p in bus.providers("rag.query", (1, 0), {}):
+    for p in bus.offers("rag.query", (1, 0)):
         corpus = p.descriptor.params.get("corpus")
         if not isinstance(corpus, str) or not corpus:
             continue
@@ -62,6 +63,17 @@ def reachable_corpora(bus: BusAPI) -> dict[str, int]:
         k = k_max if type(k_max) is int and 1 <= k_max <= MAX_K else MAX_K
         out[corpus] = max(out.get(corpus, 1), k)
     return out
+
+
+def default_corpora(bus: BusAPI, reachable: Mapping[str, int], limit: int) -> tuple[list[str], int]:
+    """The corpora asked when the caller names none: this node's first, then by name, at most ``limit``.
+
+    Members advertise corpora, so their number is theirs to choose: one ask
+    never fans out to more than ``limit``.  Returns the names and how many were left out.
+    """
+    local = {p.descriptor.params.get("corpus") for p in bus.offers("rag.query", (1, 0)) if p.is_local}
+    names = sorted(reachable, key=lambda c: (c not in local, c))
+    return sorted(names[:limit]), max(0, len(names) - limit)
 
 
 def overall_status(results: Mapping[str, CorpusResult]) -> str:
