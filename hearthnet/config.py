@@ -650,13 +650,14 @@ def _llm_from_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
         raise BadRequest(
             f"{given[0]} describes an llm model: set HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL too"
         )
-    configured = next((o for o in llm.openai if o.model == model), None)
-    base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
+    check_chroma_url(base_url, "HEARTHNET_LLM_BASE_URL")
     timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
     try:
+        configured = next((o for o in llm.openai if o.model == model), None)
+        base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
         entry = replace(
             base,
-            base_url=check_chroma_url(base_url, "HEARTHNET_LLM_BASE_URL") or base_url,
+            base_url=base_url,
             api_key_env=env.get("HEARTHNET_LLM_API_KEY_ENV") or base.api_key_env,
             context_tokens=_env_int(env, "HEARTHNET_LLM_CONTEXT_TOKENS", base.context_tokens, 2),
             max_output_tokens=_env_int(env, "HEARTHNET_LLM_MAX_OUTPUT_TOKENS", base.max_output_tokens, 1),

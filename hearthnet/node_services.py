@@ -130,7 +130,7 @@ def llm_service(parts: NodeParts) -> Service | None:
             call_timeout_seconds=lc.call_timeout_seconds,
             start_timeout_seconds=lc.start_timeout_seconds,
             prompt_format=lc.prompt_format,
-            log_path=parts.config.home / "llm-local.log",
+            log_path=parts.config.home / "logs" / "llm-local.log",
         )
     return LlmService(LlmConfig(openai=openai, local=local))
 

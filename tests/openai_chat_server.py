@@ -52,8 +52,12 @@ def words_of(text: str) -> list[str]:
 class OpenAIChatServer:
     """Start it, point a backend at ``url``, ``close()`` it; attributes steer the next answers."""
 
-    def __init__(self, models: tuple[str, ...] = ("test-chat",)) -> None:
+    def __init__(
+        self, models: tuple[str, ...] = ("test-chat",), *, port: int = 0, api_key: str | None = None
+    ) -> None:
+        """``api_key``: requests without ``Authorization: Bearer <api_key>`` are answered 401."""
         self.models = models
+        self.api_key = api_key
         self.mode = "normal"
         self.reply: str | None = None
         self.retry_after: str | None = "2"
@@ -73,7 +77,15 @@ class OpenAIChatServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
+            def _authorized(self) -> bool:
+                if outer.api_key is None or self.headers.get("Authorization") == f"Bearer {outer.api_key}":
+                    return True
+                self._json(401, {"error": {"message": "invalid api key", "type": "authentication_error"}})
+                return False
+
             def do_GET(self) -> None:
+                if not self._authorized():
+                    return None
                 if self.path != "/v1/models":
                     return self._json(404, {"error": {"message": "not found", "type": "not_found_error"}})
                 data = [{"id": m, "object": "model", "owned_by": "test"} for m in outer.models]
@@ -82,6 +94,8 @@ class OpenAIChatServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if not self._authorized():
+                    return None
                 with outer._lock:
                     outer.requests.append(body)
                     outer.paths.append(self.path)
@@ -193,7 +207,7 @@ class OpenAIChatServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -229,6 +243,17 @@ class OpenAIChatServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its keep-alive connection is normal here; anything else is printed."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _prompt_of(body: dict[str, Any], chat: bool) -> str:

@@ -229,3 +229,32 @@ async def test_a_peer_that_walks_away_mid_answer_closes_the_http_stream(server: 
         # leaving the block cancels the call: the provider's handler stops and closes the connection
         await wait_until(server.disconnected.is_set, timeout=5)
     assert server.disconnects == 1
+
+
+@pytest.mark.anyio
+async def test_a_model_that_cannot_be_served_is_left_out_with_the_reason(
+    server: OpenAIChatServer, tmp_path: Any
+) -> None:
+    from hearthnet.services.llm import LocalLlmConfig
+
+    service = LlmService(
+        LlmConfig(
+            openai=(
+                OpenAIChatConfig(base_url=server.url, model=MODEL),
+                OpenAIChatConfig(base_url=server.url, model="keyed", api_key_env="HN_TEST_UNSET_KEY_VAR"),
+            ),
+            local=LocalLlmConfig(model_path=tmp_path / "missing.gguf", model="gemma"),
+        )
+    )
+    await service.start()
+    try:
+        assert [r.descriptor.params["model"] for r in service.registrations()] == [MODEL]
+        health = service.health()
+        assert health["ok"] and [m["model"] for m in health["models"]] == [MODEL]
+        assert "HN_TEST_UNSET_KEY_VAR is not set" in health["unavailable"]["keyed"]
+        assert "make local-llm" in health["unavailable"]["gemma"]
+    finally:
+        await service.stop()
+    twice = OpenAIChatConfig(base_url=server.url, model=MODEL)
+    with pytest.raises(BadRequest, match="two llm backends serve the same model name: test-chat"):
+        await LlmService(LlmConfig(openai=(twice, twice))).start()

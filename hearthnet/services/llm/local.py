@@ -141,12 +141,15 @@ class LocalChatBackend:
             str(cfg.context_tokens),
             "--interrupt_requests",
             "False",
+            "--verbose",
+            "False",  # llama.cpp's load and timing chatter; errors are still written
         ]
         if cfg.threads is not None:
             args += ["--n_threads", str(cfg.threads)]
         env = {**os.environ, "API_KEY": self._key, "HEARTHNET_PARENT_PID": str(os.getpid())}
         log_file: Any = subprocess.DEVNULL
         if cfg.log_path is not None:
+            cfg.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             log_file = open(cfg.log_path, "ab")  # handed to the child, closed below
         try:
             self._process = subprocess.Popen(

@@ -6,8 +6,9 @@ for the tokenizers of current open and hosted models (SentencePiece/BPE with
 32k-262k entries: Llama, Mistral, Gemma, Qwen, GPT-4-class). One regex pass:
 
 * a run of Latin letters of length ``L`` costs ``1 + (L - 1) // 4``, plus 1 if
-  ``L >= 8``, plus 1 per non-ASCII letter (a common word is one token, a rare
-  long one splits into several);
+  ``L >= 8``, plus 1 per non-ASCII letter, plus 1 if a capital follows its first
+  letter (a common word is one token; a rare long one, an abbreviation or a
+  CamelCase name splits into several);
 * every digit costs 1 (Llama, Gemma, Mistral and Qwen split numbers into digits),
   and so does a space before a digit (SentencePiece keeps it as a token of its own);
 * a run of letters of the alphabets between Greek and Ethiopic (Greek, Cyrillic,
@@ -50,6 +51,7 @@ def estimate_tokens(text: str) -> int:
             word = m.group()
             n = len(word)
             total += 1 + (n - 1) // 4 + (n >= 8) + sum(1 for c in word if c > "\x7f")
+            total += any(c.isupper() for c in word[1:])  # CamelCase and CAPITALS split more
         elif kind == "space":
             continue
         elif kind == "alpha":
