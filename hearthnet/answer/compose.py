@@ -35,6 +35,7 @@ from hearthnet.answer.prompt import Turn, context_line, history_messages, messag
 from hearthnet.answer.retrieve import (
     MAX_K,
     CorpusResult,
+    Reachable,
     Target,
     default_corpora,
     overall_status,
@@ -142,7 +143,7 @@ class Composer:
         reachable = reachable_corpora(self._bus)
         left_out = 0
         if ask.corpora is None:
-            names, left_out = default_corpora(self._bus, reachable, MAX_CORPORA)
+            names, left_out = default_corpora(reachable, MAX_CORPORA)
         else:
             names = list(ask.corpora)
         choice = choose_model(self._bus, cfg.model)
@@ -263,26 +264,21 @@ class Composer:
 
     # steps --------------------------------------------------------------------------
     async def _retrieve(
-        self, question: str, names: Sequence[str], reachable: Mapping[str, int], send: Send
+        self, question: str, names: Sequence[str], reachable: Mapping[str, Reachable], send: Send
     ) -> dict[str, CorpusResult]:
         cfg = self._config
-        targets = [Target(c, min(reachable.get(c, MAX_K), cfg.top_k_max)) for c in names]
+        targets = [Target(c, min(reachable[c].k if c in reachable else MAX_K, cfg.top_k_max)) for c in names]
         await send({"stage": "retrieve", "corpora": {c: "pending" for c in names}})
 
         async def progress(results: dict[str, CorpusResult]) -> None:
             await send({"stage": "retrieve", "corpora": {c: r.status for c, r in results.items()}})
 
-        models: dict[str, str] = {}
-        for p in self._bus.offers("rag.query", (1, 0)):
-            corpus, model = p.descriptor.params.get("corpus"), p.descriptor.params.get("embedding_model")
-            if isinstance(corpus, str) and isinstance(model, str):
-                models.setdefault(corpus, model)
         return await retrieve(
             self._bus,
             question,
             targets,
             timeout=cfg.retrieval_timeout_seconds,
-            models=models,
+            models={c: r.embedding_model for c, r in reachable.items()},
             on_change=progress,
         )
 
