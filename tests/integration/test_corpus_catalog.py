@@ -195,6 +195,9 @@ def test_docs_lists_a_corpus_and_delete_takes_a_document_out_everywhere(
             what=f"{node.name} to hear of the deletion",
         )
     assert events(c, "rag.document.deleted")[0]["author"] == b.node_id
+    # deleted means no longer announced: the old ingest event no longer counts as in effect
+    proc = a.cli("delete", readme, "--corpus", "family", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("hearthnet: not_found: document ")
     assert c.cli_json("docs", "--corpus", "family")["total"] == 2
     hits = c.cli_json("query", "family papers sorted by room", "--corpus", "family", "-k", "20")["chunks"]
     assert readme not in {h["metadata"]["doc_cid"] for h in hits}
