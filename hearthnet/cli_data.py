@@ -17,7 +17,7 @@ import anyio
 
 from hearthnet.bus.context import CallResult
 from hearthnet.client import AsyncClient, Client
-from hearthnet.errors import BadRequest, BusError, NotFound
+from hearthnet.errors import BadRequest, BusError
 from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
 
 SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
@@ -222,36 +222,9 @@ def _walk(top: Path, problems: list[dict[str, Any]]) -> list[Path]:
 
 def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
     """Where to ingest: --on, the corpus's holder, this node, or any node accepting new corpora."""
-    status = client.call("node.status").output
-    own = status["node_id"]
-    if corpus == PERSONAL:
-        if on and on != own:
-            raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
-        return str(own)  # never push a personal document to a peer, whatever it advertises
-    caps = status["capabilities"]
-    if on:
-        if on != own and not any(c["node"] == on and c["capability"].startswith("rag.ingest@") for c in caps):
-            raise NotFound(
-                f"node {on} does not offer rag.ingest to this node (not connected, or not running rag): "
-                "see 'hearthnet status'"
-            )
-        return on
-    holders = [
-        c["node"]
-        for c in caps
-        if c["capability"].startswith("rag.query@") and c["params"].get("corpus") == corpus
-    ]
-    if holders:
-        return str(own if own in holders else holders[0])
-    ingesters = [c for c in caps if c["capability"].startswith("rag.ingest@")]
-    if any(c["node"] == own for c in ingesters):
-        return str(own)
-    accepting = [c["node"] for c in ingesters if c["params"].get("accepts_new")]
-    if accepting:
-        return str(accepting[0])
-    raise NotFound(
-        f"no node in the mesh hosts corpus {corpus} or accepts new corpora (is any node running rag?)"
-    )
+    from hearthnet.frontends.placement import corpus_host
+
+    return corpus_host(client.call("node.status").output, corpus, on)
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:

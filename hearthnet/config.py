@@ -104,6 +104,28 @@ class BlobConfig:
     cap_bytes: int | None = None
 
 
+UI_DEFAULT_PORT = 7780
+UI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    """The web UI served by the node (``specs/ui.md``)."""
+
+    enabled: bool = True
+    listen_host: str = "127.0.0.1"
+    listen_port: int = UI_DEFAULT_PORT
+    listen_explicit: bool = False
+    """``listen`` was given (file or environment): a taken port is an error, never the next one."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names besides IP literals and ``localhost`` that requests may name (DNS rebinding)."""
+    max_upload_bytes: int = UI_MAX_UPLOAD_BYTES
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise BadRequest("ui.listen port must be 0..65535")
+
+
 @dataclass(frozen=True)
 class NodeConfig:
     home: Path
@@ -112,6 +134,7 @@ class NodeConfig:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     rag: RagConfig = field(default_factory=RagConfig)
     blobs: BlobConfig = field(default_factory=BlobConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     log_level: str = "info"
 
     # paths inside the home ------------------------------------------------------
@@ -139,9 +162,19 @@ class NodeConfig:
     def bootstrap_path(self) -> Path:
         return self.home / "bootstrap.json"
 
+    @property
+    def ui_state_path(self) -> Path:
+        """Where the running web UI writes its URL (``hearthnet ui`` reads it)."""
+        return self.home / "ui.json"
+
+    @property
+    def ui_db_path(self) -> Path:
+        """The web UI's token and session store (0600)."""
+        return self.home / "ui.sqlite3"
+
 
 _KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs"}),
+    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "ui"}),
     "network": frozenset(
         {
             "listen",
@@ -167,6 +200,7 @@ _KNOWN: dict[str, frozenset[str]] = {
         }
     ),
     "blobs": frozenset({"cap_bytes"}),
+    "ui": frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -291,6 +325,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     )
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
+    ui = _ui_config(_table(top.get("ui", {}), "ui"))
     name = _get(top, "name", str, "node", "config")
     return NodeConfig(
         home=home,
@@ -299,13 +334,36 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         embedding=embedding,
         rag=rag,
         blobs=blobs,
+        ui=ui,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
+    )
+
+
+def _ui_config(table: Mapping[str, Any]) -> UiConfig:
+    listen = _get(table, "listen", str, None, "ui")
+    host, port = _parse_listen(listen) if listen is not None else ("127.0.0.1", UI_DEFAULT_PORT)
+    hosts = _get(table, "allowed_hosts", list, [], "ui")
+    for h in hosts:
+        if not isinstance(h, str) or not h.strip() or any(c in h for c in " /:@"):
+            raise BadRequest(f"ui.allowed_hosts in config.toml must be host names, got {h!r}")
+    return UiConfig(
+        enabled=_get(table, "enabled", bool, True, "ui"),
+        listen_host=host,
+        listen_port=port,
+        listen_explicit=listen is not None,
+        allowed_hosts=tuple(h.strip().lower() for h in hosts),
+        max_upload_bytes=_int(table, "max_upload_bytes", UI_MAX_UPLOAD_BYTES, 1, "ui"),
     )
 
 
 def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     """Apply ``HEARTHNET_*`` (and the seeds' ``RAG_*_TIMEOUT_SECONDS``) overrides."""
-    network, embedding, rag, blobs = config.network, config.embedding, config.rag, config.blobs
+    network, embedding, rag, blobs, ui = config.network, config.embedding, config.rag, config.blobs, config.ui
+    if "HEARTHNET_UI" in env:
+        ui = replace(ui, enabled=_bool(env["HEARTHNET_UI"], "HEARTHNET_UI"))
+    if "HEARTHNET_UI_LISTEN" in env:
+        host, port = _parse_listen(env["HEARTHNET_UI_LISTEN"])
+        ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)
     if "HEARTHNET_LISTEN" in env:
         host, port = _parse_listen(env["HEARTHNET_LISTEN"])
         network = replace(network, listen_host=host, listen_port=port)
@@ -355,7 +413,14 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         raise BadRequest("HEARTHNET_NAME must not be empty")
     log_level = check_log_level(env.get("HEARTHNET_LOG_LEVEL", config.log_level), "HEARTHNET_LOG_LEVEL")
     return replace(
-        config, name=name, log_level=log_level, network=network, embedding=embedding, rag=rag, blobs=blobs
+        config,
+        name=name,
+        log_level=log_level,
+        network=network,
+        embedding=embedding,
+        rag=rag,
+        blobs=blobs,
+        ui=ui,
     )
 
 
