@@ -468,5 +468,8 @@ def default_config_text(*, name: str, listen: str) -> str:
         "enabled = true\n"
         "query_timeout_seconds = 5.0\n"
         "embed_timeout_seconds = 10.0\n\n"
-        "[blobs]\n"
+        "[blobs]\n\n"
+        "[ui]\n"
+        "enabled = true\n"
+        '# listen = "127.0.0.1:7780"  (the default: 7780, or the next free port)\n'
     )

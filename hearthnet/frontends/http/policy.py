@@ -61,7 +61,8 @@ def check(level: Level, capability: str) -> None:
     if needed is None:
         raise Unauthorized(f"the web UI does not call {capability}")
     if level < needed:
-        raise Unauthorized(f"{capability} needs a {needed.label} login; this one is {level.label}")
+        article = "an" if needed.label[0] in "aeiou" else "a"
+        raise Unauthorized(f"{capability} needs {article} {needed.label} login; this one is {level.label}")
 
 
 def allowed(level: Level, capability: str) -> bool:

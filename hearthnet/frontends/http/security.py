@@ -9,8 +9,8 @@ uploads stream through it.  In order:
    sign-in page, its API and the static files is ``401`` (the sign-in page for a page, JSON
    for the API, SSE included).
 3. **State-changing requests** (anything but GET/HEAD): an ``Origin`` (or ``Sec-Fetch-Site``)
-   that is not this UI's is ``403``; then the session's CSRF token must be in
-   ``X-CSRF-Token``, else ``403``.
+   that is not this UI's is ``403``; then, but for signing in, the session's CSRF token must
+   be in ``X-CSRF-Token``, else ``403``.
 4. Every answer carries the Content-Security-Policy (no inline script), ``nosniff``, no
    referrer, no framing, and ``Cache-Control: no-store`` unless the route set its own.
 """
@@ -130,7 +130,8 @@ class Guard:
         public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
         if method not in SAFE_METHODS:
             problem = _cross_origin(headers, host)
-            if problem is None and session is not None:
+            # Signing in needs no CSRF token (there is no session yet, or it is being replaced)
+            if problem is None and session is not None and not public:
                 sent = headers.get(CSRF_HEADER.encode(), b"").decode("latin-1")
                 if not hmac.compare_digest(sent.encode(), session.csrf.encode()):
                     problem = "the CSRF token is missing or wrong: reload the page"

@@ -1,0 +1,1 @@
+"""The web UI's tests run against real nodes started by ``hearthnet node run``."""
