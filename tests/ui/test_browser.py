@@ -278,7 +278,11 @@ def test_without_a_session_every_endpoint_is_refused(mesh: LocalMesh, driver: An
         const done = arguments[0];
         const es = new EventSource('/api/live');
         es.onopen = () => { es.close(); done('open'); };
-        es.onerror = () => { const s = es.readyState; es.close(); done(s === EventSource.CLOSED ? 'refused' : 'retrying'); };
+        es.onerror = () => {
+          const s = es.readyState;
+          es.close();
+          done(s === EventSource.CLOSED ? 'refused' : 'retrying');
+        };
         """
     )
     assert live == "refused"
