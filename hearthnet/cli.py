@@ -101,8 +101,12 @@ def cmd_init(args: argparse.Namespace) -> None:
     from hearthnet.identity import create_identity
 
     home: Path = args.home
-    name = args.name or home.name or "node"
-    config_text = default_config_text(name=name, listen=args.listen)  # checked before any file
+    if (home / "identity.key").exists():
+        _report_existing_home(args, home)
+        return
+    name = args.name if args.name is not None else _default_name(home)
+    listen = args.listen if args.listen is not None else "127.0.0.1:0"
+    config_text = default_config_text(name=name, listen=listen)  # checked before any file
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
     identity = create_identity(home / "identity.key")
@@ -111,9 +115,38 @@ def cmd_init(args: argparse.Namespace) -> None:
         _write_atomically(config_path, config_text)
     emit(
         args,
-        {"node_id": identity.node_id, "home": str(home), "name": name},
+        {"node_id": identity.node_id, "home": str(home), "name": name, "existing": False},
         lambda: print(identity.node_id),
     )
+
+
+def _default_name(home: Path) -> str:
+    """The home directory's name when it is a valid node name, else ``node``."""
+    from hearthnet.config import check_name
+
+    try:
+        return check_name(home.name, "the home's name")
+    except BadRequest:
+        return "node"
+
+
+def _report_existing_home(args: argparse.Namespace, home: Path) -> None:
+    """``init`` on a home that has a key: say so and show its node, changing nothing."""
+    from hearthnet.config import CONFIG_FILE, load_config
+    from hearthnet.identity import load_identity
+
+    identity = load_identity(home / "identity.key")
+    name = load_config(home, env={}).name  # the file's own name, not an environment override
+    ignored = [flag for flag in ("--name", "--listen") if getattr(args, flag[2:]) is not None]
+
+    def human() -> None:
+        print(identity.node_id)
+        note = f"{home} already holds node {name!r}; nothing was changed"
+        if ignored:
+            note += f" ({' and '.join(ignored)} not applied: edit {home / CONFIG_FILE})"
+        print(f"hearthnet: {note}", file=sys.stderr)
+
+    emit(args, {"node_id": identity.node_id, "home": str(home), "name": name, "existing": True}, human)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -270,13 +303,26 @@ def _lock_home(home: Path) -> Any:
 
 # -- commands through the running node ---------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> None:
+    from hearthnet.cli_data import shown
+
     result = _client(args).call("node.status")
     st = result.output
 
     def human() -> None:
         print(f"node       {st['node_id']} ({st.get('name', '')})")
-        print(f"community  {st.get('community_name') or '-'} ({st.get('community_id') or 'none'})")
-        print(f"level      {st.get('level') or '-'}")
+        if st.get("community_id") is None:
+            print(
+                "community  none: found one with 'hearthnet community create NAME' "
+                "or join one with 'hearthnet join TOKEN'"
+            )
+        else:
+            print(f"community  {st.get('community_name') or '-'} ({st['community_id']})")
+        revoked = st.get("revoked")
+        if revoked:
+            why = f" ({shown(revoked['reason'])})" if revoked.get("reason") else ""
+            print(f"level      revoked by {revoked['by']} at {revoked['at']}{why}")
+        else:
+            print(f"level      {st.get('level') or '-'}")
         print(f"listening  {', '.join(st.get('addresses', [])) or '-'}")
         print(f"peers      {len(st.get('peers', []))}")
         for p in st.get("peers", []):
@@ -337,9 +383,11 @@ def cmd_invite(args: argparse.Namespace) -> None:
 
 
 def cmd_member(args: argparse.Namespace) -> None:
-    if args.action == "promote":
+    if args.action in ("promote", "demote"):
+        if args.action == "demote" and args.level is None:
+            raise CliError("member demote needs --level: the level to lower it to (member or trusted)")
         result = _client(args).call(
-            "member.promote", input={"node_id": args.node_id, "level": args.level or "trusted"}
+            f"member.{args.action}", input={"node_id": args.node_id, "level": args.level or "trusted"}
         )
         emit(args, result.output, lambda: print(f"{args.node_id} is now {result.output['level']}"))
     else:
@@ -366,8 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("init", parents=[common], help="create a node home with identity and config")
-    p.add_argument("--name")
-    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--name", help="1-64 printable characters, shown to every peer (default: the home's name)")
+    p.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:0; port 0: any free port)")
     p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("community", parents=[common], help="found a community")
@@ -408,10 +456,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("events", parents=[common], help="the local event log in replay order")
     p.set_defaults(func=cmd_events)
 
-    p = sub.add_parser("member", parents=[common], help="promote or revoke a member")
-    p.add_argument("action", choices=["promote", "revoke"])
+    p = sub.add_parser(
+        "member", parents=[common], help="raise (promote) or lower (demote) a member's level, or revoke it"
+    )
+    p.add_argument("action", choices=["promote", "demote", "revoke"])
     p.add_argument("node_id")
-    p.add_argument("--level", choices=["member", "trusted", "anchor"])
+    p.add_argument(
+        "--level",
+        choices=["member", "trusted", "anchor"],
+        help="promote: the higher level (default trusted); demote: the lower level (required)",
+    )
     p.add_argument("--reason")
     p.set_defaults(func=cmd_member)
 

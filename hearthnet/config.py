@@ -7,7 +7,9 @@ Precedence: built-in defaults < ``<home>/config.toml`` < environment.  The
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -20,11 +22,73 @@ from hearthnet.wire.frames import DEFAULT_MAX_FRAME
 CONFIG_FILE = "config.toml"
 
 
-def _parse_listen(text: str) -> tuple[str, int]:
+NAME_MAX = 64
+"""A node's name is 1..64 printable characters: every peer's ``status`` shows it."""
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def host_problem(host: str) -> str | None:
+    """Why ``host`` is neither an IP address nor a well-formed host name, or ``None``."""
+    if not host:
+        return "the host is empty"
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    if ":" in host:
+        return f"{host!r} is not a valid IPv6 address"
+    if all(part.isdigit() for part in host.split(".")):
+        return f"{host!r} is not a valid IPv4 address"
+    name = host[:-1] if host.endswith(".") else host
+    labels = name.split(".")
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        return f"{host!r} is not a valid host name (letters, digits and '-' in dot-separated labels)"
+    if labels[-1].isdigit():
+        return f"{host!r} is not a valid host name (its last label is a number)"
+    return None
+
+
+def parse_listen(text: str, setting: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets) as ``(host, port)``; errors name ``setting``."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise BadRequest(f"listen address must be HOST:PORT, got {text!r}")
-    return host.strip("[]"), int(port)
+    shape = "HOST:PORT (an IP address or host name, and a port 0-65535; port 0 takes any free port)"
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise BadRequest(f"{setting} must be {shape}, got {text!r}")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    problem = host_problem(host)
+    if problem is not None:
+        raise BadRequest(f"{setting} must be {shape}, got {text!r}: {problem}")
+    return host, int(port)
+
+
+def check_host(host: str, setting: str) -> str:
+    """``host`` if it is an IP address or a well-formed host name; errors name ``setting``."""
+    problem = host_problem(host)
+    if problem is not None:
+        raise BadRequest(f"{setting} must be an IP address or host name: {problem}")
+    return host
+
+
+def shown_name(name: str) -> str:
+    """A peer's name as ``status`` shows it: what its own config allows (64 printable characters),
+    whatever an older or hostile peer announces; other characters become U+FFFD."""
+    return "".join(ch if ch.isprintable() else "\ufffd" for ch in name[:NAME_MAX])
+
+
+def check_name(name: str, setting: str) -> str:
+    """A node name: 1..64 printable characters (no control or format characters)."""
+    if not name.strip():
+        raise BadRequest(f"{setting} must not be empty: give 1-{NAME_MAX} printable characters")
+    if len(name) > NAME_MAX:
+        raise BadRequest(f"{setting} is {len(name)} characters long; the limit is {NAME_MAX}")
+    if not name.isprintable():
+        bad = next(ch for ch in name if not ch.isprintable())
+        raise BadRequest(
+            f"{setting} must be printable characters only; it holds U+{ord(bad):04X} "
+            "(a control or format character)"
+        )
+    return name
 
 
 def _bool(text: str, name: str) -> bool:
@@ -163,6 +227,11 @@ class NodeConfig:
         return self.home / "bootstrap.json"
 
     @property
+    def revocation_path(self) -> Path:
+        """This node's revocation as a refusing peer showed it (when the log could not store it)."""
+        return self.home / "revoked.json"
+
+    @property
     def ui_state_path(self) -> Path:
         """Where the running web UI writes its URL (``hearthnet ui`` reads it)."""
         return self.home / "ui.json"
@@ -278,11 +347,16 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     top = _table(data, "")
     net = _table(top.get("network", {}), "network")
     listen = _get(net, "listen", str, None, "network")
-    listen_host, listen_port = _parse_listen(listen) if listen is not None else ("127.0.0.1", 0)
+    listen_host, listen_port = (
+        parse_listen(listen, "[network] listen in config.toml") if listen is not None else ("127.0.0.1", 0)
+    )
+    advertise_host = _get(net, "advertise_host", str, None, "network")
+    if advertise_host is not None:
+        check_host(advertise_host, "[network] advertise_host in config.toml")
     network = NetworkConfig(
         listen_host=listen_host,
         listen_port=listen_port,
-        advertise_host=_get(net, "advertise_host", str, None, "network"),
+        advertise_host=advertise_host,
         max_frame=_int(net, "max_frame", DEFAULT_MAX_FRAME, 1 << 16, "network"),
         handshake_timeout=_seconds(net, "handshake_timeout", 5.0, "network"),
         keepalive_seconds=_seconds(net, "keepalive_seconds", 10.0, "network"),
@@ -326,7 +400,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
     ui = _ui_config(_table(top.get("ui", {}), "ui"))
-    name = _get(top, "name", str, "node", "config")
+    name = check_name(_get(top, "name", str, "node", "config"), "name in config.toml")
     return NodeConfig(
         home=home,
         name=name,
@@ -365,10 +439,11 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         host, port = _parse_listen(env["HEARTHNET_UI_LISTEN"])
         ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)
     if "HEARTHNET_LISTEN" in env:
-        host, port = _parse_listen(env["HEARTHNET_LISTEN"])
+        host, port = parse_listen(env["HEARTHNET_LISTEN"], "HEARTHNET_LISTEN")
         network = replace(network, listen_host=host, listen_port=port)
     if "HEARTHNET_ADVERTISE_HOST" in env:
-        network = replace(network, advertise_host=env["HEARTHNET_ADVERTISE_HOST"])
+        advertise = check_host(env["HEARTHNET_ADVERTISE_HOST"], "HEARTHNET_ADVERTISE_HOST")
+        network = replace(network, advertise_host=advertise)
     keepalive = env.get("HEARTHNET_KEEPALIVE_SECONDS")
     dead_after = env.get("HEARTHNET_DEAD_AFTER_SECONDS")
     if keepalive is not None or dead_after is not None:  # together: one alone may not fit the other's default
@@ -408,9 +483,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         if not text.isdigit():
             raise BadRequest(f"HEARTHNET_BLOB_CAP_BYTES must be a number of bytes (0 or more), got {text!r}")
         blobs = replace(blobs, cap_bytes=int(text))
-    name = env.get("HEARTHNET_NAME", config.name)
-    if not name.strip():
-        raise BadRequest("HEARTHNET_NAME must not be empty")
+    name = check_name(env["HEARTHNET_NAME"], "HEARTHNET_NAME") if "HEARTHNET_NAME" in env else config.name
     log_level = check_log_level(env.get("HEARTHNET_LOG_LEVEL", config.log_level), "HEARTHNET_LOG_LEVEL")
     return replace(
         config,
@@ -454,8 +527,9 @@ def toml_string(text: str) -> str:
 
 
 def default_config_text(*, name: str, listen: str) -> str:
-    """The ``local`` preset written by ``hearthnet init``."""
-    _parse_listen(listen)
+    """The ``local`` preset written by ``hearthnet init`` (``name`` and ``listen`` checked as its flags)."""
+    check_name(name, "--name")
+    parse_listen(listen, "--listen")
     return (
         "# HearthNet node configuration (see specs/node.md)\n"
         f"name = {toml_string(name)}\n"

@@ -106,9 +106,23 @@ class Unauthorized(BusError):
 
 
 class Revoked(BusError):
-    """The caller's membership has been revoked."""
+    """The caller's membership has been revoked.
+
+    ``evidence`` is the signed revocation event (``{body, sig}``) when the refusing side
+    shows it to the revoked node itself, in a refused handshake; it never crosses a call.
+    """
 
     code = "revoked"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after_ms: int | None = None,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, retry_after_ms=retry_after_ms)
+        self.evidence = evidence
 
 
 class NotFound(BusError):

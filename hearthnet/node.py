@@ -6,10 +6,12 @@ and runs them in one task group until cancelled.
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,8 +23,9 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.peers import PeerManager
 from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
-from hearthnet.config import NodeConfig
-from hearthnet.errors import BadRequest, Revoked, Unauthorized
+from hearthnet.community.membership import Revocation
+from hearthnet.config import NodeConfig, shown_name
+from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
 from hearthnet.events.rules import EventRules, default_rules
 from hearthnet.identity import Identity, load_identity
@@ -111,13 +114,23 @@ class Node:
         assert self.event_log is not None
         return self.event_log.level_of(node_id)
 
+    def _own_revocation(self) -> Revocation | None:
+        return self.community.own_revocation() if self.community is not None else None
+
     def _is_member(self, node_id: str) -> bool:
+        if self._own_revocation() is not None:
+            return False  # a revoked node keeps no links: every member refuses it anyway
         return self._level_of(node_id) is not None
 
     def _admit(self, node_id: str) -> None:
         assert self.event_log is not None and self.identity is not None
-        if self.event_log.is_revoked(node_id):
-            raise Revoked(f"{node_id} has been revoked from this community")
+        revocation = self.event_log.revocation(node_id)
+        if revocation is not None:
+            # It has proven its key: show it the signed revocation, so it learns why.
+            raise Revoked(
+                f"{node_id} was revoked from this community by {revocation.by}",
+                evidence=revocation.event.to_wire(),
+            )
         if self.event_log.level_of(node_id) is not None:
             return
         if self.event_log.membership().founder is None and node_id in self._bootstrap_ids:
@@ -129,17 +142,26 @@ class Node:
             await self.peers.disconnect_non_members()
             self.peers.wake()
 
+    async def _peer_refused(self, peer: str, error: BusError) -> None:
+        """A peer refused our handshake: if it showed our revocation, learn it and stop dialling."""
+        if isinstance(error, Revoked) and error.evidence is not None and self.community is not None:
+            if await self.community.learn_revocation(peer, error.evidence):
+                await self._membership_changed()
+
     # status ----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         assert self.identity is not None and self.event_log is not None and self.bus is not None
-        own = self._level_of(self.identity.node_id)
+        community_id = self.event_log.community_id
+        revocation = self._own_revocation()
+        own = None if community_id is None or revocation else self._level_of(self.identity.node_id)
         return {
             "node_id": self.identity.node_id,
             "name": self.config.name,
             "version": __version__,
-            "community_id": self.event_log.community_id,
-            "community_name": self.event_log.membership().name,
+            "community_id": community_id,
+            "community_name": self.event_log.membership().name if community_id is not None else None,
             "level": own.label if own is not None else None,
+            "revoked": _revocation_json(revocation),
             "addresses": self.peers.addresses() if self.peers else [],
             "capabilities": [
                 r.descriptor.ref for r in self.bus.registry.local() if not r.descriptor.local_only
@@ -167,7 +189,7 @@ class Node:
             peers.append(
                 {
                     "node_id": node_id,
-                    "name": manifest.name if manifest else "",
+                    "name": shown_name(manifest.name) if manifest else "",
                     "level": level.label if level else None,
                     "address": session.link.remote_address,
                     # Seconds since anything arrived on the link (closed as dead past dead_after_seconds).
@@ -211,6 +233,8 @@ class Node:
             community_id=lambda: event_log.community_id,
             admit=self._admit,
             is_member=self._is_member,
+            on_refused=self._peer_refused,
+            may_dial=lambda: self._own_revocation() is None,
             listen_host=config.network.listen_host,
             listen_port=config.network.listen_port,
             advertise_host=config.network.advertise_host,
@@ -230,6 +254,7 @@ class Node:
             event_log=event_log,
             addresses=peers.addresses,
             on_membership_changed=self._membership_changed,
+            revocation_path=config.revocation_path,
         )
         node_service = NodeService(info=self.info, stats=self.stats, status=self.status)
         parts = NodeParts(config, identity, bus, event_log, rules, community)
@@ -243,7 +268,10 @@ class Node:
         self.front_doors = [d for d in (make(parts) for make in doors) if d is not None]
         try:
             async with anyio.create_task_group() as tg:
-                await tg.start(peers.run)
+                try:
+                    await tg.start(peers.run)
+                except OSError as exc:
+                    raise _listen_error(config, exc) from exc
                 for service in self.services:
                     await service.start()
                     for registration in service.registrations():
@@ -269,3 +297,30 @@ class Node:
                         log.exception("service_stop_failed", service=service.name)
                 await anyio.to_thread.run_sync(event_log.close)
                 log.info("node_stopped", node_id=identity.node_id)
+
+
+def _listen_error(config: NodeConfig, exc: OSError) -> BadRequest:
+    """Binding the listen address failed: name the address, and where to change it."""
+    net = config.network
+    host = f"[{net.listen_host}]" if ":" in net.listen_host else net.listen_host
+    reason = (exc.strerror or str(exc)).lower()
+    held = " (another program or node holds it: stop that, or)" if exc.errno == errno.EADDRINUSE else ""
+    return BadRequest(
+        f"cannot listen on {host}:{net.listen_port}: {reason};{held} choose another address with "
+        f"[network] listen in {config.home / 'config.toml'} or HEARTHNET_LISTEN "
+        "(a new home takes 'hearthnet init --listen HOST:PORT')"
+    )
+
+
+def _revocation_json(revocation: Revocation | None) -> dict[str, Any] | None:
+    """``status``'s ``revoked``: by whom, when (UTC, and ms since the epoch), why, which event."""
+    if revocation is None:
+        return None
+    at = datetime.fromtimestamp(revocation.at_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "by": revocation.by,
+        "at": at,
+        "at_ms": revocation.at_ms,
+        "reason": revocation.reason,
+        "event_id": revocation.event.event_id,
+    }

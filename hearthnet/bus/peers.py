@@ -5,13 +5,16 @@ the race when two nodes dial each other at once: of two links between the
 same pair, the one initiated by the smaller node id wins, so both sides keep
 the same link.  Addresses come from the bootstrap peer, from peers' signed
 manifests, and from ``peers`` messages (the addresses of their neighbours).
+A peer that refuses our handshake as ``revoked`` is reported to ``on_refused``
+(the refusal may carry the signed revocation); ``may_dial`` false stops all
+dialling (a node that knows it was revoked).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ import structlog
 
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.session import PeerSession
-from hearthnet.errors import BusError, ProtocolError
+from hearthnet.errors import BusError, ProtocolError, Revoked
 from hearthnet.identity import Identity
 from hearthnet.transport.link import Admit, Link, accept_link, open_link, socket_peer_address
 from hearthnet.transport.tcp import accept_forever, create_listener, listener_port
@@ -32,6 +35,9 @@ log = structlog.get_logger("hearthnet.peers")
 MAX_BACKOFF = 15.0
 _MAX_PEERS = 1024
 _MAX_ADDRESSES_PER_PEER = 8
+
+Refused = Callable[[str, BusError], Awaitable[None]]
+"""``on_refused(peer_id, error)``: the peer we dialled refused the handshake as ``revoked``."""
 
 
 @dataclass
@@ -62,8 +68,12 @@ class PeerManager:
         max_frame: int,
         handshake_timeout: float = 5.0,
         state_path: Path | None = None,
+        on_refused: Refused | None = None,
+        may_dial: Callable[[], bool] = lambda: True,
     ) -> None:
         self._bus = bus
+        self._on_refused = on_refused
+        self._may_dial = may_dial
         self._identity = identity
         self._community_id = community_id
         self._admit = admit
@@ -261,7 +271,7 @@ class PeerManager:
                 await self._wake.wait()
             self._wake = anyio.Event()
             community = self._community_id()
-            if community is None:
+            if community is None or not self._may_dial():
                 continue
             now = anyio.current_time()
             for node_id, addresses in self.known_addresses().items():
@@ -295,6 +305,10 @@ class PeerManager:
                 except (BusError, ValueError, OSError) as exc:
                     code = exc.code if isinstance(exc, BusError) else "bad_request"
                     log.debug("dial_failed", peer=node_id, address=address, code=code)
+                    if isinstance(exc, Revoked) and self._on_refused is not None:
+                        await self._on_refused(node_id, exc)
+                        if not self._may_dial():
+                            return
                     continue
                 state.failures = 0
                 state.next_try = 0.0

@@ -16,7 +16,7 @@ Two views are kept:
 
 Backdating.  An author picks its own Lamport times, so a revoked (or demoted)
 node could sign an event that replays *before* its revocation.  A
-``member.revoked`` and a level-lowering ``member.promoted`` therefore carry
+``member.revoked`` and a ``member.demoted`` therefore carry
 ``cutoff_seq``: the target's sequence number up to which the issuer held its
 events.  A *restriction* is such an event that takes effect; the target's
 events with ``seq > cutoff_seq`` that replay before it are judged as if the
@@ -56,6 +56,7 @@ __all__ = [
     "MemberInfo",
     "Membership",
     "Restriction",
+    "Revocation",
     "community_id_for",
     "derive_membership",
 ]
@@ -65,7 +66,10 @@ COMMUNITY_ID_PREFIX = "hc1:"
 CREATED = "community.created"
 INVITED = "member.invited"
 PROMOTED = "member.promoted"
+DEMOTED = "member.demoted"
 REVOKED = "member.revoked"
+RESTRICTING = (REVOKED, DEMOTED)
+"""The event types that restrict their target (and carry ``cutoff_seq``)."""
 
 
 def community_id_for(founder_node_id: str, name: str) -> str:
@@ -81,6 +85,18 @@ class MemberInfo:
     level: Level
     invited_by: str
     since_lamport: int
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """The revocation that took effect for ``node_id``: who signed it, when (its author's
+    wall clock, ms), why, and the signed event itself (a revoked node is shown it)."""
+
+    node_id: str
+    by: str
+    at_ms: int
+    reason: str
+    event: Event
 
 
 @dataclass(frozen=True)
@@ -113,6 +129,7 @@ class Membership:
         self.founder: str | None = None
         self._members: dict[str, MemberInfo] = {}
         self._revoked: set[str] = set()
+        self._revocations: dict[str, Revocation] = {}
         self._ever: dict[str, Level] = {}
         self._ignored: set[str] = set()
         self._known: dict[str, Restriction] = {r.event_id: r for r in known}
@@ -142,6 +159,10 @@ class Membership:
 
     def revoked(self) -> frozenset[str]:
         return frozenset(self._revoked)
+
+    def revocation(self, node_id: str) -> Revocation | None:
+        """The revocation of ``node_id`` that took effect, or ``None`` if it is not revoked."""
+        return self._revocations.get(node_id)
 
     def ever_level(self, node_id: str) -> Level | None:
         """Highest level ever granted (admission view; ignores revocation)."""
@@ -193,6 +214,7 @@ class Membership:
         other.founder = self.founder
         other._members = dict(self._members)
         other._revoked = set(self._revoked)
+        other._revocations = dict(self._revocations)
         other._ever = dict(self._ever)
         other._ignored = set(self._ignored)
         other._applied_seq = dict(self._applied_seq)
@@ -249,11 +271,11 @@ class Membership:
         """The restriction ``event`` imposes if it takes effect here (call before applying it)."""
         if event.event_type == REVOKED:
             level = None
-        elif event.event_type == PROMOTED:
+        elif event.event_type == DEMOTED:
             before = self.level_of(event.data["node_id"])
             level = Level.parse(event.data["level"])
             if before is None or level >= before:
-                return None  # raises or keeps the level: nothing to restrict
+                return None  # lowers nothing (it does not take effect either): nothing to restrict
         else:
             return None
         return Restriction(event.event_id, event.key, event.data["node_id"], event.data["cutoff_seq"], level)
@@ -269,7 +291,7 @@ class Membership:
     def _track_restriction(self, event: Event, restriction: Restriction | None) -> None:
         if restriction is not None:
             self._restricting.add(event.event_id)
-        if event.event_type in (REVOKED, PROMOTED) and event.event_id not in self._considered:
+        if event.event_type in RESTRICTING and event.event_id not in self._considered:
             self._found.append(event.event_id)  # a restriction candidate the derivation did not weigh
 
     def _record_grant(self, event: Event) -> None:
@@ -290,13 +312,16 @@ class Membership:
             node_id = data["node_id"]
             level = Level.parse(data["level"])
             self._members[node_id] = MemberInfo(node_id, level, event.author, event.lamport)
-        elif event.event_type == PROMOTED:
+        elif event.event_type in (PROMOTED, DEMOTED):
             node_id = data["node_id"]
             self._members[node_id] = replace(self._members[node_id], level=Level.parse(data["level"]))
         elif event.event_type == REVOKED:
             node_id = data["node_id"]
             self._members.pop(node_id, None)
             self._revoked.add(node_id)
+            self._revocations[node_id] = Revocation(
+                node_id, event.author, event.wall_clock, data["reason"], event
+            )
 
 
 def derive_membership(
@@ -322,7 +347,7 @@ def derive_membership(
             return events
 
     candidates = _restriction_candidates(source())
-    # a promotion to anchor never lowers a level: it cannot restrict anything
+    # a "demotion" to anchor lowers nothing (the rules refuse it): it cannot restrict anything
     excluded = {i for i, c in candidates.items() if c.restriction.level == Level.ANCHOR}
     while True:  # each round drops at least one candidate or ends: it terminates
         held = _holding(candidates, excluded)
@@ -365,7 +390,7 @@ class _Candidate:
 def _restriction_candidates(events: Iterable[Event]) -> dict[str, _Candidate]:
     out: dict[str, _Candidate] = {}
     for event in events:
-        if event.event_type not in (REVOKED, PROMOTED):
+        if event.event_type not in RESTRICTING:
             continue
         data = event.data
         try:

@@ -31,8 +31,9 @@ from hearthnet.community.membership import (
     CREATED,
     INVITED,
     PROMOTED,
-    REVOKED,
+    RESTRICTING,
     Membership,
+    Revocation,
     community_id_for,
     derive_membership,
 )
@@ -42,7 +43,13 @@ from hearthnet.events.gossip import DEFAULT_BATCH, MAX_BATCH, lacking, parse_ver
 from hearthnet.events.rules import EventRule, EventRules
 from hearthnet.identity.keys import Identity
 
-__all__ = ["MAX_LAMPORT_STEP", "EventLog", "IngestReport"]
+__all__ = ["MAX_LAMPORT_STEP", "NO_COMMUNITY", "EventLog", "IngestReport"]
+
+NO_COMMUNITY = (
+    "this node is in no community yet: found one with 'hearthnet community create NAME', "
+    "or join one with 'hearthnet join TOKEN' (a member makes the token with 'hearthnet invite NODE_ID')"
+)
+"""What a user reads when asking a node without a community for its members or log."""
 
 MAX_LAMPORT_STEP = 1 << 20
 """How far above the event replaying just before it a received event's Lamport time may be.
@@ -79,6 +86,8 @@ CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 """
 _STORE_VERSION = "2"  # 2: event ids are bound to (author, seq)
 _COLS = "body, signature"
+CUTOFF_TYPES = (*RESTRICTING, PROMOTED)
+"""Event types whose data carries ``cutoff_seq`` (a promotion's restricts nothing; kept for its shape)."""
 _KEY_CHUNK = 64  # keys read per author and query while merging a sync batch
 _WIRE_OVERHEAD = 32  # bytes a {body, sig} map adds around its two byte strings (upper bound)
 
@@ -161,15 +170,15 @@ class EventLog:
         """Sign and store a local event; raise (``Unauthorized``, ``Revoked``...) if not allowed now.
 
         A ``community.created`` on an unbound log binds it to the derived id,
-        after the event passed its checks.  A ``member.revoked`` or
-        ``member.promoted`` without ``cutoff_seq`` gets the target's highest
-        contiguous seq held here.
+        after the event passed its checks.  A ``member.revoked``,
+        ``member.demoted`` or ``member.promoted`` without ``cutoff_seq`` gets
+        the target's highest contiguous seq held here.
         """
         with self._lock:
             community_id = self._community_id
             if community_id is None:
                 if event_type != CREATED or not isinstance(data.get("name"), str):
-                    raise BadRequest("the log has no community yet: create or join one first")
+                    raise BadRequest(NO_COMMUNITY)
                 community_id = community_id_for(identity.node_id, data["name"])
             membership = self._current() if self._community_id is not None else Membership(community_id)
             own = self._last_key.get(identity.node_id)
@@ -297,6 +306,11 @@ class EventLog:
         with self._lock:
             return self._current().is_revoked(node_id)
 
+    def revocation(self, node_id: str) -> Revocation | None:
+        """The revocation of ``node_id`` that took effect (who, when, the signed event), if any."""
+        with self._lock:
+            return self._current().revocation(node_id)
+
     def get(self, event_id: str) -> Event | None:
         with self._lock:
             row = self._db.execute(f"SELECT {_COLS} FROM events WHERE event_id = ?", (event_id,)).fetchone()
@@ -365,7 +379,7 @@ class EventLog:
     def _current(self) -> Membership:
         if self._membership is None:
             if self._community_id is None:
-                raise BadRequest("the log has no community yet")
+                raise BadRequest(NO_COMMUNITY)
             self._membership = derive_membership(self._community_id, self._replay_iter, self._rules)
         return self._membership
 
@@ -377,7 +391,7 @@ class EventLog:
 
     def _with_cutoff(self, event_type: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
         target = data.get("node_id")
-        if event_type in (REVOKED, PROMOTED) and "cutoff_seq" not in data and isinstance(target, str):
+        if event_type in CUTOFF_TYPES and "cutoff_seq" not in data and isinstance(target, str):
             return {**data, "cutoff_seq": self._contig.get(target, 0)}
         return data
 

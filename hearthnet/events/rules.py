@@ -25,6 +25,7 @@ from typing import Any
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import (
     CREATED,
+    DEMOTED,
     INVITED,
     PROMOTED,
     REVOKED,
@@ -181,7 +182,7 @@ def _validate_invited(data: Mapping[str, Any]) -> None:
     _level(data["level"])
 
 
-def _validate_promoted(data: Mapping[str, Any]) -> None:
+def _validate_level_change(data: Mapping[str, Any]) -> None:
     require_fields(data, {"node_id": str, "level": str, "cutoff_seq": int})
     _node_id(data["node_id"], "node_id")
     _level(data["level"])
@@ -219,24 +220,42 @@ def _precondition_invited(event: Event, membership: Membership) -> None:
     target = event.data["node_id"]
     if membership.is_revoked(target):
         raise Revoked(f"{target} was revoked; revocation is permanent")
-    if membership.level_of(target) is not None:
-        raise BadRequest(f"{target} is already a member; use member.promoted to change its level")
+    level = membership.level_of(target)
+    if level is not None:
+        raise BadRequest(f"{target} is already a member ({level.label}); its level changes by promotion")
+
+
+def _current_level(target: str, membership: Membership) -> Level:
+    """The level of ``target``, which must be a current member (promotion, demotion, revocation)."""
+    level = membership.level_of(target)
+    if level is None:
+        if membership.is_revoked(target):
+            raise BadRequest(f"{target} is already revoked")
+        raise BadRequest(f"{target} is not a member of this community")
+    return level
 
 
 def _precondition_promoted(event: Event, membership: Membership) -> None:
     target = event.data["node_id"]
-    if membership.level_of(target) is None:
-        raise BadRequest(f"{target} is not a current member")
-    if target == membership.founder and _level(event.data["level"]) != Level.ANCHOR:
-        raise Unauthorized("the founder's level cannot be lowered")
+    level = _current_level(target, membership)
+    if _level(event.data["level"]) <= level:
+        raise BadRequest(f"{target} is {level.label}; a promotion must raise the level")
+
+
+def _precondition_demoted(event: Event, membership: Membership) -> None:
+    target = event.data["node_id"]
+    if target == membership.founder:
+        raise Unauthorized("the founder stays an anchor: its level cannot be lowered")
+    level = _current_level(target, membership)
+    if _level(event.data["level"]) >= level:
+        raise BadRequest(f"{target} is {level.label}; a demotion must lower the level")
 
 
 def _precondition_revoked(event: Event, membership: Membership) -> None:
     target = event.data["node_id"]
     if target == membership.founder:
         raise Unauthorized("the founder cannot be revoked")
-    if membership.is_revoked(target):
-        raise BadRequest(f"{target} is already revoked")
+    _current_level(target, membership)
 
 
 def default_rules() -> EventRules:
@@ -261,6 +280,11 @@ def default_rules() -> EventRules:
             precondition=_precondition_invited,
         )
     )
-    rules.register(EventRule(PROMOTED, Level.ANCHOR, _validate_promoted, precondition=_precondition_promoted))
+    rules.register(
+        EventRule(PROMOTED, Level.ANCHOR, _validate_level_change, precondition=_precondition_promoted)
+    )
+    rules.register(
+        EventRule(DEMOTED, Level.ANCHOR, _validate_level_change, precondition=_precondition_demoted)
+    )
     rules.register(EventRule(REVOKED, Level.ANCHOR, _validate_revoked, precondition=_precondition_revoked))
     return rules

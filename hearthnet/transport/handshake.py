@@ -14,7 +14,9 @@ fixed label, a role label (``responder``/``initiator``, so one side's signature
 can never be reflected as the other's) and the exact bytes of everything said
 so far.  Session keys come from the X25519 shared secret of the two fresh
 ephemeral keys and the hash of messages 1 and 2.  Either side may instead send
-``{error, message}`` and close.
+``{error, message}`` and close; a ``revoked`` refusal, made only once the peer
+has proven its key, may add ``event``: the signed revocation, so that the
+revoked node can learn it (and check it) instead of just being turned away.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "SessionKeys",
     "parse_hello",
     "raise_if_refusal",
+    "refusal_map",
     "transcript_digest",
 ]
 
@@ -62,10 +65,12 @@ NONCE_LEN = 32
 MAX_COMMUNITY_ID_LEN = 256
 MAX_NODE_ID_LEN = 128
 MAX_ERROR_MESSAGE_LEN = 1024
+MAX_EVIDENCE_BYTES = 6 * 1024
+"""Largest revocation event a refusal carries (a revocation with a 1000-character reason is ~4.3 KB)."""
 
 #: Handshake messages are tiny; decode them under much tighter limits than calls.
 HANDSHAKE_LIMITS = MsgLimits(
-    max_bin_len=1024, max_str_len=MAX_ERROR_MESSAGE_LEN, max_array_len=0, max_map_len=8, max_ext_len=0
+    max_bin_len=8 * 1024, max_str_len=MAX_ERROR_MESSAGE_LEN, max_array_len=0, max_map_len=8, max_ext_len=0
 )
 
 _HELLO_KEYS = frozenset({"v", "community_id", "node_id", "eph", "nonce"})
@@ -134,16 +139,44 @@ def parse_hello(fields: dict[str, Any]) -> Hello:
     return Hello(version, community_id, node_id, eph, nonce)
 
 
+def refusal_map(error: BusError) -> dict[str, Any]:
+    """The plaintext refusal for ``error``: ``{error, message}``, plus ``event`` for a ``revoked``
+    refusal that carries its (small enough) signed revocation event."""
+    out: dict[str, Any] = {"error": error.code, "message": error.message[:MAX_ERROR_MESSAGE_LEN]}
+    evidence = error.evidence if isinstance(error, Revoked) else None
+    if evidence is not None and _evidence_size(evidence) <= MAX_EVIDENCE_BYTES:
+        out["event"] = {"body": evidence["body"], "sig": evidence["sig"]}
+    return out
+
+
+def _evidence_size(evidence: dict[str, Any]) -> int:
+    body, sig = evidence.get("body"), evidence.get("sig")
+    if not isinstance(body, bytes) or not isinstance(sig, bytes):
+        return MAX_EVIDENCE_BYTES + 1
+    return len(body) + len(sig)
+
+
 def raise_if_refusal(fields: dict[str, Any]) -> None:
-    """If ``fields`` is a ``{error, message}`` refusal, raise it as its error class."""
+    """If ``fields`` is a refusal, raise it as its error class (a ``revoked`` one with its ``evidence``)."""
     if "error" not in fields:
         return
     code, message = fields.get("error"), fields.get("message", "")
     if not isinstance(message, str):
         message = ""
     cls = _REFUSAL_CODES.get(code) if isinstance(code, str) else None
-    if cls is None or set(fields) - {"error", "message"}:
+    allowed = {"error", "message", "event"} if cls is Revoked else {"error", "message"}
+    if cls is None or set(fields) - allowed:
         raise ProtocolError(f"malformed handshake refusal (code {code!r:.40})")
+    if "event" in fields:
+        event = fields["event"]
+        if (
+            not isinstance(event, dict)
+            or set(event) != {"body", "sig"}
+            or not isinstance(event["body"], bytes)
+            or not isinstance(event["sig"], bytes)
+        ):
+            raise ProtocolError("malformed handshake refusal: 'event' must be {body: bytes, sig: bytes}")
+        raise Revoked(f"peer refused the handshake: {message}", evidence=event)
     raise cls(f"peer refused the handshake: {message}")
 
 

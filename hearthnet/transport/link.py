@@ -26,7 +26,12 @@ import anyio.lowlevel
 
 from hearthnet.errors import BusError, Partition, ProtocolError, Timeout
 from hearthnet.identity.keys import Identity
-from hearthnet.transport.handshake import InitiatorHandshake, ResponderHandshake, raise_if_refusal
+from hearthnet.transport.handshake import (
+    InitiatorHandshake,
+    ResponderHandshake,
+    raise_if_refusal,
+    refusal_map,
+)
 from hearthnet.transport.session import TAG_LEN, Session
 from hearthnet.transport.tcp_stream import connect_tcp
 from hearthnet.wire.codec import pack, unpack_map
@@ -316,7 +321,7 @@ async def _send_refusal(stream: anyio.abc.ByteStream, error: BusError) -> None:
     """Best effort: tell the peer why, in plaintext, before we close."""
     with anyio.move_on_after(1.0):
         try:
-            await stream.send(encode_frame(pack(error.to_wire())))
+            await stream.send(encode_frame(pack(refusal_map(error))))
         except _STREAM_ERRORS:
             pass
 

@@ -131,10 +131,9 @@ def test_gossip_converges_after_a_two_way_cut(
         _cut(namespaces, True)
         failures_before = len(log_records(a, "gossip_pull_failed"))
         written_a = [a.cli_json("invite", Identity.generate().node_id)["event_id"] for _ in range(3)]
-        written_b = [b.cli_json("invite", Identity.generate().node_id)["event_id"] for _ in range(3)]
-        b_promotes = b.cli_json(
-            "member", "promote", a.node_id, "--level", "anchor"
-        )  # a no-op level, still an event
+        invited_b = [Identity.generate().node_id for _ in range(3)]
+        written_b = [b.cli_json("invite", n)["event_id"] for n in invited_b]
+        b_promotes = b.cli_json("member", "promote", invited_b[0], "--level", "trusted")
         written_b.append(b_promotes["event_id"])
         report(
             S, f"cut both ways (blackhole routes); wrote {len(written_a)} events on A, {len(written_b)} on B"

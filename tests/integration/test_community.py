@@ -249,7 +249,51 @@ def _vm_rss_mb(pid: int) -> float:
     return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 
 
-def test_revoked_member_is_cut_off_within_seconds(mesh: LocalMesh) -> None:
+def _typo(node_id: str) -> str:
+    i = len(node_id) // 2
+    return node_id[:i] + ("A" if node_id[i] != "A" else "B") + node_id[i + 1 :]
+
+
+def _fails(node: MeshNode, *args: str) -> str:
+    proc = node.cli(*args, check=False)
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("hearthnet: "), proc.stderr
+    return proc.stderr.strip()
+
+
+def test_member_commands_act_only_on_members_and_in_their_direction(mesh: LocalMesh) -> None:
+    """A typo'd id was "revoked" (and barred for ever) while the member stayed in; ``promote
+    --level member`` demoted a trusted member; inviting a member named an internal event."""
+    a, b, c = nodes(mesh)
+    before = event_ids(a)
+    typo = _typo(c.node_id)
+    err = _fails(a, "member", "revoke", typo)
+    assert err == f"hearthnet: bad_request: {typo} is not a member of this community"
+    err = _fails(a, "member", "promote", typo, "--level", "trusted")
+    assert err == f"hearthnet: bad_request: {typo} is not a member of this community"
+    err = _fails(a, "member", "promote", b.node_id, "--level", "member")
+    assert f"run 'hearthnet member demote {b.node_id} --level member'" in err
+    err = _fails(a, "invite", c.node_id, "--level", "trusted")
+    assert "is already a member (member)" in err and "'hearthnet member promote" in err
+    assert "member.promoted" not in err
+    assert "needs --level" in _fails(a, "member", "demote", b.node_id)
+    assert event_ids(a) == before
+    assert c.node_id in a.peer_ids() and b.status()["level"] == "trusted"
+    # demote, then promote back: each a signed event every member applies
+    assert a.cli_json("member", "demote", b.node_id, "--level", "member")["level"] == "member"
+    wait_for(lambda: b.status()["level"] == "member", timeout=10, what="b to see its demotion")
+    wait_for(
+        lambda: {p["node_id"]: p["level"] for p in c.status()["peers"]}.get(b.node_id) == "member",
+        timeout=10,
+        what="c to see b demoted",
+    )
+    assert "demoted" not in a.cli("member", "promote", b.node_id, "--level", "trusted").stderr
+    wait_for(lambda: b.status()["level"] == "trusted", timeout=10, what="b to be trusted again")
+    types = [e["event_type"] for e in a.cli_json("events")["events"]][-2:]
+    assert types == ["member.demoted", "member.promoted"]
+
+
+def test_revoked_member_is_cut_off_within_seconds_and_told_why(mesh: LocalMesh) -> None:
     """Runs last in this module: it changes the community."""
     a, b, c = nodes(mesh)
     a.cli("member", "revoke", c.node_id, "--reason", "left the household")
@@ -260,9 +304,43 @@ def test_revoked_member_is_cut_off_within_seconds(mesh: LocalMesh) -> None:
     )
     proc = c.cli("call", "node.ping", "--provider", a.node_id, check=False)
     assert proc.returncode != 0 and proc.stderr.startswith("hearthnet: partition:")
-    # It stays out: redialling is refused, so it never reappears among the peers.
+    # It learns it was revoked (by gossip before the cut, or from a refused redial) ...
+    revoked = wait_for(lambda: c.status()["revoked"], timeout=20, what="c to learn it was revoked")
+    assert revoked["by"] == a.node_id and revoked["reason"] == "left the household"
+    assert c.status()["level"] is None
+    assert f"level      revoked by {a.node_id} at {revoked['at']}" in c.cli("status").stdout
+    # ... and stays out: redialling is refused, so it never reappears among the peers.
     c_port_peers = c.status()["peers"]
     assert all(p["node_id"] not in (a.node_id, b.node_id) for p in c_port_peers)
+    assert a.status()["revoked"] is None and b.status()["revoked"] is None
+
+
+def test_a_node_revoked_while_offline_learns_it_from_the_first_refusal(tmp_path: Path) -> None:
+    """A lost phone, revoked while off: at its next start the first member it dials refuses it
+    and shows it the signed revocation; its ``status`` said "level trusted" with "peers 0"."""
+    with LocalMesh(tmp_path, env=None) as m:
+        m.env.update(NO_MODELS)
+        a, phone = m.add("a"), m.add("phone")
+        m.found(a, "hearth")
+        m.invite(a, phone, "trusted")
+        m.wait_full_mesh(timeout=60)
+        phone.stop()
+        # an event of a's that the phone never gets: its log cannot store the revocation
+        # (out of sequence), so it keeps the one the refusal shows it
+        a.cli("invite", Identity.generate().node_id)
+        a.cli("member", "revoke", phone.node_id, "--reason", "lost on the bus")
+        phone.start()
+        phone.wait_ready()
+        revoked = wait_for(lambda: phone.status()["revoked"], timeout=30, what="the phone to learn it")
+        assert revoked["by"] == a.node_id and revoked["reason"] == "lost on the bus"
+        assert phone.status()["level"] is None and phone.status()["peers"] == []
+        assert (phone.home / "revoked.json").exists()
+        human = phone.cli("status").stdout
+        assert f"level      revoked by {a.node_id} at {revoked['at']} (lost on the bus)" in human
+        # it remembers across a restart, and no longer dials anyone
+        phone.stop()
+        phone.start()
+        assert phone.wait_ready()["revoked"] == revoked
 
 
 def test_status_json_is_one_document(mesh: LocalMesh) -> None:

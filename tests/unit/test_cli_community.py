@@ -32,10 +32,39 @@ def test_init_escapes_the_name_and_checks_everything_before_it_writes(
     assert main(["init", "--home", str(home), "--listen", "no-port"]) == 1
     assert capsys.readouterr().err.count("\n") == 1
     assert not (home / "identity.key").exists()  # so a corrected retry is not refused
-    sneaky = 'ev"il\\ \U0001f525 \x7f\n[network]\nlisten = "0.0.0.0:9"'
+    assert main(["init", "--home", str(home), "--listen", "999.1.1.1:7700"]) == 1
+    assert "--listen must be HOST:PORT" in capsys.readouterr().err
+    multiline = 'evil\n[network]\nlisten = "0.0.0.0:9"'
+    assert main(["init", "--home", str(home), "--name", multiline]) == 1
+    assert capsys.readouterr().err.startswith("hearthnet: bad_request: --name must be printable")
+    assert not home.exists()
+    sneaky = 'ev"il\\ \U0001f525 [network] listen = "0.0.0.0:9"'
     assert main(["init", "--home", str(home), "--name", sneaky, "--listen", "127.0.0.1:0"]) == 0
     config = load_config(home)
     assert config.name == sneaky and config.network.listen_host == "127.0.0.1"
+
+
+def test_init_on_an_existing_home_shows_its_node_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second ``init`` used to fail ("an identity already exists"): now it says the home is
+    there, with its node id, and leaves every file as it was."""
+    import json
+
+    home = tmp_path / "home"
+    assert main(["init", "--home", str(home), "--name", "kitchen", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["existing"] is False
+    files = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in home.iterdir()}
+    assert main(["init", "--home", str(home), "--name", "other", "--listen", "0.0.0.0:7700", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again == {"node_id": first["node_id"], "home": str(home), "name": "kitchen", "existing": True}
+    assert main(["init", "--home", str(home), "--name", "other"]) == 0
+    out, err = capsys.readouterr()
+    assert out == first["node_id"] + "\n"
+    assert err.startswith(f"hearthnet: {home} already holds node 'kitchen'; nothing was changed")
+    assert "--name not applied" in err and err.count("\n") == 1
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in home.iterdir()} == files
 
 
 def test_failures_around_the_home_are_one_line_not_a_traceback(

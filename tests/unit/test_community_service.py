@@ -16,7 +16,7 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.community import Level, decode_token
-from hearthnet.errors import BadRequest
+from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.events import Event, EventLog, EventRule, EventRules, default_rules, pull, require_fields
 from hearthnet.identity import Identity
 from hearthnet.services.community import service as service_module
@@ -302,3 +302,91 @@ async def test_the_event_list_comes_in_pages_that_cover_the_log_once_in_replay_o
         for bad in bad_inputs:
             with pytest.raises(BadRequest):
                 await founder.bus.call("events.list", input=bad)
+
+
+def _typo(node_id: str) -> str:
+    """``node_id`` with one character changed (still a well-formed id, of nobody here)."""
+    i = len(node_id) // 2
+    return node_id[:i] + ("A" if node_id[i] != "A" else "B") + node_id[i + 1 :]
+
+
+@pytest.mark.anyio
+async def test_revoke_and_promote_refuse_an_id_that_is_not_a_member(tmp_path: Path) -> None:
+    """``member revoke <id with one character changed>`` answered "revoked": the real member
+    stayed in and the mistyped id could never be invited (revocation is permanent)."""
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        founder = _peer(FOUNDER, f_log)
+        typo = _typo(WRITER.node_id)
+        before = f_log.count()
+        for capability, extra in (
+            ("member.revoke", {"reason": "x"}),
+            ("member.promote", {"level": "anchor"}),
+        ):
+            with pytest.raises(BadRequest, match=f"^{typo} is not a member of this community$"):
+                await founder.bus.call(capability, input={"node_id": typo, **extra})
+        with pytest.raises(BadRequest, match=f"^{typo} is not a member of this community$"):
+            await founder.bus.call("member.demote", input={"node_id": typo, "level": "member"})
+        assert f_log.count() == before and not f_log.is_revoked(typo)
+        assert f_log.level_of(WRITER.node_id) is Level.MEMBER
+        await founder.bus.call("community.invite", input={"node_id": typo})  # still invitable
+        await founder.bus.call("member.revoke", input={"node_id": WRITER.node_id})
+        with pytest.raises(BadRequest, match="is already revoked"):
+            await founder.bus.call("member.revoke", input={"node_id": WRITER.node_id})
+
+
+@pytest.mark.anyio
+async def test_promote_only_raises_and_demote_only_lowers(tmp_path: Path) -> None:
+    """``member promote C --level member`` demoted a trusted member."""
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        founder = _peer(FOUNDER, f_log)
+        w = WRITER.node_id
+        out = (await founder.bus.call("member.promote", input={"node_id": w, "level": "trusted"})).output
+        assert out["level"] == "trusted" and f_log.level_of(w) is Level.TRUSTED
+        before = f_log.count()
+        with pytest.raises(BadRequest, match=f"run 'hearthnet member demote {w} --level member'"):
+            await founder.bus.call("member.promote", input={"node_id": w, "level": "member"})
+        with pytest.raises(BadRequest, match="is trusted already; 'member promote' only raises"):
+            await founder.bus.call("member.promote", input={"node_id": w, "level": "trusted"})
+        with pytest.raises(BadRequest, match=f"run 'hearthnet member promote {w} --level anchor'"):
+            await founder.bus.call("member.demote", input={"node_id": w, "level": "anchor"})
+        with pytest.raises(BadRequest, match=r"input\.level is required"):
+            await founder.bus.call("member.demote", input={"node_id": w})
+        with pytest.raises(Unauthorized, match="the founder stays an anchor"):
+            await founder.bus.call("member.demote", input={"node_id": FOUNDER.node_id, "level": "trusted"})
+        assert f_log.count() == before and f_log.level_of(w) is Level.TRUSTED
+        out = (await founder.bus.call("member.demote", input={"node_id": w, "level": "member"})).output
+        assert out["level"] == "member" and f_log.level_of(w) is Level.MEMBER
+        assert [e.event_type for e in f_log.replay()][-1] == "member.demoted"
+        with pytest.raises(BadRequest, match=f"run 'hearthnet member revoke {w}'"):
+            await founder.bus.call("member.demote", input={"node_id": w, "level": "member"})
+
+
+@pytest.mark.anyio
+async def test_inviting_a_member_names_the_commands_that_change_a_level(tmp_path: Path) -> None:
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        founder = _peer(FOUNDER, f_log)
+        before = f_log.count()
+        with pytest.raises(BadRequest) as info:
+            await founder.bus.call("community.invite", input={"node_id": WRITER.node_id, "level": "trusted"})
+        assert "is already a member (member)" in info.value.message
+        assert "'hearthnet member promote" in info.value.message
+        assert "member.promoted" not in info.value.message  # no internal event names
+        assert f_log.count() == before
+
+
+@pytest.mark.anyio
+async def test_a_node_without_the_right_hears_unauthorized_before_anything_else(tmp_path: Path) -> None:
+    """A plain member typing a wrong id is told it lacks the right, not that the id is wrong."""
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        writer = _peer(WRITER, f_log)
+        before = f_log.count()
+        for capability, extra in (
+            ("member.revoke", {}),
+            ("member.promote", {"level": "trusted"}),
+            ("member.demote", {"level": "member"}),
+        ):
+            with pytest.raises(Unauthorized, match="needs level anchor; this node is member"):
+                await writer.bus.call(capability, input={"node_id": _typo(FOUNDER.node_id), **extra})
+        with pytest.raises(Unauthorized, match="needs level trusted; this node is member"):
+            await writer.bus.call("community.invite", input={"node_id": NEWBIE.node_id})
+        assert f_log.count() == before

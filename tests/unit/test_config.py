@@ -148,3 +148,102 @@ def test_the_written_preset_and_real_settings_still_load(tmp_path: Path) -> None
     config = config_from_mapping(tmp_path, full)
     assert config.rag.enabled is False and config.rag.query_timeout_seconds == 3.0
     assert config.embedding.openai[0].dim == 8 and config.network.max_frame == 2 << 20
+
+
+BAD_LISTEN = [
+    ("999.1.1.1:7700", "'999.1.1.1' is not a valid IPv4 address"),
+    ("10.0.0:7700", "is not a valid IPv4 address"),
+    ("host_x:7700", "is not a valid host name"),
+    ("-lead.lan:7700", "is not a valid host name"),
+    ("[::zz]:7700", "is not a valid IPv6 address"),
+    (":7700", "the host is empty"),
+    ("127.0.0.1:65536", "HOST:PORT"),
+    ("127.0.0.1", "HOST:PORT"),
+]
+
+
+@pytest.mark.parametrize(("listen", "fragment"), BAD_LISTEN)
+def test_a_listen_address_that_cannot_be_bound_is_refused_naming_the_setting(
+    tmp_path: Path, listen: str, fragment: str
+) -> None:
+    """``999.1.1.1:7700`` used to pass every check and fail at ``node run`` as "Name or service
+    not known"; now each place a listen address comes from refuses it and says which one."""
+    with pytest.raises(BadRequest, match=r"^--listen must be HOST:PORT") as flag:
+        default_config_text(name="n1", listen=listen)
+    assert fragment in flag.value.message
+    with pytest.raises(BadRequest, match=r"^\[network\] listen in config\.toml must be HOST:PORT") as toml:
+        config_from_mapping(tmp_path, {"network": {"listen": listen}})
+    assert fragment in toml.value.message
+    with pytest.raises(BadRequest, match=r"^HEARTHNET_LISTEN must be HOST:PORT") as env:
+        apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_LISTEN": listen})
+    assert fragment in env.value.message
+
+
+@pytest.mark.parametrize(
+    ("listen", "host", "port"),
+    [
+        ("0.0.0.0:7700", "0.0.0.0", 7700),
+        ("[::1]:0", "::1", 0),
+        ("[::]:7700", "::", 7700),
+        ("localhost:1", "localhost", 1),
+        ("kitchen-pi.lan:65535", "kitchen-pi.lan", 65535),
+        ("kitchen.local.:9", "kitchen.local.", 9),
+    ],
+)
+def test_addresses_and_host_names_that_can_be_bound_are_kept(
+    tmp_path: Path, listen: str, host: str, port: int
+) -> None:
+    config = config_from_mapping(tmp_path, {"network": {"listen": listen}})
+    assert (config.network.listen_host, config.network.listen_port) == (host, port)
+    assert apply_env(config, {"HEARTHNET_LISTEN": listen}).network.listen_host == host
+
+
+def test_an_advertised_host_is_checked_like_a_listen_host(tmp_path: Path) -> None:
+    with pytest.raises(BadRequest, match=r"^\[network\] advertise_host in config\.toml must be an IP"):
+        config_from_mapping(tmp_path, {"network": {"advertise_host": "300.1.1.1"}})
+    with pytest.raises(BadRequest, match=r"^HEARTHNET_ADVERTISE_HOST must be an IP"):
+        apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_ADVERTISE_HOST": "a b"})
+    kept = config_from_mapping(tmp_path, {"network": {"advertise_host": "192.168.1.20"}})
+    assert kept.network.advertise_host == "192.168.1.20"
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("", "must not be empty"),
+        ("   ", "must not be empty"),
+        ("x" * 65, "65 characters long; the limit is 64"),
+        ("x" * 10_000, "10000 characters long; the limit is 64"),
+        ("kitchen\nname", "U+000A"),
+        ("bell\x07", "U+0007"),
+        ("rtl\u202eoverride", "U+202E"),
+    ],
+)
+def test_a_node_name_is_1_to_64_printable_characters_wherever_it_comes_from(
+    tmp_path: Path, name: str, fragment: str
+) -> None:
+    """Every peer's ``status`` shows each node's name: an empty one, a 10,000-character one or
+    one with control characters was accepted at ``init`` and at load."""
+    with pytest.raises(BadRequest, match=r"^--name ") as flag:
+        default_config_text(name=name, listen="127.0.0.1:0")
+    assert fragment in flag.value.message
+    with pytest.raises(BadRequest, match=r"^name in config\.toml ") as toml:
+        config_from_mapping(tmp_path, {"name": name})
+    assert fragment in toml.value.message
+    with pytest.raises(BadRequest, match=r"^HEARTHNET_NAME ") as env:
+        apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_NAME": name})
+    assert fragment in env.value.message
+
+
+def test_names_of_up_to_64_printable_characters_are_kept(tmp_path: Path) -> None:
+    for name in ("k", "x" * 64, 'Küche 🔥 "two" words', "日本語の名前"):
+        assert config_from_mapping(tmp_path, {"name": name}).name == name
+        assert apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_NAME": name}).name == name
+
+
+def test_a_peer_announcing_a_name_no_config_allows_is_shown_within_the_same_bounds() -> None:
+    from hearthnet.config import shown_name
+
+    assert shown_name("kitchen 🔥") == "kitchen 🔥"
+    assert shown_name("x" * 10_000) == "x" * 64
+    assert shown_name("evil\nname\x1b[2J") == "evil\ufffdname\ufffd[2J"

@@ -59,9 +59,9 @@ def _act(log: EventLog, author: int, kind: str, target: int, level: int, n: int)
     if kind == "invite":
         data = {"node_id": node_id, "level": LEVELS[level]}
         event_type = "member.invited"
-    elif kind == "promote":
+    elif kind in ("promote", "demote"):
         data = {"node_id": node_id, "level": LEVELS[level]}
-        event_type = "member.promoted"
+        event_type = f"member.{kind}d"
     elif kind == "revoke":
         data = {"node_id": node_id, "reason": f"r{n}"}
         event_type = "member.revoked"
@@ -96,7 +96,7 @@ _op = st.one_of(
     st.tuples(
         st.just("act"),
         st.integers(0, N_NODES - 1),
-        st.sampled_from(["invite", "promote", "revoke", "doc", "doc"]),
+        st.sampled_from(["invite", "promote", "demote", "revoke", "doc", "doc"]),
         st.integers(0, N_NODES + 4),
         st.integers(0, 2),
     ),

@@ -193,6 +193,44 @@ async def test_revocation_is_reported_as_revoked() -> None:
     assert isinstance(rb, Revoked)
 
 
+EVIDENCE = {"body": b"\x81\xa1k\xa1v" + b"r" * 4000, "sig": b"s" * 64}
+
+
+@pytest.mark.anyio
+async def test_a_revoked_peer_is_shown_its_revocation_in_the_refusal() -> None:
+    """The refusal used to say only "revoked": the revoked node could not learn by whom or when.
+    It now carries the signed event, on either side of the handshake, after the key is proven."""
+    alice, bob = Identity.generate(), Identity.generate()
+    shown = Revoked("alice was revoked", evidence=EVIDENCE)
+    ia, rb = await handshake(alice, bob, responder_admit=refuse_with(shown))
+    assert isinstance(ia, Revoked) and ia.evidence == EVIDENCE and "alice was revoked" in ia.message
+    assert isinstance(rb, Revoked)
+    ia, rb = await handshake(alice, bob, initiator_admit=refuse_with(shown))
+    assert isinstance(rb, Revoked) and rb.evidence == EVIDENCE  # the responder decodes it too
+    # anything else refuses with {error, message} only
+    ia, _ = await handshake(alice, bob, responder_admit=refuse_with(Unauthorized("not a member")))
+    assert isinstance(ia, Unauthorized) and not hasattr(ia, "evidence")
+    ia, _ = await handshake(alice, bob, responder_admit=refuse_with(Revoked("no event")))
+    assert isinstance(ia, Revoked) and ia.evidence is None
+
+
+def test_a_refusal_carries_an_event_only_as_revoked_and_well_formed() -> None:
+    from hearthnet.transport.handshake import MAX_EVIDENCE_BYTES, raise_if_refusal, refusal_map
+
+    assert set(refusal_map(Revoked("r", evidence=EVIDENCE))) == {"error", "message", "event"}
+    assert set(refusal_map(Unauthorized("u"))) == {"error", "message"}
+    huge = {"body": b"x" * MAX_EVIDENCE_BYTES, "sig": b"s" * 64}
+    assert "event" not in refusal_map(Revoked("r", evidence=huge))  # never a frame too big to read
+    for bad in (
+        {"error": "unauthorized", "message": "m", "event": EVIDENCE},
+        {"error": "revoked", "message": "m", "event": {"body": "text", "sig": b"s"}},
+        {"error": "revoked", "message": "m", "event": {"body": b"b"}},
+        {"error": "revoked", "message": "m", "event": [b"b", b"s"]},
+    ):
+        with pytest.raises(ProtocolError):
+            raise_if_refusal(bad)
+
+
 @pytest.mark.anyio
 async def test_initiator_refuses_non_admitted_responder() -> None:
     alice, bob = Identity.generate(), Identity.generate()

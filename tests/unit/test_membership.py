@@ -86,12 +86,74 @@ def test_invite_of_current_member_is_refused(log: EventLog) -> None:
 def test_anchor_promotes_and_demotes(log: EventLog) -> None:
     log.append_local(FOUNDER, "member.promoted", {"node_id": MEMBER.node_id, "level": "anchor"})
     assert log.membership().level_of(MEMBER.node_id) is Level.ANCHOR
-    log.append_local(MEMBER, "member.promoted", {"node_id": TRUSTY.node_id, "level": "member"})
+    log.append_local(MEMBER, "member.demoted", {"node_id": TRUSTY.node_id, "level": "member"})
     assert log.membership().level_of(TRUSTY.node_id) is Level.MEMBER
     with pytest.raises(Unauthorized):
-        log.append_local(MEMBER, "member.promoted", {"node_id": FOUNDER.node_id, "level": "member"})
-    with pytest.raises(BadRequest):
-        log.append_local(FOUNDER, "member.promoted", {"node_id": OUTSIDER.node_id, "level": "member"})
+        log.append_local(MEMBER, "member.demoted", {"node_id": FOUNDER.node_id, "level": "member"})
+    with pytest.raises(BadRequest, match="is not a member of this community"):
+        log.append_local(FOUNDER, "member.promoted", {"node_id": OUTSIDER.node_id, "level": "trusted"})
+    with pytest.raises(BadRequest, match="is not a member of this community"):
+        log.append_local(FOUNDER, "member.demoted", {"node_id": OUTSIDER.node_id, "level": "member"})
+
+
+def test_a_promotion_only_raises_and_a_demotion_only_lowers(log: EventLog) -> None:
+    """``member promote C --level member`` demoted a trusted member: now each event moves one way."""
+    before = log.count()
+    with pytest.raises(BadRequest, match="is trusted; a promotion must raise the level"):
+        log.append_local(FOUNDER, "member.promoted", {"node_id": TRUSTY.node_id, "level": "member"})
+    with pytest.raises(BadRequest, match="is trusted; a promotion must raise the level"):
+        log.append_local(FOUNDER, "member.promoted", {"node_id": TRUSTY.node_id, "level": "trusted"})
+    with pytest.raises(BadRequest, match="is member; a demotion must lower the level"):
+        log.append_local(FOUNDER, "member.demoted", {"node_id": MEMBER.node_id, "level": "trusted"})
+    with pytest.raises(BadRequest, match="is member; a demotion must lower the level"):
+        log.append_local(FOUNDER, "member.demoted", {"node_id": MEMBER.node_id, "level": "member"})
+    assert log.count() == before
+    assert log.membership().level_of(TRUSTY.node_id) is Level.TRUSTED
+    # a trusted member may invite members, but neither promote nor demote
+    with pytest.raises(Unauthorized):
+        log.append_local(TRUSTY, "member.demoted", {"node_id": MEMBER.node_id, "level": "member"})
+
+
+def test_an_anchor_demotes_another_anchor_but_never_the_founder(log: EventLog) -> None:
+    """Any anchor may lower any other member's level, another anchor's too (it may revoke one
+    as well); the founder stays an anchor, so the community always keeps one."""
+    log.append_local(FOUNDER, "member.promoted", {"node_id": TRUSTY.node_id, "level": "anchor"})
+    log.append_local(FOUNDER, "member.promoted", {"node_id": MEMBER.node_id, "level": "anchor"})
+    log.append_local(MEMBER, "member.demoted", {"node_id": TRUSTY.node_id, "level": "trusted"})
+    assert log.membership().level_of(TRUSTY.node_id) is Level.TRUSTED
+    for level in ("trusted", "member"):
+        with pytest.raises(Unauthorized, match="the founder stays an anchor"):
+            log.append_local(MEMBER, "member.demoted", {"node_id": FOUNDER.node_id, "level": level})
+    log.append_local(MEMBER, "member.demoted", {"node_id": MEMBER.node_id, "level": "member"})  # itself
+    m = log.membership()
+    assert m.level_of(MEMBER.node_id) is Level.MEMBER and m.level_of(FOUNDER.node_id) is Level.ANCHOR
+
+
+def test_only_a_current_member_can_be_revoked(log: EventLog) -> None:
+    """A revocation of a mistyped id answered "revoked" and barred that id for ever, while the
+    member meant stayed in."""
+    typo = OUTSIDER.node_id
+    before = log.count()
+    with pytest.raises(BadRequest, match=f"{typo} is not a member of this community"):
+        log.append_local(FOUNDER, "member.revoked", {"node_id": typo, "reason": "typo"})
+    assert log.count() == before and not log.membership().is_revoked(typo)
+    log.append_local(FOUNDER, "member.invited", {"node_id": typo, "level": "member"})  # still invitable
+    assert log.membership().level_of(typo) is Level.MEMBER
+    # signed by an anchor and stored, a revocation of a non-member still takes no effect
+    stray = _signed(
+        FOUNDER,
+        log,
+        "member.revoked",
+        {"node_id": NEWBIE.node_id, "reason": "x", "cutoff_seq": 0},
+        lamport=log.lamport_clock + 1,
+    )
+    other = EventLog(Path(":memory:"), rules=default_rules())
+    other.set_community(log.community_id or "")
+    assert other.ingest([*log.replay(), stray]).accepted[-1] == stray
+    assert not other.membership().is_effective(stray.event_id)
+    other.append_local(FOUNDER, "member.invited", {"node_id": NEWBIE.node_id, "level": "member"})
+    assert other.membership().level_of(NEWBIE.node_id) is Level.MEMBER
+    other.close()
 
 
 def test_revocation_is_permanent_and_ignores_later_events(log: EventLog) -> None:
@@ -316,7 +378,7 @@ def test_a_demoted_anchor_is_judged_at_its_new_level_before_the_demotion(log: Ev
     granted = log.append_local(TRUSTY, "member.invited", {"node_id": NEWBIE.node_id, "level": "member"})
     for i in range(3):
         log.append_local(FOUNDER, "member.invited", {"node_id": _someone(i).node_id, "level": "member"})
-    demotion = log.append_local(FOUNDER, "member.promoted", {"node_id": TRUSTY.node_id, "level": "trusted"})
+    demotion = log.append_local(FOUNDER, "member.demoted", {"node_id": TRUSTY.node_id, "level": "trusted"})
     assert demotion.data["cutoff_seq"] == 1
     backdated = _signed(
         TRUSTY,
@@ -404,7 +466,7 @@ _FORGERS = [TRUSTY, MEMBER, NEWBIE]
 _op = st.one_of(
     st.tuples(
         st.just("local"),
-        st.sampled_from(["invite", "promote", "revoke"]),
+        st.sampled_from(["invite", "promote", "demote", "revoke"]),
         st.integers(0, 2),
         st.integers(0, 2),
     ),
@@ -431,6 +493,7 @@ def test_backdated_events_never_beat_a_restriction_and_replay_is_order_free(
                 event_type, data = {
                     "invite": ("member.invited", {"node_id": node_id, "level": LEVELS[level]}),
                     "promote": ("member.promoted", {"node_id": node_id, "level": LEVELS[level]}),
+                    "demote": ("member.demoted", {"node_id": node_id, "level": LEVELS[level]}),
                     "revoke": ("member.revoked", {"node_id": node_id, "reason": "r"}),
                 }[kind]
                 try:

@@ -8,8 +8,14 @@ Capabilities:
   batches bounded by count and by ``SYNC_MAX_BYTES``.  Exact, because it works
   on per-author sequence numbers rather than on "everything above a Lamport".
 - ``events.list@1.0``, ``community.members@1.0``, ``community.invite@1.0``,
-  ``member.promote@1.0``, ``member.revoke@1.0`` (this node only: the CLI's local control
-  channel and the web UI).
+  ``member.promote@1.0``, ``member.demote@1.0``, ``member.revoke@1.0`` (this node only:
+  the CLI's local control channel and the web UI).  Promote only raises a current member's level, demote only
+  lowers it, revoke only removes a current member (:mod:`.members`).
+
+A node learns its own revocation from its log (gossip brought the event) or from
+a peer that refuses its handshake and shows it the signed event
+(:meth:`CommunityService.learn_revocation`); a shown revocation that the log cannot
+store (it lacks the author's earlier events) is kept in ``revoked.json`` in the home.
 
 Gossip: whenever a node stores new events it sends ``events_changed`` to every
 connected peer, and each peer pulls from it; on every new link both sides pull;
@@ -23,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,12 +41,15 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.bus.session import PeerSession
 from hearthnet.community.invite import InviteToken, encode_token, validate_token
 from hearthnet.community.levels import Level
+from hearthnet.community.membership import Revocation
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.events.envelope import Event
 from hearthnet.events.gossip import parse_version_vector, refused_authors, with_skipped
-from hearthnet.events.log import EventLog
+from hearthnet.events.log import NO_COMMUNITY, EventLog
 from hearthnet.events.ulid import new_ulid
 from hearthnet.identity import Identity, public_key_from_node_id
+from hearthnet.services.community import members
+from hearthnet.services.community.notice import OwnRevocation
 
 log = structlog.get_logger("hearthnet.community")
 
@@ -68,8 +78,10 @@ class CommunityService:
         addresses: Callable[[], list[str]],
         on_membership_changed: MembershipChanged,
         anti_entropy_seconds: float = ANTI_ENTROPY_SECONDS,
+        revocation_path: Path | None = None,
     ) -> None:
         self._identity = identity
+        self._revocation = OwnRevocation(identity.node_id, event_log, revocation_path)
         self._anti_entropy_seconds = anti_entropy_seconds
         self._bus = bus
         self._log = event_log
@@ -95,14 +107,37 @@ class CommunityService:
             Registration(desc("community.members", idempotent=True, local_only=True), self._handle_members),
             Registration(desc("community.invite", local_only=True), self._handle_invite),
             Registration(desc("member.promote", local_only=True), self._handle_promote),
+            Registration(desc("member.demote", local_only=True), self._handle_demote),
             Registration(desc("member.revoke", local_only=True), self._handle_revoke),
         ]
 
     async def start(self) -> None:
-        return None
+        await anyio.to_thread.run_sync(self._revocation.load, limiter=self._limiter)
 
     async def stop(self) -> None:
         return None
+
+    # this node's own revocation --------------------------------------------------------
+    def own_revocation(self) -> Revocation | None:
+        """This node's revocation: the log's when it holds it, else the one a refusing peer showed."""
+        return self._revocation.current()
+
+    async def learn_revocation(self, peer: str, evidence: dict[str, Any]) -> bool:
+        """Check the revocation ``peer`` showed when it refused us; keep it if it is ours.
+
+        True when this node did not know it was revoked and now does.  Anything else
+        (another node's revocation, a forgery, an author not known as an anchor) is
+        logged and ignored.
+        """
+        try:
+            event = await anyio.to_thread.run_sync(Event.from_wire, evidence, limiter=self._verify_limiter)
+            learned = await anyio.to_thread.run_sync(self._revocation.learn, event, limiter=self._limiter)
+        except BusError as exc:
+            log.warning("revocation_shown_refused", peer=peer, code=exc.code, reason=exc.message)
+            return False
+        if learned:
+            log.warning("this_node_revoked", by=event.author, event_id=event.event_id, peer=peer)
+        return learned
 
     def health(self) -> dict[str, Any]:
         return {
@@ -271,9 +306,8 @@ class CommunityService:
         level = Level.parse(str(ctx.input.get("level", "member")))
         community = self._log.community_id
         if community is None:
-            raise BadRequest(
-                "this node is in no community yet: run 'hearthnet community create NAME' or join one"
-            )
+            raise BadRequest(NO_COMMUNITY)
+        members.check_invite(await self._standing(node_id), level)
         addresses = ctx.input.get("addresses") or self._addresses()
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
             raise BadRequest("input.addresses must be a list of 'host:port' strings")
@@ -298,15 +332,35 @@ class CommunityService:
             "level": level.label,
         }
 
+    async def _standing(self, node_id: str) -> members.Standing:
+        """This node's and ``node_id``'s place in the community, for the checks of :mod:`.members`."""
+        if self._log.community_id is None:
+            raise BadRequest(NO_COMMUNITY)
+        own = self._identity.node_id
+        return await anyio.to_thread.run_sync(
+            lambda: members.standing(self._log.membership(), own, node_id), limiter=self._limiter
+        )
+
     async def _handle_promote(self, ctx: CallContext) -> dict[str, Any]:
         node_id = _node_id_input(ctx.input)
         level = Level.parse(str(ctx.input.get("level", "trusted")))
+        members.check_promote(await self._standing(node_id), level)
         event = await self.append("member.promoted", {"node_id": node_id, "level": level.label})
+        return {"event_id": event.event_id, "node_id": node_id, "level": level.label}
+
+    async def _handle_demote(self, ctx: CallContext) -> dict[str, Any]:
+        node_id = _node_id_input(ctx.input)
+        if "level" not in ctx.input:
+            raise BadRequest("input.level is required: the level to lower the member to (member or trusted)")
+        level = Level.parse(str(ctx.input["level"]))
+        members.check_demote(await self._standing(node_id), level)
+        event = await self.append("member.demoted", {"node_id": node_id, "level": level.label})
         return {"event_id": event.event_id, "node_id": node_id, "level": level.label}
 
     async def _handle_revoke(self, ctx: CallContext) -> dict[str, Any]:
         node_id = _node_id_input(ctx.input)
         reason = str(ctx.input.get("reason", ""))[:200]
+        members.check_revoke(await self._standing(node_id))
         event = await self.append("member.revoked", {"node_id": node_id, "reason": reason})
         return {"event_id": event.event_id, "node_id": node_id}
 
