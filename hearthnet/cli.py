@@ -476,9 +476,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
     from hearthnet.cli_data import register_data_commands
+    from hearthnet.cli_llm import register_llm_commands
     from hearthnet.cli_ui import register_ui_commands
 
-    return [register_data_commands, register_ui_commands]
+    return [register_data_commands, register_llm_commands, register_ui_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

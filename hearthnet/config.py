@@ -163,6 +163,101 @@ class RagConfig:
     embedding_model: str = "all-MiniLM-L6-v2"
 
 
+PROMPT_FORMATS = ("chat", "plain")
+
+
+def _check_llm_model(
+    where: str,
+    *,
+    model: str,
+    context_tokens: int,
+    max_output_tokens: int,
+    prompt_format: str,
+    max_concurrent: int = 1,
+) -> None:
+    """The checks every chat model's settings share; errors name ``where`` and the key."""
+    if not model.strip() or len(model) > 200:
+        raise BadRequest(f"{where}.model must be 1..200 characters")
+    if not 1 <= max_output_tokens < context_tokens:
+        raise BadRequest(
+            f"{where}.max_output_tokens ({max_output_tokens}) must be at least 1 and below "
+            f"{where}.context_tokens ({context_tokens})"
+        )
+    if prompt_format not in PROMPT_FORMATS:
+        raise BadRequest(f"{where}.prompt_format must be chat or plain, got {prompt_format!r:.40}")
+    if not 1 <= max_concurrent <= 1024:
+        raise BadRequest(f"{where}.max_concurrent must be 1..1024, got {max_concurrent}")
+
+
+@dataclass(frozen=True)
+class LlmOpenAIConfig:
+    """One ``[[llm.openai]]`` table: a model on an OpenAI-compatible server."""
+
+    base_url: str
+    model: str
+    context_tokens: int = 8192
+    max_output_tokens: int = 1024
+    api_key_env: str | None = None
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 600.0
+    max_concurrent: int = 4
+    prompt_format: str = "chat"
+    stream_usage: bool = True
+
+    def __post_init__(self) -> None:
+        check_chroma_url(self.base_url, "llm.openai.base_url")
+        _check_llm_model(
+            "llm.openai",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+            max_concurrent=self.max_concurrent,
+        )
+
+
+@dataclass(frozen=True)
+class LlmLocalConfig:
+    """``[llm.local]``: a GGUF model served by llama-cpp-python in a child process."""
+
+    model_path: str
+    model: str = "local"
+    context_tokens: int = 2048
+    max_output_tokens: int = 256
+    threads: int | None = None
+    port: int = 0
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 300.0
+    start_timeout_seconds: float = 120.0
+    prompt_format: str = "plain"
+
+    def __post_init__(self) -> None:
+        _check_llm_model(
+            "llm.local",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+        )
+        if not 0 <= self.port <= 65535:
+            raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    enabled: bool = True
+    openai: tuple[LlmOpenAIConfig, ...] = ()
+    local: LlmLocalConfig | None = None
+
+    def __post_init__(self) -> None:
+        names = [o.model for o in self.openai] + ([self.local.model] if self.local else [])
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise BadRequest(
+                f"two llm models share the name {', '.join(dupes)}: give each its own model name"
+            )
+
+
 @dataclass(frozen=True)
 class BlobConfig:
     cap_bytes: int | None = None
@@ -198,6 +293,7 @@ class NodeConfig:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     rag: RagConfig = field(default_factory=RagConfig)
     blobs: BlobConfig = field(default_factory=BlobConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
     ui: UiConfig = field(default_factory=UiConfig)
     log_level: str = "info"
 
@@ -243,7 +339,7 @@ class NodeConfig:
 
 
 _KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "ui"}),
+    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "llm", "ui"}),
     "network": frozenset(
         {
             "listen",
@@ -269,6 +365,35 @@ _KNOWN: dict[str, frozenset[str]] = {
         }
     ),
     "blobs": frozenset({"cap_bytes"}),
+    "llm": frozenset({"enabled", "openai", "local"}),
+    "llm.openai": frozenset(
+        {
+            "base_url",
+            "model",
+            "api_key_env",
+            "context_tokens",
+            "max_output_tokens",
+            "timeout_seconds",
+            "call_timeout_seconds",
+            "max_concurrent",
+            "prompt_format",
+            "stream_usage",
+        }
+    ),
+    "llm.local": frozenset(
+        {
+            "model_path",
+            "model",
+            "context_tokens",
+            "max_output_tokens",
+            "threads",
+            "port",
+            "timeout_seconds",
+            "call_timeout_seconds",
+            "start_timeout_seconds",
+            "prompt_format",
+        }
+    ),
     "ui": frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -399,6 +524,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     )
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
+    llm = _llm_config(_table(top.get("llm", {}), "llm"))
     ui = _ui_config(_table(top.get("ui", {}), "ui"))
     name = check_name(_get(top, "name", str, "node", "config"), "name in config.toml")
     return NodeConfig(
@@ -408,14 +534,126 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         embedding=embedding,
         rag=rag,
         blobs=blobs,
+        llm=llm,
         ui=ui,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
     )
 
 
+def _llm_config(table: Mapping[str, Any]) -> LlmConfig:
+    """``[llm]``, its ``[[llm.openai]]`` tables and ``[llm.local]``."""
+    openai = []
+    for raw in _get(table, "openai", list, [], "llm"):
+        b = _table(raw, "llm.openai")
+        where = "llm.openai"
+        for required in ("base_url", "model"):
+            if required not in b:
+                raise BadRequest(f"[[llm.openai]] in config.toml needs {required}")
+        openai.append(
+            LlmOpenAIConfig(
+                base_url=_get(b, "base_url", str, None, where),
+                model=_get(b, "model", str, None, where),
+                context_tokens=_int(b, "context_tokens", 8192, 2, where),
+                max_output_tokens=_int(b, "max_output_tokens", 1024, 1, where),
+                api_key_env=_get(b, "api_key_env", str, None, where),
+                timeout_seconds=_seconds(b, "timeout_seconds", 60.0, where, "llm.openai.timeout_seconds"),
+                call_timeout_seconds=_seconds(
+                    b, "call_timeout_seconds", 600.0, where, "llm.openai.call_timeout_seconds"
+                ),
+                max_concurrent=_int(b, "max_concurrent", 4, 1, where),
+                prompt_format=_get(b, "prompt_format", str, "chat", where),
+                stream_usage=_get(b, "stream_usage", bool, True, where),
+            )
+        )
+    local = None
+    if "local" in table:
+        b = _table(table["local"], "llm.local")
+        where = "llm.local"
+        if "model_path" not in b:
+            raise BadRequest("[llm.local] in config.toml needs model_path (run 'make local-llm' to write it)")
+        local = LlmLocalConfig(
+            model_path=_get(b, "model_path", str, None, where),
+            model=_get(b, "model", str, "local", where),
+            context_tokens=_int(b, "context_tokens", 2048, 2, where),
+            max_output_tokens=_int(b, "max_output_tokens", 256, 1, where),
+            threads=_int(b, "threads", None, 1, where),
+            port=_int(b, "port", 0, 0, where),
+            timeout_seconds=_seconds(b, "timeout_seconds", 60.0, where, "llm.local.timeout_seconds"),
+            call_timeout_seconds=_seconds(
+                b, "call_timeout_seconds", 300.0, where, "llm.local.call_timeout_seconds"
+            ),
+            start_timeout_seconds=_seconds(
+                b, "start_timeout_seconds", 120.0, where, "llm.local.start_timeout_seconds"
+            ),
+            prompt_format=_get(b, "prompt_format", str, "plain", where),
+        )
+    return LlmConfig(enabled=_get(table, "enabled", bool, True, "llm"), openai=tuple(openai), local=local)
+
+
+LLM_ENV = (
+    "HEARTHNET_LLM_BASE_URL",
+    "HEARTHNET_LLM_MODEL",
+    "HEARTHNET_LLM_API_KEY_ENV",
+    "HEARTHNET_LLM_CONTEXT_TOKENS",
+    "HEARTHNET_LLM_MAX_OUTPUT_TOKENS",
+    "HEARTHNET_LLM_TIMEOUT_SECONDS",
+    "HEARTHNET_LLM_MAX_CONCURRENT",
+    "HEARTHNET_LLM_PROMPT_FORMAT",
+)
+"""One OpenAI-compatible model described by the environment (BASE_URL and MODEL required)."""
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int, low: int) -> int:
+    text = env.get(name)
+    if text is None:
+        return default
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) < low:
+        raise BadRequest(f"{name} must be a whole number of at least {low}, got {text!r:.40}")
+    return int(text)
+
+
+def _llm_from_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
+    if "HEARTHNET_LLM" in env:
+        llm = replace(llm, enabled=_bool(env["HEARTHNET_LLM"], "HEARTHNET_LLM"))
+    given = [name for name in LLM_ENV if name in env]
+    if not given:
+        return llm
+    base_url, model = env.get("HEARTHNET_LLM_BASE_URL"), env.get("HEARTHNET_LLM_MODEL")
+    if not base_url or not model:
+        raise BadRequest(
+            f"{given[0]} describes an llm model: set HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL too"
+        )
+    check_chroma_url(base_url, "HEARTHNET_LLM_BASE_URL")
+    timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
+    try:
+        configured = next((o for o in llm.openai if o.model == model), None)
+        base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
+        entry = replace(
+            base,
+            base_url=base_url,
+            api_key_env=env.get("HEARTHNET_LLM_API_KEY_ENV") or base.api_key_env,
+            context_tokens=_env_int(env, "HEARTHNET_LLM_CONTEXT_TOKENS", base.context_tokens, 2),
+            max_output_tokens=_env_int(env, "HEARTHNET_LLM_MAX_OUTPUT_TOKENS", base.max_output_tokens, 1),
+            timeout_seconds=base.timeout_seconds
+            if timeout is None
+            else _positive_float(timeout, "HEARTHNET_LLM_TIMEOUT_SECONDS"),
+            max_concurrent=_env_int(env, "HEARTHNET_LLM_MAX_CONCURRENT", base.max_concurrent, 1),
+            prompt_format=env.get("HEARTHNET_LLM_PROMPT_FORMAT", base.prompt_format),
+        )
+    except BadRequest as exc:
+        raise BadRequest(f"{exc.message} (from the HEARTHNET_LLM_* variables)") from None
+    others = tuple(o for o in llm.openai if o.model != model)
+    return replace(llm, openai=(*others, entry))
+
+
 def _ui_config(table: Mapping[str, Any]) -> UiConfig:
     listen = _get(table, "listen", str, None, "ui")
-    host, port = _parse_listen(listen) if listen is not None else ("127.0.0.1", UI_DEFAULT_PORT)
+    host, port = (
+        parse_listen(listen, "ui.listen in config.toml")
+        if listen is not None
+        else ("127.0.0.1", UI_DEFAULT_PORT)
+    )
     hosts = _get(table, "allowed_hosts", list, [], "ui")
     for h in hosts:
         if not isinstance(h, str) or not h.strip() or any(c in h for c in " /:@"):
@@ -436,7 +674,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     if "HEARTHNET_UI" in env:
         ui = replace(ui, enabled=_bool(env["HEARTHNET_UI"], "HEARTHNET_UI"))
     if "HEARTHNET_UI_LISTEN" in env:
-        host, port = _parse_listen(env["HEARTHNET_UI_LISTEN"])
+        host, port = parse_listen(env["HEARTHNET_UI_LISTEN"], "HEARTHNET_UI_LISTEN")
         ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)
     if "HEARTHNET_LISTEN" in env:
         host, port = parse_listen(env["HEARTHNET_LISTEN"], "HEARTHNET_LISTEN")
@@ -483,6 +721,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         if not text.isdigit():
             raise BadRequest(f"HEARTHNET_BLOB_CAP_BYTES must be a number of bytes (0 or more), got {text!r}")
         blobs = replace(blobs, cap_bytes=int(text))
+    llm = _llm_from_env(config.llm, env)
     name = check_name(env["HEARTHNET_NAME"], "HEARTHNET_NAME") if "HEARTHNET_NAME" in env else config.name
     log_level = check_log_level(env.get("HEARTHNET_LOG_LEVEL", config.log_level), "HEARTHNET_LOG_LEVEL")
     return replace(
@@ -493,6 +732,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         embedding=embedding,
         rag=rag,
         blobs=blobs,
+        llm=llm,
         ui=ui,
     )
 

@@ -106,7 +106,10 @@ class ControlServer:
                             return  # the framing cannot be trusted any more
                     if request is None:
                         return  # connected (or done) and silent: the slot is not held forever
-                    await self._serve(stream, request)
+                    if request.get("stream"):
+                        await self._serve_watched(stream, request, decoder, pending)
+                    else:
+                        await self._serve(stream, request)
                     wait = IDLE_SECONDS
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError):
             return  # the client went away or stopped reading
@@ -114,6 +117,47 @@ class ControlServer:
             self.connections -= 1
             if self._slot_freed is not None:
                 self._slot_freed.set()
+
+    async def _serve_watched(
+        self,
+        stream: anyio.abc.ByteStream,
+        request: dict[str, Any],
+        decoder: FrameDecoder,
+        pending: list[bytes],
+    ) -> None:
+        """Serve a streamed call while watching the connection: a client that closes it mid-call
+        (Ctrl-C, a closed UI) cancels the call at once, so the provider stops its work (an LLM
+        its generation) instead of running to the deadline.  Bytes the client sends meanwhile
+        (its next request) are kept for the next read."""
+        failure: BaseException | None = None
+        left = False
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal left
+                try:
+                    while True:
+                        pending.extend(decoder.feed(await stream.receive(65536)))
+                except (
+                    anyio.EndOfStream,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                    ProtocolError,
+                ):
+                    left = True  # gone, or framing that cannot be trusted: the connection ends
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                await self._serve(stream, request)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, TimeoutError) as exc:
+                failure = exc  # raised below, outside the task group (not as an ExceptionGroup)
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        if left:
+            raise anyio.BrokenResourceError("the client closed the control connection mid-call")
 
     async def _serve(self, stream: anyio.abc.ByteStream, request: dict[str, Any]) -> None:
         try:

@@ -88,6 +88,48 @@ def rag_service(parts: NodeParts) -> Service | None:
     )
 
 
+def llm_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.llm
+    if not cfg.enabled or (not cfg.openai and cfg.local is None):
+        return None
+    from hearthnet.services.llm.local import LocalLlmConfig
+    from hearthnet.services.llm.openai_backend import OpenAIChatConfig
+    from hearthnet.services.llm.service import LlmConfig, LlmService
+
+    openai = tuple(
+        OpenAIChatConfig(
+            base_url=o.base_url,
+            model=o.model,
+            context_tokens=o.context_tokens,
+            max_output_tokens=o.max_output_tokens,
+            api_key_env=o.api_key_env,
+            timeout_seconds=o.timeout_seconds,
+            call_timeout_seconds=o.call_timeout_seconds,
+            max_concurrent=o.max_concurrent,
+            prompt_format=o.prompt_format,
+            stream_usage=o.stream_usage,
+        )
+        for o in cfg.openai
+    )
+    local = None
+    if cfg.local is not None:
+        lc = cfg.local
+        local = LocalLlmConfig(
+            model_path=Path(lc.model_path).expanduser(),
+            model=lc.model,
+            context_tokens=lc.context_tokens,
+            max_output_tokens=lc.max_output_tokens,
+            threads=lc.threads,
+            port=lc.port,
+            timeout_seconds=lc.timeout_seconds,
+            call_timeout_seconds=lc.call_timeout_seconds,
+            start_timeout_seconds=lc.start_timeout_seconds,
+            prompt_format=lc.prompt_format,
+            log_path=parts.config.home / "logs" / "llm-local.log",
+        )
+    return LlmService(LlmConfig(openai=openai, local=local))
+
+
 def service_factories() -> list[ServiceFactory]:
     # Order matters: rag uses the blob store the file service opened.
-    return [file_service, embedding_service, rag_service]
+    return [file_service, embedding_service, rag_service, llm_service]

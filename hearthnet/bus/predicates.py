@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hearthnet.bus.descriptors import ParamsPredicate
+from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
 
 
 def shared_keys_equal(offered: Mapping[str, Any], requested: Mapping[str, Any]) -> bool:
@@ -30,6 +30,8 @@ def ingest_predicate(offered: Mapping[str, Any], requested: Mapping[str, Any]) -
 
 _PREDICATES: dict[str, ParamsPredicate] = {
     "rag.ingest": ingest_predicate,
+    # the model decides; its window and answer length are advertised, not asked for
+    "llm.chat": params_key_equals("model"),
 }
 
 

