@@ -55,6 +55,8 @@ class NodeParts:
     rules: EventRules
     community: CommunityService
     extras: dict[str, Any] = field(default_factory=dict)
+    corpus_listeners: list[Callable[[str], None]] = field(default_factory=list)
+    """Told a corpus name whenever this node's RAG service changes that corpus's documents."""
 
 
 def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:

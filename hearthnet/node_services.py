@@ -72,6 +72,10 @@ def rag_service(parts: NodeParts) -> Service | None:
                 return event.event_id
         return None
 
+    def corpus_changed(corpus: str) -> None:
+        for listener in parts.corpus_listeners:  # e.g. the answer cache (factories later in the list)
+            listener(corpus)
+
     return RagService(
         bus=parts.bus,
         store=store,
@@ -85,6 +89,7 @@ def rag_service(parts: NodeParts) -> Service | None:
         append_event=append_event,
         find_event=find_event,
         own_level=lambda: event_log.level_of(own_id),
+        corpus_changed=corpus_changed,
     )
 
 
@@ -130,6 +135,18 @@ def llm_service(parts: NodeParts) -> Service | None:
     return LlmService(LlmConfig(openai=openai, local=local))
 
 
+def answer_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.answer
+    if not cfg.enabled:
+        return None
+    from hearthnet.answer.service import AnswerService
+
+    service = AnswerService(bus=parts.bus, config=cfg, sessions_path=parts.config.answer_path)
+    parts.community.on_events(service.events_stored)
+    parts.corpus_listeners.append(service.corpus_changed)
+    return service
+
+
 def service_factories() -> list[ServiceFactory]:
     # Order matters: rag uses the blob store the file service opened.
-    return [file_service, embedding_service, rag_service, llm_service]
+    return [file_service, embedding_service, rag_service, llm_service, answer_service]

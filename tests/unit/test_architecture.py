@@ -9,7 +9,7 @@ import hearthnet
 
 PKG = Path(hearthnet.__file__).resolve().parent
 # lower layers never import higher ones
-LAYERS = ["identity", "wire", "transport", "blobs", "events", "community", "bus", "services"]
+LAYERS = ["identity", "wire", "transport", "blobs", "events", "community", "bus", "services", "answer"]
 SERVICE_NAMES = ["embedding", "rag", "file", "node", "community", "llm"]
 
 
@@ -39,6 +39,16 @@ def test_services_never_import_each_other() -> None:
                 if m.startswith("hearthnet.services.") and m.split(".")[2] not in (name, "base")
             ]
             assert not others, f"services/{name}/{path.name} imports {others}"
+
+
+def test_the_composer_reaches_services_only_through_the_bus() -> None:
+    for path in (PKG / "answer").rglob("*.py"):
+        bad = [
+            m
+            for m in imports_of(path)
+            if m.startswith("hearthnet.services") and m != "hearthnet.services.base"
+        ]
+        assert not bad, f"answer/{path.name} imports {bad}: the composer calls services through the bus"
 
 
 def test_lower_layers_never_import_higher_ones() -> None:

@@ -64,6 +64,8 @@ LIST_MAX = 5000
 """Most events one page may hold (~3 MB as JSON-ready maps; the control frame takes 16 MiB)."""
 
 MembershipChanged = Callable[[], Awaitable[None]]
+EventsStored = Callable[[Sequence[Event]], None]
+"""Told of events newly stored in the log (appended here or pulled from a peer), in replay order."""
 
 
 class CommunityService:
@@ -93,6 +95,7 @@ class CommunityService:
         self._pull_again: set[str] = set()
         self.rejected_by_peer: dict[str, int] = {}
         self.accepted_by_peer: dict[str, int] = {}
+        self._on_stored: list[EventsStored] = []
         bus.on_control("events_changed", self._on_events_changed)
         bus.on_session_up(self._on_session_up)
 
@@ -159,6 +162,17 @@ class CommunityService:
             for session in list(self._bus.sessions.values()):
                 session.spawn(self.pull_from, session.peer_id)
 
+    def on_events(self, callback: EventsStored) -> None:
+        """Call ``callback`` with every batch of events newly stored (e.g. to drop cached answers)."""
+        self._on_stored.append(callback)
+
+    def _stored(self, events: Sequence[Event]) -> None:
+        for callback in self._on_stored:
+            try:
+                callback(events)
+            except Exception:  # a listener's bug must not fail the append or the pull
+                log.exception("events_listener_failed", events=len(events))
+
     # local writes -------------------------------------------------------------------
     async def append(self, event_type: str, data: dict[str, Any]) -> Event:
         """Append a signed event authored by this node and tell every peer."""
@@ -166,6 +180,7 @@ class CommunityService:
             self._log.append_local, self._identity, event_type, data, limiter=self._limiter
         )
         log.info("event_appended", event_type=event_type, event_id=event.event_id, lamport=event.lamport)
+        self._stored([event])
         if event_type.startswith(("member.", "community.")):
             await self._on_membership_changed()
         await self.broadcast_changed()
@@ -234,6 +249,8 @@ class CommunityService:
                 for event_id, code, reason in report.rejected[:5]:
                     log.warning("event_rejected", peer=peer, event_id=event_id, code=code, reason=reason)
             accepted_total += len(report.accepted)
+            if report.accepted:
+                self._stored(report.accepted)
             self.accepted_by_peer[peer] = self.accepted_by_peer.get(peer, 0) + len(report.accepted)
             new = refused_authors(events, report) - skip
             skip |= new

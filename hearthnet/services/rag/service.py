@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 import anyio
@@ -50,6 +51,7 @@ log = structlog.get_logger("hearthnet.rag")
 DEFAULT_K = 5
 MAX_K = 20
 MAX_QUERY_CHARS = 8192
+MAX_FILENAME = 255
 INLINE_SEARCH_FLOATS = 6_000_000
 """A corpus held in memory with at most this many vector components (~15,600 chunks of 384-d,
 24 MB) is searched on the event loop: about a millisecond of it here, against two thread hops
@@ -61,6 +63,8 @@ AppendEvent = Callable[[str, dict[str, Any]], Awaitable[str]]
 FindEvent = Callable[[str, str], str | None]
 """``(corpus, doc_cid) -> event id`` of the effective ingest event, if any."""
 OwnLevel = Callable[[], Level | None]
+CorpusChanged = Callable[[str], None]
+"""Told the corpus name after this node changed its documents (the personal corpus included)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,10 @@ class RagService:
         append_event: AppendEvent,
         find_event: FindEvent,
         own_level: OwnLevel,
+        corpus_changed: CorpusChanged | None = None,
     ) -> None:
         self._bus = bus
+        self._corpus_changed = corpus_changed
         self._store = store
         self._blobs = blobs
         self._settings = settings
@@ -391,6 +397,7 @@ class RagService:
                 limiter=self._store_limiter,
             )
             await self._announce_corpus(corpus)
+            self._changed(corpus)
             doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
             event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
             await self._keep_source(doc_cid)
@@ -416,6 +423,15 @@ class RagService:
                 "pages": prepared.document.page_count,
             },
         )
+
+    def _changed(self, corpus: str) -> None:
+        """Tell the node a corpus's documents changed (the personal corpus has no event to say it)."""
+        if self._corpus_changed is None:
+            return
+        try:
+            self._corpus_changed(corpus)
+        except Exception:  # a listener's bug must not fail a stored document
+            log.exception("corpus_listener_failed", corpus=corpus)
 
     async def _keep_source(self, doc_cid: str) -> None:
         """Pin an indexed document's blob: ``rag reindex`` re-embeds the corpus from it.
@@ -608,6 +624,7 @@ class RagService:
             if old is not None:
                 self._bus.unregister("rag.query", old)
             await self._announce_corpus(corpus)
+            self._changed(corpus)
         return len(docs)
 
 
@@ -656,6 +673,9 @@ def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[st
     filename = inp.get("filename")
     if filename is not None and not isinstance(filename, str):
         raise BadRequest("input.filename must be a string")
+    name = PurePath(filename).name[:MAX_FILENAME] if filename else ""
+    if name and "filename" not in metadata:
+        metadata = {**metadata, "filename": name}  # what an answer's citations name
     return doc_cid, title, language, metadata, filename
 
 

@@ -1,0 +1,433 @@
+"""One question answered: retrieve, merge, select, prompt, generate (or extract), check, cache.
+
+The composer reaches ``rag.query``, ``embed.text`` and ``llm.chat`` only
+through the bus.  Progress goes to ``send`` as frames: ``{stage: "retrieve",
+corpora}`` while corpora answer, then ``{delta}`` text frames, so a front door
+can show the answer as it comes.  The final output is authoritative: citations
+are checked after generation, so a made-up citation streamed in a delta is
+gone from ``answer``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import structlog
+
+from hearthnet.answer.budget import (
+    MESSAGE_OVERHEAD,
+    REPLY_OVERHEAD,
+    context_room,
+    estimate_prompt,
+    estimate_tokens,
+    pack,
+)
+from hearthnet.answer.cache import AnswerCache, CacheKey
+from hearthnet.answer.citations import check_citations, sources
+from hearthnet.answer.extractive import extract
+from hearthnet.answer.hits import Hit
+from hearthnet.answer.merge import merge
+from hearthnet.answer.prompt import Turn, context_line, history_messages, messages, system_text
+from hearthnet.answer.retrieve import MAX_K, CorpusResult, Target, overall_status, reachable_corpora, retrieve
+from hearthnet.bus.api import BusAPI
+from hearthnet.config import AnswerConfig
+from hearthnet.errors import BusError
+
+__all__ = ["Ask", "Composer", "ModelChoice", "choose_model", "should_skip"]
+
+log = structlog.get_logger("hearthnet.answer")
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+MAX_ANSWER_CHARS = 200_000
+"""Most characters of generated text kept from one ``llm.chat`` stream (a provider that never stops)."""
+NO_PASSAGE = "(no passage of the documents matches the question)"
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A validated ``answer.ask`` input."""
+
+    question: str
+    corpora: tuple[str, ...] | None = None
+    session: str | None = None
+    no_rag: bool = False
+    debug: bool = True
+    cache: bool = True
+    max_tokens: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    model: str
+    context_tokens: int | None
+    """The smallest window among the model's providers (the bus may route to any of them)."""
+    max_output_tokens: int | None
+
+
+def _positive(value: object) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def choose_model(bus: BusAPI, wanted: str | None) -> ModelChoice | None:
+    """The ``llm.chat`` model to use: ``wanted`` if reachable, else the one with the largest window.
+
+    ``None`` when no provider is reachable (or the configured model is not):
+    the answer is then extractive.
+    """
+    by_model: dict[str, list[Mapping[str, Any]]] = {}
+    for p in bus.providers("llm.chat", (1, 0), {"model": wanted} if wanted else {}):
+        model = p.descriptor.params.get("model")
+        if isinstance(model, str) and model and (wanted is None or model == wanted):
+            by_model.setdefault(model, []).append(p.descriptor.params)
+    choices = []
+    for model, offers in by_model.items():
+        windows = [w for w in (_positive(o.get("context_tokens")) for o in offers) if w is not None]
+        outputs = [w for w in (_positive(o.get("max_output_tokens")) for o in offers) if w is not None]
+        choices.append(
+            ModelChoice(model, min(windows) if windows else None, min(outputs) if outputs else None)
+        )
+    if not choices:
+        return None
+    return max(choices, key=lambda c: (c.context_tokens or 0, c.model))
+
+
+def should_skip(question: str, top_score: float | None, *, threshold: float, short_chars: int) -> bool:
+    """The seed's rule: a question under ``short_chars`` characters with no chunk above the threshold."""
+    return len(question.strip()) < short_chars and (top_score is None or top_score <= threshold)
+
+
+@dataclass
+class _Selection:
+    context: list[Hit]
+    history: list[dict[str, str]]
+    system: str
+    tokens: dict[str, int]
+    ranked: list[tuple[Hit, float]]
+
+
+class Composer:
+    def __init__(
+        self,
+        *,
+        bus: BusAPI,
+        config: AnswerConfig,
+        cache: AnswerCache,
+        history: Callable[[str], Awaitable[list[Turn]]],
+        record: Callable[[str, str, str, list[str], str], Awaitable[None]],
+    ) -> None:
+        self._bus = bus
+        self._config = config
+        self._cache = cache
+        self._history = history
+        self._record = record
+
+    async def ask(self, ask: Ask, send: Send, *, deadline: float) -> dict[str, Any]:
+        started = time.perf_counter()
+        cfg = self._config
+        reachable = reachable_corpora(self._bus)
+        names = sorted(reachable) if ask.corpora is None else list(ask.corpora)
+        choice = choose_model(self._bus, cfg.model)
+        max_tokens = ask.max_tokens or cfg.max_tokens
+        if choice is not None and choice.max_output_tokens is not None:
+            max_tokens = min(max_tokens, choice.max_output_tokens)
+        temperature = cfg.temperature if ask.temperature is None else ask.temperature
+        key = CacheKey.of(
+            ask.question,
+            ask.session,
+            () if ask.no_rag else names,
+            ask.no_rag,
+            choice.model if choice else None,
+            max_tokens,
+            temperature,
+        )
+        cached = self._cache.get(key) if ask.cache else None
+        if cached is not None:
+            return await self._replay(ask, cached, send, started)
+
+        retrieve_started = time.perf_counter()
+        results: dict[str, CorpusResult] = {}
+        if ask.no_rag:
+            rag = "skipped"
+        elif not names:
+            rag = "unavailable"
+        else:
+            results = await self._retrieve(ask.question, names, reachable, send)
+            rag = overall_status(results)
+        retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
+        hits = [h for r in results.values() for h in r.hits]
+        top = max((h.score for h in hits), default=None)
+        if not ask.no_rag and should_skip(
+            ask.question, top, threshold=cfg.similarity_threshold, short_chars=cfg.short_question_chars
+        ):
+            rag, hits = "skipped", []
+        ranked, merged_by = merge([h for h in hits if h.score >= cfg.similarity_threshold])
+        turns = await self._history(ask.session) if ask.session else []
+        # Retrieval that answered (even with nothing above the threshold) frames the answer in the
+        # documents; skipped or failed retrieval leaves a plain conversation.
+        with_context = rag in ("used", "partial")
+        selection = self._select(
+            ask.question, [(r.hit, r.fused) for r in ranked], turns, choice, max_tokens, with_context
+        )
+
+        meta: dict[str, Any] = {
+            "rag": rag,
+            "corpora": {name: r.summary() for name, r in results.items()},
+            "merge": merged_by,
+            "model": choice.model if choice else None,
+            "cache": "miss",
+        }
+        ttft_ms: float | None = None
+        answer_text: str | None = None
+        mode = "extractive"
+        if choice is not None:
+            llm_started = time.perf_counter()
+            try:
+                answer_text, first = await self._generate(
+                    choice, selection, ask.question, max_tokens, temperature, send, deadline
+                )
+                mode = "generated"
+                ttft_ms = None if first is None else (first - llm_started) * 1000
+            except _NoToken as exc:  # nothing was streamed yet: the documents still answer
+                meta["llm_error"] = exc.code
+        if answer_text is None:
+            answer_text, how = await self._extract(ask.question, selection.context, send)
+            meta["extractive_ranking"] = how
+        checked = check_citations(answer_text, {h.chunk_id: h for h in selection.context})
+        by_id = {h.chunk_id: h for h in selection.context}
+        meta["citations_removed"] = checked.removed
+        meta["chunks"] = len(selection.context)
+        debug = {
+            "chunks": [
+                {
+                    "chunk_id": h.chunk_id,
+                    "corpus": h.corpus,
+                    "score": round(h.score, 6),
+                    "fused": round(fused, 6),
+                }
+                for h, fused in selection.ranked
+            ],
+            "tokens": selection.tokens,
+            "retrieve_ms": round(retrieve_ms, 1),
+            "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1),
+        }
+        output: dict[str, Any] = {
+            "answer": checked.text,
+            "citations": [
+                {"chunk_id": c, "file": by_id[c].file, "page": by_id[c].page, "corpus": by_id[c].corpus}
+                for c in checked.cited
+            ],
+            "sources": sources(selection.context, checked.cited),
+            "mode": mode,
+            "session": ask.session,
+            "meta": meta,
+        }
+        if ask.session:
+            await self._record(ask.session, ask.question, checked.text, checked.cited, mode)
+        if rag in ("used", "skipped") and "llm_error" not in meta:
+            self._cache.put(key, {**output, "meta": {**meta, "debug": debug}})
+        total_ms = (time.perf_counter() - started) * 1000
+        if ask.debug:
+            meta["debug"] = {**debug, "total_ms": round(total_ms, 1)}
+        log.info(
+            "answer_composed",
+            mode=mode,
+            rag=rag,
+            corpora=len(results),
+            chunks=len(selection.context),
+            cited=len(checked.cited),
+            citations_removed=checked.removed,
+            llm_error=meta.get("llm_error"),
+            ms=round(total_ms, 1),
+        )
+        return output
+
+    # steps --------------------------------------------------------------------------
+    async def _retrieve(
+        self, question: str, names: Sequence[str], reachable: Mapping[str, int], send: Send
+    ) -> dict[str, CorpusResult]:
+        cfg = self._config
+        targets = [Target(c, min(reachable.get(c, MAX_K), cfg.top_k_max)) for c in names]
+        await send({"stage": "retrieve", "corpora": {c: "pending" for c in names}})
+
+        async def progress(results: dict[str, CorpusResult]) -> None:
+            await send({"stage": "retrieve", "corpora": {c: r.status for c, r in results.items()}})
+
+        models: dict[str, str] = {}
+        for p in self._bus.providers("rag.query", (1, 0), {}):
+            corpus, model = p.descriptor.params.get("corpus"), p.descriptor.params.get("embedding_model")
+            if isinstance(corpus, str) and isinstance(model, str):
+                models.setdefault(corpus, model)
+        return await retrieve(
+            self._bus,
+            question,
+            targets,
+            timeout=cfg.retrieval_timeout_seconds,
+            models=models,
+            on_change=progress,
+        )
+
+    def _select(
+        self,
+        question: str,
+        ranked: list[tuple[Hit, float]],
+        turns: list[Turn],
+        choice: ModelChoice | None,
+        max_tokens: int,
+        with_context: bool,
+    ) -> _Selection:
+        """History within its share, then chunks in rank order within what the window leaves."""
+        cfg = self._config
+        window = choice.context_tokens if choice else None
+        instructions = system_text(cfg, [] if with_context else None)
+        system_tokens = estimate_tokens(instructions) + MESSAGE_OVERHEAD + REPLY_OVERHEAD
+        question_tokens = estimate_tokens(question) + MESSAGE_OVERHEAD
+        history_budget = cfg.history_tokens
+        if window is not None:
+            history_budget = min(
+                history_budget, max(0, window - system_tokens - question_tokens - max_tokens) // 2
+            )
+        history, history_tokens = history_messages(turns, history_budget)
+        room = context_room(
+            token_budget=cfg.token_budget,
+            context_tokens=window,
+            fixed_tokens=system_tokens + question_tokens + history_tokens,
+            max_tokens=max_tokens,
+        )
+        lines: dict[str, str] = {}
+
+        def cost(item: tuple[Hit, float]) -> int:
+            line = lines[item[0].chunk_id] = context_line(cfg.context_line, item[0])
+            return estimate_tokens(line) + 1
+
+        kept, context_tokens = pack(
+            ranked if with_context else [], budget=room, max_items=cfg.top_k_max, cost=cost
+        )
+        system = system_text(cfg, [lines[h.chunk_id] for h, _ in kept] if with_context else None)
+        prompt = estimate_prompt(messages(system, history, question))
+        # The parts were costed one by one; the whole prompt is what llm.chat checks against its window.
+        while window is not None and kept and prompt + max_tokens > window:
+            kept.pop()
+            system = system_text(cfg, [lines[h.chunk_id] for h, _ in kept])
+            prompt = estimate_prompt(messages(system, history, question))
+        context = [h for h, _ in kept]
+        context_tokens = sum(estimate_tokens(lines[h.chunk_id]) + 1 for h in context)
+        return _Selection(
+            context=context,
+            history=history,
+            system=system,
+            tokens={
+                "system": system_tokens,
+                "history": history_tokens,
+                "question": question_tokens,
+                "context": context_tokens,
+                "context_room": room,
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "model_window": window or 0,
+            },
+            ranked=kept,
+        )
+
+    async def _generate(
+        self,
+        choice: ModelChoice,
+        selection: _Selection,
+        question: str,
+        max_tokens: int,
+        temperature: float,
+        send: Send,
+        deadline: float,
+    ) -> tuple[str, float | None]:
+        """Stream ``llm.chat``'s deltas to ``send``; the whole text and when its first token came.
+
+        A failure before the first token raises :class:`_NoToken` (the caller
+        falls back to an extractive answer); after it, the ``BusError`` itself.
+        """
+        timeout = max(0.001, min(self._config.llm_timeout_seconds, deadline - anyio.current_time()))
+        parts: list[str] = []
+        size = 0
+        first: float | None = None
+        try:
+            async with self._bus.stream(
+                "llm.chat",
+                (1, 0),
+                params={"model": choice.model},
+                input={
+                    "messages": messages(selection.system, selection.history, question),
+                    "max_tokens": max_tokens,
+                    "temperature": temperature,
+                },
+                timeout=timeout,
+            ) as call:
+                await call.end_input()
+                async for frame in call.frames():
+                    delta = frame.get("delta")
+                    if not isinstance(delta, str) or not delta or size >= MAX_ANSWER_CHARS:
+                        continue
+                    delta = delta[: MAX_ANSWER_CHARS - size]
+                    if first is None:
+                        first = time.perf_counter()
+                    parts.append(delta)
+                    size += len(delta)
+                    await send({"delta": delta})
+                result = await call.result()
+        except BusError as exc:
+            if first is None:
+                raise _NoToken(exc.code) from exc
+            raise
+        message = result.output.get("message")
+        content = message.get("content") if isinstance(message, dict) else message
+        if not parts and isinstance(content, str) and content:
+            text = content[:MAX_ANSWER_CHARS]  # a provider that answered without streaming
+            await send({"delta": text})
+            return text, time.perf_counter()
+        return "".join(parts), first
+
+    async def _extract(self, question: str, context: Sequence[Hit], send: Send) -> tuple[str, str]:
+        """The extractive answer's text (sent line by line) and how its sentences were ranked."""
+        cfg = self._config
+        best, how = await extract(
+            self._bus,
+            question,
+            context[: cfg.extractive_chunks],
+            sentences=cfg.extractive_sentences,
+            timeout=cfg.retrieval_timeout_seconds,
+        )
+        lines = [cfg.extractive_header]
+        lines += [f'- "{s.text}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [NO_PASSAGE]
+        for i, line in enumerate(lines):
+            await send({"delta": line if i == 0 else "\n" + line})
+        return "\n".join(lines), how
+
+    async def _replay(self, ask: Ask, cached: dict[str, Any], send: Send, started: float) -> dict[str, Any]:
+        """A cached answer: sent as one delta, recorded in the session again, marked ``cache: hit``."""
+        meta = dict(cached["meta"])
+        debug = meta.pop("debug", {})
+        corpora = meta.get("corpora") or {}
+        if corpora:
+            await send({"stage": "retrieve", "corpora": {c: s["status"] for c, s in corpora.items()}})
+        await send({"delta": cached["answer"]})
+        if ask.session:
+            cited = [c["chunk_id"] for c in cached["citations"]]
+            await self._record(ask.session, ask.question, cached["answer"], cited, cached["mode"])
+        meta["cache"] = "hit"
+        total_ms = (time.perf_counter() - started) * 1000
+        if ask.debug:
+            meta["debug"] = {**debug, "retrieve_ms": 0.0, "ttft_ms": None, "total_ms": round(total_ms, 1)}
+        log.info(
+            "answer_composed", mode=cached["mode"], rag=meta.get("rag"), cache="hit", ms=round(total_ms, 1)
+        )
+        return {**cached, "session": ask.session, "meta": meta}
+
+
+class _NoToken(Exception):
+    """``llm.chat`` failed before its first token (``code`` is its wire code)."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__(code)
+        self.code = code

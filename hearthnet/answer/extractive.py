@@ -1,0 +1,121 @@
+"""The answer when no language model is reachable: the documents' own sentences, cited.
+
+The top chunks are split into sentences; the question and the sentences are
+embedded through ``embed.text`` (with each chunk's own corpus model, so the
+vectors are comparable) and the sentences most similar to the question are
+quoted, each with its ``[file#chunk_id]``.  If the embedder cannot be reached
+the sentences are ranked by the question's words they share instead (and the
+meta says so): an answer from the documents is still better than none.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hearthnet.answer.hits import Hit
+from hearthnet.bus.api import BusAPI
+from hearthnet.errors import BadRequest, BusError
+from hearthnet.wire.vectors import decode_embeddings
+
+__all__ = ["Sentence", "extract", "rank_lexically", "split_sentences"]
+
+MIN_SENTENCE_CHARS = 20
+MAX_SENTENCE_CHARS = 400
+MAX_SENTENCES = 200
+"""Most sentences embedded for one answer (``embed.text`` takes 256 texts a call)."""
+_END = re.compile(r"(?<=[.!?\u2026\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+")
+_WORD = re.compile(r"\w{3,}")
+
+
+@dataclass(frozen=True)
+class Sentence:
+    text: str
+    hit: Hit
+    position: int
+    """Index among all candidate sentences (chunk rank order, then order in the chunk)."""
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of a chunk worth quoting: whitespace collapsed, 20-400 characters."""
+    flat = " ".join(text.split())
+    out = []
+    for part in _END.split(flat):
+        part = part.strip()
+        if len(part) < MIN_SENTENCE_CHARS:
+            continue
+        if len(part) > MAX_SENTENCE_CHARS:
+            cut = part.rfind(" ", 0, MAX_SENTENCE_CHARS)
+            part = part[: cut if cut > MIN_SENTENCE_CHARS else MAX_SENTENCE_CHARS] + " …"
+        out.append(part)
+    return out
+
+
+def candidates(hits: Sequence[Hit]) -> list[Sentence]:
+    """Each distinct sentence of ``hits`` once (overlapping chunks repeat their edges)."""
+    seen: set[str] = set()
+    out: list[Sentence] = []
+    for hit in hits:
+        for text in split_sentences(hit.text):
+            key = text.casefold()
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Sentence(text, hit, len(out)))
+            if len(out) >= MAX_SENTENCES:
+                return out
+    return out
+
+
+def rank_lexically(question: str, sentences: Sequence[Sentence]) -> list[tuple[Sentence, float]]:
+    """Sentences by the share of the question's words (3+ letters) they contain."""
+    wanted = {w.casefold() for w in _WORD.findall(question)}
+    scored = []
+    for s in sentences:
+        words = {w.casefold() for w in _WORD.findall(s.text)}
+        common = len(wanted & words)
+        scored.append((s, common / math.sqrt(len(words) or 1) if wanted else 0.0))
+    return sorted(scored, key=lambda p: (-p[1], p[0].position))
+
+
+async def _rank_by_embedding(
+    bus: BusAPI, question: str, sentences: Sequence[Sentence], timeout: float
+) -> list[tuple[Sentence, float]]:
+    by_model: dict[str, list[Sentence]] = {}
+    for s in sentences:
+        by_model.setdefault(s.hit.embedding_model, []).append(s)
+    scored: list[tuple[Sentence, float]] = []
+    for model, group in by_model.items():
+        result = await bus.call(
+            "embed.text",
+            (1, 0),
+            params={"model": model},
+            input={"texts": [question, *(s.text for s in group)], "normalize": True},
+            timeout=timeout,
+        )
+        vectors = decode_embeddings(result.output)
+        if vectors.shape[0] != len(group) + 1 or not np.isfinite(vectors).all():
+            raise BadRequest(
+                f"embed.text for {model} answered {vectors.shape[0]} vectors for {len(group) + 1}"
+            )
+        sims = vectors[1:] @ vectors[0]
+        scored.extend((s, float(sim)) for s, sim in zip(group, sims, strict=True))
+    return sorted(scored, key=lambda p: (-p[1], p[0].position))
+
+
+async def extract(
+    bus: BusAPI, question: str, hits: Sequence[Hit], *, sentences: int, timeout: float
+) -> tuple[list[tuple[Sentence, float]], str]:
+    """The ``sentences`` best sentences of ``hits`` with their scores, and how they were ranked."""
+    pool = candidates(hits)
+    if not pool or sentences <= 0:
+        return [], "embedding"
+    try:
+        ranked, how = await _rank_by_embedding(bus, question, pool, timeout), "embedding"
+    except BusError:
+        ranked, how = rank_lexically(question, pool), "lexical"
+    return ranked[:sentences], how

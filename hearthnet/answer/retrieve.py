@@ -1,0 +1,158 @@
+"""Fan-out retrieval: one ``rag.query`` per corpus, all at once, within one deadline.
+
+Which corpora exist comes from the bus registry: every ``rag.query`` provider
+advertises ``{corpus, embedding_model, k_max}`` (the ``personal`` corpus only
+on this node).  Each corpus gets a status: ``ok`` (answered), ``timeout`` (not
+answered by the deadline: left out), ``unavailable`` (no provider, or its
+store or embedder failed: left out, with the error code).  A failure is never
+raised: the composer answers with what came back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from hearthnet.answer.hits import Hit
+from hearthnet.bus.api import BusAPI
+from hearthnet.errors import BusError
+
+__all__ = ["CorpusResult", "Target", "overall_status", "reachable_corpora", "retrieve"]
+
+MAX_K = 20
+"""``rag.query``'s own limit on ``k``."""
+
+
+@dataclass(frozen=True)
+class Target:
+    corpus: str
+    k: int
+
+
+@dataclass
+class CorpusResult:
+    corpus: str
+    status: str = "pending"
+    hits: list[Hit] = field(default_factory=list)
+    ms: float = 0.0
+    node: str = ""
+    code: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "hits": len(self.hits), "ms": round(self.ms, 1)}
+        if self.node:
+            out["node"] = self.node
+        if self.code:
+            out["code"] = self.code
+        return out
+
+
+def reachable_corpora(bus: BusAPI) -> dict[str, int]:
+    """Corpus name -> the largest ``k`` one of its providers takes (at most ``rag.query``'s 20)."""
+    out: dict[str, int] = {}
+    for p in bus.providers("rag.query", (1, 0), {}):
+        corpus = p.descriptor.params.get("corpus")
+        if not isinstance(corpus, str) or not corpus:
+            continue
+        k_max = p.descriptor.params.get("k_max")
+        k = k_max if type(k_max) is int and 1 <= k_max <= MAX_K else MAX_K
+        out[corpus] = max(out.get(corpus, 1), k)
+    return out
+
+
+def overall_status(results: Mapping[str, CorpusResult]) -> str:
+    """``used`` (all answered), ``partial`` (some), ``timeout`` or ``unavailable`` (none)."""
+    statuses = [r.status for r in results.values()]
+    answered = statuses.count("ok")
+    if statuses and answered == len(statuses):
+        return "used"
+    if answered:
+        return "partial"
+    return "timeout" if "timeout" in statuses else "unavailable"
+
+
+def _hits(raw: Any, corpus: str, node: str, model: str) -> list[Hit]:
+    """A ``rag.query`` answer's chunks as hits; malformed entries are skipped, never trusted."""
+    chunks = raw.get("chunks") if isinstance(raw, dict) else None
+    out: list[Hit] = []
+    for i, c in enumerate(chunks if isinstance(chunks, list) else []):
+        if not isinstance(c, dict):
+            continue
+        metadata = c.get("metadata") if isinstance(c.get("metadata"), dict) else {}
+        assert isinstance(metadata, dict)
+        chunk_id, text, score = metadata.get("chunk_id"), c.get("text"), c.get("score")
+        if not isinstance(chunk_id, str) or not chunk_id or not isinstance(text, str):
+            continue
+        if isinstance(score, bool) or not isinstance(score, int | float) or score != score:
+            continue
+        rank = c.get("rank")
+        out.append(
+            Hit(
+                chunk_id=chunk_id[:128],
+                text=text,
+                score=float(score),
+                corpus=corpus,
+                node=node,
+                embedding_model=model,
+                rank=rank if type(rank) is int else i + 1,
+                metadata=metadata,
+            )
+        )
+    return out
+
+
+async def retrieve(
+    bus: BusAPI,
+    query: str,
+    targets: Sequence[Target],
+    *,
+    timeout: float,
+    models: Mapping[str, str],
+    on_change: Callable[[dict[str, CorpusResult]], Awaitable[None]] | None = None,
+) -> dict[str, CorpusResult]:
+    """Query every target at once; whatever has not answered after ``timeout`` seconds is a ``timeout``.
+
+    ``models`` gives each corpus's advertised embedding model, used when an
+    answer's meta does not name one.  ``on_change`` is awaited after each corpus
+    settles (for progress frames).
+    """
+    results = {t.corpus: CorpusResult(t.corpus) for t in targets}
+    started = time.perf_counter()
+
+    async def one(target: Target) -> None:
+        result = results[target.corpus]
+        try:
+            answer = await bus.call(
+                "rag.query",
+                (1, 0),
+                params={"corpus": target.corpus},
+                input={"query": query, "k": target.k},
+                timeout=timeout,
+            )
+        except BusError as exc:
+            result.status = "timeout" if exc.code == "timeout" else "unavailable"
+            result.code = exc.code
+        else:
+            model = answer.meta.get("embedding_model")
+            if not isinstance(model, str) or not model:
+                model = models.get(target.corpus, "")
+            result.node = answer.provider
+            result.hits = _hits(answer.output, target.corpus, answer.provider, model)
+            result.status = "ok"
+        result.ms = (time.perf_counter() - started) * 1000
+        if on_change is not None:
+            await on_change(results)
+
+    with anyio.move_on_after(timeout):
+        async with anyio.create_task_group() as tg:
+            for target in targets:
+                tg.start_soon(one, target)
+    for result in results.values():
+        if result.status == "pending":
+            result.status, result.code = "timeout", "timeout"
+            result.ms = (time.perf_counter() - started) * 1000
+    return results
