@@ -98,7 +98,8 @@ def watch_uploads(driver: Any) -> None:
         window.__seen = [];
         new MutationObserver(() => {
           for (const li of document.querySelectorAll('#uploads li')) window.__seen.push(li.textContent);
-        }).observe(document.getElementById('uploads'), {subtree: true, childList: true, characterData: true});
+        }).observe(document.getElementById('uploads'),
+                   {subtree: true, childList: true, characterData: true});
         """
     )
 
@@ -114,6 +115,17 @@ def upload_items(driver: Any) -> list[dict[str, str]]:
             ".textContent, state: li.querySelector('.state').textContent, cls: li.className}))"
         )
     )
+
+
+def shows_a_page(driver: Any) -> bool:
+    """The browser's PDF viewer has drawn a page: a tenth of the window is white paper."""
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(driver.get_screenshot_as_png())).convert("L")
+    histogram = image.histogram()
+    return sum(histogram[250:]) > 0.1 * image.width * image.height
 
 
 def no_alert(driver: Any) -> bool:
@@ -188,6 +200,90 @@ def test_scanned_and_encrypted_pdfs_show_their_errors(mesh: LocalMesh, driver: A
     assert "password" in states[encrypted.name], states
     assert states[scanned.name].startswith("Failed: ")
     screenshot(driver, "03-upload-errors")
+
+
+def ask(driver: Any, question: str) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    box = css(driver, "#question")[0]
+    box.clear()
+    box.send_keys(question)
+    box.send_keys(Keys.ENTER)
+
+
+def test_ask_a_question_and_see_the_streamed_answer_with_a_citation(mesh: LocalMesh, driver: Any) -> None:
+    driver.get(ui_url(a_node(mesh)) + "/ask")
+    wait(
+        driver,
+        lambda d: (
+            "papers" in d.execute_script("return document.getElementById('corpora-options').textContent")
+        ),
+        what="the corpora to search",
+    )
+    driver.execute_script(
+        """
+        window.__steps = [];
+        new MutationObserver(() => {
+          const s = document.querySelector('#messages .status');
+          const t = document.querySelector('#messages .text');
+          if (s) window.__steps.push([s.textContent, t ? t.textContent.length : 0]);
+        }).observe(document.getElementById('messages'),
+                   {subtree: true, childList: true, characterData: true});
+        """
+    )
+    ask(driver, "What is unrestricted relation discovery?")
+    wait(driver, lambda d: css(d, "#messages .chip"), timeout=120, what="an answer with a citation chip")
+    steps = driver.execute_script("return window.__steps")
+    assert any(text.startswith("Searching") for text, _ in steps), steps
+    assert any(text == "Writing…" and shown > 0 for text, shown in steps), steps  # text before the end
+    answer = text_of(driver, "#messages .answer .text")
+    assert len(answer) > 40 and "#" not in answer  # citation markers became chips
+    assert "Extractive answer" in text_of(driver, "#messages .mode")  # no language model here
+    assert text_of(driver, "#messages .chip").startswith("1")
+    assert "What is unrestricted relation discovery?" in text_of(driver, "#session-list")
+    screenshot(driver, "05-ask-answer")
+
+
+def test_open_the_citation_lands_on_the_pdf_at_its_page(mesh: LocalMesh, driver: Any) -> None:
+    chip = css(driver, "#messages .chip")[0]
+    chip.click()
+    wait(driver, lambda d: css(d, ".citation .passage"), what="the citation's passage")
+    card = text_of(driver, ".citation")
+    assert "papers" in card and "kitchen" in card and PAPER.name in card, card
+    page = int(
+        driver.execute_script("return document.querySelector('.citation dl dd:nth-of-type(3)').textContent")
+    )
+    assert page >= 1
+    link = css(driver, ".citation a.open-source")[0]
+    assert link.get_attribute("href").endswith(f"#page={page}")
+    screenshot(driver, "06-citation")
+    ask_window = driver.current_window_handle
+    link.click()
+    wait(driver, lambda d: len(d.window_handles) == 2, what="the PDF to open in a new tab")
+    driver.switch_to.window(next(h for h in driver.window_handles if h != ask_window))
+    try:
+        wait(driver, lambda d: "/files/" in d.current_url, what="the PDF's address")
+        assert driver.current_url.endswith(f"#page={page}"), driver.current_url
+        assert driver.execute_script("return document.contentType") == "application/pdf"
+        wait(driver, shows_a_page, timeout=30, what="the browser's PDF viewer to show a page")
+        screenshot(driver, "06b-pdf-at-page")
+    finally:
+        driver.close()
+        driver.switch_to.window(ask_window)
+
+
+def test_debug_shows_chunk_ids_scores_and_timings(mesh: LocalMesh, driver: Any) -> None:
+    css(driver, "#debug")[0].click()
+    ask(driver, "Which relations does the system discover between entities?")
+    wait(driver, lambda d: len(css(d, "#messages .answer details")) >= 1, timeout=120, what="the debug panel")
+    panel = text_of(driver, "#messages .answer details summary")
+    assert "retrieve" in panel and "total" in panel and " ms" in panel, panel
+    rows = driver.execute_script(
+        "return [...document.querySelectorAll('#messages .answer details tbody tr')].map(r => r.textContent)"
+    )
+    assert rows and all("papers" in r for r in rows), rows
+    css(driver, "#debug")[0].click()
+    screenshot(driver, "06c-debug")
 
 
 def test_a_title_with_markup_shows_as_text(mesh: LocalMesh, driver: Any, tmp_path: Path) -> None:

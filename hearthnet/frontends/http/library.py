@@ -26,6 +26,8 @@ __all__ = ["routes"]
 
 LIST_TIMEOUT = 5.0
 """Seconds each node has to answer ``rag.list_corpora`` for the Library page."""
+MAX_DOCUMENTS = 5000
+"""Documents of one corpus the Library lists (beyond that, it says the list is cut)."""
 MAX_FILENAME = 255
 WRITE_SIZE = 1 << 20
 """Upload bytes gathered before each write to the temporary file."""
@@ -110,10 +112,26 @@ def _node(value: Any) -> str | None:
 async def _documents(state: UiState, request: Request, session: Session) -> Response:
     corpus = _corpus(request.query_params.get("corpus"), session, writing=False)
     node = _node(request.query_params.get("node"))
-    result = await state.bus.call(
-        session.level, "rag.list_documents", params={"corpus": corpus}, provider=node, timeout=LIST_TIMEOUT
+    documents: list[dict[str, Any]] = []
+    after: str | None = None
+    provider = node
+    while len(documents) < MAX_DOCUMENTS:  # rag.list_documents answers in pages
+        result = await state.bus.call(
+            session.level,
+            "rag.list_documents",
+            params={"corpus": corpus},
+            input={"after": after} if after else {},
+            provider=provider,
+            timeout=LIST_TIMEOUT,
+        )
+        provider = result.provider  # every page from the node that answered the first
+        documents.extend(result.output.get("documents") or [])
+        after = result.output.get("next")
+        if not after:
+            break
+    return json_response(
+        {"documents": documents, "corpus": corpus, "node": provider, "truncated": bool(after)}
     )
-    return json_response({**result.output, "corpus": corpus, "node": result.provider})
 
 
 async def _delete(state: UiState, request: Request, session: Session) -> Response:

@@ -156,10 +156,15 @@
     let last = 0;
     const answer = String(out.answer || "");
     for (const m of answer.matchAll(MARK)) {
-      const refs = m[1].split(";").map((p) => p.trim().split("#").pop());
-      if (!refs.every((r) => byChunk[r])) continue;
+      const refs = m[1].split(/[;,]/).map((p) => p.trim());
+      if (!refs.every((r) => r.includes("#"))) continue;
       parts.push(answer.slice(last, m.index));
-      for (const r of refs) parts.push({ chunk: r, n: number(r) });
+      for (const ref of refs) {
+        const chunk = ref.slice(ref.lastIndexOf("#") + 1);
+        // a turn reopened from its chat keeps no sources: the marker's file name stands in
+        if (!byChunk[chunk]) byChunk[chunk] = { chunk_id: chunk, file: ref.slice(0, ref.lastIndexOf("#")) };
+        parts.push({ chunk, n: number(chunk) });
+      }
       last = m.index + m[0].length;
     }
     parts.push(answer.slice(last));
@@ -195,7 +200,6 @@
 
   function citationCard(n, s, id) {
     const page = s.page ?? null;
-    const href = `/files/${encodeURIComponent(s.doc_cid)}${s.node ? `?node=${encodeURIComponent(s.node)}` : ""}${page ? `#page=${page}` : ""}`;
     const rows = [
       ["Title", s.title || "–"],
       ["File", s.file || "–"],
@@ -203,13 +207,22 @@
       ["Corpus", s.corpus || "–"],
       ["Node", nodeNames[s.node] || shortId(s.node) || "–"],
     ];
-    return el(
+    if (debugOn()) rows.push(["Chunk", s.chunk_id], ["Score", s.score === undefined ? "–" : Number(s.score).toFixed(3)]);
+    const card = el(
       "div",
       { class: "citation", attrs: { id, role: "region", "aria-label": `Source ${n}` } },
-      s.text ? el("blockquote", { class: "passage", text: s.text }) : null,
+      s.text ? el("blockquote", { class: "passage", text: s.text }) : el("p", { class: "muted", text: "The passage is shown with the answer it came with." }),
       el("dl", {}, ...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })])),
-      el("a", { class: "open-source", text: page ? `Open the PDF at page ${page}` : "Open the document", attrs: { href, target: "_blank", rel: "noopener" } }),
     );
+    if (s.doc_cid) {
+      const href = `/files/${encodeURIComponent(s.doc_cid)}${s.node ? `?node=${encodeURIComponent(s.node)}` : ""}${page ? `#page=${page}` : ""}`;
+      card.append(el("a", { class: "open-source", text: page ? `Open the PDF at page ${page}` : "Open the document", attrs: { href, target: "_blank", rel: "noopener" } }));
+    }
+    return card;
+  }
+
+  function debugOn() {
+    return document.getElementById("debug").checked;
   }
 
   function debugView(meta) {
