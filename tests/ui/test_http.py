@@ -348,6 +348,60 @@ def test_files_from_another_node_are_fetched_and_served(mesh: LocalMesh, owner: 
         other.close()
 
 
+# -- asking ------------------------------------------------------------------------------------
+def ask(ui: Ui, question: str, **extra: Any) -> list[tuple[str, Any]]:
+    events = []
+    with ui.http.stream(
+        "POST",
+        "/api/ask",
+        json={"question": question, **extra},
+        headers={"X-CSRF-Token": ui.csrf},
+        timeout=120,
+    ) as response:
+        assert response.status_code == 200, response.read()
+        lines = response.iter_lines()
+        while True:
+            try:
+                kind, data = _next_event(lines)
+            except AssertionError:
+                break
+            events.append((kind, data))
+            if kind in ("done", "error"):
+                break
+    return events
+
+
+def test_chats_belong_to_the_login_that_made_them(mesh: LocalMesh, owner: Ui) -> None:
+    a, _ = nodes(mesh)
+    finished(owner, upload(owner, DEMO / "heating_handbook.pdf").json()["job"]["id"])
+    events = ask(owner, "When is the boiler serviced?")
+    kinds = [k for k, _ in events]
+    assert kinds[0] == "chat" and "frame" in kinds and kinds[-1] == "done", kinds
+    done = events[-1][1]
+    assert done["answer"] and done["sources"] and done["sources"][0]["text"]
+    chat = done["session"]
+    assert chat.startswith("web.owner.")
+    assert chat in [c["id"] for c in owner.get("/api/chats").json()["sessions"]]
+    person = Ui(person_link(a, "Neighbour", "trusted"))
+    try:
+        assert chat not in [c["id"] for c in person.get("/api/chats").json()["sessions"]]
+        assert person.get("/api/chat", params={"session": chat}).status_code == 404
+        assert person.post("/api/chats/rename", json={"session": chat, "title": "mine"}).status_code == 404
+        assert person.post("/api/chats/delete", json={"session": chat}).status_code == 404
+        into = person.post("/api/ask", json={"question": "And the garden?", "session": chat})
+        assert into.status_code == 404  # nobody writes into another's chat
+        mine = ask(person, "Which seeds are sown in spring in the garden?")
+        assert mine[-1][0] == "done", mine
+        assert all(s["corpus"] != "personal" for s in mine[-1][1]["sources"])
+        refused = person.post("/api/ask", json={"question": "x", "corpora": ["personal"]})
+        assert refused.status_code == 403
+    finally:
+        person.close()
+    assert owner.post("/api/chats/rename", json={"session": chat, "title": "Boiler"}).status_code == 200
+    assert owner.post("/api/chats/delete", json={"session": chat}).status_code == 200
+    assert chat not in [c["id"] for c in owner.get("/api/chats").json()["sessions"]]
+
+
 # -- pages, headers, mesh ----------------------------------------------------------------
 def test_every_answer_carries_the_security_headers(mesh: LocalMesh, owner: Ui) -> None:
     a, _ = nodes(mesh)
