@@ -323,6 +323,18 @@ def test_a_title_with_markup_shows_as_text(mesh: LocalMesh, driver: Any, tmp_pat
     screenshot(driver, "04b-markup-title-mesh")
 
 
+def test_an_ingest_by_someone_else_appears_without_a_reload(mesh: LocalMesh, driver: Any) -> None:
+    a = a_node(mesh)
+    driver.get(ui_url(a) + "/library")
+    wait(driver, lambda d: css(d, '#corpora tr[data-corpus="papers"]'), what="the corpora")
+    driver.execute_script("window.__same_page = true")
+    demo = Path(__file__).parents[2] / "hearthnet" / "demo" / "heating_handbook.pdf"
+    a.cli("ingest", str(demo), "--corpus", "elsewhere")  # the CLI, not this page
+    wait(driver, lambda d: css(d, '#corpora tr[data-corpus="elsewhere"]'), what="the new corpus to appear")
+    assert driver.execute_script("return window.__same_page === true")  # no reload happened
+    screenshot(driver, "05b-ingest-elsewhere")
+
+
 def test_a_post_without_the_csrf_token_is_refused(mesh: LocalMesh, driver: Any) -> None:
     driver.get(ui_url(a_node(mesh)) + "/mesh")
     wait(driver, lambda d: css(d, "#nodes tbody tr"), what="the members")
@@ -400,7 +412,11 @@ def test_phone_width_and_keyboard_alone(mesh: LocalMesh, driver: Any) -> None:
             driver.get(ui_url(a) + "/" + page)
             wait(driver, lambda d, sel=ready: css(d, sel), what=f"the {page} page")
             width = driver.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
-            assert width[0] <= width[1], (page, width)
+            wide = driver.execute_script(
+                "return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right"
+                " > window.innerWidth + 1).slice(0, 5).map(e => e.tagName + '.' + e.className + '#' + e.id)"
+            )
+            assert width[0] <= width[1], (page, width, wide)
             screenshot(driver, f"08-phone-{page}")
         driver.get(ui_url(a) + "/library")
         wait(driver, lambda d: css(d, "#corpora tbody tr"), what="the corpora")
@@ -421,6 +437,67 @@ def test_phone_width_and_keyboard_alone(mesh: LocalMesh, driver: Any) -> None:
         screenshot(driver, "08-phone-keyboard")
     finally:
         driver.set_window_size(1200, 900)
+
+
+def confirm_dialog(driver: Any, accept: bool) -> str:
+    wait(
+        driver,
+        lambda d: d.execute_script("return document.getElementById('confirm').open"),
+        what="the dialog",
+    )
+    text = text_of(driver, "#confirm")
+    css(driver, "#confirm-ok" if accept else "#confirm button[value=cancel]")[0].click()
+    wait(
+        driver, lambda d: not d.execute_script("return document.getElementById('confirm').open"), what="close"
+    )
+    return text
+
+
+def level_of(driver: Any, node_id: str) -> str:
+    return str(
+        driver.execute_script(
+            "const r = document.querySelector(`#nodes tr[data-node='${arguments[0]}']`);"
+            "return r ? r.children[2].textContent : '';",
+            node_id,
+        )
+    )
+
+
+def test_the_owner_invites_promotes_demotes_and_revokes_with_a_confirmation(
+    mesh: LocalMesh, driver: Any
+) -> None:
+    a, b = a_node(mesh), mesh.nodes["attic"]
+    guest = mesh.add("guest")  # a new device: its id, not yet a member
+    driver.get(ui_url(a) + "/mesh")
+    wait(driver, lambda d: level_of(d, b.node_id) == "member", what="the attic as a member")
+    css(driver, "#invite-node")[0].send_keys(guest.node_id)
+    css(driver, "#invite-form button[type=submit]")[0].click()
+    wait(
+        driver, lambda d: css(d, "#invite-token")[0].get_attribute("value").startswith("hn1."), what="a token"
+    )
+    screenshot(driver, "10-invite")
+
+    def press(label: str) -> None:
+        row = css(driver, f"#nodes tr[data-node='{b.node_id}']")[0]
+        next(x for x in row.find_elements("css selector", "button") if x.text == label).click()
+
+    press("Promote to trusted")
+    assert "attic becomes trusted" in confirm_dialog(driver, accept=True)
+    wait(driver, lambda d: level_of(d, b.node_id) == "trusted", what="the promotion to show")
+    press("Demote to member")
+    confirm_dialog(driver, accept=True)
+    wait(driver, lambda d: level_of(d, b.node_id) == "member", what="the demotion to show")
+    press("Revoke")
+    assert "cannot be undone" in confirm_dialog(driver, accept=False)  # cancelled: nothing happens
+    assert level_of(driver, b.node_id) == "member"
+    press("Revoke")
+    confirm_dialog(driver, accept=True)
+    wait(driver, lambda d: level_of(d, b.node_id) == "revoked", what="the revocation to show")
+    events = text_of(driver, "#events")
+    assert (
+        "set attic to trusted" in events and "demoted attic to member" in events and "revoked attic" in events
+    )
+    screenshot(driver, "10b-mesh-after-actions")
 
 
 def test_node_restart_the_page_says_so_and_recovers(mesh: LocalMesh, driver: Any) -> None:

@@ -31,7 +31,7 @@
     names = {};
     for (const n of data.nodes) if (n.name) names[n.node_id] = n.name;
     const body = document.querySelector("#nodes tbody");
-    body.replaceChildren(...data.nodes.map((n) => nodeRow(n, data)));
+    body.replaceChildren(...data.nodes.map((n) => nodeRow(n, data)), ...data.revoked.map(revokedRow));
     const caps = document.getElementById("capabilities");
     caps.replaceChildren(...data.nodes.filter((n) => n.online).map(capabilities));
   }
@@ -61,6 +61,18 @@
       el("td", {}, el("span", { class: `badge ${n.level}`, text: n.level })),
       el("td", {}, state),
       el("td", {}, actions),
+    );
+  }
+
+  function revokedRow(r) {
+    return el(
+      "tr",
+      { class: "revoked", attrs: { "data-node": r.node_id } },
+      el("td", { text: r.name || "(name not known)" }),
+      el("td", { class: "id", text: shortId(r.node_id), attrs: { title: r.node_id } }),
+      el("td", {}, el("span", { class: "badge error", text: "revoked" })),
+      el("td", {}, el("span", { class: "badge offline", text: "removed" })),
+      el("td", {}),
     );
   }
 
