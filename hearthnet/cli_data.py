@@ -1,4 +1,5 @@
-"""CLI commands for documents: ``file put|get|ls``, ``ingest``, ``query``, ``corpora``, ``rag reindex``.
+"""CLI commands for documents: ``file put|get|ls``, ``ingest``, ``query``, ``corpora``, ``rag reindex``
+(``docs`` and ``delete`` are in :mod:`hearthnet.cli_rag`).
 
 All of them talk to the running node of ``--home`` through its control socket.
 """
@@ -16,9 +17,19 @@ from typing import Any
 import anyio
 
 from hearthnet.bus.context import CallResult
+from hearthnet.cli_rag import (
+    cmd_delete,
+    cmd_docs,
+    corpus_arg,
+    explain_unreachable,
+    known_hosts,
+    plural,
+    seen_text,
+    warn,
+)
 from hearthnet.client import AsyncClient, Client
-from hearthnet.errors import BadRequest, BusError
-from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
+from hearthnet.errors import BadRequest, BusError, NotFound, Partition
+from hearthnet.services.rag.names import PERSONAL, SYSTEM, host_label, is_language
 
 SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
 MAX_K = 20
@@ -152,12 +163,15 @@ def _failure(path: Path, code: str, message: str) -> dict[str, Any]:
     return {"path": path_text(path), "ok": False, "error": code, "message": message}
 
 
-def _expand(paths: Iterable[str]) -> tuple[list[Path], list[dict[str, Any]]]:
+def _expand(
+    paths: Iterable[str], skipped: list[dict[str, Any]] | None = None
+) -> tuple[list[Path], list[dict[str, Any]]]:
     """The files to ingest, each once, in the order given; and failures for what cannot be walked.
 
     A folder contributes its supported files (``SUPPORTED_SUFFIXES``), sorted, skipping
     names that start with '.' (``.git/``, macOS ``._x.pdf`` resource forks) and following
-    symlinked folders once each.  A file named directly is taken whatever its name.
+    symlinked folders once each; what it skips goes to ``skipped`` (``{path, reason}``).
+    A file named directly is taken whatever its name.
     """
     files: list[Path] = []
     problems: list[dict[str, Any]] = []
@@ -183,12 +197,12 @@ def _expand(paths: Iterable[str]) -> tuple[list[Path], list[dict[str, Any]]]:
         if not is_dir:
             add(path)
             continue
-        for found in _walk(path, problems):
+        for found in _walk(path, problems, skipped if skipped is not None else []):
             add(found)
     return files, problems
 
 
-def _walk(top: Path, problems: list[dict[str, Any]]) -> list[Path]:
+def _walk(top: Path, problems: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> list[Path]:
     found: list[Path] = []
     visited: set[tuple[int, int]] = set()
 
@@ -207,39 +221,60 @@ def _walk(top: Path, problems: list[dict[str, Any]]) -> list[Path]:
             dirs[:] = []
             continue
         visited.add((st.st_dev, st.st_ino))
+        for d in sorted(dirs):
+            if d.startswith("."):
+                skipped.append(
+                    _skip(Path(root) / d, "hidden folder (its name starts with '.'), not searched")
+                )
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
-            if name.startswith(".") or Path(name).suffix.lower() not in SUPPORTED_SUFFIXES:
-                continue
             candidate = Path(root) / name
+            suffix = Path(name).suffix.lower()
+            if name.startswith("."):
+                skipped.append(_skip(candidate, "hidden (its name starts with '.')"))
+                continue
+            if suffix not in SUPPORTED_SUFFIXES:
+                kind = f"unsupported type {suffix}" if suffix else "no file extension"
+                skipped.append(_skip(candidate, f"{kind}: only .pdf, .txt, .md and .markdown are ingested"))
+                continue
             try:
                 if candidate.is_file():
                     found.append(candidate)
+                else:
+                    skipped.append(_skip(candidate, "not a regular file"))
             except OSError as exc:
                 problems.append(_failure(candidate, "bad_request", f"cannot read: {exc.strerror or exc}"))
     return found
 
 
+def _skip(path: Path, reason: str) -> dict[str, Any]:
+    return {"path": path_text(path), "reason": reason}
+
+
 def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
-    """Where to ingest: --on, the corpus's holder, this node, or any node accepting new corpora."""
+    """Where to ingest: the corpus's host, else --on, this node, or any node accepting new corpora
+    (the rule every front door follows: :func:`hearthnet.frontends.placement.corpus_host`)."""
     from hearthnet.frontends.placement import corpus_host
 
-    return corpus_host(client.call("node.status").output, corpus, on)
+    return corpus_host(client.call("node.status").output, corpus, on, known_hosts(client, corpus))
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
-    corpus = validate_corpus_name(args.corpus)
+    corpus = corpus_arg(args.corpus)
     if corpus == SYSTEM:
         raise BadRequest("corpus system is read-only")
     if args.title is not None and not args.title.strip():
         raise BadRequest("--title is empty")
     if args.language is not None and not is_language(args.language):
         raise BadRequest("--language must be a short code such as 'en' or 'pt-BR', or 'auto'")
-    files, problems = _expand(args.paths)
+    skipped: list[dict[str, Any]] = []
+    files, problems = _expand(args.paths, skipped)
     if not files and not problems:
-        raise BadRequest("no files to ingest (supported: PDF, .txt, .md)")
+        why = f": {_skipped_text(skipped)}" if skipped else ""
+        raise BadRequest(f"no files to ingest (supported: PDF, .txt, .md, .markdown){why}")
     if args.title is not None and len(files) > 1:
         raise BadRequest(f"--title names one document, but {len(files)} files were given")
+    walked = {path_text(f) for f in files} - {path_text(Path(p)) for p in args.paths}
     client = Client(args.home)
     host = _corpus_host(client, corpus, args.on)
     own = client.call("node.status").output["node_id"]
@@ -253,8 +288,26 @@ def cmd_ingest(args: argparse.Namespace) -> None:
         _report(args, entry)
         results.append(entry)
     failed = [r for r in results if not r["ok"]]
+    readmes = [
+        r for r in results if r["ok"] and Path(r["path"]).stem.lower() == "readme" and r["path"] in walked
+    ]
+    summary = _summary(results, skipped, corpus, host)
     if args.json:
-        sys.stdout.write(json.dumps({"corpus": corpus, "node": host, "results": results}) + "\n")
+        document = {
+            "corpus": corpus,
+            "node": host,
+            "results": results,
+            "skipped": skipped,
+            "summary": summary,
+        }
+        sys.stdout.write(json.dumps(document) + "\n")
+    else:
+        for r in readmes:  # a folder's README is usually about the folder: say it became a document
+            print(
+                f"note  {shown(r['path'])} was ingested as a document of {corpus}; if it only describes "
+                f"the folder, remove it with 'hearthnet delete {r['doc_cid']} --corpus {corpus}'"
+            )
+        print(shown(summary))
     if failed:
         from hearthnet.cli import CliError
 
@@ -319,9 +372,41 @@ def _report(args: argparse.Namespace, entry: dict[str, Any]) -> None:
     name = shown(Path(entry["path"]).name or entry["path"])
     if entry["ok"]:
         note = " (already indexed)" if entry["existing"] else ""
-        print(f"ok    {name}: {entry['chunks_indexed']} chunks{note}")
+        print(f"ok    {name}: {plural(int(entry['chunks_indexed']), 'chunk')}{note}")
     else:
         print(f"FAIL  {name}: {entry['error']}: {shown(entry['message'])}")
+
+
+SKIPPED_NAMED = 5
+"""Skipped files the summary line names (``--json`` lists them all)."""
+
+
+def _skipped_text(skipped: list[dict[str, Any]]) -> str:
+    named = [f"{Path(s['path']).name} ({s['reason']})" for s in skipped[:SKIPPED_NAMED]]
+    more = len(skipped) - len(named)
+    return "; ".join(named) + (f"; and {more} more (--json lists them)" if more > 0 else "")
+
+
+def _summary(results: list[dict[str, Any]], skipped: list[dict[str, Any]], corpus: str, host: str) -> str:
+    """One line a person can read: what went in, what failed, what was skipped and why."""
+    ok = [r for r in results if r["ok"]]
+    failed = len(results) - len(ok)
+    existing = sum(1 for r in ok if r["existing"])
+    chunks = sum(int(r["chunks_indexed"]) for r in ok)
+    considered = len(results) + len(skipped)
+    line = (
+        f"ingested {len(ok)} of {plural(considered, 'file')} into {corpus} on {host} "
+        f"({plural(chunks, 'chunk')}" + (f", {existing} already indexed" if existing else "") + ")"
+    )
+    if failed:
+        line += f", {failed} failed"
+    if skipped:
+        line += f", {len(skipped)} skipped: {_skipped_text(skipped)}"
+    return line
+
+
+MAX_STDIN_QUERY = 64 * 1024
+"""Most bytes ``query -`` reads from stdin (the node takes queries of at most 8,192 characters)."""
 
 
 def cmd_query(args: argparse.Namespace) -> None:
@@ -329,17 +414,34 @@ def cmd_query(args: argparse.Namespace) -> None:
 
     if not 1 <= args.k <= MAX_K:
         raise BadRequest(f"-k must be between 1 and {MAX_K}")
-    inp: dict[str, Any] = {"query": args.text, "k": args.k}
+    corpus = corpus_arg(args.corpus)
+    text = args.text
+    if text == "-":  # the question from stdin: a long one, or one with quotes the shell would eat
+        text = sys.stdin.read(MAX_STDIN_QUERY + 1)
+        if len(text) > MAX_STDIN_QUERY:
+            raise BadRequest(f"the query on stdin is longer than {MAX_STDIN_QUERY} characters")
+        if not text.strip():
+            raise BadRequest("the query read from stdin is empty")
+    inp: dict[str, Any] = {"query": text.strip(), "k": args.k}
     if args.filter:
         inp["filter"] = _load_json(args.filter, "--filter")
-    result = Client(args.home).call("rag.query", params={"corpus": args.corpus}, input=inp)
+    client = Client(args.home)
+    try:
+        result = client.call("rag.query", params={"corpus": corpus}, input=inp)
+    except (NotFound, Partition) as exc:
+        raise explain_unreachable(client, corpus, exc) from None
     chunks = result.output["chunks"]
     lines = []
     for c in chunks:
         md = c["metadata"]
         snippet = " ".join(str(c.get("text") or "").split())[:160]
-        where = f"{md.get('doc_title', '?')} p.{md.get('page', '?')}"
+        source = md.get("doc_filename") or md.get("doc_title", "?")
+        where = f"{source} p.{md.get('page', '?')}"
+        title = md.get("doc_title")
+        if md.get("doc_filename") and title and title != Path(str(source)).stem:
+            where += f"  ({title})"
         lines.append(f"{c['rank']:>2}. {c['score']:.3f}  {shown(where)}\n    {shown(snippet)}")
+    warn(args, list(result.meta.get("warnings") or []))
     document = {"chunks": chunks, "meta": result.meta, "provider": result.provider}
     _emit(args, document, "\n".join(lines) if lines else "(no matches)")
 
@@ -357,12 +459,8 @@ def cmd_corpora(args: argparse.Namespace) -> None:
             errors.append({"node": node, "error": answer.code, "message": answer.message})
         else:
             corpora.extend({**c, "node": node} for c in answer["corpora"])
-    lines = [
-        f"{c['name']:20} {c['docs']:>5} docs {c['chunks']:>7} chunks  {c.get('language_majority') or '-':4} "
-        f"{shown(str(c['embedding_model']))}  {c['node']}"
-        + ("" if c.get("served", True) else "  (not served: embedded with another model; rag reindex)")
-        for c in corpora
-    ]
+    _add_known(client, corpora)
+    lines = [_corpus_line(c) for c in corpora]
     if not args.json:
         for e in errors:  # on stderr: stdout stays the list
             print(f"hearthnet: {e['node']}: {e['error']}: {shown(e['message'])}", file=sys.stderr)
@@ -375,6 +473,59 @@ def cmd_corpora(args: argparse.Namespace) -> None:
         from hearthnet.cli import CliError
 
         raise CliError(f"none of the {len(nodes)} nodes running rag answered rag.list_corpora")
+
+
+def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
+    """Add the corpora of offline hosts (from the event log) and flag names hosted twice."""
+    try:
+        known = client.call("rag.known_corpora").output["corpora"]
+    except NotFound:
+        return  # a node without the catalog (an older version)
+    listed = {(c["name"], c["node"]) for c in corpora}
+    for entry in known:
+        hosts = [h for h in entry["hosts"] if h["hosting"]]
+        for h in hosts:
+            if (entry["name"], h["node"]) in listed or h["online"]:
+                continue  # listed by its host; or online but it did not answer (reported on stderr)
+            corpora.append(
+                {
+                    "name": entry["name"],
+                    "docs": h["docs"],
+                    "chunks": h["chunks"],
+                    "node": h["node"],
+                    "node_name": h.get("node_name") or "",
+                    "offline": True,
+                    "last_seen": h.get("last_seen"),
+                    "seen": seen_text(h),
+                }
+            )
+        if len(hosts) > 1:  # one name, several copies: which one queries go to, the others flagged
+            order = [h["node"] for h in hosts]
+            preferred = next((h["node"] for h in hosts if h["serving"]), order[0])
+            for c in corpora:
+                if c["name"] == entry["name"] and c["node"] in order:
+                    c["hosts"] = order
+                    if c["node"] != preferred:
+                        c["duplicate_of"] = preferred
+    corpora.sort(key=lambda c: (c["name"], c["node"] != c.get("duplicate_of", c["node"]), c["node"]))
+
+
+def _corpus_line(c: dict[str, Any]) -> str:
+    model = shown(str(c.get("embedding_model") or "-"))
+    line = (
+        f"{c['name']:20} {c['docs']:>5} docs {c['chunks']:>7} chunks  {c.get('language_majority') or '-':4} "
+        f"{model}  {c['node']}"
+    )
+    if c.get("offline"):
+        line += f"  (OFFLINE: {c['seen']})"
+    elif not c.get("served", True):
+        line += "  (not served: embedded with another model; rag reindex)"
+    if "duplicate_of" in c:
+        line += f"  (DUPLICATE name: queries go to the copy on {c['duplicate_of']})"
+    elif c.get("hosts"):
+        others = [n for n in c["hosts"] if n != c["node"]]
+        line += f"  (name also used on {', '.join(others)}: queries go here)"
+    return line
 
 
 LIST_TIMEOUT = 10.0
@@ -404,19 +555,31 @@ async def _list_corpora_of(
 
 
 def cmd_rag_reindex(args: argparse.Namespace) -> None:
+    corpus = corpus_arg(args.corpus)
     client = Client(args.home)
-    result = _streamed(
-        client,
-        "rag.reindex",
-        Progress(not args.json),
-        args.corpus,
-        input={"corpus": args.corpus},
-        timeout=3600,
-    )
+    try:
+        result = _streamed(
+            client,
+            "rag.reindex",
+            Progress(not args.json),
+            corpus,
+            input={"corpus": corpus},
+            timeout=3600,
+        )
+    except NotFound:
+        own = client.call("node.status").output["node_id"]
+        hosts = [h for h in known_hosts(client, corpus) if h["node"] != own]
+        if not hosts:
+            raise
+        where = " and ".join(shown(host_label(h["node"], h.get("node_name"))) for h in hosts)
+        raise NotFound(
+            f"corpus {corpus} is not on this node: it is hosted on {where}: "
+            f"run 'hearthnet rag reindex --corpus {corpus}' there"
+        ) from None
     _emit(
         args,
         result.output,
-        f"reindexed {result.output['docs']} documents of {args.corpus} "
+        f"reindexed {plural(int(result.output['docs']), 'document')} of {corpus} "
         f"with {result.output['embedding_model']}",
     )
 
@@ -447,7 +610,7 @@ def register_data_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("query", parents=[common], help="search a corpus anywhere in the mesh")
-    p.add_argument("text")
+    p.add_argument("text", help="the question; '-' reads it from stdin")
     p.add_argument("--corpus", required=True)
     p.add_argument("-k", type=int, default=5)
     p.add_argument("--filter", help='JSON metadata conditions, e.g. {"page": {"$gte": 3}}')
@@ -455,6 +618,25 @@ def register_data_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("corpora", parents=[common], help="every corpus reachable in the mesh, with its node")
     p.set_defaults(func=cmd_corpora)
+
+    p = sub.add_parser(
+        "docs", parents=[common], help="the documents of a corpus (title, file, pages, chunks, who, when)"
+    )
+    p.add_argument("--corpus", required=True, help="the corpus to list")
+    p.add_argument(
+        "--on", metavar="NODE_ID", help="ask this host (default: the corpus's host, the largest copy first)"
+    )
+    p.set_defaults(func=cmd_docs)
+
+    p = sub.add_parser(
+        "delete", parents=[common], help="delete a document from a corpus, on its host (trusted members)"
+    )
+    p.add_argument("doc_cid", metavar="DOC_CID", help="the document's id ('hearthnet docs' lists them)")
+    p.add_argument("--corpus", required=True, help="the corpus it is in")
+    p.add_argument(
+        "--on", metavar="NODE_ID", help="the host to delete it on (default: the corpus's host that has it)"
+    )
+    p.set_defaults(func=cmd_delete)
 
     p = sub.add_parser("rag", parents=[common], help="RAG maintenance")
     rsub = p.add_subparsers(dest="rag_command", required=True)

@@ -72,9 +72,10 @@ def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:
 
 def register_service_event_rules(rules: EventRules) -> None:
     """Event types services emit must be accepted on every node, whatever it runs."""
-    from hearthnet.services.rag.events import ingested_rule
+    from hearthnet.services.rag.events import deleted_rule, ingested_rule
 
     rules.register(ingested_rule())
+    rules.register(deleted_rule())
 
 
 def default_service_factories() -> list[ServiceFactory]:

@@ -56,7 +56,7 @@ def rag_service(parts: NodeParts) -> Service | None:
     cfg = parts.config.rag
     if not cfg.enabled:
         return None
-    from hearthnet.services.rag.events import INGESTED
+    from hearthnet.services.rag.catalog import effective_ingest
     from hearthnet.services.rag.service import RagService, RagSettings
     from hearthnet.services.rag.store import CorpusStore
 
@@ -67,10 +67,9 @@ def rag_service(parts: NodeParts) -> Service | None:
         return (await community.append(event_type, data)).event_id
 
     def find_event(corpus: str, doc_cid: str) -> str | None:
-        for event in event_log.events_of_type(INGESTED, effective_only=True, author=own_id):
-            if event.data.get("corpus") == corpus and event.data.get("doc_cid") == doc_cid:
-                return event.event_id
-        return None
+        # in effect: not cancelled by a later delete (a document deleted, then ingested again,
+        # must be announced again)
+        return effective_ingest(event_log, corpus, doc_cid, own_id)
 
     def corpus_changed(corpus: str) -> None:
         for listener in parts.corpus_listeners:  # e.g. the answer cache (factories later in the list)
@@ -91,6 +90,13 @@ def rag_service(parts: NodeParts) -> Service | None:
         own_level=lambda: event_log.level_of(own_id),
         corpus_changed=corpus_changed,
     )
+
+
+def rag_catalog_service(parts: NodeParts) -> Service | None:
+    """``rag.known_corpora`` on every node, RAG or not: the corpora of offline hosts are listed anywhere."""
+    from hearthnet.services.rag.catalog import RagCatalog
+
+    return RagCatalog(bus=parts.bus, event_log=parts.event_log)
 
 
 def llm_service(parts: NodeParts) -> Service | None:
@@ -149,4 +155,4 @@ def answer_service(parts: NodeParts) -> Service | None:
 
 def service_factories() -> list[ServiceFactory]:
     # Order matters: rag uses the blob store the file service opened.
-    return [file_service, embedding_service, rag_service, llm_service, answer_service]
+    return [file_service, embedding_service, rag_catalog_service, rag_service, llm_service, answer_service]

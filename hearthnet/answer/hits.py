@@ -31,7 +31,7 @@ class Hit:
     @property
     def file(self) -> str:
         """What a citation names: the file name recorded at ingest, else the title, else the CID."""
-        for key in ("filename", "doc_title", "doc_cid"):
+        for key in ("doc_filename", "filename", "doc_title", "doc_cid"):
             value = _text(self.metadata.get(key))
             if value:
                 return value

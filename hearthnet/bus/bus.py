@@ -29,9 +29,11 @@ from hearthnet.bus.descriptors import (
     parse_version,
 )
 from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
+from hearthnet.bus.predicates import preference_for
 from hearthnet.bus.registry import Registry
 from hearthnet.bus.router import Router
 from hearthnet.bus.session import IncomingCall, Liveness, OutgoingCall, PeerSession
+from hearthnet.bus.sightings import Sightings
 from hearthnet.bus.stats import StatsBook
 from hearthnet.community.levels import Level
 from hearthnet.errors import (
@@ -122,6 +124,8 @@ class CapabilityBus:
         self.registry = Registry(identity.node_id)
         self.router = Router()
         self.stats = StatsBook()
+        self.sightings = Sightings()
+        """Each peer's name and when its link last went down (for "offline since")."""
         self.sessions: dict[str, PeerSession] = {}
         self._control: dict[str, ControlCallback] = {}
         self._on_session_up: list[SessionCallback] = []
@@ -181,6 +185,7 @@ class CapabilityBus:
             faults["protocol_errors"] += int(session.protocol_error)
             faults["refused_calls"] += session.refused_calls
             if self.sessions.get(link.peer_id) is session:
+                self.sightings.went_down(link.peer_id, time.time())
                 del self.sessions[link.peer_id]
                 self._peer_ready.pop(link.peer_id, None)
                 self.registry.drop_remote(link.peer_id)
@@ -258,7 +263,8 @@ class CapabilityBus:
             except BusError as exc:
                 log.warning("manifest_rejected", peer=session.peer_id, code=exc.code, reason=exc.message)
                 return
-            self.registry.set_remote(manifest)
+            if self.registry.set_remote(manifest):
+                self.sightings.named(manifest.node_id, manifest.name)
             if not session.manifest_seen:
                 # The peer is usable once we know what it offers: only now run the "up" callbacks.
                 session.manifest_seen = True
@@ -468,7 +474,13 @@ class CapabilityBus:
             if c.is_local:
                 stats = self.stats.get(c.descriptor.ref)
                 local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
-        return self.router.order(candidates, capability, now=now, local_saturated=local_saturated)
+        return self.router.order(
+            candidates,
+            capability,
+            now=now,
+            local_saturated=local_saturated,
+            preference=preference_for(capability),
+        )
 
     async def call(
         self,

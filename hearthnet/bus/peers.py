@@ -175,7 +175,7 @@ class PeerManager:
                 log.info("previous_port_taken", port=previous_port)
         return await create_listener(self._listen_host, self._listen_port)
 
-    # persistence: where peers were, so a restarted node can find them ---------------
+    # persistence: where peers were (so a restarted node can find them), and when last seen -----
     def _load_state(self) -> dict[str, Any]:
         if self._state_path is None or not self._state_path.exists():
             return {}
@@ -186,6 +186,7 @@ class PeerManager:
             return {}
         if not isinstance(state, dict):
             return {}
+        self._bus.sightings.load(state.get("seen"))
         peers = state.get("peers", {})
         if isinstance(peers, dict):
             for node_id, addresses in list(peers.items())[:_MAX_PEERS]:
@@ -195,10 +196,17 @@ class PeerManager:
                             self.add_address(node_id, a, vouched=False)  # keeps the saved order
         return state
 
-    def _save_state(self) -> None:
+    def _state(self) -> dict[str, Any]:
+        """What ``peers.json`` holds, taken on the event loop (the thread only writes it)."""
+        return {
+            "port": self.bound_port,
+            "peers": self.known_addresses(),
+            "seen": self._bus.sightings.to_json(),
+        }
+
+    def _save_state(self, state: dict[str, Any]) -> None:
         if self._state_path is None:
             return
-        state = {"port": self.bound_port, "peers": self.known_addresses()}
         tmp = self._state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state), encoding="utf-8")
         os.replace(tmp, self._state_path)
@@ -208,7 +216,7 @@ class PeerManager:
             await self._book_dirty.wait()
             self._book_dirty = anyio.Event()
             try:
-                await anyio.to_thread.run_sync(self._save_state)
+                await anyio.to_thread.run_sync(self._save_state, self._state())
             except OSError as exc:
                 log.warning("peer_state_not_saved", error=type(exc).__name__)
             await anyio.sleep(1.0)  # coalesce bursts of learned addresses into one write
@@ -341,6 +349,7 @@ class PeerManager:
                     self.add_address(node_id, a, vouched=node_id == session.peer_id)
 
     async def _after_down(self, session: PeerSession) -> None:
+        self._book_dirty.set()  # when it went down is worth remembering (``offline since``)
         state = self._dial.setdefault(session.peer_id, _DialState())
         state.next_try = anyio.current_time() + 0.2
         self.wake()

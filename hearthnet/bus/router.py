@@ -1,4 +1,4 @@
-"""Provider choice: local first unless saturated, then score remote providers.
+"""Provider choice: by the capability's preference, then local first unless saturated, then score.
 
 Pure bookkeeping: the bus reports outcomes (``record_success`` /
 ``record_failure``) and asks for an ordered candidate list.  A provider that
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hearthnet.bus.api import ProviderInfo
+from hearthnet.bus.predicates import Preference
 
 QUARANTINE_AFTER = 3
 QUARANTINE_SECONDS = 30.0
@@ -57,25 +58,30 @@ class Router:
         *,
         now: float,
         local_saturated: bool,
+        preference: Preference | None = None,
     ) -> list[ProviderInfo]:
-        """Candidates in the order to try them."""
+        """Candidates in the order to try them.
+
+        A ``preference`` ranks candidates first (a higher rank is tried before
+        any lower one, local or not); within a rank, local first unless
+        saturated, then remote ones by score.  Quarantined providers come last
+        and only when nothing else is left.
+        """
         if len(candidates) == 1:
             return [candidates[0]]  # whatever its health, it is the only one to try
-        local = [c for c in candidates if c.is_local]
-        remote = [c for c in candidates if not c.is_local]
-        healthy: list[tuple[float, str, ProviderInfo]] = []
-        quarantined: list[tuple[float, str, ProviderInfo]] = []
-        for c in remote:
+        healthy: list[tuple[int, int, float, str, ProviderInfo]] = []
+        quarantined: list[tuple[int, int, float, str, ProviderInfo]] = []
+        for c in candidates:
+            rank = 0 if preference is None else -preference(c.descriptor.params)
+            if c.is_local:
+                healthy.append((rank, 2 if local_saturated else 0, 0.0, c.node_id, c))
+                continue
             h = self.health(c.node_id, capability)
-            entry = (self.score(h), c.node_id, c)
+            entry = (rank, 1, self.score(h), c.node_id, c)
             (quarantined if h.quarantined_until > now else healthy).append(entry)
-        ordered_remote = [c for _, _, c in sorted(healthy, key=lambda e: (e[0], e[1]))]
-        if local and not local_saturated:
-            result = local + ordered_remote
-        else:
-            result = ordered_remote + local
+        result = [e[-1] for e in sorted(healthy, key=lambda e: e[:4])]
         if not result or all(c.is_local and local_saturated for c in result):
-            result += [c for _, _, c in sorted(quarantined, key=lambda e: (e[0], e[1]))]
+            result += [e[-1] for e in sorted(quarantined, key=lambda e: e[:4])]
         return result
 
     def started(self, node_id: str, capability: str) -> None:

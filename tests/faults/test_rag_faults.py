@@ -5,7 +5,8 @@ C: member, embed.text only (second embedder; the querier).
 D: trusted, rag, embeds through the bus; its ``rag/`` directory is a small tmpfs.
 
 The tests run in file order and share the mesh: kill-during-ingest (B),
-disk-full (D), then kill-a-provider-during-queries (kills A or B; last).
+disk-full (D), then kill-a-provider-during-queries (two copies of one name raced into being on A
+and B; kills A, the larger; last).
 """
 
 from __future__ import annotations
@@ -271,12 +272,36 @@ def _free_bytes(path: Path) -> int:
 
 
 def test_kill_9_of_a_query_provider_fails_fast_then_moves_on(mesh: LocalMesh) -> None:
-    """Runs last: it kills A or B for good."""
+    """Runs last: it kills A for good (the host of the larger copy, which every query goes to)."""
     s = "kill-query"
     a, b, c = mesh.nodes["a"], mesh.nodes["b"], mesh.nodes["c"]
-    for host in (a, b):
-        code, out = ingest(a, SMALL, "family", on=host)
-        assert code == 0, out
+    # Two hosts of one corpus name exist only when two nodes create it at the same moment (each
+    # refuses a name it knows is taken): B's ingest starts while A's first is still embedding.
+    baseline = embed_calls(a, c)
+    first = ingest_proc(a, BIG, "family", on=a)
+    wait_for(lambda: embed_calls(a, c) > baseline, timeout=120, what="A's ingest to reach the embed stage")
+    code, out = ingest(a, SMALL, "family", on=b)
+    assert code == 0, out
+    out_a, err_a = first.communicate(timeout=600)
+    assert first.returncode == 0, err_a
+    big = json.loads(out_a)["results"][0]["chunks_indexed"]
+    small = out["results"][0]["chunks_indexed"]
+    wait_for(
+        lambda: len([x for x in c.cli_json("corpora")["corpora"] if x["name"] == "family"]) == 2,
+        timeout=60,
+        what="C to list both copies of family",
+    )
+    copies = {x["node"]: x for x in c.cli_json("corpora")["corpora"] if x["name"] == "family"}
+    flags = {n[:16]: (x["chunks"], str(x.get("duplicate_of", ""))[:16]) for n, x in copies.items()}
+    report(
+        s,
+        f"two copies of 'family' made at once: A {big} chunks, B {small}; corpora (chunks, dup of): {flags}",
+    )
+    assert copies[b.node_id]["duplicate_of"] == a.node_id and "duplicate_of" not in copies[a.node_id]
+    assert copies[a.node_id]["hosts"] == [a.node_id, b.node_id]
+    warned = c.cli_json("query", "boiler", "--corpus", "family")
+    assert warned["provider"] == a.node_id  # the larger copy, whichever is faster
+    assert any(b.node_id in w for w in warned["meta"]["warnings"])
     wait_for(
         lambda: (
             {
@@ -313,6 +338,7 @@ def test_kill_9_of_a_query_provider_fails_fast_then_moves_on(mesh: LocalMesh) ->
     try:
         wait_for(lambda: sum(1 for e in log if e[2] == "ok") >= 5, timeout=60, what="queries to flow")
         victim_id = next(e[1] for e in reversed(log) if e[2] == "ok")
+        assert {e[1] for e in log if e[2] == "ok"} == {a.node_id}  # never the smaller copy
         victim = a if victim_id == a.node_id else b
         survivor = b if victim is a else a
         victim.kill()

@@ -188,6 +188,26 @@ async def test_params_predicate_routes_to_matching_provider() -> None:
 
 
 @pytest.mark.anyio
+async def test_two_hosts_of_one_corpus_send_callers_to_the_one_with_more_chunks() -> None:
+    """Row 3 of the hardening issue: a second, smaller copy of a corpus name must not win by being
+    local or faster; its chunks advertised in the params rank it (the params predicate ignores them)."""
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        by_corpus = params_key_equals("corpus")
+        a.register(reg("rag.query", echo, params={"corpus": "family", "chunks": 1}, predicate=by_corpus))
+        b.register(reg("rag.query", echo, params={"corpus": "family", "chunks": 3086}, predicate=by_corpus))
+        await announce(a, b)
+        for _ in range(3):  # from the small host itself (local) and from a third node, every time
+            assert (await a.call("rag.query", params={"corpus": "family"})).provider == b.node_id
+            assert (await c.call("rag.query", params={"corpus": "family"})).provider == b.node_id
+        # the preference only ranks: the smaller copy still answers when the bigger host is gone
+        b.unregister("rag.query", {"corpus": "family", "chunks": 3086})
+        await wait_until(lambda: len(c.providers("rag.query", params={"corpus": "family"})) == 1)
+        assert (await c.call("rag.query", params={"corpus": "family"})).provider == a.node_id
+
+
+@pytest.mark.anyio
 async def test_trust_level_enforced_for_remote_callers() -> None:
     async with mesh(2, [Level.MEMBER, Level.ANCHOR]) as m:
         _ALL.extend(m.buses)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
 import pytest
 
 from hearthnet.cli import main
-from hearthnet.cli_data import _expand, path_text, shown
+from hearthnet.cli_data import _expand, _summary, path_text, shown
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,39 @@ def test_a_k_outside_1_to_20_is_one_line_before_any_node_is_asked(
     code = main(["query", "roses", "--corpus", "c", "-k", k, "--home", str(tmp_path / "none")])
     err = capsys.readouterr().err
     assert code == 1 and "-k must be between 1 and 20" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_says_what_it_skipped_and_why(tmp_path: Path) -> None:
+    """Hardening row 20: MANIFEST.tsv was skipped silently; README.md stays a document (it is .md)."""
+    docs = tmp_path / "family"
+    (docs / ".git").mkdir(parents=True)
+    for name in ("README.md", "letters.md", "MANIFEST.tsv", ".DS_Store", "scan", ".git/config"):
+        (docs / name).write_text("x")
+    skipped: list[dict[str, str]] = []
+    files, problems = _expand([str(docs)], skipped)
+    assert [f.name for f in files] == ["README.md", "letters.md"] and problems == []
+    reasons = {Path(s["path"]).name: s["reason"] for s in skipped}
+    assert set(reasons) == {".git", "MANIFEST.tsv", ".DS_Store", "scan"}  # .git's files are not listed
+    assert "unsupported type .tsv" in reasons["MANIFEST.tsv"] and "hidden" in reasons[".DS_Store"]
+    assert "hidden folder" in reasons[".git"] and "no file extension" in reasons["scan"]
+    results = [
+        {"path": str(docs / "README.md"), "ok": True, "existing": False, "chunks_indexed": 1},
+        {"path": str(docs / "letters.md"), "ok": False, "error": "bad_request", "message": "empty"},
+    ]
+    line = _summary(results, skipped[:1], "family", "n1")
+    assert line.startswith("ingested 1 of 3 files into family on n1 (1 chunk), 1 failed, 1 skipped: ")
+    assert skipped[0]["reason"] in line
+
+
+def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_before_any_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = str(tmp_path / "none")
+    for name, why in [("Family", "did you mean 'family'?"), ("fam/ily", "invalid"), ("a" * 65, "at most 64")]:
+        assert main(["query", "roses", "--corpus", name, "--home", home]) == 1
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1, err
+    monkeypatch.setattr("sys.stdin", io.StringIO("  \n"))
+    assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
+    err = capsys.readouterr().err
+    assert "query read from stdin is empty" in err and len(err.strip().splitlines()) == 1

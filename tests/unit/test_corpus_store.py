@@ -26,7 +26,7 @@ from hearthnet.services.rag.names import (
     validate_corpus_name,
 )
 from hearthnet.services.rag.reader import read_document
-from hearthnet.services.rag.store import CorpusStore, build_where
+from hearthnet.services.rag.store import CHUNK_KEYS, CorpusStore, DocumentSource, build_where
 from tests.shared_data import PDF_DIR
 
 REPO = Path(__file__).resolve().parents[2]
@@ -306,6 +306,101 @@ def test_kill_9_midway_leaves_document_wholly_absent(tmp_path: Path) -> None:
     assert client.get_collection("hn-crash-v1", embedding_function=None).count() == 504
 
 
+_CRASH_DELETER = """
+import sys, threading
+from pathlib import Path
+from hearthnet.services.rag.store import CorpusStore
+
+class Marking(CorpusStore):
+    batches = 0
+    def _delete_batch(self, *args):
+        super()._delete_batch(*args)
+        Marking.batches += 1
+        if Marking.batches == 2:
+            print("batches-deleted", flush=True)
+            threading.Event().wait()   # hold here until killed
+
+store = Marking(Path(sys.argv[1]), batch_size=10)
+store.delete_document("crash", "big", announce=True)
+"""
+
+
+def test_kill_9_midway_through_a_delete_leaves_the_document_wholly_absent_and_owed(tmp_path: Path) -> None:
+    """rag.delete is atomic like an ingest: a kill after some chunks are gone never leaves a part of the
+    document answering, and the deletion stays owed (its event) until the service announces it."""
+    root = tmp_path / "rag"
+    with CorpusStore(root, batch_size=10) as s:
+        s.create_corpus("crash", embedding_model="m", dim=16)
+        s.add_document("crash", fake_chunks("small", 4), unit_vectors(4))
+        s.add_document("crash", fake_chunks("big", 100), unit_vectors(100, seed=5))
+    proc = _run(_CRASH_DELETER, str(root))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "batches-deleted", proc.stderr.read() if proc.stderr else ""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    if proc.stderr:
+        proc.stderr.close()
+
+    import chromadb
+    from chromadb.config import Settings
+
+    with CorpusStore(root) as s:
+        assert not s.has_document("crash", "big")
+        assert (s.info("crash").docs, s.info("crash").chunks) == (1, 4)
+        hits = s.query("crash", unit_vectors(1, seed=9)[0], k=50)
+        assert {h.metadata["doc_cid"] for h in hits} == {"small"}
+        assert s.pending_deletions() == [("crash", "big")]  # the event is still owed
+        s.deletion_announced("crash", "big")
+        assert s.pending_deletions() == []
+        s.add_document("crash", fake_chunks("big", 100), unit_vectors(100, seed=5))  # ingested again
+        assert s.info("crash").chunks == 104
+    client = chromadb.PersistentClient(
+        path=str(root / "chroma"), settings=Settings(anonymized_telemetry=False)
+    )
+    assert client.get_collection("hn-crash-v1", embedding_function=None).count() == 104
+
+
+def test_documents_are_listed_in_pages_with_where_they_came_from(store: CorpusStore) -> None:
+    store.create_corpus("lib", embedding_model="m", dim=16)
+    for i in range(5):
+        source = DocumentSource(filename=f"d{i}.pdf", pages=i + 1, ingested_by="ed25519:someone")
+        store.add_document("lib", fake_chunks(f"d{i}", 3), unit_vectors(3, seed=i), source=source)
+    store.add_document("lib", fake_chunks("old", 2), unit_vectors(2))  # no source: an older caller
+    first, total = store.list_documents("lib", limit=4)
+    rest, _ = store.list_documents("lib", after=first[-1]["doc_cid"], limit=4)
+    assert total == 6 and len(first) == 4 and len(rest) == 2
+    listed = {d["doc_cid"]: d for d in first + rest}
+    assert set(listed) == {"d0", "d1", "d2", "d3", "d4", "old"}
+    assert listed["d2"]["filename"] == "d2.pdf" and listed["d2"]["pages"] == 3
+    assert listed["d2"]["chunks"] == 3 and listed["d2"]["ingested_by"] == "ed25519:someone"
+    assert listed["old"]["filename"] is None and listed["old"]["ingested_at"] > 0
+    # a reindex keeps where each document came from
+    store.replace_corpus(
+        "lib",
+        embedding_model="m2",
+        dim=16,
+        documents=[(fake_chunks(d, 3), unit_vectors(3)) for d in ("d0", "d1", "d2", "d3", "d4")],
+    )
+    again, total = store.list_documents("lib")
+    assert total == 5 and {d["doc_cid"]: d["filename"] for d in again}["d4"] == "d4.pdf"
+    with pytest.raises(NotFound):
+        store.list_documents("nope")
+
+
+def test_the_metadata_fields_of_a_corpus_are_known_for_filter_warnings(store: CorpusStore) -> None:
+    store.create_corpus("keys", embedding_model="m", dim=16)
+    plain = fake_chunks("a", 2)
+    tagged = [Chunk(c.chunk_id + "t", c.text, {**c.metadata, "doc_cid": "b", "shelf": 3}) for c in plain]
+    store.add_document("keys", plain, unit_vectors(2))
+    assert store.metadata_keys("keys") == CHUNK_KEYS
+    store.add_document("keys", tagged, unit_vectors(2), source=DocumentSource(filename="b.md"))
+    assert store.metadata_keys("keys") == CHUNK_KEYS | {"shelf", "doc_filename"}
+    store.delete_document("keys", "b")
+    assert store.metadata_keys("keys") == CHUNK_KEYS
+
+
 def test_recover_removes_partial_document(tmp_path: Path) -> None:
     """Simulated crash in-process: a pending ledger row with some chunks written."""
     root = tmp_path / "rag"
@@ -331,7 +426,15 @@ def test_documents_tokens_and_replace_corpus(store: CorpusStore) -> None:
     store.add_document("re", fake_chunks("d1", 4), unit_vectors(4))
     assert store.document_tokens("re", "d1") == 12
     assert store.documents("re") == [
-        {"doc_cid": "d1", "title": "D1", "language": "en", "chunks": 4, "tokens": 12, "metadata": {}}
+        {
+            "doc_cid": "d1",
+            "title": "D1",
+            "language": "en",
+            "chunks": 4,
+            "tokens": 12,
+            "metadata": {},
+            "filename": None,
+        }
     ]
     info = store.replace_corpus(
         "re", embedding_model="m2", dim=8, documents=[(fake_chunks("d2", 3), unit_vectors(3, dim=8))]

@@ -51,6 +51,7 @@ from hearthnet.services.rag.service import PAGES_AHEAD, RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore
 from tests.openai_server import DIM, OpenAIEmbeddingServer
 from tests.polling import wait_until
+from tests.shared_data import PDF_DIR
 
 MINILM = "all-MiniLM-L6-v2"
 OTHER = "hashed-words-64"
@@ -370,7 +371,8 @@ async def test_reindex_to_another_model_replaces_the_registration_and_keeps_meta
         out = await n.call("rag.reindex", Ctx("rag.reindex", {}, {"corpus": "c1"}))
         assert out == {"corpus": "c1", "docs": 1, "embedding_model": OTHER}
         regs = [dict(p.descriptor.params) for p in n.bus.providers("rag.query", (1, 0), {"corpus": "c1"})]
-        assert regs == [{"corpus": "c1", "embedding_model": OTHER, "k_max": 20}]
+        chunks = n.store.info("c1").chunks
+        assert regs == [{"corpus": "c1", "embedding_model": OTHER, "k_max": 20, "docs": 1, "chunks": chunks}]
         after = await n.query("c1", query="roses", filter={"layer": "household", "year": {"$gte": 2020}})
         assert len(after["chunks"]) == len(before["chunks"])
         assert all(h["metadata"]["layer"] == "household" for h in after["chunks"])
@@ -567,9 +569,9 @@ async def test_a_caller_walking_away_during_the_write_leaves_the_document_regist
         write = n.store.add_document
         with anyio.CancelScope() as scope:
 
-            def walk_away_meanwhile(*args: Any) -> None:
+            def walk_away_meanwhile(*args: Any, **kw: Any) -> None:
                 anyio.from_thread.run_sync(scope.cancel)  # the deadline passes during the write
-                write(*args)
+                write(*args, **kw)
 
             n.store.add_document = walk_away_meanwhile  # type: ignore[method-assign]
             await n.ingest("garden", cid, filename="tulips.md")
@@ -774,3 +776,112 @@ async def test_embedding_calls_answered_with_different_sizes_are_an_internal_err
         with anyio.fail_after(60), pytest.raises(InternalError, match="different sizes"):
             async with receive:
                 await embed_streamed(TwoSizes(n.bus, MINILM, TIMEOUT), receive, None)
+
+
+@pytest.mark.anyio
+async def test_a_deleted_document_is_wholly_gone_announced_and_its_source_unpinned(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        keep, gone = n.put(garden_text("roses")), n.put(garden_text("boilers"))
+        await n.ingest("house", keep, filename="roses.md")
+        await n.ingest("house", gone, filename="boilers.md")
+        before = n.rag._registered_corpora["house"]["chunks"]
+        out, meta = await n.call("rag.delete", Ctx("rag.delete", {"corpus": "house"}, {"doc_cid": gone}))
+        assert out["chunks_removed"] > 0 and meta["already_deleted"] is False
+        assert n.events[-1] == ("rag.document.deleted", {"corpus": "house", "doc_cid": gone})
+        assert not n.store.has_document("house", gone) and n.store.pending_deletions() == []
+        hits = await n.query("house", query="boilers need care in spring", k=20)
+        assert {h["metadata"]["doc_cid"] for h in hits["chunks"]} == {keep}
+        assert not _pinned(n, gone) and _pinned(n, keep)
+        # the routing counts follow the delete
+        assert n.rag._registered_corpora["house"]["chunks"] == before - out["chunks_removed"]
+        assert n.rag._registered_corpora["house"]["docs"] == 1
+        # nothing left to delete and nothing announced (find_event: no ingest in effect)
+        with pytest.raises(NotFound, match="hearthnet docs"):
+            await n.call("rag.delete", Ctx("rag.delete", {"corpus": "house"}, {"doc_cid": gone}))
+        # ingested again: a new ingest, a new event, its source pinned again
+        _, meta = await n.ingest("house", gone, filename="boilers.md")
+        assert not meta.get("existing") and n.events[-1][0] == "rag.document.ingested"
+        assert _pinned(n, gone)
+
+
+@pytest.mark.anyio
+async def test_a_delete_whose_event_was_never_appended_is_announced_at_the_next_start(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """The node dies between the store's delete and the event: the marker committed with the delete
+    makes the next start append it (if the ingest is still in effect), and unpin the source."""
+    async with node(tmp_path, minilm=minilm) as n:
+        doc = n.put(garden_text("tulips"))
+        await n.ingest("garden", doc, filename="tulips.md")
+        n.store.delete_document("garden", doc, announce=True)  # what a kill right after leaves
+    async with node(tmp_path, minilm=minilm, find_event=lambda corpus, cid: "ev-ingest") as n:
+        assert n.events == [("rag.document.deleted", {"corpus": "garden", "doc_cid": doc})]
+        assert n.store.pending_deletions() == [] and not _pinned(n, doc)
+        assert n.rag._registered_corpora["garden"]["docs"] == 0
+
+
+@pytest.mark.anyio
+async def test_a_node_that_is_not_trusted_is_named_when_it_refuses_to_announce(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm, own_level=Level.MEMBER) as n:
+        with pytest.raises(Unauthorized) as refused:
+            await n.ingest("house", n.put(garden_text("roses")))
+        assert n.bus.node_id in refused.value.message and "member" in refused.value.message
+        assert "this node" not in refused.value.message
+
+
+@pytest.mark.anyio
+async def test_a_filter_on_a_field_no_document_has_is_a_warning(tmp_path: Path, minilm: OnnxModel) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", n.put(garden_text("roses")), filename="roses.md", metadata={"shelf": 2})
+        _, meta = await n.call(
+            "rag.query", Ctx("rag.query", {"corpus": "house"}, {"query": "roses", "filter": {"pgae": 1}})
+        )
+        (warning,) = meta["warnings"]
+        assert "'pgae'" in warning and "page" in warning and "shelf" in warning
+        _, meta = await n.call(
+            "rag.query", Ctx("rag.query", {"corpus": "house"}, {"query": "roses", "filter": {"shelf": 2}})
+        )
+        assert "warnings" not in meta
+        with pytest.raises(BadRequest, match=r"\$and"):
+            await n.query("house", query="roses", filter={"page": {"$gte": 1, "$lte": 2}})
+
+
+@pytest.mark.anyio
+async def test_documents_are_listed_with_file_name_pages_and_who_ingested_them(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    async with node(tmp_path, minilm=minilm) as n:
+        pdf = n.blobs.put_bytes((PDF_DIR / "en_paper_creativity_in_ml.pdf").read_bytes()).doc_cid
+        await n.ingest("papers", pdf, filename="/home/me/papers/creativity.pdf")
+        for topic in ("roses", "tulips"):
+            await n.ingest("papers", n.put(garden_text(topic)), filename=f"{topic}.md")
+        ctx = Ctx("rag.list_documents", {"corpus": "papers"}, {"limit": 2})
+        first, _ = await n.call("rag.list_documents", ctx)
+        ctx = Ctx("rag.list_documents", {"corpus": "papers"}, {"limit": 2, "after": first["next"]})
+        rest, _ = await n.call("rag.list_documents", ctx)
+        assert first["total"] == 3 and len(first["documents"]) == 2 and rest["next"] is None
+        docs = {d["filename"]: d for d in first["documents"] + rest["documents"]}
+        assert set(docs) == {"creativity.pdf", "roses.md", "tulips.md"}  # folders dropped
+        assert docs["creativity.pdf"]["pages"] > 1 and docs["roses.md"]["pages"] == 1
+        assert docs["creativity.pdf"]["ingested_by"] == "ed25519:self"
+        hit = (await n.query("papers", query="creativity in machine learning", k=1))["chunks"][0]
+        assert hit["metadata"]["doc_filename"] == "creativity.pdf"
+
+
+@pytest.mark.anyio
+async def test_a_document_gone_from_the_store_but_still_announced_is_announced_as_deleted(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """A store that lost a document (or a delete whose event was never appended): deleting it again
+    appends the deletion, so the community's view follows the store; nothing else changes."""
+    lost = "blake3:" + "ab" * 32
+    async with node(tmp_path, minilm=minilm, find_event=lambda c, d: "ev-old" if d == lost else None) as n:
+        await n.ingest("house", n.put(garden_text("roses")), filename="roses.md")
+        out, meta = await n.call("rag.delete", Ctx("rag.delete", {"corpus": "house"}, {"doc_cid": lost}))
+        assert out == {"doc_cid": lost, "chunks_removed": 0} and meta["already_deleted"] is True
+        assert n.events[-1] == ("rag.document.deleted", {"corpus": "house", "doc_cid": lost})
+        assert n.store.info("house").docs == 1 and n.store.pending_deletions() == []

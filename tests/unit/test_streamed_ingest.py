@@ -24,7 +24,9 @@ def _whole(data: bytes, name: str) -> list[tuple[str, str, dict[str, object]]]:
     doc = read_document(data, filename_hint=name)
     lang = detect_language(" ".join(p.text for p in doc.pages[:LANGUAGE_PAGES])[:20_000])
     title = doc.title_hint or CID[:19]
-    chunks = chunk_document(doc, doc_cid=CID, doc_title=title, language=lang, max_tokens=256)
+    chunks = chunk_document(
+        doc, doc_cid=CID, doc_title=title, language=lang, max_tokens=256, doc_filename=name
+    )
     return [(c.chunk_id, c.text, c.metadata) for c in chunks]
 
 

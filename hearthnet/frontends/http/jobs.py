@@ -139,7 +139,9 @@ class Jobs:
         doc_cid = str(imported["doc_cid"])
         await anyio.to_thread.run_sync(_remove, path)
         status = (await self._bus.call(level, "node.status")).output
-        host = corpus_host(status, job.corpus)
+        known = (await self._bus.call(level, "rag.known_corpora", input={"corpus": job.corpus})).output
+        hosts = [h for c in known.get("corpora", []) for h in c.get("hosts", []) if h.get("hosting")]
+        host = corpus_host(status, job.corpus, None, hosts)
         self._update(job, state="ingesting", result={"doc_cid": doc_cid, "node": host})
         if host != self._bus.node_id:
             await self._streamed(job, level, "file.push", input={"doc_cid": doc_cid, "node": host})

@@ -35,7 +35,7 @@ WRITE_SIZE = 1 << 20
 
 async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
     """Every corpus of the mesh: those of connected nodes as they answer, the others (their host is
-    offline) as the event log knows them."""
+    offline) as ``rag.known_corpora`` knows them from the event log."""
     status = (await state.bus.call(session.level, "node.status")).output
     own = str(status["node_id"])
     names = {own: state.node_name, **{p["node_id"]: p.get("name") or "" for p in status.get("peers", [])}}
@@ -69,23 +69,31 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
                 continue  # the node owner's own corpus
             listed.add((node, str(c.get("name"))))
             rows.append({**c, "node": node, "node_name": names.get(node, ""), "online": True})
-    await state.watcher.catch_up()
-    for (node, corpus), docs in sorted(state.watcher.corpora().items()):
-        if (node, corpus) in listed or not docs or (corpus == PERSONAL and not session.owner):
-            continue
-        online = node in answers and not isinstance(answers[node], BusError)
-        rows.append(
-            {
-                "name": corpus,
-                "docs": len(docs),
-                "chunks": None,
-                "size_bytes": None,
-                "embedding_model": None,
-                "node": node,
-                "node_name": names.get(node) or state.nodes.name_of(node),
-                "online": online,
-            }
-        )
+    known = (await state.bus.call(session.level, "rag.known_corpora")).output
+    for corpus in known.get("corpora", []):
+        name = str(corpus.get("name"))
+        for host in corpus.get("hosts", []):
+            node = str(host.get("node"))
+            if (node, name) in listed or not host.get("hosting"):
+                continue
+            if name == PERSONAL and not session.owner:
+                continue
+            rows.append(
+                {
+                    "name": name,
+                    "docs": host.get("docs"),
+                    "chunks": host.get("chunks") or None,
+                    "size_bytes": None,
+                    "embedding_model": None,
+                    "node": node,
+                    "node_name": names.get(node) or host.get("node_name") or state.nodes.name_of(node),
+                    "online": bool(host.get("online")) and node in answers,
+                    "last_seen": host.get("last_seen"),
+                }
+            )
+    duplicates = {str(c.get("name")) for c in known.get("corpora", []) if c.get("duplicate")}
+    for row in rows:
+        row["duplicate"] = row["name"] in duplicates
     rows.sort(key=lambda r: (str(r["name"]), str(r["node"])))
     return rows
 

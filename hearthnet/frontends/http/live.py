@@ -38,9 +38,6 @@ RESCAN_SECONDS = 15.0
 """How often the whole log is read again, for events gossip delivered out of replay order."""
 PAGE = 1000
 
-INGESTED = "rag.document.ingested"
-DELETED = "rag.document.deleted"
-
 Message = tuple[str, Any]
 """An event's kind and its data (JSON)."""
 
@@ -122,23 +119,6 @@ class EventWatcher:
         self._lock = anyio.Lock()
         self._scanned = False
         self._last_full = 0.0
-        self._documents: dict[tuple[str, str], set[str]] = {}
-
-    def corpora(self) -> dict[tuple[str, str], set[str]]:
-        """The documents of each ``(host node, corpus)`` as the log tells (ingests less deletes)."""
-        return {key: set(docs) for key, docs in self._documents.items()}
-
-    def _count(self, event: dict[str, Any]) -> None:
-        data, author = event.get("data"), event.get("author")
-        if not isinstance(data, dict) or not isinstance(author, str) or not event.get("effective", True):
-            return
-        corpus, doc_cid = data.get("corpus"), data.get("doc_cid")
-        if not isinstance(corpus, str) or not isinstance(doc_cid, str):
-            return
-        if event.get("event_type") == INGESTED:
-            self._documents.setdefault((author, corpus), set()).add(doc_cid)
-        elif event.get("event_type") == DELETED:
-            self._documents.get((author, corpus), set()).discard(doc_cid)
 
     async def recent(self) -> list[dict[str, Any]]:
         """The latest events, newest first."""
@@ -167,7 +147,6 @@ class EventWatcher:
                 if not isinstance(event_id, str) or event_id in self._seen:
                     continue
                 self._seen.add(event_id)
-                self._count(event)
                 item = feed_item(event)
                 self._recent.append(item)
                 if publish:

@@ -30,6 +30,7 @@ CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {
     "community.members": M,
     # reading documents
     "rag.list_corpora": M,
+    "rag.known_corpora": M,
     "rag.list_documents": M,
     "rag.query": M,
     "file.list": M,

@@ -56,6 +56,7 @@ RESERVED_METADATA = frozenset(
     {
         "doc_cid",
         "doc_title",
+        "doc_filename",
         "page",
         "chunk_index",
         "language",
@@ -272,9 +273,11 @@ class PageChunker:
         max_tokens: int,
         overlap_ratio: float = 0.15,
         extra_metadata: Mapping[str, Any] | None = None,
+        doc_filename: str | None = None,
     ) -> None:
         if not 0.0 <= overlap_ratio <= 0.5:
             raise BadRequest("overlap_ratio must be between 0 and 0.5")
+        self._filename = {"doc_filename": doc_filename} if doc_filename else {}
         self._size, _ = chunk_params_for(max_tokens)
         self._overlap = round(self._size * overlap_ratio)
         self._extra = check_extra_metadata(extra_metadata)
@@ -289,6 +292,7 @@ class PageChunker:
             **self._extra,
             "doc_cid": self._doc_cid,
             "doc_title": self._doc_title,
+            **self._filename,
             "page": page.page,
             "language": self._language,
         }
@@ -313,10 +317,12 @@ def chunk_document(
     max_tokens: int,
     overlap_ratio: float = 0.15,
     extra_metadata: Mapping[str, Any] | None = None,
+    doc_filename: str | None = None,
 ) -> list[Chunk]:
     """Chunks of every page; ``chunk_index`` runs across the document.
 
-    ``language`` may be empty (or ``"auto"``) to detect it from the text.
+    ``language`` may be empty (or ``"auto"``) to detect it from the text; ``doc_filename``
+    (when known) is kept in every chunk's metadata.
     """
     if not language or language == "auto":
         language = detect_language("\n".join(p.text for p in doc.pages[:20])[:20000])
@@ -327,6 +333,7 @@ def chunk_document(
         max_tokens=max_tokens,
         overlap_ratio=overlap_ratio,
         extra_metadata=extra_metadata,
+        doc_filename=doc_filename,
     )
     out: list[Chunk] = []
     for page in doc.pages:

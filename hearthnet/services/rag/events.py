@@ -1,12 +1,19 @@
-"""The ``rag.document.ingested`` event: its data shape and who may emit it.
+"""The ``rag.document.ingested`` and ``rag.document.deleted`` events: data shapes and who may emit them.
 
 Registered on every node (whatever services it runs) so that every member
 stores and relays the same events.  Only a member that is ``trusted`` at that
-point of the replay may emit it.  The data is bounded like ``rag.ingest``'s
-input, so an event stays small: exactly the keys ``corpus`` (a corpus name),
-``doc_cid`` (a canonical blob cid), ``title`` (<= 1000 chars), ``language``
-(1..16 letters, digits, '-' or '_') and ``chunks`` (0 .. 2^31).  The corpus may
-not be ``personal`` or ``system``: no honest node announces a document there.
+point of the replay may emit either.  The data is bounded like ``rag.ingest``'s
+input, so an event stays small: ``ingested`` has exactly the keys ``corpus`` (a
+corpus name), ``doc_cid`` (a canonical blob cid), ``title`` (<= 1000 chars),
+``language`` (1..16 letters, digits, '-' or '_') and ``chunks`` (0 .. 2^31);
+``deleted`` exactly ``corpus`` and ``doc_cid``.  The corpus may not be
+``personal`` or ``system``: no honest node announces a document there.
+
+Who may *delete*: the log stores and relays a ``deleted`` event of any member
+trusted at its position (the log's rules see only the author's level), but it
+cancels an ingest only if its author is that ingest's author (the corpus's
+host, which is who answers ``rag.delete``) or a current anchor; see
+:func:`hearthnet.services.rag.catalog.documents_in_effect`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from hearthnet.events.rules import EventRule
 from hearthnet.services.rag.names import is_language, validate_corpus_name
 
 INGESTED = "rag.document.ingested"
+DELETED = "rag.document.deleted"
 MAX_TITLE = 1000
 MAX_LANGUAGE = 16
 MAX_CHUNKS = 1 << 31
@@ -53,3 +61,18 @@ def validate_ingested(data: Mapping[str, Any]) -> None:
 
 def ingested_rule() -> EventRule:
     return EventRule(event_type=INGESTED, min_level=Level.TRUSTED, validate=validate_ingested)
+
+
+def validate_deleted(data: Mapping[str, Any]) -> None:
+    if set(data) != {"corpus", "doc_cid"}:
+        raise BadRequest(f"{DELETED} data must have exactly the keys corpus, doc_cid")
+    if not isinstance(data["corpus"], str) or not isinstance(data["doc_cid"], str):
+        raise BadRequest(f"{DELETED} corpus and doc_cid must be strings")
+    validate_corpus_name(data["corpus"], allow_reserved=False)
+    if not is_cid(data["doc_cid"]):
+        raise BadRequest(f"{DELETED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+
+
+def deleted_rule() -> EventRule:
+    """Stored and relayed like ``ingested``; whom it cancels is decided by the corpus view (module doc)."""
+    return EventRule(event_type=DELETED, min_level=Level.TRUSTED, validate=validate_deleted)

@@ -20,6 +20,7 @@ mixed types, which ChromaDB refuses.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from collections.abc import Callable, Mapping
@@ -35,6 +36,7 @@ __all__ = [
     "build_where",
     "chroma_where",
     "compile_where",
+    "filter_keys",
     "where_matches",
 ]
 
@@ -72,8 +74,18 @@ def _condition(key: Any, cond: Any, budget: list[int]) -> dict[str, Any]:
         raise BadRequest("chunk_id cannot be filtered on: filter on doc_cid with chunk_index or page instead")
     if not isinstance(cond, Mapping):
         return {key: {"$eq": _scalar(key, cond)}}
+    if not cond:
+        raise BadRequest(f'filter for {key!r} has no operator: use e.g. {{"{key[:40]}": {{"$eq": value}}}}')
     if len(cond) != 1:
-        raise BadRequest(f"filter for {key!r} must have exactly one operator")
+        parts = list(cond.items())[:2]
+        example = ", ".join(
+            json.dumps({key[:40]: {str(op)[:20]: value}}, default=lambda _: "...")[:120]
+            for op, value in parts
+        )
+        raise BadRequest(
+            f"filter for {key!r} must have exactly one operator; to combine conditions on one field, "
+            f'list them under $and: {{"$and": [{example}]}}'
+        )
     ((op, value),) = cond.items()
     if op not in _OPERATORS:
         raise BadRequest(
@@ -131,6 +143,18 @@ def _build(filter: Any, level: int, nesting: int, budget: list[int]) -> dict[str
                 raise BadRequest(f"filter has more than {MAX_FILTER_CONDITIONS} conditions")
             parts.append(_condition(key, cond, budget))
     return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def filter_keys(clause: Mapping[str, Any]) -> set[str]:
+    """The metadata fields a clause (from :func:`build_where`) names."""
+    keys: set[str] = set()
+    for key, cond in clause.items():
+        if key in ("$and", "$or"):
+            for sub in cond:
+                keys |= filter_keys(sub)
+        else:
+            keys.add(key)
+    return keys
 
 
 def _kind(value: Any) -> str:

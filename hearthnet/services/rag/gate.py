@@ -1,4 +1,4 @@
-"""Who may write a corpus now: any number of ingests, or one reindex alone.
+"""Who may write a corpus now: any number of ingests and deletes, or one reindex alone.
 
 A reindex lists a corpus's documents, re-embeds them (minutes) and then
 replaces the corpus: a document ingested meanwhile would be dropped with the
@@ -60,13 +60,16 @@ class CorpusGate:
         return self._writers.get(corpus, 0)
 
     @asynccontextmanager
-    async def ingest(self, corpus: str) -> AsyncIterator[None]:
-        """Hold ``corpus`` for one ingest; ``CapacityExceeded`` while it is being reindexed."""
+    async def ingest(self, corpus: str, *, undone: str = "nothing was stored: ingest") -> AsyncIterator[None]:
+        """Hold ``corpus`` for one ingest (or delete); ``CapacityExceeded`` while it is being reindexed.
+
+        ``undone`` names what did not happen and what to do again (a delete says its own).
+        """
         progress = self._reindexing.get(corpus)
         if progress is not None:
             raise CapacityExceeded(
                 f"corpus {corpus} is being reindexed ({progress.done} of {progress.total or '?'} "
-                "documents re-embedded); nothing was stored: ingest again when the reindex is done",
+                f"documents re-embedded); {undone} again when the reindex is done",
                 retry_after_ms=progress.retry_after_ms(),
             )
         self._writers[corpus] = self._writers.get(corpus, 0) + 1

@@ -13,6 +13,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 import anyio
@@ -145,6 +146,7 @@ class StreamedDocument:
         self._language = language
         self._max_tokens = max_tokens
         self._extra = extra_metadata
+        self._filename = PurePath(filename_hint).name if filename_hint else None
         self._pages: list[PageText] = []
         self._chunks: list[Chunk] = []
         self._done = False
@@ -178,6 +180,7 @@ class StreamedDocument:
             language=self._language,
             max_tokens=self._max_tokens,
             extra_metadata=self._extra,
+            doc_filename=self._filename,
         )
 
     def _chunked(self, chunker: PageChunker, pages: list[PageText]) -> Iterator[list[Chunk]]:

@@ -30,6 +30,7 @@ __all__ = [
     "SYSTEM",
     "collection_name",
     "corpus_from_collection",
+    "host_label",
     "is_language",
     "staging_collection_name",
     "validate_corpus_name",
@@ -95,3 +96,15 @@ def corpus_from_collection(collection: str) -> str | None:
     if not name or len(name) > MAX_CORPUS_NAME or _NAME.fullmatch(name) is None:
         return None
     return name
+
+
+def host_label(node_id: str, name: str | None = None) -> str:
+    """A node as messages name it: ``name (node id)``, or the id alone when no name is known.
+
+    The name is the peer's own word (from its manifest): cut to 64 characters, and any that
+    could steer a terminal replaced by '?'.
+    """
+    if not name:
+        return node_id
+    clean = "".join(ch if ch.isprintable() else "?" for ch in name[:64])
+    return f"{clean} ({node_id})"

@@ -1,11 +1,14 @@
-"""``rag.query``, ``rag.ingest``, ``rag.list_corpora`` (and ``rag.reindex``, this node only).
+"""``rag.query``, ``rag.ingest``, ``rag.list_corpora``, ``rag.list_documents``, ``rag.delete``
+(and ``rag.reindex``, this node only).
 
-``rag.query`` is registered once per corpus with params ``{corpus,
-embedding_model, k_max}`` so that callers on other nodes are routed to the
-node holding the corpus.  ``personal`` is registered local-only (never
-advertised, refused to remote callers); ``system`` is read-only.  A corpus
-whose recorded model differs from this node's embedding model is not served:
-its ``rag.query`` answers ``not_found`` with the reindex command.
+``rag.query``, ``rag.list_documents`` and ``rag.delete`` are registered once
+per corpus with params naming it (and its ``docs`` and ``chunks``, which rank
+two hosts of one name) so that callers on other nodes are routed to the node
+holding the corpus.  ``personal`` is registered local-only (never advertised,
+refused to remote callers); ``system`` is read-only.  A corpus whose recorded
+model differs from this node's embedding model is not served: its
+``rag.query`` answers ``not_found`` with the reindex command.  A corpus name is
+one corpus in the community: creating one that another node hosts is refused.
 """
 
 from __future__ import annotations
@@ -14,23 +17,22 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import Any
 
 import anyio
 import structlog
 
-from hearthnet.blobs import BlobStore, is_cid
+from hearthnet.blobs import BlobStore
 from hearthnet.bus.api import BusAPI
-from hearthnet.bus.bus import check_input_keys
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized, unwrap_group
-from hearthnet.services.rag.chunker import Chunk, check_extra_metadata
-from hearthnet.services.rag.events import INGESTED
+from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.events import DELETED, INGESTED
+from hearthnet.services.rag.filters import filter_keys
 from hearthnet.services.rag.gate import CorpusGate, Reindexing
 from hearthnet.services.rag.ingest import (
     EmbeddedDocument,
@@ -41,17 +43,21 @@ from hearthnet.services.rag.ingest import (
     embed_streamed,
     run_blocking,
 )
-from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language, validate_corpus_name
+from hearthnet.services.rag.inputs import (
+    MAX_K,
+    IngestInput,
+    delete_input,
+    ingest_input,
+    list_input,
+    query_input,
+)
+from hearthnet.services.rag.names import PERSONAL, SYSTEM, host_label, validate_corpus_name
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, MAX_TITLE
-from hearthnet.services.rag.store import CorpusStore, build_where
+from hearthnet.services.rag.store import CorpusInfo, CorpusStore, DocumentSource, ScoredChunk
 from hearthnet.worker_threads import WorkerThreads
 
 log = structlog.get_logger("hearthnet.rag")
 
-DEFAULT_K = 5
-MAX_K = 20
-MAX_QUERY_CHARS = 8192
-MAX_FILENAME = 255
 INLINE_SEARCH_FLOATS = 6_000_000
 """A corpus held in memory with at most this many vector components (~15,600 chunks of 384-d,
 24 MB) is searched on the event loop: about a millisecond of it here, against two thread hops
@@ -119,9 +125,13 @@ class RagService:
         self._gate = CorpusGate()
         self._announce_lock = anyio.Lock()
         self._registered_corpora: dict[str, dict[str, Any]] = {}
+        """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
+        self._corpus_params: dict[str, dict[str, dict[str, Any]]] = {}
+        """corpus -> capability -> params of its other per-corpus registrations."""
         self._ingest_params: dict[str, Any] | None = None
         self.queries = 0
         self.ingests = 0
+        self.deletes = 0
 
     # Service protocol ---------------------------------------------------------------
     async def start(self) -> None:
@@ -130,6 +140,7 @@ class RagService:
             log.warning("partial_documents_removed", corpora={k: v for k, v in recovered.items() if v})
         # Small corpora are searched exactly from memory: load them now, not on the first query.
         await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
+        await self._announce_pending_deletions()
 
     async def stop(self) -> None:
         await anyio.to_thread.run_sync(self._store.close)
@@ -140,7 +151,7 @@ class RagService:
         corpora = self._store.corpora()
         regs = [self._ingest_registration(corpora), self._list_registration(), self._reindex_registration()]
         for corpus in corpora:
-            regs.append(self._query_registration(corpus, self._store.info(corpus).embedding_model))
+            regs.extend(self._corpus_registrations(self._store.info(corpus)))
         return regs
 
     def health(self) -> dict[str, Any]:
@@ -149,24 +160,80 @@ class RagService:
             "corpora": sorted(c for c in self._registered_corpora if c != PERSONAL),
             "queries": self.queries,
             "ingests": self.ingests,
+            "deletes": self.deletes,
             "embedding_model": self._settings.embedding_model,
         }
 
     # registrations ------------------------------------------------------------------
-    def _query_registration(self, corpus: str, embedding_model: str) -> Registration:
-        params = {"corpus": corpus, "embedding_model": embedding_model, "k_max": MAX_K}
-        self._registered_corpora[corpus] = params
-        descriptor = CapabilityDescriptor(
-            "rag.query",
-            (1, 0),
-            params=params,
-            max_concurrent=8,
-            timeout_seconds=self._settings.query_timeout_seconds,
-            idempotent=True,
-            local_only=corpus == PERSONAL,
-            description=f"search corpus {corpus}",
-        )
-        return Registration(descriptor, self._handle_query, params_key_equals("corpus"))
+    def _corpus_registrations(self, info: CorpusInfo) -> list[Registration]:
+        """``rag.query``, ``rag.list_documents`` and ``rag.delete`` of one corpus.
+
+        The params carry the corpus's ``docs`` and ``chunks``: the predicates
+        match on ``corpus`` alone, and the router tries the host advertising
+        more chunks first, so a second, smaller copy of a name never wins.
+        """
+        corpus = info.name
+        size = {"docs": info.docs, "chunks": info.chunks}
+        query = {"corpus": corpus, "embedding_model": info.embedding_model, "k_max": MAX_K, **size}
+        listing = {"corpus": corpus, **size}
+        delete = {"corpus": corpus}
+        self._registered_corpora[corpus] = query
+        self._corpus_params[corpus] = {"rag.list_documents": listing, "rag.delete": delete}
+        local_only = corpus == PERSONAL
+        by_corpus = params_key_equals("corpus")
+        return [
+            Registration(
+                CapabilityDescriptor(
+                    "rag.query",
+                    (1, 0),
+                    params=query,
+                    max_concurrent=8,
+                    timeout_seconds=self._settings.query_timeout_seconds,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"search corpus {corpus}",
+                ),
+                self._handle_query,
+                by_corpus,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "rag.list_documents",
+                    (1, 0),
+                    params=listing,
+                    max_concurrent=8,
+                    timeout_seconds=10.0,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"documents of corpus {corpus}",
+                ),
+                self._handle_list_documents,
+                by_corpus,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "rag.delete",
+                    (1, 0),
+                    params=delete,
+                    trust_required=Level.TRUSTED,
+                    max_concurrent=2,
+                    timeout_seconds=300.0,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"delete a document of corpus {corpus}",
+                ),
+                self._handle_delete,
+                by_corpus,
+            ),
+        ]
+
+    def _unregister_corpus(self, corpus: str) -> None:
+        """Remove the corpus's registrations (by their exact params, as the registry needs)."""
+        query = self._registered_corpora.pop(corpus, None)
+        if query is not None:
+            self._bus.unregister("rag.query", query)
+        for capability, params in self._corpus_params.pop(corpus, {}).items():
+            self._bus.unregister(capability, params)
 
     def _ingest_registration(self, held: Sequence[str]) -> Registration:
         self._ingest_params = {
@@ -208,22 +275,23 @@ class RagService:
         )
 
     async def _announce_corpus(self, corpus: str) -> None:
-        """A new corpus: serve queries for it and advertise it in rag.ingest's params.
+        """Register a corpus (again, with its new counts) and advertise it in rag.ingest's params.
 
-        The store is read in a worker thread: its lock may be held for a while by
-        a write (a reindex's swap, a ChromaDB server call), and the event loop
-        must never wait for it.
+        After every ingest, delete and reindex.  The store is read in a worker
+        thread: its lock may be held for a while by a write (a reindex's swap,
+        a ChromaDB server call), and the event loop must never wait for it.
         """
 
-        def read() -> tuple[str, list[str]]:
-            return self._store.info(corpus).embedding_model, self._store.corpora()
+        def read() -> tuple[CorpusInfo, list[str]]:
+            return self._store.info(corpus), self._store.corpora()
 
         # One at a time, each reading the store inside: two announces resuming in the other
         # order would register the older corpus list last (a new corpus missing from it).
         async with self._announce_lock:
-            model, held = await run_blocking(read, limiter=self._read_threads)
-            if corpus not in self._registered_corpora:
-                self._bus.register(self._query_registration(corpus, model))
+            info, held = await run_blocking(read, limiter=self._read_threads)
+            self._unregister_corpus(corpus)  # the old counts (or model): the same event-loop step
+            for registration in self._corpus_registrations(info):
+                self._bus.register(registration)
             if self._ingest_params is not None:
                 self._bus.unregister("rag.ingest", self._ingest_params)
             self._bus.register(self._ingest_registration(held))
@@ -234,7 +302,7 @@ class RagService:
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         if corpus == PERSONAL and not ctx.is_local:
             raise NotFound("corpus personal is never reachable from another node")
-        query, k, where, include_text = _query_input(ctx.input)
+        query, k, where, include_text = query_input(ctx.input)
         registered = self._registered_corpora.get(corpus)
         if registered is None:
             raise NotFound(f"corpus {corpus} is not held by this node")
@@ -250,11 +318,21 @@ class RagService:
         hits = self._store.query_in_memory(
             corpus, vectors[0], k=k, where=where, include_text=include_text, max_floats=INLINE_SEARCH_FLOATS
         )
+        known_keys = None
         if hits is None:
-            hits = await run_blocking(
-                lambda: self._store.query(corpus, vectors[0], k=k, where=where, include_text=include_text),
-                limiter=self._read_threads,
-            )
+
+            def search() -> tuple[list[ScoredChunk], frozenset[str] | None]:
+                found = self._store.query(corpus, vectors[0], k=k, where=where, include_text=include_text)
+                return found, self._store.metadata_keys(corpus) if where else None
+
+            hits, known_keys = await run_blocking(search, limiter=self._read_threads)
+        warnings = self._duplicate_warnings(corpus, "this answer")
+        if where and known_keys is not None:
+            for key in sorted(filter_keys(where) - known_keys):
+                warnings.append(
+                    f"no document of corpus {corpus} has the metadata field {key!r} (misspelled?): "
+                    f"the filter cannot match on it; its fields are {', '.join(sorted(known_keys))}"
+                )
         chunks = []
         for rank, hit in enumerate(hits, start=1):
             item: dict[str, Any] = {
@@ -270,12 +348,32 @@ class RagService:
         log.info(
             "rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id
         )
-        return {"chunks": chunks}, {
+        meta: dict[str, Any] = {
             "corpus": corpus,
             "ms": ms,
             "embed_ms": round((embedded - embedding) * 1000, 3),
             "embedding_model": model,
         }
+        if warnings:
+            meta["warnings"] = warnings
+        return {"chunks": chunks}, meta
+
+    def _duplicate_warnings(self, corpus: str, what: str) -> list[str]:
+        """A warning when other nodes host a corpus of the same name (made before names were
+        checked, or by two nodes creating it at once): ``what`` covers only this node's copy."""
+        if corpus == PERSONAL:
+            return []
+        others = [p for p in self._bus.providers("rag.query", (1, 0), {"corpus": corpus}) if not p.is_local]
+        if not others:
+            return []
+        own = self._registered_corpora.get(corpus, {}).get("chunks", "?")
+        elsewhere = ", ".join(
+            f"{p.node_id} ({p.descriptor.params.get('chunks', '?')} chunks)" for p in others
+        )
+        return [
+            f"corpus {corpus} is hosted on {len(others) + 1} nodes (one name, separate copies): {what} "
+            f"covers only the copy on {self._bus.node_id} ({own} chunks); also on {elsewhere}"
+        ]
 
     # rag.ingest ---------------------------------------------------------------------
     async def _handle_ingest(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -285,50 +383,88 @@ class RagService:
             raise BadRequest("corpus system is read-only")
         if corpus == PERSONAL and not ctx.is_local:
             raise Unauthorized("corpus personal only takes documents from this node itself")
-        doc_cid, title, language, metadata, filename = _ingest_input(ctx.input)
-        # The log's lock may be held by a long gossip replay: never wait for it on the event loop.
+        inp = ingest_input(ctx.input)
         if corpus != PERSONAL:  # personal is never announced, so it needs no trust
-            own = await run_blocking(self._own_level, limiter=self._read_threads)
-            if own is None or own < Level.TRUSTED:
-                raise Unauthorized(
-                    "this node is not trusted in its community, so it may not announce ingests; "
-                    "ask an anchor to promote it"
-                )
-        if not ctx.is_local and not self._settings.accept_new_corpora:
-            held = await run_blocking(self._store.corpora, limiter=self._store_limiter)
-            if corpus not in held:
+            await self._check_own_trust("announce ingests")
+        held = await run_blocking(self._store.corpora, limiter=self._read_threads)
+        if corpus not in held:
+            if not ctx.is_local and not self._settings.accept_new_corpora:
                 raise NotFound(
                     f"corpus {corpus} is not held by this node, and it accepts no new corpora from "
                     "other nodes (rag.accept_new_corpora = false): ingest on a node that holds it"
                 )
-        async with self._gate.ingest(corpus):
-            key = (corpus, doc_cid)
-            held = self._doc_locks.get(key)
-            if held is None:
-                held = self._doc_locks[key] = (anyio.Lock(), [0])
-            lock, users = held
-            users[0] += 1
-            try:
-                async with lock:  # one ingest of a document at a time; a repeat finds it stored
-                    return await self._ingest(
-                        ctx, started, corpus, doc_cid, title, language, metadata, filename
-                    )
-            finally:
-                users[0] -= 1
-                if not users[0]:
-                    del self._doc_locks[key]  # no lock per document ever ingested
+            if corpus != PERSONAL:  # every node has a personal corpus of its own
+                await self._refuse_a_second_host(corpus)
+        async with self._gate.ingest(corpus), self._doc_lock(corpus, inp.doc_cid):
+            # one ingest (or delete) of a document at a time; a repeat finds it stored
+            return await self._ingest(ctx, started, corpus, inp)
+
+    @contextlib.asynccontextmanager
+    async def _doc_lock(self, corpus: str, doc_cid: str) -> AsyncIterator[None]:
+        """Ingests and deletes of one document one at a time (no lock kept per document ever seen)."""
+        key = (corpus, doc_cid)
+        held = self._doc_locks.get(key)
+        if held is None:
+            held = self._doc_locks[key] = (anyio.Lock(), [0])
+        lock, users = held
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._doc_locks[key]
+
+    async def _check_own_trust(self, what: str) -> None:
+        """This node signs the event: it must be trusted (read off the event loop: the log's lock
+        may be held by a long gossip replay)."""
+        own = await run_blocking(self._own_level, limiter=self._read_threads)
+        if own is None or own < Level.TRUSTED:
+            node = self._bus.node_id
+            standing = "not a member" if own is None else f"only a {own.label}"
+            raise Unauthorized(
+                f"node {node} is {standing} of its community, not trusted, so it may not {what}; "
+                f"an anchor can promote it ('hearthnet member promote {node} --level trusted')"
+            )
+
+    async def _known_hosts(self, corpus: str) -> list[dict[str, Any]]:
+        """The hosts of ``corpus`` that ``rag.known_corpora`` (this node's catalog) knows of."""
+        try:
+            result = await self._bus.call(
+                "rag.known_corpora", input={"corpus": corpus}, provider=self._bus.node_id, timeout=10.0
+            )
+        except NotFound:
+            return []  # a bus without the catalog (a test's): nothing known beyond this node
+        return [h for c in result.output.get("corpora", []) for h in c.get("hosts", [])]
+
+    async def _refuse_a_second_host(self, corpus: str) -> None:
+        """A corpus name is one corpus in the community: ``bad_request`` if another node hosts it.
+
+        Asked of the catalog (the event log's announcements and the hosts
+        advertising it now), so a second client, or a host that is offline,
+        cannot lead to a second copy.  Two nodes creating one name at the same
+        moment can still race (neither has heard of the other yet); ``hearthnet
+        corpora`` flags such duplicates, and queries go to the larger copy.
+        """
+        others = [
+            h for h in await self._known_hosts(corpus) if h["hosting"] and h["node"] != self._bus.node_id
+        ]
+        if not others:
+            return
+        host = others[0]
+        where = host_label(host["node"], host.get("node_name"))
+        state = "" if host["online"] else ", offline now"
+        raise BadRequest(
+            f"corpus {corpus} already exists on node {where} ({host['docs']} documents{state}): a corpus "
+            f"name is one corpus in the community; ingest into it there "
+            f"('hearthnet ingest ... --corpus {corpus} --on {host['node']}') or choose another name"
+        )
 
     async def _ingest(
-        self,
-        ctx: CallContext,
-        started: float,
-        corpus: str,
-        doc_cid: str,
-        title: str,
-        language: str | None,
-        metadata: dict[str, Any],
-        filename: str | None,
+        self, ctx: CallContext, started: float, corpus: str, inp: IngestInput
     ) -> tuple[dict[str, Any], dict[str, Any]]:
+        doc_cid = inp.doc_cid
         existing = await self._existing(corpus, doc_cid)
         if existing is not None:
             output, doc, event_id = existing
@@ -370,10 +506,10 @@ class RagService:
 
         prepared, embedded = await self._read_and_embed(
             doc_cid,
-            title=title,
-            language=language,
-            filename=filename,
-            metadata=metadata,
+            title=inp.title,
+            language=inp.language,
+            filename=inp.filename,
+            metadata=inp.metadata,
             max_tokens=max_tokens,
             progress=ctx.send,
         )
@@ -389,16 +525,16 @@ class RagService:
         # deadline passes or it walks away meanwhile: a stored document that no query can reach
         # and no member hears of would be worse than an answer that comes late.
         with anyio.CancelScope(shield=True):
+            source = DocumentSource(
+                filename=inp.filename, pages=prepared.document.page_count, ingested_by=ctx.caller
+            )
             await run_blocking(
-                self._store.add_document,
-                corpus,
-                prepared.chunks,
-                embedded.vectors,
+                lambda: self._store.add_document(corpus, prepared.chunks, embedded.vectors, source=source),
                 limiter=self._store_limiter,
             )
             await self._announce_corpus(corpus)
             self._changed(corpus)
-            doc_title = str(prepared.chunks[0].metadata.get("doc_title", title))
+            doc_title = str(prepared.chunks[0].metadata.get("doc_title", inp.title))
             event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
             await self._keep_source(doc_cid)
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
@@ -565,6 +701,151 @@ class RagService:
 
         return {"corpora": await run_blocking(collect, limiter=self._read_threads)}
 
+    # rag.list_documents --------------------------------------------------------------
+    async def _handle_list_documents(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A page of the corpus's documents (by ``doc_cid``); ``next`` continues, ``None`` at the end."""
+        corpus = validate_corpus_name(ctx.params.get("corpus"))
+        if corpus == PERSONAL and not ctx.is_local:
+            raise NotFound("corpus personal is never reachable from another node")
+        after, limit = list_input(ctx.input)
+        if corpus not in self._registered_corpora:
+            raise NotFound(f"corpus {corpus} is not held by this node")
+        docs, total = await run_blocking(
+            lambda: self._store.list_documents(corpus, after=after, limit=limit + 1),
+            limiter=self._read_threads,
+        )
+        more = len(docs) > limit
+        docs = docs[:limit]
+        meta: dict[str, Any] = {"corpus": corpus}
+        warnings = self._duplicate_warnings(corpus, "this list")
+        if warnings:
+            meta["warnings"] = warnings
+        return {"documents": docs, "total": total, "next": docs[-1]["doc_cid"] if more else None}, meta
+
+    # rag.delete ------------------------------------------------------------------------
+    async def _handle_delete(self, ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Take a document wholly out of the corpus, announce it, unpin its source.
+
+        Atomic like an ingest (the store's ledger: no query sees it from the
+        moment the delete starts, a kill midway is finished at the next
+        start), and announced as ``rag.document.deleted`` by this node, the
+        host that announced the ingest.  A marker committed with the delete
+        keeps the announcement owed until the event is appended, across a kill
+        too (:meth:`_announce_pending_deletions`).  Idempotent: deleting a
+        document that is gone already answers ``already_deleted`` (and appends
+        the event if the document is still announced).
+        """
+        started = time.perf_counter()
+        corpus = validate_corpus_name(ctx.params.get("corpus"))
+        if corpus == SYSTEM:
+            raise BadRequest("corpus system is read-only")
+        if corpus == PERSONAL and not ctx.is_local:
+            raise Unauthorized("corpus personal only takes deletions from this node itself")
+        doc_cid = delete_input(ctx.input)
+        if corpus != PERSONAL:
+            await self._check_own_trust("announce deletions")
+        # not during a reindex of the corpus (it rebuilds from the ledger's list), nor beside an
+        # ingest of the same document
+        async with (
+            self._gate.ingest(corpus, undone="nothing was deleted: delete"),
+            self._doc_lock(corpus, doc_cid),
+        ):
+            return await self._delete(started, corpus, doc_cid)
+
+    async def _delete(
+        self, started: float, corpus: str, doc_cid: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        def lookup() -> dict[str, Any] | None:
+            if corpus not in self._store.corpora():
+                raise NotFound(f"corpus {corpus} is not held by node {self._bus.node_id}")
+            return self._store.document(corpus, doc_cid)
+
+        doc = await run_blocking(lookup, limiter=self._store_limiter)
+        announce = corpus != PERSONAL
+        if doc is None:
+            # Not in the store, but perhaps still announced (a delete whose event was never
+            # appended, a store that was lost): then its deletion is announced now, so the
+            # community's view follows the store.
+            announced = (
+                await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
+                if announce
+                else None
+            )
+            if announced is None:
+                raise NotFound(
+                    f"document {doc_cid} is not in corpus {corpus} on node {self._bus.node_id} "
+                    f"('hearthnet docs --corpus {corpus}' lists its documents)"
+                )
+        # Once the delete starts, it is finished and announced even if the caller walks away.
+        with anyio.CancelScope(shield=True):
+            removed = await run_blocking(  # also finishes a delete a failure left half done
+                lambda: self._store.delete_document(corpus, doc_cid, announce=announce),
+                limiter=self._store_limiter,
+            )
+            if doc is not None:
+                await self._announce_corpus(corpus)  # the new counts
+                self._changed(corpus)  # answers drawn on it go (personal: no event says so)
+            event_id = ""
+            if announce:
+                event_id = await self._append_event(DELETED, {"corpus": corpus, "doc_cid": doc_cid})
+                await run_blocking(
+                    self._store.deletion_announced, corpus, doc_cid, limiter=self._store_limiter
+                )
+            await self._release_source(doc_cid)
+        self.deletes += 1
+        log.info("rag_deleted", corpus=corpus, doc_cid=doc_cid, chunks=removed, ms=_ms(started))
+        return {"doc_cid": doc_cid, "chunks_removed": removed}, {
+            "corpus": corpus,
+            "ms": _ms(started),
+            "delete_event_id": event_id,
+            "already_deleted": doc is None,
+        }
+
+    async def _announce_pending_deletions(self) -> None:
+        """Append the events of deletes that were done but not announced (the node died between).
+
+        A document whose ingest is no longer in effect (announced meanwhile) or
+        that is back in the store (ingested again) needs no event.  An append
+        that fails (this node is no longer trusted) keeps the marker for the
+        next start; it never stops this one.
+        """
+        pending = await run_blocking(self._store.pending_deletions, limiter=self._store_limiter)
+        for corpus, doc_cid in pending:
+            try:
+                back = await run_blocking(
+                    lambda c=corpus, d=doc_cid: c in self._store.corpora() and self._store.document(c, d),
+                    limiter=self._store_limiter,
+                )
+                announced = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
+                if announced is not None and not back:
+                    await self._append_event(DELETED, {"corpus": corpus, "doc_cid": doc_cid})
+                    await self._release_source(doc_cid)
+                    log.warning("rag_deletion_announced_late", corpus=corpus, doc_cid=doc_cid)
+                await run_blocking(
+                    self._store.deletion_announced, corpus, doc_cid, limiter=self._store_limiter
+                )
+            except BusError as exc:
+                log.warning("rag_deletion_not_announced", corpus=corpus, doc_cid=doc_cid, code=exc.code)
+
+    async def _release_source(self, doc_cid: str) -> None:
+        """Unpin a deleted document's blob unless another corpus here still holds it (never fails
+        the delete, which is done: the blob store's garbage collection takes it in time)."""
+        try:
+
+            def release() -> None:
+                if not self._store.holds_source(doc_cid):
+                    self._blobs.unpin(doc_cid)
+
+            await run_blocking(release, limiter=self._store_limiter)
+        except NotFound:
+            pass  # the blob is gone already
+        except BusError as exc:
+            log.warning("rag_source_not_unpinned", doc_cid=doc_cid, code=exc.code, reason=exc.message[:200])
+        except (OSError, sqlite3.Error) as exc:
+            log.warning(
+                "rag_source_not_unpinned", doc_cid=doc_cid, code="internal_error", reason=str(exc)[:200]
+            )
+
     # rag.reindex ------------------------------------------------------------------------
     async def _handle_reindex(self, ctx: CallContext) -> dict[str, Any]:
         """Re-embed a corpus from its source blobs and replace it, with ingests into it held off.
@@ -573,6 +854,18 @@ class RagService:
         says how many); new ones are refused until it is done (see ``gate.py``).
         """
         corpus = validate_corpus_name(ctx.input.get("corpus"))
+        held = await run_blocking(self._store.corpora, limiter=self._read_threads)
+        if corpus not in held:
+            hosts = [h for h in await self._known_hosts(corpus) if h["hosting"]]
+            if hosts:
+                where = " and ".join(host_label(h["node"], h.get("node_name")) for h in hosts)
+                raise NotFound(
+                    f"corpus {corpus} is not on this node: it is hosted on {where}: "
+                    f"run 'hearthnet rag reindex --corpus {corpus}' there"
+                )
+            raise NotFound(
+                f"no corpus {corpus} on this node or in the community ('hearthnet corpora' lists them)"
+            )
 
         async def waiting(ingests: int) -> None:
             await ctx.send({"stage": "wait", "current": 0, "total": ingests})
@@ -602,7 +895,7 @@ class RagService:
                 doc["doc_cid"],
                 title=str(doc["title"]),
                 language=doc["language"],
-                filename=None,
+                filename=doc["filename"],  # so its chunks keep their doc_filename
                 metadata=doc["metadata"],  # what the caller gave at ingest: filters on it keep working
                 max_tokens=max_tokens,
                 progress=None,
@@ -619,10 +912,8 @@ class RagService:
                 ),
                 limiter=self._store_limiter,
             )
-            # The registry removes a registration by its exact params (which name the old model).
-            old = self._registered_corpora.pop(corpus, None)
-            if old is not None:
-                self._bus.unregister("rag.query", old)
+            # The registry removes a registration by its exact params (which name the old model):
+            # the announce replaces them with the new model's.
             await self._announce_corpus(corpus)
             self._changed(corpus)
         return len(docs)
@@ -630,53 +921,6 @@ class RagService:
 
 def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
-
-
-def _query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
-    check_input_keys(inp, {"query", "k", "filter", "include_text"}, "rag.query")
-    query = inp.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise BadRequest("input.query must be a non-empty string")
-    if len(query) > MAX_QUERY_CHARS:
-        raise BadRequest(f"input.query is {len(query)} characters long; at most {MAX_QUERY_CHARS}")
-    k = inp.get("k", DEFAULT_K)
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise BadRequest("input.k must be a positive integer")
-    if k > MAX_K:
-        raise BadRequest(f"input.k is {k}; at most {MAX_K}")
-    raw_filter = inp.get("filter")
-    if raw_filter is not None and not isinstance(raw_filter, dict):
-        raise BadRequest("input.filter must be an object")
-    where = build_where(raw_filter) if raw_filter else None
-    include_text = inp.get("include_text", True)
-    if not isinstance(include_text, bool):
-        raise BadRequest("input.include_text must be true or false")
-    return query, k, where, include_text
-
-
-def _ingest_input(inp: Mapping[str, Any]) -> tuple[str, str, str | None, dict[str, Any], str | None]:
-    doc_cid = inp.get("doc_cid")
-    if not isinstance(doc_cid, str) or not is_cid(doc_cid):
-        raise BadRequest("input.doc_cid must be a blake3:<hex> CID of a stored blob")
-    title = inp.get("title") or ""
-    if not isinstance(title, str) or len(title) > MAX_TITLE:
-        raise BadRequest(f"input.title must be a string of at most {MAX_TITLE} characters")
-    language = inp.get("language")
-    if language is not None and not is_language(language):
-        raise BadRequest(
-            "input.language must be a short language code such as 'en' or 'pt-BR' "
-            "(1-16 letters, digits, '-' or '_'), or 'auto' to detect it"
-        )
-    if language == "auto":
-        language = None  # detected from the document's first pages
-    metadata = check_extra_metadata(inp.get("metadata") or {})
-    filename = inp.get("filename")
-    if filename is not None and not isinstance(filename, str):
-        raise BadRequest("input.filename must be a string")
-    name = PurePath(filename).name[:MAX_FILENAME] if filename else ""
-    if name and "filename" not in metadata:
-        metadata = {**metadata, "filename": name}  # what an answer's citations name
-    return doc_cid, title, language, metadata, filename
 
 
 __all__ = ["RagService", "RagSettings"]

@@ -52,11 +52,13 @@ from hearthnet.services.rag.names import collection_name, staging_collection_nam
 from hearthnet.sqlite_tx import transaction
 
 __all__ = [
+    "CHUNK_KEYS",
     "EXACT_MAX_CHUNKS",
     "HNSW_PARAMS",
     "SCHEMA_VERSION",
     "CorpusInfo",
     "CorpusStore",
+    "DocumentSource",
     "ScoredChunk",
     "build_where",
     "where_matches",
@@ -147,12 +149,31 @@ CREATE TABLE IF NOT EXISTS documents (
     metadata TEXT,
     PRIMARY KEY (corpus, doc_cid));
 CREATE TABLE IF NOT EXISTS reindex_swaps (corpus TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS deletions (
+    corpus TEXT NOT NULL, doc_cid TEXT NOT NULL, PRIMARY KEY (corpus, doc_cid));
 """
 # ``reindex_swaps``: corpora whose rebuilt collection is committed in the ledger but may not yet
 # have replaced the old one in ChromaDB (``recover`` finishes the swap).
 # ``metadata``: the caller's document metadata as JSON (reused by a reindex); NULL in ledgers
 # written before it existed, where it is read back from one of the document's chunks.
+# ``deletions``: documents whose delete (``rag.delete``) is under way or done but not yet announced:
+# marked in the transaction that starts the delete, cleared once the event is appended (see
+# ``pending_deletions``), so a kill between the two still ends with the event.
+# ``filename, pages, ingested_by, ingested_at``: what ``rag.list_documents`` shows (NULL in ledgers
+# written before they existed); kept by a reindex.
 _DOC_COLUMNS = "corpus, doc_cid, status, chunks, text_bytes, language, updated_at, tokens, title, metadata"
+_SOURCE_COLUMNS = {"filename": "TEXT", "pages": "INTEGER", "ingested_by": "TEXT", "ingested_at": "REAL"}
+CHUNK_KEYS = frozenset(RESERVED_METADATA - {"chunk_id", "doc_filename"})
+"""Metadata keys every chunk has (``doc_filename`` only when the ingest named the file)."""
+
+
+@dataclass(frozen=True)
+class DocumentSource:
+    """Where a document came from, as ``rag.list_documents`` shows it."""
+
+    filename: str | None = None
+    pages: int | None = None
+    ingested_by: str | None = None
 
 
 def _user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
@@ -298,6 +319,8 @@ class CorpusStore:
         """Bumped whenever a corpus's set of complete documents changes (guards unlocked loads)."""
         self._exact_loading: set[str] = set()
         """Corpora whose exact index a query is loading now (one load per corpus at a time)."""
+        self._keys: dict[str, frozenset[str] | None] = {}
+        """Per corpus, the metadata keys its complete documents have (see ``metadata_keys``)."""
         try:
             self._db = sqlite3.connect(
                 self.root / "ledger.sqlite3", check_same_thread=False, isolation_level=None
@@ -308,6 +331,9 @@ class CorpusStore:
             columns = {str(r[1]) for r in self._db.execute("PRAGMA table_info(documents)")}
             if "metadata" not in columns:  # a ledger from before document metadata was kept
                 self._db.execute("ALTER TABLE documents ADD COLUMN metadata TEXT")
+            for column, kind in _SOURCE_COLUMNS.items():  # ... and before documents were listed
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE documents ADD COLUMN {column} {kind}")
             settings = Settings(anonymized_telemetry=False)
             if server_url is None:
                 self._client: Any = chromadb.PersistentClient(
@@ -409,6 +435,7 @@ class CorpusStore:
             self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
         self._collections.pop(name, None)
         self._exact.pop(name, None)
+        self._keys.pop(name, None)
         self._too_big.discard(name)
         # Bumped, never reset: a load of the old collection still running must not be installed.
         self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
@@ -521,7 +548,7 @@ class CorpusStore:
         return 0 if row is None else int(row[0])
 
     def documents(self, name: str) -> list[dict[str, Any]]:
-        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata}``.
+        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata, filename}``.
 
         ``metadata`` is the caller's metadata given at ingest (what a reindex must keep).
         """
@@ -544,12 +571,12 @@ class CorpusStore:
             if self._row(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
             rows = self._db.execute(
-                "SELECT doc_cid, title, language, chunks, tokens, metadata FROM documents "
+                "SELECT doc_cid, title, language, chunks, tokens, metadata, filename FROM documents "
                 f"WHERE corpus = ? AND status = 'complete'{one} ORDER BY doc_cid",
                 (name,) if doc_cid is None else (name, doc_cid),
             ).fetchall()
         out = []
-        for cid, title, language, chunks, tokens, meta in rows:
+        for cid, title, language, chunks, tokens, meta, filename in rows:
             # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
             # a reindex can rebuild a corpus whose collection is missing on a ChromaDB server
             metadata = json.loads(meta) if meta is not None else self._old_metadata(name, str(cid))
@@ -561,6 +588,7 @@ class CorpusStore:
                     "chunks": int(chunks),
                     "tokens": int(tokens),
                     "metadata": metadata,
+                    "filename": filename,
                 }
             )
         return out
@@ -639,9 +667,17 @@ class CorpusStore:
             raise
         with self._lock:
             with transaction(self._db):
+                kept = {  # where each document came from: a reindex changes the vectors, not that
+                    str(r[0]): tuple(r[1:])
+                    for r in self._db.execute(
+                        f"SELECT doc_cid, {', '.join(_SOURCE_COLUMNS)} FROM documents WHERE corpus = ?",
+                        (name,),
+                    )
+                }
                 self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
                 self._db.executemany(
-                    f"INSERT INTO documents ({_DOC_COLUMNS}) VALUES (?, ?, 'complete', ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO documents ({_DOC_COLUMNS}, {', '.join(_SOURCE_COLUMNS)}) "
+                    "VALUES (?, ?, 'complete', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             name,
@@ -653,6 +689,7 @@ class CorpusStore:
                             w.tokens,
                             w.title,
                             w.metadata_json,
+                            *kept.get(w.doc_cid, (None, None, None, created)),
                         )
                         for w in writes
                     ],
@@ -665,6 +702,7 @@ class CorpusStore:
             self._pending.pop(name, None)
             self._collections.pop(name, None)
             self._exact.pop(name, None)
+            self._keys.pop(name, None)
             self._too_big.discard(name)
             self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
             self._finish_swap(name)
@@ -723,8 +761,23 @@ class CorpusStore:
         with _chroma_errors("add chunks"):
             col.upsert(ids=ids, embeddings=vecs, documents=docs, metadatas=metas)
 
-    def add_document(self, name: str, chunks: Sequence[Chunk], embeddings: np.ndarray) -> None:
-        """Add all chunks of one document atomically; a no-op if it is already complete."""
+    def _delete_batch(self, col: Any, ids: list[str]) -> None:
+        """One Chroma delete (a seam for the crash test)."""
+        with _chroma_errors("delete chunks"):
+            col.delete(ids=ids)
+
+    def add_document(
+        self,
+        name: str,
+        chunks: Sequence[Chunk],
+        embeddings: np.ndarray,
+        *,
+        source: DocumentSource | None = None,
+    ) -> None:
+        """Add all chunks of one document atomically; a no-op if it is already complete.
+
+        ``source`` (file name, pages, who asked) is kept in the ledger for ``rag.list_documents``.
+        """
         col = self._collection(name)
         doc = _DocumentWrite.of(chunks, embeddings, self.info(name).dim)
         doc_cid, ids, vecs = doc.doc_cid, doc.ids, doc.vectors
@@ -742,20 +795,26 @@ class CorpusStore:
             if st is not None:
                 # left by an undo that failed: its chunks (perhaps other ids) must not come back
                 self._purge(name, doc_cid)
+            src = source or DocumentSource()
             with self._lock:
+                now = time.time()
                 self._db.execute(
-                    f"INSERT OR REPLACE INTO documents ({_DOC_COLUMNS}) "
-                    "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO documents ({_DOC_COLUMNS}, {', '.join(_SOURCE_COLUMNS)}) "
+                    "VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         name,
                         doc_cid,
                         len(ids),
                         doc.text_bytes,
                         doc.language,
-                        time.time(),
+                        now,
                         doc.tokens,
                         doc.title,
                         doc.metadata_json,
+                        src.filename,
+                        src.pages,
+                        src.ingested_by,
+                        now,
                     ),
                 )
             self._write_document(col, doc)
@@ -767,6 +826,7 @@ class CorpusStore:
                 )
                 if done.rowcount != 1:
                     raise InternalError(f"document {doc_cid} left the ledger while it was being written")
+                self._keys.pop(name, None)
                 self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
                 self._exact_added(name, ids, vecs, doc.texts, doc.metadatas)
         except BaseException as exc:
@@ -811,13 +871,22 @@ class CorpusStore:
             f"about {needed} needed): free some space, then ingest again; nothing was stored"
         )
 
-    def _purge(self, name: str, doc_cid: str) -> int:
-        """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row."""
+    def _purge(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
+        """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row.
+
+        ``announce``: a ``rag.delete``, whose event is still to be appended: a marker committed
+        with the ``deleting`` status says so until :meth:`deletion_announced`.
+        """
         col = self._collection(name)
         with self._lock:
-            self._db.execute(
-                "UPDATE documents SET status = 'deleting' WHERE corpus = ? AND doc_cid = ?", (name, doc_cid)
-            )
+            with transaction(self._db):
+                self._db.execute(
+                    "UPDATE documents SET status = 'deleting' WHERE corpus = ? AND doc_cid = ?",
+                    (name, doc_cid),
+                )
+                if announce:
+                    self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
+            self._keys.pop(name, None)
             self._exact_gen[name] = self._exact_gen.get(name, 0) + 1
             index = self._exact.get(name)
             if index is not None:
@@ -825,15 +894,21 @@ class CorpusStore:
             self._too_big.clear()  # space was freed: every corpus may be tried again
         with _chroma_errors("delete chunks"):
             found = col.get(where={"doc_cid": doc_cid}, include=[])
-            ids = list(found["ids"])
-            for a in range(0, len(ids), self._batch):
-                col.delete(ids=ids[a : a + self._batch])
+        ids = list(found["ids"])
+        for a in range(0, len(ids), self._batch):
+            self._delete_batch(col, ids[a : a + self._batch])
         with self._lock:
             self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
         return len(ids)
 
-    def delete_document(self, name: str, doc_cid: str) -> int:
-        """Remove a document; returns the number of chunks removed (0 if absent)."""
+    def delete_document(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
+        """Remove a document wholly; returns the number of chunks removed (0 if absent).
+
+        Atomic like :meth:`add_document`: from the transaction that marks it
+        ``deleting`` no query sees it, and a kill midway is finished by
+        :meth:`recover`.  ``announce`` also records it in :meth:`pending_deletions`
+        in that transaction, for the caller to announce and then clear.
+        """
         self._collection(name)
         with self._lock:
             if self._status(name, doc_cid) is None:
@@ -842,9 +917,87 @@ class CorpusStore:
                 raise BadRequest(
                     f"document {doc_cid} is being written to corpus {name!r}; delete it when that is done"
                 )
-        removed = self._purge(name, doc_cid)
+        removed = self._purge(name, doc_cid, announce=announce)
         _log.info("rag_document_deleted", corpus=name, doc_cid=doc_cid, chunks=removed)
         return removed
+
+    def holds_source(self, doc_cid: str) -> bool:
+        """Whether any corpus of this store has (or is writing) ``doc_cid``: its source stays pinned."""
+        with self._lock:
+            return (
+                self._db.execute("SELECT 1 FROM documents WHERE doc_cid = ? LIMIT 1", (doc_cid,)).fetchone()
+                is not None
+            )
+
+    def pending_deletions(self) -> list[tuple[str, str]]:
+        """``(corpus, doc_cid)`` of deletes done (or finished by :meth:`recover`) but not yet announced."""
+        with self._lock:
+            return [
+                (str(c), str(d))
+                for c, d in self._db.execute("SELECT corpus, doc_cid FROM deletions ORDER BY corpus, doc_cid")
+            ]
+
+    def deletion_announced(self, name: str, doc_cid: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM deletions WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
+
+    def list_documents(
+        self, name: str, *, after: str = "", limit: int = 200
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of the corpus's complete documents by ``doc_cid`` (those after ``after``), and how
+        many it has in all: ``{doc_cid, title, filename, pages, chunks, language, ingested_by,
+        ingested_at}`` (``None`` where the ledger predates the field)."""
+        validate_corpus_name(name)
+        with self._lock:
+            if self._row(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            rows = self._db.execute(
+                "SELECT doc_cid, title, filename, pages, chunks, language, ingested_by, "
+                "COALESCE(ingested_at, updated_at) FROM documents "
+                "WHERE corpus = ? AND status = 'complete' AND doc_cid > ? ORDER BY doc_cid LIMIT ?",
+                (name, after, limit),
+            ).fetchall()
+            (total,) = self._db.execute(
+                "SELECT COUNT(*) FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
+            ).fetchone()
+        docs = [
+            {
+                "doc_cid": str(cid),
+                "title": str(title),
+                "filename": filename,
+                "pages": pages,
+                "chunks": int(chunks),
+                "language": language,
+                "ingested_by": by,
+                "ingested_at": float(at),
+            }
+            for cid, title, filename, pages, chunks, language, by, at in rows
+        ]
+        return docs, int(total)
+
+    def metadata_keys(self, name: str) -> frozenset[str] | None:
+        """The metadata keys the corpus's complete documents have, or ``None`` if unknown (a
+        document from before the ledger kept metadata).  From the ledger, cached until a
+        document of the corpus completes or goes."""
+        with self._lock:
+            if name in self._keys:
+                return self._keys[name]
+            keys: set[str] | None = set(CHUNK_KEYS)
+            for meta, has_file in self._db.execute(
+                "SELECT DISTINCT metadata, filename IS NOT NULL FROM documents "
+                "WHERE corpus = ? AND status = 'complete'",
+                (name,),
+            ):
+                if meta is None:
+                    keys = None
+                    break
+                assert keys is not None
+                keys.update(json.loads(meta))
+                if has_file:
+                    keys.add("doc_filename")
+            found = None if keys is None else frozenset(keys)
+            self._keys[name] = found
+            return found
 
     def recover(self) -> dict[str, int]:
         """Delete chunks of documents not marked complete; returns chunks removed per corpus.

@@ -36,7 +36,12 @@
           el("td", { class: "num hide-narrow", text: bytes(c.size_bytes) }),
           el("td", { class: "hide-narrow", text: c.embedding_model || "–" }),
           el("td", { text: c.node_name || HN.shortId(c.node), attrs: { title: c.node } }),
-          el("td", {}, el("span", { class: `badge ${c.online ? "online" : "offline"}`, text: c.online ? "online" : "offline" })),
+          el(
+            "td",
+            {},
+            el("span", { class: `badge ${c.online ? "online" : "offline"}`, text: c.online ? "online" : c.last_seen ? `offline · ${HN.ago(c.last_seen)}` : "offline" }),
+            c.duplicate ? el("span", { class: "badge error", text: "name used twice", attrs: { title: "two nodes host a corpus of this name: queries go to the larger" } }) : null,
+          ),
         );
         if (selected && selected.name === c.name && selected.node === c.node) row.classList.add("selected");
         return row;
