@@ -316,6 +316,10 @@ def test_a_title_with_markup_shows_as_text(mesh: LocalMesh, driver: Any, tmp_pat
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
     assert no_alert(driver)
     screenshot(driver, "04-markup-title-library")
+    css(driver, "#documents tbody tr button")[0].click()  # Delete, then confirm
+    assert title in confirm_dialog(driver, accept=True)
+    wait(driver, lambda d: title not in text_of(d, "#documents tbody"), what="the document to be deleted")
+    assert no_alert(driver)
     driver.get(ui_url(a) + "/mesh")
     wait(driver, lambda d: title in text_of(d, "#events"), what="the ingest event with its title as text")
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
@@ -329,10 +333,19 @@ def test_an_ingest_by_someone_else_appears_without_a_reload(mesh: LocalMesh, dri
     wait(driver, lambda d: css(d, '#corpora tr[data-corpus="papers"]'), what="the corpora")
     driver.execute_script("window.__same_page = true")
     demo = Path(__file__).parents[2] / "hearthnet" / "demo" / "heating_handbook.pdf"
-    a.cli("ingest", str(demo), "--corpus", "elsewhere")  # the CLI, not this page
+    ingested = a.cli_json("ingest", str(demo), "--corpus", "elsewhere")  # the CLI, not this page
     wait(driver, lambda d: css(d, '#corpora tr[data-corpus="elsewhere"]'), what="the new corpus to appear")
-    assert driver.execute_script("return window.__same_page === true")  # no reload happened
+    css(driver, '#corpora tr[data-corpus="elsewhere"] button')[0].click()
+    wait(driver, lambda d: "Heating and Hot Water Handbook" in text_of(d, "#documents"), what="its document")
     screenshot(driver, "05b-ingest-elsewhere")
+    a.cli("delete", ingested["results"][0]["doc_cid"], "--corpus", "elsewhere")
+    wait(
+        driver,
+        lambda d: "Heating and Hot Water Handbook" not in text_of(d, "#documents"),
+        what="the deleted document to go",
+    )
+    assert driver.execute_script("return window.__same_page === true")  # no reload happened
+    screenshot(driver, "05c-delete-elsewhere")
 
 
 def test_a_post_without_the_csrf_token_is_refused(mesh: LocalMesh, driver: Any) -> None:
@@ -478,8 +491,15 @@ def test_the_owner_invites_promotes_demotes_and_revokes_with_a_confirmation(
     screenshot(driver, "10-invite")
 
     def press(label: str) -> None:
-        row = css(driver, f"#nodes tr[data-node='{b.node_id}']")[0]
-        next(x for x in row.find_elements("css selector", "button") if x.text == label).click()
+        # found and clicked in one step: the live feed may redraw the table between two
+        pressed = driver.execute_script(
+            "const row = document.querySelector(`#nodes tr[data-node='${arguments[0]}']`);"
+            "const b = row && [...row.querySelectorAll('button')].find(x => x.textContent === arguments[1]);"
+            "if (b) b.click(); return !!b;",
+            b.node_id,
+            label,
+        )
+        assert pressed, label
 
     press("Promote to trusted")
     assert "attic becomes trusted" in confirm_dialog(driver, accept=True)
