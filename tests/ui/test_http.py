@@ -465,3 +465,25 @@ def test_ui_command_refuses_a_stopped_node_and_a_disabled_ui(tmp_path: Path) -> 
     node.extra_env["HEARTHNET_UI"] = "0"
     disabled = node.cli("ui", check=False)
     assert disabled.returncode == 1 and "turned off" in disabled.stderr
+
+
+def test_nodes_on_one_machine_need_no_ui_configuration_and_a_named_port_taken_fails(tmp_path: Path) -> None:
+    m = LocalMesh(tmp_path)
+    try:
+        one, two = m.add("one"), m.add("two")
+        for node in (one, two):
+            node.start()
+        for node in (one, two):
+            node.wait_ready()
+        urls = {ui_url(one), ui_url(two)}
+        assert len(urls) == 2  # the default port, then the next free one
+        for url in urls:
+            assert httpx.get(url + "/login").status_code == 200
+        port = ui_url(one).rsplit(":", 1)[1]
+        three = m.add("three", env={"HEARTHNET_UI_LISTEN": f"127.0.0.1:{port}"})
+        three.start()
+        assert three.process is not None
+        assert three.process.wait(timeout=60) == 1
+        assert f"the web UI cannot listen on 127.0.0.1:{port}: the port is taken" in three.log_tail()
+    finally:
+        m.close()
