@@ -181,7 +181,8 @@ def mesh_page(session: Session, node_name: str) -> str:
     <div class="row"><h2 id="nodes-h">Members</h2>
       <button type="button" id="refresh" class="secondary">Refresh</button></div>
     <div class="table-wrap"><table id="nodes" class="table">
-      <thead><tr><th scope="col">Name</th><th scope="col" class="hide-narrow">Node id</th><th scope="col">Level</th>
+      <thead><tr><th scope="col">Name</th><th scope="col" class="hide-narrow">Node id</th>
+        <th scope="col">Level</th>
         <th scope="col">State</th>
         <th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
       <tbody></tbody></table></div>
