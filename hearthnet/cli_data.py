@@ -492,6 +492,9 @@ def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
                     "name": entry["name"],
                     "docs": h["docs"],
                     "chunks": h["chunks"],
+                    "size_bytes": None,  # only its host can say: these are from the event log
+                    "language_majority": None,
+                    "embedding_model": None,
                     "node": h["node"],
                     "node_name": h.get("node_name") or "",
                     "offline": True,

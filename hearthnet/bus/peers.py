@@ -159,12 +159,21 @@ class PeerManager:
         self.bound_port = listener_port(listener)
         log.info("listening", host=self._listen_host, port=self.bound_port)
         self._book_dirty.set()
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            tg.start_soon(self._accept_loop, listener)
-            tg.start_soon(self._dial_loop)
-            tg.start_soon(self._save_loop)
-            task_status.started(self.bound_port)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._accept_loop, listener)
+                tg.start_soon(self._dial_loop)
+                tg.start_soon(self._save_loop)
+                task_status.started(self.bound_port)
+        finally:
+            # Every link has ended by now (they run in this task group), each noted as gone in
+            # the sightings: save them, so "offline since" still holds after a restart.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await anyio.to_thread.run_sync(self._save_state, self._state())
+                except OSError as exc:
+                    log.warning("peer_state_not_saved", error=type(exc).__name__)
 
     async def _listen(self, previous_port: Any) -> Any:
         """Bind the configured port; with port 0, try the port we had last time so peers find us again."""

@@ -241,6 +241,11 @@ def test_bad_unknown_and_offline_corpora_are_told_apart(mesh: LocalMesh, tmp_pat
     assert b.node_id in line and "OFFLINE: offline since" in line and "3 docs" in line
     known = next(x for x in c.cli_json("corpora")["corpora"] if x["name"] == "family")
     assert known["offline"] is True and known["node"] == b.node_id and known["last_seen"] > 0
+    c.stop()  # C remembers when it last saw B (peers.json), across its own restart
+    c.start()
+    c.wait_ready()
+    again = next(x for x in c.cli_json("corpora")["corpora"] if x["name"] == "family")
+    assert again["last_seen"] == pytest.approx(known["last_seen"], abs=1e-3)
     # with its host offline, the name is still taken: no second family behind its back
     note = tmp_path / "note.md"
     note.write_text("# Note\n\nThe spare key is under the blue pot.\n")

@@ -17,7 +17,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,8 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized, unwrap_group
 from hearthnet.services.rag.chunker import Chunk
-from hearthnet.services.rag.events import DELETED, INGESTED
+from hearthnet.services.rag.deletion import AppendEvent, Deletions, FindEvent
+from hearthnet.services.rag.events import INGESTED
 from hearthnet.services.rag.filters import filter_keys
 from hearthnet.services.rag.gate import CorpusGate, Reindexing
 from hearthnet.services.rag.ingest import (
@@ -64,10 +65,6 @@ INLINE_SEARCH_FLOATS = 6_000_000
 (0.2-0.7 ms measured on this path); larger ones are searched in a read thread."""
 
 
-AppendEvent = Callable[[str, dict[str, Any]], Awaitable[str]]
-"""Appends a signed event authored by this node; returns its event id."""
-FindEvent = Callable[[str, str], str | None]
-"""``(corpus, doc_cid) -> event id`` of the effective ingest event, if any."""
 OwnLevel = Callable[[], Level | None]
 CorpusChanged = Callable[[str], None]
 """Told the corpus name after this node changed its documents (the personal corpus included)."""
@@ -129,6 +126,16 @@ class RagService:
         self._corpus_params: dict[str, dict[str, dict[str, Any]]] = {}
         """corpus -> capability -> params of its other per-corpus registrations."""
         self._ingest_params: dict[str, Any] | None = None
+        self._deletions = Deletions(
+            store=store,
+            blobs=blobs,
+            node_id=bus.node_id,
+            store_limiter=self._store_limiter,
+            read_threads=self._read_threads,
+            append_event=append_event,
+            find_event=find_event,
+            counts_changed=self._documents_changed,
+        )
         self.queries = 0
         self.ingests = 0
         self.deletes = 0
@@ -140,7 +147,7 @@ class RagService:
             log.warning("partial_documents_removed", corpora={k: v for k, v in recovered.items() if v})
         # Small corpora are searched exactly from memory: load them now, not on the first query.
         await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
-        await self._announce_pending_deletions()
+        await self._deletions.announce_pending()
 
     async def stop(self) -> None:
         await anyio.to_thread.run_sync(self._store.close)
@@ -560,6 +567,11 @@ class RagService:
             },
         )
 
+    async def _documents_changed(self, corpus: str) -> None:
+        """A delete changed the corpus: advertise its new counts, and tell the node's listeners."""
+        await self._announce_corpus(corpus)
+        self._changed(corpus)
+
     def _changed(self, corpus: str) -> None:
         """Tell the node a corpus's documents changed (the personal corpus has no event to say it)."""
         if self._corpus_changed is None:
@@ -731,7 +743,7 @@ class RagService:
         start), and announced as ``rag.document.deleted`` by this node, the
         host that announced the ingest.  A marker committed with the delete
         keeps the announcement owed until the event is appended, across a kill
-        too (:meth:`_announce_pending_deletions`).  Idempotent: deleting a
+        too (:meth:`Deletions.announce_pending`).  Idempotent: deleting a
         document that is gone already answers ``already_deleted`` (and appends
         the event if the document is still announced).
         """
@@ -755,96 +767,15 @@ class RagService:
     async def _delete(
         self, started: float, corpus: str, doc_cid: str
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        def lookup() -> dict[str, Any] | None:
-            if corpus not in self._store.corpora():
-                raise NotFound(f"corpus {corpus} is not held by node {self._bus.node_id}")
-            return self._store.document(corpus, doc_cid)
-
-        doc = await run_blocking(lookup, limiter=self._store_limiter)
-        announce = corpus != PERSONAL
-        if doc is None:
-            # Not in the store, but perhaps still announced (a delete whose event was never
-            # appended, a store that was lost): then its deletion is announced now, so the
-            # community's view follows the store.
-            announced = (
-                await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
-                if announce
-                else None
-            )
-            if announced is None:
-                raise NotFound(
-                    f"document {doc_cid} is not in corpus {corpus} on node {self._bus.node_id} "
-                    f"('hearthnet docs --corpus {corpus}' lists its documents)"
-                )
-        # Once the delete starts, it is finished and announced even if the caller walks away.
-        with anyio.CancelScope(shield=True):
-            removed = await run_blocking(  # also finishes a delete a failure left half done
-                lambda: self._store.delete_document(corpus, doc_cid, announce=announce),
-                limiter=self._store_limiter,
-            )
-            if doc is not None:
-                await self._announce_corpus(corpus)  # the new counts
-                self._changed(corpus)  # answers drawn on it go (personal: no event says so)
-            event_id = ""
-            if announce:
-                event_id = await self._append_event(DELETED, {"corpus": corpus, "doc_cid": doc_cid})
-                await run_blocking(
-                    self._store.deletion_announced, corpus, doc_cid, limiter=self._store_limiter
-                )
-            await self._release_source(doc_cid)
+        done = await self._deletions.delete(corpus, doc_cid)
         self.deletes += 1
-        log.info("rag_deleted", corpus=corpus, doc_cid=doc_cid, chunks=removed, ms=_ms(started))
-        return {"doc_cid": doc_cid, "chunks_removed": removed}, {
+        log.info("rag_deleted", corpus=corpus, doc_cid=doc_cid, chunks=done.chunks_removed, ms=_ms(started))
+        return {"doc_cid": doc_cid, "chunks_removed": done.chunks_removed}, {
             "corpus": corpus,
             "ms": _ms(started),
-            "delete_event_id": event_id,
-            "already_deleted": doc is None,
+            "delete_event_id": done.event_id,
+            "already_deleted": done.already_deleted,
         }
-
-    async def _announce_pending_deletions(self) -> None:
-        """Append the events of deletes that were done but not announced (the node died between).
-
-        A document whose ingest is no longer in effect (announced meanwhile) or
-        that is back in the store (ingested again) needs no event.  An append
-        that fails (this node is no longer trusted) keeps the marker for the
-        next start; it never stops this one.
-        """
-        pending = await run_blocking(self._store.pending_deletions, limiter=self._store_limiter)
-        for corpus, doc_cid in pending:
-            try:
-                back = await run_blocking(
-                    lambda c=corpus, d=doc_cid: c in self._store.corpora() and self._store.document(c, d),
-                    limiter=self._store_limiter,
-                )
-                announced = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
-                if announced is not None and not back:
-                    await self._append_event(DELETED, {"corpus": corpus, "doc_cid": doc_cid})
-                    await self._release_source(doc_cid)
-                    log.warning("rag_deletion_announced_late", corpus=corpus, doc_cid=doc_cid)
-                await run_blocking(
-                    self._store.deletion_announced, corpus, doc_cid, limiter=self._store_limiter
-                )
-            except BusError as exc:
-                log.warning("rag_deletion_not_announced", corpus=corpus, doc_cid=doc_cid, code=exc.code)
-
-    async def _release_source(self, doc_cid: str) -> None:
-        """Unpin a deleted document's blob unless another corpus here still holds it (never fails
-        the delete, which is done: the blob store's garbage collection takes it in time)."""
-        try:
-
-            def release() -> None:
-                if not self._store.holds_source(doc_cid):
-                    self._blobs.unpin(doc_cid)
-
-            await run_blocking(release, limiter=self._store_limiter)
-        except NotFound:
-            pass  # the blob is gone already
-        except BusError as exc:
-            log.warning("rag_source_not_unpinned", doc_cid=doc_cid, code=exc.code, reason=exc.message[:200])
-        except (OSError, sqlite3.Error) as exc:
-            log.warning(
-                "rag_source_not_unpinned", doc_cid=doc_cid, code="internal_error", reason=str(exc)[:200]
-            )
 
     # rag.reindex ------------------------------------------------------------------------
     async def _handle_reindex(self, ctx: CallContext) -> dict[str, Any]:
