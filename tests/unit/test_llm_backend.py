@@ -144,6 +144,49 @@ async def test_500_is_internal_error_with_the_servers_message(server: OpenAIChat
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("status", "retry_after", "error", "words"),
+    [
+        (502, None, Partition, "HTTP 502"),
+        (503, None, Partition, "not ready (HTTP 503)"),
+        (503, "4", CapacityExceeded, "busy (HTTP 503)"),
+        (504, None, Timeout, "HTTP 504"),
+        (400, None, BadRequest, "refused the request (HTTP 400): the model crashed"),
+        (401, None, InternalError, "refused this node's API key (HTTP 401)"),
+    ],
+)
+async def test_each_http_status_has_its_error(
+    server: OpenAIChatServer, status: int, retry_after: str | None, error: type[Exception], words: str
+) -> None:
+    server.mode, server.status, server.retry_after = "error", status, retry_after
+    backend = backend_for(server.url)
+    try:
+        with pytest.raises(error) as exc:
+            await collect(backend)
+    finally:
+        await backend.aclose()
+    assert words in str(exc.value)
+    if error is CapacityExceeded:
+        assert getattr(exc.value, "retry_after_ms", None) == 4000
+
+
+@pytest.mark.anyio
+async def test_the_api_key_is_sent_from_the_variable_named_in_config() -> None:
+    with OpenAIChatServer((MODEL,), api_key="s3cret") as keyed:
+        config = OpenAIChatConfig(base_url=keyed.url, model=MODEL, api_key_env="HN_TEST_KEY")
+        good = OpenAIChatBackend(config, environ={"HN_TEST_KEY": "s3cret"})
+        bad = OpenAIChatBackend(config, environ={"HN_TEST_KEY": "wrong"})
+        try:
+            completion, _ = await collect(good)
+            assert completion.finish_reason == "stop"
+            with pytest.raises(InternalError, match="API key"):
+                await collect(bad)
+        finally:
+            await good.aclose()
+            await bad.aclose()
+
+
+@pytest.mark.anyio
 async def test_an_unknown_model_is_not_found(server: OpenAIChatServer) -> None:
     backend = OpenAIChatBackend(OpenAIChatConfig(base_url=server.url, model="other-model"))
     try:

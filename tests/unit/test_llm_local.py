@@ -191,6 +191,7 @@ def test_the_child_dies_with_its_parent(fake_llama: Path, tmp_path: Path) -> Non
     parent = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, cwd=str(ROOT), text=True
     )
+    child = 0
     try:
         assert parent.stdout is not None
         line = ""
@@ -205,6 +206,8 @@ def test_the_child_dies_with_its_parent(fake_llama: Path, tmp_path: Path) -> Non
     finally:
         if parent.poll() is None:
             parent.kill()
+        if child and _alive(child):
+            os.kill(child, signal.SIGKILL)  # the test failed: leave no orphan behind
 
 
 def _alive(pid: int) -> bool:
