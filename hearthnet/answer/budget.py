@@ -6,7 +6,7 @@ refuses a prompt whose estimate and ``max_tokens`` exceed the model's window),
 erring high for current BPE/SentencePiece vocabularies:
 
 * a run of Latin letters of length ``L`` costs ``1 + (L - 1) // 4``, plus 1 if
-  ``L >= 8``, plus 1 per non-ASCII letter;
+  ``L >= 8``, plus 1 per non-ASCII letter, plus 1 if a capital follows its first letter;
 * a digit costs 1, and 1 more for a space or tab before it;
 * a run of Greek ... Ethiopic letters costs one per two characters;
 * a character outside the Basic Multilingual Plane costs 2;
@@ -47,7 +47,9 @@ def estimate_tokens(text: str) -> int:
         kind = m.lastgroup
         if kind == "latin":
             n = m.end() - m.start()
-            total += 1 + (n - 1) // 4 + (n >= 8) + sum(1 for c in m.group() if c > "\x7f")
+            word = m.group()
+            total += 1 + (n - 1) // 4 + (n >= 8) + sum(1 for c in word if c > "\x7f")
+            total += any(c.isupper() for c in word[1:])  # CamelCase and CAPITALS split more
         elif kind == "space":
             continue
         elif kind == "alpha":

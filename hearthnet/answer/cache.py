@@ -5,11 +5,13 @@ sorted corpora and what else shapes the answer (model, limits).  Entries expire
 ``ttl`` seconds after they were stored (on an injectable clock); past
 ``max_entries`` the least recently used goes.  ``invalidate_corpus`` drops
 every entry that drew on a corpus, ``invalidate_session`` every entry of a
-session.  Not thread-safe: used from the event loop only.
+session.  It stores and hands out copies, so a caller that changes an answer
+it was given never changes the cache.  Not thread-safe: used from the event loop only.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -58,10 +60,10 @@ class AnswerCache:
             return None
         self._entries.move_to_end(key)
         self.hits += 1
-        return entry[1]
+        return copy.deepcopy(entry[1])
 
     def put(self, key: CacheKey, value: dict[str, Any]) -> None:
-        self._entries[key] = (self._clock() + self._ttl, value)
+        self._entries[key] = (self._clock() + self._ttl, copy.deepcopy(value))
         self._entries.move_to_end(key)
         now = self._clock()
         for stale in [k for k, (expires, _) in self._entries.items() if expires <= now]:

@@ -32,7 +32,16 @@ from hearthnet.answer.extractive import extract
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
 from hearthnet.answer.prompt import Turn, context_line, history_messages, messages, system_text
-from hearthnet.answer.retrieve import MAX_K, CorpusResult, Target, overall_status, reachable_corpora, retrieve
+from hearthnet.answer.retrieve import (
+    MAX_K,
+    CorpusResult,
+    Reachable,
+    Target,
+    default_corpora,
+    overall_status,
+    reachable_corpora,
+    retrieve,
+)
 from hearthnet.bus.api import BusAPI
 from hearthnet.config import AnswerConfig
 from hearthnet.errors import BusError
@@ -42,6 +51,8 @@ __all__ = ["Ask", "Composer", "ModelChoice", "choose_model", "should_skip"]
 log = structlog.get_logger("hearthnet.answer")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+MAX_CORPORA = 64
+"""Most corpora one ask queries (asked for by name, or all reachable ones)."""
 MAX_ANSWER_CHARS = 200_000
 """Most characters of generated text kept from one ``llm.chat`` stream (a provider that never stops)."""
 NO_PASSAGE = "(no passage of the documents matches the question)"
@@ -80,7 +91,7 @@ def choose_model(bus: BusAPI, wanted: str | None) -> ModelChoice | None:
     the answer is then extractive.
     """
     by_model: dict[str, list[Mapping[str, Any]]] = {}
-    for p in bus.providers("llm.chat", (1, 0), {"model": wanted} if wanted else {}):
+    for p in bus.offers("llm.chat", (1, 0)):
         model = p.descriptor.params.get("model")
         if isinstance(model, str) and model and (wanted is None or model == wanted):
             by_model.setdefault(model, []).append(p.descriptor.params)
@@ -130,7 +141,11 @@ class Composer:
         started = time.perf_counter()
         cfg = self._config
         reachable = reachable_corpora(self._bus)
-        names = sorted(reachable) if ask.corpora is None else list(ask.corpora)
+        left_out = 0
+        if ask.corpora is None:
+            names, left_out = default_corpora(reachable, MAX_CORPORA)
+        else:
+            names = list(ask.corpora)
         choice = choose_model(self._bus, cfg.model)
         max_tokens = ask.max_tokens or cfg.max_tokens
         if choice is not None and choice.max_output_tokens is not None:
@@ -178,6 +193,7 @@ class Composer:
             "rag": rag,
             "corpora": {name: r.summary() for name, r in results.items()},
             "merge": merged_by,
+            "corpora_left_out": left_out,
             "model": choice.model if choice else None,
             "cache": "miss",
         }
@@ -248,26 +264,21 @@ class Composer:
 
     # steps --------------------------------------------------------------------------
     async def _retrieve(
-        self, question: str, names: Sequence[str], reachable: Mapping[str, int], send: Send
+        self, question: str, names: Sequence[str], reachable: Mapping[str, Reachable], send: Send
     ) -> dict[str, CorpusResult]:
         cfg = self._config
-        targets = [Target(c, min(reachable.get(c, MAX_K), cfg.top_k_max)) for c in names]
+        targets = [Target(c, min(reachable[c].k if c in reachable else MAX_K, cfg.top_k_max)) for c in names]
         await send({"stage": "retrieve", "corpora": {c: "pending" for c in names}})
 
         async def progress(results: dict[str, CorpusResult]) -> None:
             await send({"stage": "retrieve", "corpora": {c: r.status for c, r in results.items()}})
 
-        models: dict[str, str] = {}
-        for p in self._bus.providers("rag.query", (1, 0), {}):
-            corpus, model = p.descriptor.params.get("corpus"), p.descriptor.params.get("embedding_model")
-            if isinstance(corpus, str) and isinstance(model, str):
-                models.setdefault(corpus, model)
         return await retrieve(
             self._bus,
             question,
             targets,
             timeout=cfg.retrieval_timeout_seconds,
-            models=models,
+            models={c: r.embedding_model for c, r in reachable.items()},
             on_change=progress,
         )
 

@@ -48,10 +48,13 @@ class Hit:
 
 
 def _text(value: object) -> str:
-    """A metadata string made safe for one line of a prompt or a citation (no brackets or ``#``)."""
+    """A metadata string made safe for one line of a prompt and a citation.
+
+    No brackets, ``#``, ``,`` or ``;`` (they delimit citations) and no line breaks.
+    """
     if not isinstance(value, str):
         return ""
-    cleaned = " ".join(value.split())
-    for ch in "[]#":
+    cleaned = value
+    for ch in "[]#,;":
         cleaned = cleaned.replace(ch, " ")
     return " ".join(cleaned.split())[:200]

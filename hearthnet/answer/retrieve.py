@@ -1,7 +1,8 @@
 """Fan-out retrieval: one ``rag.query`` per corpus, all at once, within one deadline.
 
-Which corpora exist comes from the bus registry: every ``rag.query`` provider
-advertises ``{corpus, embedding_model, k_max}`` (the ``personal`` corpus only
+Which corpora exist comes from the bus registry: every ``rag.query``
+registration (``BusAPI.offers``: a node has one per corpus) advertises
+``{corpus, embedding_model, k_max}`` (the ``personal`` corpus only
 on this node).  Each corpus gets a status: ``ok`` (answered), ``timeout`` (not
 answered by the deadline: left out), ``unavailable`` (no provider, or its
 store or embedder failed: left out, with the error code).  A failure is never
@@ -21,7 +22,15 @@ from hearthnet.answer.hits import Hit
 from hearthnet.bus.api import BusAPI
 from hearthnet.errors import BusError
 
-__all__ = ["CorpusResult", "Target", "overall_status", "reachable_corpora", "retrieve"]
+__all__ = [
+    "CorpusResult",
+    "Reachable",
+    "Target",
+    "default_corpora",
+    "overall_status",
+    "reachable_corpora",
+    "retrieve",
+]
 
 MAX_K = 20
 """``rag.query``'s own limit on ``k``."""
@@ -51,17 +60,37 @@ class CorpusResult:
         return out
 
 
-def reachable_corpora(bus: BusAPI) -> dict[str, int]:
-    """Corpus name -> the largest ``k`` one of its providers takes (at most ``rag.query``'s 20)."""
-    out: dict[str, int] = {}
-    for p in bus.providers("rag.query", (1, 0), {}):
-        corpus = p.descriptor.params.get("corpus")
+@dataclass
+class Reachable:
+    """A corpus as the registry shows it: the largest ``k`` a provider takes, its model, whether held here."""
+
+    k: int
+    embedding_model: str
+    local: bool
+
+
+def reachable_corpora(bus: BusAPI) -> dict[str, Reachable]:
+    """Every corpus with a ``rag.query`` registration here or on a peer (``k`` at most 20)."""
+    out: dict[str, Reachable] = {}
+    for p in bus.offers("rag.query", (1, 0)):
+        params = p.descriptor.params
+        corpus, k_max, model = params.get("corpus"), params.get("k_max"), params.get("embedding_model")
         if not isinstance(corpus, str) or not corpus:
             continue
-        k_max = p.descriptor.params.get("k_max")
         k = k_max if type(k_max) is int and 1 <= k_max <= MAX_K else MAX_K
-        out[corpus] = max(out.get(corpus, 1), k)
+        seen = out.setdefault(corpus, Reachable(k, model if isinstance(model, str) else "", p.is_local))
+        seen.k, seen.local = max(seen.k, k), seen.local or p.is_local
     return out
+
+
+def default_corpora(reachable: Mapping[str, Reachable], limit: int) -> tuple[list[str], int]:
+    """The corpora asked when the caller names none: this node's first, then by name, at most ``limit``.
+
+    Members advertise corpora, so their number is theirs to choose: one ask
+    never fans out to more than ``limit``.  Returns the names and how many were left out.
+    """
+    names = sorted(reachable, key=lambda c: (not reachable[c].local, c))
+    return sorted(names[:limit]), max(0, len(names) - limit)
 
 
 def overall_status(results: Mapping[str, CorpusResult]) -> str:

@@ -28,7 +28,7 @@ import anyio
 import structlog
 
 from hearthnet.answer.cache import AnswerCache
-from hearthnet.answer.compose import Ask, Composer
+from hearthnet.answer.compose import MAX_CORPORA, Ask, Composer
 from hearthnet.answer.prompt import Turn
 from hearthnet.answer.sessions import SessionStore, validate_session_id, validate_title
 from hearthnet.bus.api import BusAPI
@@ -47,7 +47,6 @@ T = TypeVar("T")
 
 DOCUMENT_EVENTS = frozenset({"rag.document.ingested", "rag.document.deleted"})
 """Events that change a corpus's documents: cached answers drawn from it are dropped."""
-MAX_CORPORA = 64
 MAX_ANSWER_TOKENS = 65_536
 SESSIONS_PAGE = 100
 SESSIONS_MAX_PAGE = 1000

@@ -76,3 +76,11 @@ class BusAPI(Protocol):
     def providers(
         self, capability: str, version: Version = (1, 0), params: Mapping[str, Any] | None = None
     ) -> list[ProviderInfo]: ...
+
+    def offers(self, capability: str, version: Version = (1, 0)) -> list[ProviderInfo]:
+        """Every descriptor of ``capability`` here and on connected peers, whatever its params.
+
+        ``providers`` lists each node once (the one that would serve the params);
+        this lists all of a node's registrations (e.g. one ``rag.query`` per corpus).
+        """
+        ...

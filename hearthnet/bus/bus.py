@@ -165,6 +165,9 @@ class CapabilityBus:
     ) -> list[ProviderInfo]:
         return self.registry.providers(capability, version, dict(params or {}))
 
+    def offers(self, capability: str, version: Version = (1, 0)) -> list[ProviderInfo]:
+        return self.registry.offers(capability, version)
+
     # sessions -----------------------------------------------------------------
     async def attach(self, link: Link) -> None:
         """Serve one authenticated link until it closes (run it in a task)."""

@@ -114,6 +114,19 @@ class Registry:
                     break
         return out
 
+    def offers(self, name: str, version: Version) -> list[ProviderInfo]:
+        """Every local and remote descriptor of ``name`` satisfying ``version``, whatever its params."""
+        out = [
+            ProviderInfo(self.node_id, r.descriptor, True)
+            for r in self._local
+            if r.descriptor.name == name and version_satisfies(r.descriptor.version, version)
+        ]
+        for node_id, descriptors in self._remote_by_name.get(name, ()):
+            out.extend(
+                ProviderInfo(node_id, d, False) for d in descriptors if version_satisfies(d.version, version)
+            )
+        return out
+
     def all_capabilities(self) -> list[ProviderInfo]:
         out = [ProviderInfo(self.node_id, r.descriptor, True) for r in self._local]
         for node_id, remote in self._remote.items():

@@ -55,3 +55,15 @@ def test_invalidating_a_corpus_drops_exactly_the_answers_that_drew_on_it() -> No
     assert cache.invalidate_corpus("house") == 2
     assert cache.get(garden) is not None and cache.get(both) is None and cache.get(house) is None
     assert cache.invalidate_session("s") == 0
+
+
+def test_changing_an_answer_handed_out_does_not_change_the_cache() -> None:
+    cache = AnswerCache(ttl=300, max_entries=8, clock=Clock())
+    key = CacheKey.of("q", None, ["house"])
+    stored = {"answer": "x", "sources": [{"chunk_id": "a"}]}
+    cache.put(key, stored)
+    stored["sources"].append({"chunk_id": "b"})
+    got = cache.get(key)
+    assert got == {"answer": "x", "sources": [{"chunk_id": "a"}]}
+    got["sources"].clear()
+    assert cache.get(key) == {"answer": "x", "sources": [{"chunk_id": "a"}]}

@@ -75,3 +75,10 @@ def test_sources_list_the_cited_chunks_first_then_the_uncited_context() -> None:
         "score": 0.55,
         "cited": True,
     }
+
+
+def test_a_file_name_is_made_safe_to_cite() -> None:
+    odd = hit(A, 0.5, "report, 2024; [final]#2.pdf")
+    assert odd.file == "report 2024 final 2.pdf"
+    checked = check_citations(f"See [{odd.file}#{A}].", {A: odd})
+    assert checked.cited == [A] and checked.text == f"See [report 2024 final 2.pdf#{A}]."

@@ -94,12 +94,13 @@ async def test_ingest_events_here_and_from_a_peer_drop_the_answers_of_their_corp
                 assert not await cached("house") and await cached("garden")
                 # a member's event, pulled by gossip
                 await peer.append(INGESTED, ingested("garden"))
-                await wait_until(lambda: founder_log.count() == 4, timeout=10)
+                # counted once the pulled batch is stored and its listeners told
+                await wait_until(lambda: here.accepted_by_peer.get(member.node_id) == 1, timeout=10)
                 assert not await cached("garden") and await cached("house")
                 # an event of another type, or of a corpus nobody asked, changes nothing
                 await here.append("member.promoted", {"node_id": member.node_id, "level": "anchor"})
                 await peer.append(INGESTED, ingested("pond"))
-                await wait_until(lambda: founder_log.count() == 6, timeout=10)
+                await wait_until(lambda: here.accepted_by_peer.get(member.node_id) == 2, timeout=10)
                 assert await cached("house") and await cached("garden")
     finally:
         founder_log.close()

@@ -188,9 +188,8 @@ class Registry:
     def __init__(self, providers: list[ProviderInfo]) -> None:
         self._providers = providers
 
-    def providers(self, capability: str, version: Any = (1, 0), params: Any = None) -> list[ProviderInfo]:
-        wanted = (params or {}).get("model")
-        return [p for p in self._providers if wanted is None or p.descriptor.params["model"] == wanted]
+    def offers(self, capability: str, version: Any = (1, 0)) -> list[ProviderInfo]:
+        return list(self._providers)
 
 
 def test_the_model_with_the_largest_window_is_chosen_unless_one_is_configured() -> None:

@@ -374,3 +374,26 @@ async def test_no_question_context_or_answer_text_appears_in_any_log_line(
         flat = repr(entry).lower()
         for secret in secrets:
             assert secret not in flat, f"{entry['event']} logged text: {secret!r}"
+
+
+@pytest.mark.anyio
+async def test_a_member_advertising_many_corpora_cannot_make_one_ask_fan_out_to_all(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    calls: list[str] = []
+
+    async def empty(ctx: CallContext) -> dict[str, Any]:
+        calls.append(ctx.params["corpus"])
+        return {"chunks": []}
+
+    many = new_bus()
+    for i in range(70):
+        params = {"corpus": f"c{i:02d}", "embedding_model": MINILM, "k_max": 20}
+        many.register(Registration(CapabilityDescriptor("rag.query", params=params), empty))
+    async with answer_node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", "heating_handbook.pdf")
+        async with linked(n.bus, many):
+            out = (await n.ask(BOILER)).output
+    assert len(out["meta"]["corpora"]) == 64 and out["meta"]["corpora_left_out"] == 7
+    assert "house" in out["meta"]["corpora"] and len(calls) == 63  # this node's own corpus first
+    assert "early October" in out["answer"]
