@@ -286,6 +286,30 @@ def test_debug_shows_chunk_ids_scores_and_timings(mesh: LocalMesh, driver: Any) 
     screenshot(driver, "06c-debug")
 
 
+def test_chats_at_the_side_can_be_renamed_and_deleted(mesh: LocalMesh, driver: Any) -> None:
+    driver.get(ui_url(a_node(mesh)) + "/ask")
+    wait(driver, lambda d: css(d, "#session-list li"), what="the chats")
+    before = len(css(driver, "#session-list li"))
+    first = css(driver, "#session-list li")[0]
+    first.find_elements("css selector", ".tools button")[0].click()  # Rename
+    wait(
+        driver,
+        lambda d: d.execute_script("return document.getElementById('confirm').open"),
+        what="the dialog",
+    )
+    name = css(driver, "#confirm-extra input")[0]
+    name.clear()
+    name.send_keys("Relation discovery")
+    css(driver, "#confirm-ok")[0].click()
+    wait(driver, lambda d: "Relation discovery" in text_of(d, "#session-list"), what="the new name")
+    screenshot(driver, "06d-chats-renamed")
+    row = next(li for li in css(driver, "#session-list li") if "Relation discovery" in li.text)
+    row.find_elements("css selector", ".tools button")[1].click()  # Delete
+    assert "Relation discovery" in confirm_dialog(driver, accept=True)
+    wait(driver, lambda d: len(css(d, "#session-list li")) == before - 1, what="the chat to go")
+    assert "Relation discovery" not in text_of(driver, "#session-list")
+
+
 def test_a_title_with_markup_shows_as_text(mesh: LocalMesh, driver: Any, tmp_path: Path) -> None:
     import pypdf
 

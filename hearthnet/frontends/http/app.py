@@ -52,7 +52,6 @@ class UiState:
     config: UiConfig
     node_name: str
     port: Callable[[], int]
-    home: Path
     closing: anyio.Event = field(default_factory=anyio.Event)
     boot: str = field(default_factory=lambda: secrets.token_hex(8))
     """Changes at every start: a page that sees another one knows the node restarted."""

@@ -157,7 +157,6 @@ class Jobs:
                 "doc_cid": doc_cid,
                 "node": result.provider,
                 "chunks": output.get("chunks_indexed"),
-                "title": output.get("title"),
                 "existing": bool(result.meta.get("existing")),
             },
         )

@@ -69,9 +69,9 @@ def ask_page(session: Session, node_name: str) -> str:
   </aside>
   <section class="chat" aria-labelledby="chat-h">
     <h1 id="chat-h" class="visually-hidden">Ask your documents</h1>
-    <ol id="messages" class="messages" aria-live="polite"></ol>
     <p id="chat-empty" class="muted intro">Ask a question about the documents of your community.
       Answers cite their sources: open a numbered chip to see the passage and the page.</p>
+    <ol id="messages" class="messages" aria-live="polite"></ol>
     <form id="ask-form" class="ask-form">
       <label for="question" class="visually-hidden">Your question</label>
       <textarea id="question" name="question" rows="2" required maxlength="4000"
@@ -87,7 +87,12 @@ def ask_page(session: Session, node_name: str) -> str:
       </div>
     </form>
   </section>
-</div>"""
+</div>
+<dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
+  <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
+  <div id="confirm-extra"></div>
+  <div class="row end"><button value="cancel" class="secondary">Cancel</button>
+  <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
     return _layout("Ask", body, scripts=("common.js", "ask.js"), head=head, nav=nav)
 
 
@@ -147,8 +152,9 @@ def library_page(session: Session, node_name: str) -> str:
 </div>
 <dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
   <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
+  <div id="confirm-extra"></div>
   <div class="row end"><button value="cancel" class="secondary">Cancel</button>
-  <button value="ok" id="confirm-ok" class="danger">Delete</button></div></form></dialog>"""
+  <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
     return _layout("Library", body, scripts=("common.js", "library.js"), head=head, nav=nav)
 
 

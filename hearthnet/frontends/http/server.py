@@ -159,7 +159,6 @@ class UiServer:
             config=cfg,
             node_name=self._config.name,
             port=lambda: self.port,
-            home=home,
         )
         app = build_app(
             state, [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)]
