@@ -363,7 +363,7 @@ class UiConfig:
     listen_explicit: bool = False
     """``listen`` was given (file or environment): a taken port is an error, never the next one."""
     allowed_hosts: tuple[str, ...] = ()
-    """Host names besides IP literals and ``localhost`` that requests may name (DNS rebinding)."""
+    """Host names, besides the listen address and loopback, that requests may name (DNS rebinding)."""
     max_upload_bytes: int = UI_MAX_UPLOAD_BYTES
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.frontends.http import policy
-from hearthnet.frontends.http.security import cookie_value, host_allowed
+from hearthnet.frontends.http.security import allowed_names, cookie_value, host_allowed
 from hearthnet.frontends.http.tokens import OWNER_LINK_SECONDS, TokenStore, digest
 
 HTTP = Path(policy.__file__).resolve().parent
@@ -116,8 +116,8 @@ def test_the_allow_list_keeps_writes_from_members_and_the_community_from_all_but
         ("localhost:7780", True),
         ("LOCALHOST:7780", True),
         ("[::1]:7780", True),
-        ("192.168.1.5:7780", True),
         ("hearth.lan:7780", True),
+        ("192.168.1.5:7780", False),  # loopback listen: no other address names it
         ("evil.example:7780", False),
         ("127.0.0.1:7781", False),
         ("127.0.0.1", False),
@@ -127,7 +127,16 @@ def test_the_allow_list_keeps_writes_from_members_and_the_community_from_all_but
     ],
 )
 def test_host_header_names_this_ui_or_is_refused(host: str, ok: bool) -> None:
-    assert host_allowed(host, 7780, {"hearth.lan"}) is ok
+    names, any_ip = allowed_names("127.0.0.1", ["hearth.lan"])
+    assert host_allowed(host, 7780, names, any_ip=any_ip) is ok
+
+
+def test_listening_on_every_interface_any_ip_address_but_no_foreign_name_will_do() -> None:
+    names, any_ip = allowed_names("0.0.0.0", [])
+    assert any_ip
+    assert host_allowed("192.168.1.5:7780", 7780, names, any_ip=any_ip)
+    assert host_allowed("[fe80::1]:7780", 7780, names, any_ip=any_ip)
+    assert not host_allowed("rebind.example:7780", 7780, names, any_ip=any_ip)
 
 
 def test_cookie_value_is_read_by_name() -> None:

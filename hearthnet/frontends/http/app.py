@@ -196,6 +196,7 @@ def build_app(state: UiState, routes: list[BaseRoute]) -> Guard:
         app,
         sessions=state.sessions,
         port=state.port,
+        listen_host=state.config.listen_host,
         allowed_hosts=state.config.allowed_hosts,
         login_page=lambda: login,
     )

@@ -3,8 +3,9 @@
 A pure ASGI middleware (no per-request task or body buffering), so server-sent events and
 uploads stream through it.  In order:
 
-1. **Host**: an IP literal, ``localhost`` or a name of ``[ui] allowed_hosts``, on the port
-   the UI listens on; anything else (a DNS-rebinding page) is ``421``.
+1. **Host**: the address the UI listens on, ``localhost``, ``127.0.0.1``, ``[::1]``, a name of
+   ``[ui] allowed_hosts`` (or, listening on every interface, any IP address), on the UI's
+   port; anything else (a DNS-rebinding page names its own host) is ``421``.
 2. **Sign-in**: the session cookie names a live session; without one every path but the
    sign-in page, its API and the static files is ``401`` (the sign-in page for a page, JSON
    for the API, SSE included).
@@ -53,8 +54,19 @@ _HEADERS: list[tuple[bytes, bytes]] = [
 ]
 
 
-def host_allowed(host: str, port: int, allowed_names: Iterable[str]) -> bool:
-    """``host`` (a Host header) names this UI: an IP literal, localhost or an allowed name, on ``port``."""
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def allowed_names(listen_host: str, extra: Iterable[str]) -> tuple[frozenset[str], bool]:
+    """The host names requests may give, and whether any IP address will do (a wildcard listen)."""
+    wildcard = listen_host in ("0.0.0.0", "::", "")
+    names = LOOPBACK_NAMES | {listen_host.lower()} | {h.lower() for h in extra}
+    return frozenset(names), wildcard
+
+
+def host_allowed(host: str, port: int, names: Iterable[str], *, any_ip: bool = False) -> bool:
+    """``host`` (a Host header) names this UI: one of ``names`` (or, with ``any_ip``, any IP
+    address), on ``port``."""
     if host.startswith("["):  # [IPv6]:port
         end = host.find("]")
         name, rest = host[1:end], host[end + 1 :]
@@ -68,8 +80,10 @@ def host_allowed(host: str, port: int, allowed_names: Iterable[str]) -> bool:
     if not port_text.isdigit() or int(port_text) != port:
         return False
     name = name.lower()
-    if name == "localhost" or name in allowed_names:
+    if name in names:
         return True
+    if not any_ip:
+        return False
     try:
         ipaddress.ip_address(name)
     except ValueError:
@@ -92,13 +106,14 @@ class Guard:
         *,
         sessions: SessionCache,
         port: Callable[[], int],
+        listen_host: str = "127.0.0.1",
         allowed_hosts: Iterable[str] = (),
         login_page: Callable[[], bytes],
     ) -> None:
         self.app = app
         self._sessions = sessions
         self._port = port
-        self._allowed = frozenset(h.lower() for h in allowed_hosts)
+        self._names, self._any_ip = allowed_names(listen_host, allowed_hosts)
         self._login_page = login_page
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -120,7 +135,7 @@ class Guard:
                 message["headers"] = out
             await send(message)
 
-        if not host_allowed(host, self._port(), self._allowed):
+        if not host_allowed(host, self._port(), self._names, any_ip=self._any_ip):
             await _plain(send_secured, 421, "this address is not the node's web UI (check the Host)")
             return
         path: str = scope["path"]
