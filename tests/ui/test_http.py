@@ -306,6 +306,16 @@ def test_empty_and_oversized_uploads_are_refused_and_leave_nothing(mesh: LocalMe
         )
         assert chunked.status_code == 413
         assert not list((b.home / "ui-uploads").iterdir())
+
+        def cut() -> Iterator[bytes]:
+            yield b"%PDF-" + b"x" * 1000
+            raise ConnectionAbortedError("the browser went away")
+
+        with pytest.raises(ConnectionAbortedError):
+            ui.post("/api/upload", params={"corpus": "household", "name": "x.pdf"}, content=cut())
+        wait_for(lambda: not list((b.home / "ui-uploads").iterdir()), timeout=10, what="the cut upload to go")
+        assert ui.get("/api/session").status_code == 200
+        assert "Exception in ASGI application" not in b.log_tail(200)  # an expected end, not a failure
         bad = ui.post("/api/upload", params={"corpus": "Bad Name", "name": "x.pdf"}, content=b"x")
         assert bad.status_code == 400
         system = ui.post("/api/upload", params={"corpus": "system", "name": "x.pdf"}, content=b"x")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
@@ -176,7 +176,10 @@ async def _upload(state: UiState, request: Request, session: Session) -> Respons
     if declared is not None and (not declared.isdigit() or int(declared) > cap):
         return json_response({"error": "bad_request", "message": _too_big(cap)}, 413)
     path = state.jobs.upload_dir / f"{secrets.token_hex(12)}.part"
-    size = await _receive(request, path, cap)
+    try:
+        size = await _receive(request, path, cap)
+    except ClientDisconnect:  # the browser went away mid-upload: nothing kept, nobody to answer
+        return Response(status_code=400)
     if size is None:
         return json_response({"error": "bad_request", "message": _too_big(cap)}, 413)
     if size == 0:
