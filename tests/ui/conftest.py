@@ -1,1 +1,0 @@
-"""The web UI's tests run against real nodes started by ``hearthnet node run``."""
