@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.bus import CapabilityBus, check_input_keys
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
@@ -162,6 +162,7 @@ class RagCatalog:
         return announced
 
     async def _handle(self, ctx: CallContext) -> dict[str, Any]:
+        check_input_keys(ctx.input, {"corpus"}, "rag.known_corpora")
         wanted = ctx.input.get("corpus")
         if wanted is not None:
             wanted = validate_corpus_name(wanted)
