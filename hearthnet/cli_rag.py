@@ -13,6 +13,7 @@ from typing import Any
 
 from hearthnet.client import Client
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
+from hearthnet.frontends.placement import seen_text
 from hearthnet.services.rag.names import host_label, validate_corpus_name
 
 __all__ = [
@@ -66,23 +67,6 @@ def known_hosts(client: Client, corpus: str) -> list[dict[str, Any]]:
     except NotFound:
         return []  # a node without the catalog (an older version)
     return [h for c in answer["corpora"] for h in c["hosts"] if h["hosting"]]
-
-
-def seen_text(host: dict[str, Any]) -> str:
-    """``offline since <when> (<how long> ago)``, or ``not connected`` when unknown."""
-    last = host.get("last_seen")
-    if not isinstance(last, int | float):
-        return "not connected"
-    ago = max(0.0, time.time() - float(last))
-    if ago < 120:
-        span = f"{ago:.0f} s"
-    elif ago < 7200:
-        span = f"{ago / 60:.0f} min"
-    elif ago < 172800:
-        span = f"{ago / 3600:.0f} h"
-    else:
-        span = f"{ago / 86400:.0f} days"
-    return f"offline since {time.strftime('%Y-%m-%d %H:%M', time.localtime(last))} ({span} ago)"
 
 
 def label(host: dict[str, Any]) -> str:

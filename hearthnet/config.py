@@ -349,6 +349,28 @@ def check_context_line(template: str) -> str:
     return template
 
 
+UI_DEFAULT_PORT = 7780
+UI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    """The web UI served by the node (``specs/ui.md``)."""
+
+    enabled: bool = True
+    listen_host: str = "127.0.0.1"
+    listen_port: int = UI_DEFAULT_PORT
+    listen_explicit: bool = False
+    """``listen`` was given (file or environment): a taken port is an error, never the next one."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names, besides the listen address and loopback, that requests may name (DNS rebinding)."""
+    max_upload_bytes: int = UI_MAX_UPLOAD_BYTES
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise BadRequest("ui.listen port must be 0..65535")
+
+
 @dataclass(frozen=True)
 class LogConfig:
     """The node's log file, ``<home>/logs/node.log``, beside stderr: rotated by size."""
@@ -376,6 +398,7 @@ class NodeConfig:
     blobs: BlobConfig = field(default_factory=BlobConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     log_level: str = "info"
     log: LogConfig = field(default_factory=LogConfig)
 
@@ -417,6 +440,16 @@ class NodeConfig:
         """This node's revocation as a refusing peer showed it (when the log could not store it)."""
         return self.home / "revoked.json"
 
+    @property
+    def ui_state_path(self) -> Path:
+        """Where the running web UI writes its URL (``hearthnet ui`` reads it)."""
+        return self.home / "ui.json"
+
+    @property
+    def ui_db_path(self) -> Path:
+        """The web UI's token and session store (0600)."""
+        return self.home / "ui.sqlite3"
+
 
 def log_path(home: Path) -> Path:
     """The node's log file in ``home`` (rotated copies beside it: ``node.log.1`` ...)."""
@@ -424,7 +457,9 @@ def log_path(home: Path) -> Path:
 
 
 _KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "log", "llm", "answer"}),
+    "": frozenset(
+        {"name", "log_level", "network", "embedding", "rag", "blobs", "log", "llm", "answer", "ui"}
+    ),
     "network": frozenset(
         {
             "listen",
@@ -481,6 +516,7 @@ _KNOWN: dict[str, frozenset[str]] = {
             "prompt_format",
         }
     ),
+    "ui": frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -618,6 +654,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     )
     answer = _answer_config(_table(top.get("answer", {}), "answer"))
     llm = _llm_config(_table(top.get("llm", {}), "llm"))
+    ui = _ui_config(_table(top.get("ui", {}), "ui"))
     name = check_name(_get(top, "name", str, "node", "config"), "name in config.toml")
     return NodeConfig(
         home=home,
@@ -628,6 +665,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         blobs=blobs,
         answer=answer,
         llm=llm,
+        ui=ui,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
         log=log,
     )
@@ -782,6 +820,27 @@ def _llm_from_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
     return replace(llm, openai=(*others, entry))
 
 
+def _ui_config(table: Mapping[str, Any]) -> UiConfig:
+    listen = _get(table, "listen", str, None, "ui")
+    host, port = (
+        parse_listen(listen, "ui.listen in config.toml")
+        if listen is not None
+        else ("127.0.0.1", UI_DEFAULT_PORT)
+    )
+    hosts = _get(table, "allowed_hosts", list, [], "ui")
+    for h in hosts:
+        if not isinstance(h, str) or not h.strip() or any(c in h for c in " /:@"):
+            raise BadRequest(f"ui.allowed_hosts in config.toml must be host names, got {h!r}")
+    return UiConfig(
+        enabled=_get(table, "enabled", bool, True, "ui"),
+        listen_host=host,
+        listen_port=port,
+        listen_explicit=listen is not None,
+        allowed_hosts=tuple(h.strip().lower() for h in hosts),
+        max_upload_bytes=_int(table, "max_upload_bytes", UI_MAX_UPLOAD_BYTES, 1, "ui"),
+    )
+
+
 def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     """Apply ``HEARTHNET_*`` (and the seeds' ``RAG_*_TIMEOUT_SECONDS``) overrides."""
     network, embedding, rag, blobs, log = (
@@ -791,6 +850,12 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         config.blobs,
         config.log,
     )
+    ui = config.ui
+    if "HEARTHNET_UI" in env:
+        ui = replace(ui, enabled=_bool(env["HEARTHNET_UI"], "HEARTHNET_UI"))
+    if "HEARTHNET_UI_LISTEN" in env:
+        host, port = parse_listen(env["HEARTHNET_UI_LISTEN"], "HEARTHNET_UI_LISTEN")
+        ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)
     if "HEARTHNET_LISTEN" in env:
         host, port = parse_listen(env["HEARTHNET_LISTEN"], "HEARTHNET_LISTEN")
         network = replace(network, listen_host=host, listen_port=port)
@@ -858,6 +923,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         blobs=blobs,
         answer=answer,
         llm=llm,
+        ui=ui,
     )
 
 
@@ -911,4 +977,7 @@ def default_config_text(*, name: str, listen: str) -> str:
         "file = true                 # also write <home>/logs/node.log ('hearthnet logs' prints it)\n"
         "max_bytes = 10485760        # rotate at 10 MiB\n"
         "backups = 5                 # rotated files kept\n"
+        "[ui]\n"
+        "enabled = true\n"
+        '# listen = "127.0.0.1:7780"  (the default: 7780, or the next free port)\n'
     )

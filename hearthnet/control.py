@@ -51,6 +51,8 @@ WRITE_SECONDS = 60.0
 
 
 class ControlServer:
+    name = "control"
+
     def __init__(self, path: Path, bus: CapabilityBus) -> None:
         self.path = path
         self._bus = bus

@@ -1,4 +1,4 @@
-"""Composition root: config -> identity, stores, bus, peers, services, control channel.
+"""Composition root: config -> identity, stores, bus, peers, services, front doors.
 
 ``Node`` owns no protocol logic: it builds the parts, wires their callbacks,
 and runs them in one task group until cancelled.
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -25,7 +25,6 @@ from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Revocation
 from hearthnet.config import NodeConfig, shown_name
-from hearthnet.control import ControlServer
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
 from hearthnet.events.rules import EventRules, default_rules
@@ -36,9 +35,13 @@ from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService
 from hearthnet.services.rag.names import KEPT_LOCAL
 
+if TYPE_CHECKING:
+    from hearthnet.frontends import FrontDoor
+
 log = structlog.get_logger("hearthnet.node")
 
 ServiceFactory = Callable[["NodeParts"], Service | None]
+FrontDoorFactory = Callable[["NodeParts"], "FrontDoor | None"]
 
 
 @dataclass
@@ -81,16 +84,30 @@ def default_service_factories() -> list[ServiceFactory]:
     return service_factories()
 
 
+def default_front_door_factories() -> list[FrontDoorFactory]:
+    from hearthnet.frontends import front_door_factories
+
+    return front_door_factories()
+
+
 class Node:
-    def __init__(self, config: NodeConfig, *, factories: list[ServiceFactory] | None = None) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        *,
+        factories: list[ServiceFactory] | None = None,
+        front_doors: list[FrontDoorFactory] | None = None,
+    ) -> None:
         self.config = config
         self._factories = factories
+        self._door_factories = front_doors
         self.identity: Identity | None = None
         self.bus: CapabilityBus | None = None
         self.peers: PeerManager | None = None
         self.event_log: EventLog | None = None
         self.community: CommunityService | None = None
         self.services: list[Service] = []
+        self.front_doors: list[FrontDoor] = []
         self.started = anyio.Event()
         self._bootstrap_ids: set[str] = set()
         """The inviter named in our join token: admitted until our log says who the members are."""
@@ -250,6 +267,8 @@ class Node:
             service = factory(parts)
             if service is not None:
                 self.services.append(service)
+        doors = self._door_factories if self._door_factories is not None else default_front_door_factories()
+        self.front_doors = [d for d in (make(parts) for make in doors) if d is not None]
         try:
             async with anyio.create_task_group() as tg:
                 try:
@@ -262,7 +281,8 @@ class Node:
                         bus.register(registration)
                 tg.start_soon(bus.run_announcer)
                 tg.start_soon(community.run)
-                await tg.start(ControlServer(config.control_socket, bus).run)
+                for door in self.front_doors:  # the control socket, the web UI
+                    await tg.start(door.run)
                 log.info(
                     "node_started",
                     node_id=identity.node_id,

@@ -92,6 +92,13 @@ def rag_service(parts: NodeParts) -> Service | None:
     )
 
 
+def rag_catalog_service(parts: NodeParts) -> Service | None:
+    """``rag.known_corpora`` on every node, RAG or not: the corpora of offline hosts are listed anywhere."""
+    from hearthnet.services.rag.catalog import RagCatalog
+
+    return RagCatalog(bus=parts.bus, event_log=parts.event_log)
+
+
 def llm_service(parts: NodeParts) -> Service | None:
     cfg = parts.config.llm
     if not cfg.enabled or (not cfg.openai and cfg.local is None):
@@ -144,13 +151,6 @@ def answer_service(parts: NodeParts) -> Service | None:
     parts.community.on_events(service.events_stored)
     parts.corpus_listeners.append(service.corpus_changed)
     return service
-
-
-def rag_catalog_service(parts: NodeParts) -> Service | None:
-    """``rag.known_corpora`` on every node, RAG or not: the corpora of offline hosts are listed anywhere."""
-    from hearthnet.services.rag.catalog import RagCatalog
-
-    return RagCatalog(bus=parts.bus, event_log=parts.event_log)
 
 
 def service_factories() -> list[ServiceFactory]:

@@ -60,9 +60,10 @@ def check_citations(answer: str, context_ids: Mapping[str, Hit]) -> Checked:
 
 
 def source_of(hit: Hit, *, cited: bool) -> dict[str, Any]:
-    """One entry of the answer's ``sources``."""
+    """One entry of the answer's ``sources`` (with its passage, which a front door shows)."""
     return {
         "chunk_id": hit.chunk_id,
+        "text": hit.text,
         "title": hit.title,
         "file": hit.file,
         "page": hit.page,

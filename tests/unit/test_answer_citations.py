@@ -65,6 +65,7 @@ def test_sources_list_the_cited_chunks_first_then_the_uncited_context() -> None:
     assert [s["cited"] for s in out] == [True, False, False]
     assert out[0] == {
         "chunk_id": B,
+        "text": "...",
         "title": "Heating handbook",
         "file": "solar.pdf",
         "page": 4,

@@ -62,3 +62,23 @@ def test_lower_layers_never_import_higher_ones() -> None:
                     if {layer, parts[1]} == {"events", "community"}:
                         continue
                     raise AssertionError(f"{layer}/{path.name} imports higher layer {module}")
+
+
+def test_front_doors_reach_services_only_through_the_bus() -> None:
+    for path in (PKG / "frontends").rglob("*.py"):
+        bad = [
+            m
+            for m in imports_of(path)
+            if m.startswith(("hearthnet.services", "hearthnet.answer"))
+            and m != "hearthnet.services.rag.names"
+        ]
+        assert not bad, f"frontends/{path.name} imports {bad}: front doors call capabilities through the bus"
+
+
+def test_nothing_below_the_front_doors_imports_them() -> None:
+    for layer in [*LAYERS, "node_services.py"]:
+        target = PKG / layer
+        paths = [target] if target.suffix == ".py" else list(target.rglob("*.py"))
+        for path in paths:
+            bad = [m for m in imports_of(path) if m.startswith("hearthnet.frontends")]
+            assert not bad, f"{path.relative_to(PKG)} imports the front doors: {bad}"

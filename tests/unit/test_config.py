@@ -279,3 +279,42 @@ def test_a_peer_announcing_a_name_no_config_allows_is_shown_within_the_same_boun
     assert shown_name("kitchen 🔥") == "kitchen 🔥"
     assert shown_name("x" * 10_000) == "x" * 64
     assert shown_name("evil\nname\x1b[2J") == "evil\ufffdname\ufffd[2J"
+
+
+# -- [ui] --------------------------------------------------------------------------------
+def test_ui_defaults_to_loopback_7780_with_the_next_free_port(tmp_path: Path) -> None:
+    cfg = config_from_mapping(tmp_path, {})
+    assert (cfg.ui.enabled, cfg.ui.listen_host, cfg.ui.listen_port, cfg.ui.listen_explicit) == (
+        True,
+        "127.0.0.1",
+        7780,
+        False,
+    )
+    explicit = config_from_mapping(tmp_path, {"ui": {"listen": "127.0.0.1:7780"}})
+    assert explicit.ui.listen_explicit  # named: a taken port is an error, not the next one
+
+
+def test_ui_table_is_strict(tmp_path: Path) -> None:
+    for table, words in (
+        ({"enable": True}, "unknown config key"),
+        ({"enabled": "yes"}, "true/false"),
+        ({"listen": "7780"}, "ui.listen"),
+        ({"listen": "127.0.0.1:99999"}, "ui.listen"),
+        ({"allowed_hosts": ["ok.lan", "bad host"]}, "allowed_hosts"),
+        ({"allowed_hosts": "ok.lan"}, "allowed_hosts"),
+        ({"max_upload_bytes": 0}, "max_upload_bytes"),
+    ):
+        with pytest.raises(BadRequest, match=words):
+            config_from_mapping(tmp_path, {"ui": table})
+
+
+def test_ui_environment_overrides(tmp_path: Path) -> None:
+    base = config_from_mapping(tmp_path, {})
+    off = apply_env(base, {"HEARTHNET_UI": "0"})
+    assert not off.ui.enabled
+    moved = apply_env(base, {"HEARTHNET_UI_LISTEN": "127.0.0.1:0"})
+    assert (moved.ui.listen_port, moved.ui.listen_explicit) == (0, True)
+    with pytest.raises(BadRequest, match="HEARTHNET_UI"):
+        apply_env(base, {"HEARTHNET_UI": "maybe"})
+    with pytest.raises(BadRequest, match="HEARTHNET_UI_LISTEN"):
+        apply_env(base, {"HEARTHNET_UI_LISTEN": "nowhere"})

@@ -376,7 +376,7 @@ async def test_reindex_to_another_model_replaces_the_registration_and_keeps_meta
         after = await n.query("c1", query="roses", filter={"layer": "household", "year": {"$gte": 2020}})
         assert len(after["chunks"]) == len(before["chunks"])
         assert all(h["metadata"]["layer"] == "household" for h in after["chunks"])
-        assert n.store.documents("c1")[0]["metadata"] == layer  # the file name is kept as doc_filename
+        assert n.store.documents("c1")[0]["metadata"] == layer  # the file name is doc_filename
 
 
 @pytest.mark.anyio

@@ -7,9 +7,9 @@ Capabilities:
   ``output {events: [{body, sig}], more}``: the events the caller lacks, in
   batches bounded by count and by ``SYNC_MAX_BYTES``.  Exact, because it works
   on per-author sequence numbers rather than on "everything above a Lamport".
-- ``events.list@1.0``, ``community.invite@1.0``, ``member.promote@1.0``,
-  ``member.demote@1.0``, ``member.revoke@1.0`` (this node only: the CLI's local
-  control channel).  Promote only raises a current member's level, demote only
+- ``events.list@1.0``, ``community.members@1.0``, ``community.invite@1.0``,
+  ``member.promote@1.0``, ``member.demote@1.0``, ``member.revoke@1.0`` (this node only:
+  the CLI's local control channel and the web UI).  Promote only raises a current member's level, demote only
   lowers it, revoke only removes a current member (:mod:`.members`).
 
 A node learns its own revocation from its log (gossip brought the event) or from
@@ -107,6 +107,7 @@ class CommunityService:
         return [
             Registration(desc("events.sync", idempotent=True, max_concurrent=16), self._handle_sync),
             Registration(desc("events.list", idempotent=True, local_only=True), self._handle_list),
+            Registration(desc("community.members", idempotent=True, local_only=True), self._handle_members),
             Registration(desc("community.invite", local_only=True), self._handle_invite),
             Registration(desc("member.promote", local_only=True), self._handle_promote),
             Registration(desc("member.demote", local_only=True), self._handle_demote),
@@ -292,6 +293,26 @@ class CommunityService:
                 # at its place (e.g. an invite backdated by a revoked anchor)
                 "events": [{**e.to_json(), "effective": membership.is_effective(e.event_id)} for e in events],
                 "next": None if last is None else {"lamport": last.lamport, "event_id": last.event_id},
+            }
+
+        out: dict[str, Any] = await anyio.to_thread.run_sync(listing, limiter=self._limiter)
+        return out
+
+    async def _handle_members(self, ctx: CallContext) -> dict[str, Any]:
+        """The community as this node's log derives it: current members with their level, and
+        the revoked ones."""
+
+        def listing() -> dict[str, Any]:
+            membership = self._log.membership()
+            return {
+                "community_id": self._log.community_id,
+                "name": membership.name,
+                "founder": membership.founder,
+                "members": [
+                    {"node_id": m.node_id, "level": m.level.label, "invited_by": m.invited_by}
+                    for m in sorted(membership.members().values(), key=lambda m: m.since_lamport)
+                ],
+                "revoked": sorted(membership.revoked()),
             }
 
         out: dict[str, Any] = await anyio.to_thread.run_sync(listing, limiter=self._limiter)

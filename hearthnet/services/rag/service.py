@@ -134,7 +134,7 @@ class RagService:
             read_threads=self._read_threads,
             append_event=append_event,
             find_event=find_event,
-            counts_changed=lambda corpus: self._announce_corpus(corpus),
+            counts_changed=self._documents_changed,
         )
         self.queries = 0
         self.ingests = 0
@@ -566,6 +566,11 @@ class RagService:
                 "pages": prepared.document.page_count,
             },
         )
+
+    async def _documents_changed(self, corpus: str) -> None:
+        """A delete changed the corpus: advertise its new counts, and tell the node's listeners."""
+        await self._announce_corpus(corpus)
+        self._changed(corpus)
 
     def _changed(self, corpus: str) -> None:
         """Tell the node a corpus's documents changed (the personal corpus has no event to say it)."""

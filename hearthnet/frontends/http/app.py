@@ -1,0 +1,208 @@
+"""The web UI's ASGI application: pages, sign-in, the live stream, and the API of each page.
+
+Every route runs behind :class:`~hearthnet.frontends.http.security.Guard`, so a handler
+always has a signed-in session (``request.scope["hn.session"]``); each capability it calls
+goes through :class:`~hearthnet.frontends.http.policy.GatedBus` with that session's level.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from hearthnet.config import UiConfig
+from hearthnet.errors import BadRequest, BusError
+from hearthnet.frontends.http import pages
+from hearthnet.frontends.http.jobs import Jobs
+from hearthnet.frontends.http.live import EventWatcher, LiveHub
+from hearthnet.frontends.http.nodebook import NodeBook
+from hearthnet.frontends.http.policy import CAPABILITY_LEVELS, GatedBus
+from hearthnet.frontends.http.responses import Emit, EventStream, error_response, json_body, json_response
+from hearthnet.frontends.http.security import COOKIE, Guard
+from hearthnet.frontends.http.sessions import SessionCache
+from hearthnet.frontends.http.tokens import SESSION_SECONDS, Session
+
+__all__ = ["UiState", "api", "build_app", "session_of"]
+
+STATIC = Path(__file__).resolve().parent / "static"
+HEARTBEAT_SECONDS = 15.0
+
+
+@dataclass
+class UiState:
+    """What every handler may use."""
+
+    bus: GatedBus
+    sessions: SessionCache
+    hub: LiveHub
+    watcher: EventWatcher
+    jobs: Jobs
+    nodes: NodeBook
+    config: UiConfig
+    node_name: str
+    port: Callable[[], int]
+    closing: anyio.Event = field(default_factory=anyio.Event)
+    boot: str = field(default_factory=lambda: secrets.token_hex(8))
+    """Changes at every start: a page that sees another one knows the node restarted."""
+
+
+def session_of(request: Request) -> Session:
+    session: Session | None = request.scope.get("hn.session")
+    assert session is not None  # the guard answered 401 otherwise
+    return session
+
+
+Handler = Callable[[UiState, Request, Session], Awaitable[Response]]
+
+
+def api(state: UiState, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """A route handler with its session, whose bus errors become JSON answers with their status."""
+
+    @functools.wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(state, request, session_of(request))
+        except BusError as exc:
+            return error_response(exc)
+
+    return endpoint
+
+
+# -- pages -------------------------------------------------------------------------------
+def _page(render: Callable[[Session, str], str]) -> Handler:
+    async def handler(state: UiState, request: Request, session: Session) -> Response:
+        return HTMLResponse(render(session, state.node_name))
+
+    return handler
+
+
+async def _home(state: UiState, request: Request, session: Session) -> Response:
+    return RedirectResponse("/ask", status_code=303)
+
+
+async def _login_page(request: Request) -> Response:
+    return HTMLResponse(pages.login_page())
+
+
+# -- sign-in -------------------------------------------------------------------------------
+def _login(state: UiState) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            body = await json_body(request)
+        except BusError as exc:
+            return error_response(exc)
+        token = body.get("token")
+        if not isinstance(token, str) or not 0 < len(token) <= 256:
+            return json_response({"error": "bad_request", "message": "no token in the link"}, 400)
+        redeemed = await state.sessions.redeem(token)
+        if redeemed is None:
+            return json_response(
+                {
+                    "error": "unauthorized",
+                    "message": "this link is not valid: it was revoked, has expired, or was already "
+                    "used (a link from 'hearthnet ui' works once)",
+                },
+                401,
+            )
+        session, cookie = redeemed
+        response = json_response({"name": session.name, "level": session.level.label})
+        response.set_cookie(
+            COOKIE, cookie, max_age=SESSION_SECONDS, path="/", httponly=True, samesite="strict"
+        )
+        return response
+
+    return endpoint
+
+
+async def _logout(state: UiState, request: Request, session: Session) -> Response:
+    await state.sessions.end(session)
+    response = json_response({"ok": True})
+    response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+async def _whoami(state: UiState, request: Request, session: Session) -> Response:
+    return json_response(
+        {
+            "name": session.name,
+            "level": session.level.label,
+            "owner": session.owner,
+            "node_id": state.bus.node_id,
+            "node_name": state.node_name,
+            "boot": state.boot,
+            "may": sorted(c for c, lvl in CAPABILITY_LEVELS.items() if session.level >= lvl),
+        }
+    )
+
+
+async def _node(state: UiState, request: Request, session: Session) -> Response:
+    """This node's ``node.info`` (one capability, one call: the benchmark's route too)."""
+    return json_response((await state.bus.call(session.level, "node.info")).output)
+
+
+# -- the live stream ------------------------------------------------------------------------
+async def _live(state: UiState, request: Request, session: Session) -> Response:
+    async def produce(emit: Emit) -> None:
+        await emit("hello", {"boot": state.boot, "node_id": state.bus.node_id})
+        async with state.hub.subscribe(session.token_id) as messages:
+            while True:
+                with anyio.move_on_after(HEARTBEAT_SECONDS) as idle:
+                    try:
+                        message = await messages.receive()
+                    except anyio.EndOfStream:
+                        return  # dropped (too slow) or the node is stopping: the page reconnects
+                if idle.cancelled_caught:
+                    await emit("ping", {})
+                else:
+                    await emit(*message)
+
+    return EventStream(produce, state.closing)
+
+
+def build_app(state: UiState, routes: list[BaseRoute]) -> Guard:
+    """The application, ``routes`` (of the library, mesh and ask modules) included."""
+
+    def page(render: Callable[[Session, str], str]) -> Callable[[Request], Awaitable[Response]]:
+        return api(state, _page(render))
+
+    core: list[BaseRoute] = [
+        Route("/", api(state, _home)),
+        Route("/ask", page(pages.ask_page)),
+        Route("/library", page(pages.library_page)),
+        Route("/mesh", page(pages.mesh_page)),
+        Route("/login", _login_page),
+        Route("/api/login", _login(state), methods=["POST"]),
+        Route("/api/logout", api(state, _logout), methods=["POST"]),
+        Route("/api/session", api(state, _whoami)),
+        Route("/api/node", api(state, _node)),
+        Route("/api/live", api(state, _live)),
+        *routes,
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(routes=core)
+    login = pages.login_page().encode()
+    return Guard(
+        app,
+        sessions=state.sessions,
+        port=state.port,
+        listen_host=state.config.listen_host,
+        allowed_hosts=state.config.allowed_hosts,
+        login_page=lambda: login,
+    )
+
+
+def check_text(value: Any, what: str, limit: int = 512) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise BadRequest(f"{what} must be text of 1..{limit} characters")
+    return value

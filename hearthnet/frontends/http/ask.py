@@ -1,0 +1,137 @@
+"""The Ask page's API: a question answered by ``answer.ask``, streamed as server-sent events, and
+the chats (``answer.session.*``) of the person signed in.
+
+Chats belong to a login: the UI names each new chat ``web.<owner>.<random>``, where the owner is
+``owner`` for the node's owner and the token id for a person, and shows and changes only that
+login's chats (the owner also sees chats made elsewhere, e.g. by the CLI).  A person's question
+never searches the owner's ``personal`` corpus.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.frontends.http import policy
+from hearthnet.frontends.http.app import UiState, api, check_text
+from hearthnet.frontends.http.library import corpora_of
+from hearthnet.frontends.http.responses import Emit, EventStream, json_body, json_response
+from hearthnet.frontends.http.tokens import Session
+from hearthnet.services.rag.names import PERSONAL, validate_corpus_name
+
+__all__ = ["routes"]
+
+WEB = "web."
+MAX_QUESTION = 4000
+MAX_CORPORA = 64
+CHATS_LIMIT = 1000
+
+
+def owner_key(session: Session) -> str:
+    return "owner" if session.owner else session.token_id
+
+
+def _mine(session: Session, chat_id: str) -> bool:
+    if chat_id.startswith(f"{WEB}{owner_key(session)}."):
+        return True
+    return session.owner and not chat_id.startswith(f"{WEB}tok_")  # the owner's CLI chats too
+
+
+def _chat_id(session: Session, value: Any) -> str:
+    chat = check_text(value, "session", 64)
+    if not _mine(session, chat):
+        raise NotFound(f"no chat {chat}")  # another person's: as if it did not exist
+    return chat
+
+
+async def _corpora(state: UiState, session: Session, requested: Any) -> list[str] | None:
+    """The corpora to search: those asked for, or every one this login may search (``None``: let
+    the composer ask every reachable corpus, for the owner)."""
+    if requested is None or requested == []:
+        if session.owner:
+            return None
+        names = sorted({str(c["name"]) for c in await corpora_of(state, session) if c["name"] != PERSONAL})
+        return names[:MAX_CORPORA] or None
+    if not isinstance(requested, list) or len(requested) > MAX_CORPORA:
+        raise BadRequest(f"corpora must be a list of at most {MAX_CORPORA} corpus names")
+    names = sorted({validate_corpus_name(c) for c in requested})
+    if PERSONAL in names and not session.owner:
+        raise Unauthorized("the personal corpus is the node owner's")
+    return names
+
+
+async def _ask(state: UiState, request: Request, session: Session) -> Response:
+    body = await json_body(request)
+    question = check_text(body.get("question"), "question", MAX_QUESTION)
+    chat = body.get("session")
+    chat_id = _chat_id(session, chat) if chat else f"{WEB}{owner_key(session)}.{secrets.token_hex(6)}"
+    debug = body.get("debug", False)
+    if not isinstance(debug, bool):
+        raise BadRequest("debug must be true or false")
+    corpora = await _corpora(state, session, body.get("corpora"))
+    inp: dict[str, Any] = {"question": question, "session": chat_id, "debug": debug}
+    if corpora is not None:
+        inp["corpora"] = corpora
+    elif not session.owner:
+        inp["no_rag"] = True  # nothing this person may search yet: the model answers alone
+    policy.check(session.level, "answer.ask")  # before the stream starts: a refusal is a 403
+
+    async def produce(emit: Emit) -> None:
+        await emit("chat", {"session": chat_id})
+        async with state.bus.stream(session.level, "answer.ask", input=inp) as call:
+            await call.end_input()
+            async for frame in call.frames():
+                await emit("frame", frame)
+            result = await call.result()
+        await emit("done", {**result.output, "session": chat_id})
+
+    return EventStream(produce, state.closing)
+
+
+async def _chats(state: UiState, request: Request, session: Session) -> Response:
+    listing = (await state.bus.call(session.level, "answer.sessions", input={"limit": CHATS_LIMIT})).output
+    chats = [
+        c for c in listing.get("sessions", []) if isinstance(c, dict) and _mine(session, str(c.get("id")))
+    ]
+    return json_response({"sessions": chats})
+
+
+async def _chat(state: UiState, request: Request, session: Session) -> Response:
+    chat = _chat_id(session, request.query_params.get("session"))
+    out = await state.bus.call(session.level, "answer.session.get", input={"session": chat})
+    return json_response(out.output)
+
+
+async def _rename(state: UiState, request: Request, session: Session) -> Response:
+    body = await json_body(request)
+    chat = _chat_id(session, body.get("session"))
+    out = await state.bus.call(
+        session.level, "answer.session.rename", input={"session": chat, "title": body.get("title")}
+    )
+    return json_response(out.output)
+
+
+async def _delete(state: UiState, request: Request, session: Session) -> Response:
+    body = await json_body(request)
+    chat = _chat_id(session, body.get("session"))
+    out = await state.bus.call(session.level, "answer.session.delete", input={"session": chat})
+    return json_response(out.output)
+
+
+def routes(state: UiState) -> list[BaseRoute]:
+    def r(path: str, handler: Callable[..., Awaitable[Response]], methods: list[str] | None = None) -> Route:
+        return Route(path, api(state, handler), methods=methods or ["GET"])
+
+    return [
+        r("/api/ask", _ask, ["POST"]),
+        r("/api/chats", _chats),
+        r("/api/chat", _chat),
+        r("/api/chats/rename", _rename, ["POST"]),
+        r("/api/chats/delete", _delete, ["POST"]),
+    ]

@@ -1,0 +1,240 @@
+"""The Library page's API: corpora, their documents, uploads and deletes."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import unicodedata
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from hearthnet.blobs.cid import is_cid
+from hearthnet.errors import BadRequest, BusError, Unauthorized
+from hearthnet.frontends.http import policy
+from hearthnet.frontends.http.app import UiState, api, check_text
+from hearthnet.frontends.http.responses import json_body, json_response
+from hearthnet.frontends.http.tokens import Session
+from hearthnet.services.rag.names import PERSONAL, SYSTEM, validate_corpus_name
+
+__all__ = ["routes"]
+
+LIST_TIMEOUT = 5.0
+"""Seconds each node has to answer ``rag.list_corpora`` for the Library page."""
+MAX_DOCUMENTS = 5000
+"""Documents of one corpus the Library lists (beyond that, it says the list is cut)."""
+MAX_FILENAME = 255
+WRITE_SIZE = 1 << 20
+"""Upload bytes gathered before each write to the temporary file."""
+
+
+async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
+    """Every corpus of the mesh: those of connected nodes as they answer, the others (their host is
+    offline) as ``rag.known_corpora`` knows them from the event log."""
+    status = (await state.bus.call(session.level, "node.status")).output
+    own = str(status["node_id"])
+    names = {own: state.node_name, **{p["node_id"]: p.get("name") or "" for p in status.get("peers", [])}}
+    hosts = sorted(
+        {c["node"] for c in status["capabilities"] if c["capability"].startswith("rag.list_corpora@")}
+    )
+    answers: dict[str, list[dict[str, Any]] | BusError] = {}
+    limit = anyio.CapacityLimiter(16)
+
+    async def ask(node: str) -> None:
+        async with limit:
+            try:
+                out = await state.bus.call(
+                    session.level, "rag.list_corpora", provider=node, timeout=LIST_TIMEOUT
+                )
+                answers[node] = list(out.output.get("corpora") or [])
+            except BusError as exc:
+                answers[node] = exc
+
+    async with anyio.create_task_group() as tg:
+        for node in hosts:
+            tg.start_soon(ask, node)
+    rows: list[dict[str, Any]] = []
+    listed: set[tuple[str, str]] = set()
+    for node in hosts:
+        answer = answers[node]
+        if isinstance(answer, BusError):
+            continue
+        for c in answer:
+            if c.get("name") == PERSONAL and not session.owner:
+                continue  # the node owner's own corpus
+            listed.add((node, str(c.get("name"))))
+            rows.append({**c, "node": node, "node_name": names.get(node, ""), "online": True})
+    known = (await state.bus.call(session.level, "rag.known_corpora")).output
+    for corpus in known.get("corpora", []):
+        name = str(corpus.get("name"))
+        for host in corpus.get("hosts", []):
+            node = str(host.get("node"))
+            if (node, name) in listed or not host.get("hosting"):
+                continue
+            if name == PERSONAL and not session.owner:
+                continue
+            rows.append(
+                {
+                    "name": name,
+                    "docs": host.get("docs"),
+                    "chunks": host.get("chunks") or None,
+                    "size_bytes": None,
+                    "embedding_model": None,
+                    "node": node,
+                    "node_name": names.get(node) or host.get("node_name") or state.nodes.name_of(node),
+                    "online": bool(host.get("online")) and node in answers,
+                    "last_seen": host.get("last_seen"),
+                }
+            )
+    duplicates = {str(c.get("name")) for c in known.get("corpora", []) if c.get("duplicate")}
+    for row in rows:
+        row["duplicate"] = row["name"] in duplicates
+    rows.sort(key=lambda r: (str(r["name"]), str(r["node"])))
+    return rows
+
+
+async def _corpora(state: UiState, request: Request, session: Session) -> Response:
+    return json_response({"corpora": await corpora_of(state, session)})
+
+
+def _corpus(value: Any, session: Session, *, writing: bool) -> str:
+    corpus = validate_corpus_name(value)
+    if writing and corpus == SYSTEM:
+        raise BadRequest("corpus system is read-only")
+    if corpus == PERSONAL and not session.owner:
+        raise Unauthorized("the personal corpus is the node owner's")
+    return corpus
+
+
+def _node(value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    return check_text(value, "node", 200)
+
+
+async def _documents(state: UiState, request: Request, session: Session) -> Response:
+    corpus = _corpus(request.query_params.get("corpus"), session, writing=False)
+    node = _node(request.query_params.get("node"))
+    documents: list[dict[str, Any]] = []
+    after: str | None = None
+    provider = node
+    while len(documents) < MAX_DOCUMENTS:  # rag.list_documents answers in pages
+        result = await state.bus.call(
+            session.level,
+            "rag.list_documents",
+            params={"corpus": corpus},
+            input={"after": after} if after else {},
+            provider=provider,
+            timeout=LIST_TIMEOUT,
+        )
+        provider = result.provider  # every page from the node that answered the first
+        documents.extend(result.output.get("documents") or [])
+        after = result.output.get("next")
+        if not after:
+            break
+    return json_response(
+        {"documents": documents, "corpus": corpus, "node": provider, "truncated": bool(after)}
+    )
+
+
+async def _delete(state: UiState, request: Request, session: Session) -> Response:
+    body = await json_body(request)
+    corpus = _corpus(body.get("corpus"), session, writing=True)
+    doc_cid = body.get("doc_cid")
+    if not is_cid(doc_cid):
+        raise BadRequest("doc_cid must be a blake3:<hex> CID")
+    result = await state.bus.call(
+        session.level,
+        "rag.delete",
+        params={"corpus": corpus},
+        input={"doc_cid": doc_cid},
+        provider=_node(body.get("node")),
+    )
+    return json_response({**result.output, "node": result.provider})
+
+
+def _filename(value: str | None) -> str:
+    """The uploaded file's name as the document's file name: its last part, printable, bounded."""
+    name = unicodedata.normalize("NFC", (value or "").replace("\\", "/").rsplit("/", 1)[-1]).strip()
+    if not name or name in (".", "..") or len(name) > MAX_FILENAME or not name.isprintable():
+        raise BadRequest("the file needs a name of 1..255 printable characters")
+    return name
+
+
+async def _upload(state: UiState, request: Request, session: Session) -> Response:
+    for capability in ("file.import", "rag.ingest"):
+        policy.check(session.level, capability)  # before a byte is read
+    corpus = _corpus(request.query_params.get("corpus"), session, writing=True)
+    name = _filename(request.query_params.get("name"))
+    cap = state.config.max_upload_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > cap):
+        return json_response({"error": "bad_request", "message": _too_big(cap)}, 413)
+    path = state.jobs.upload_dir / f"{secrets.token_hex(12)}.part"
+    try:
+        size = await _receive(request, path, cap)
+    except ClientDisconnect:  # the browser went away mid-upload: nothing kept, nobody to answer
+        return Response(status_code=400)
+    if size is None:
+        return json_response({"error": "bad_request", "message": _too_big(cap)}, 413)
+    if size == 0:
+        await anyio.to_thread.run_sync(path.unlink)
+        raise BadRequest(f"{name} is empty (0 bytes)")
+    job = state.jobs.start(
+        token_id=session.token_id, level=session.level, name=name, corpus=corpus, path=path, size=size
+    )
+    return json_response({"job": job.to_json()}, 202)
+
+
+def _too_big(cap: int) -> str:
+    return f"the file is larger than this node accepts through the web UI ({cap // (1 << 20)} MiB)"
+
+
+async def _receive(request: Request, path: Path, cap: int) -> int | None:
+    """Stream the body to ``path`` (0600); its size, or ``None`` (and no file) past ``cap`` bytes."""
+    fd = await anyio.to_thread.run_sync(lambda: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    size = 0
+    kept = False
+    try:
+        with os.fdopen(fd, "wb") as out:
+            pending: list[bytes] = []
+            waiting = 0
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > cap:
+                    return None
+                pending.append(chunk)
+                waiting += len(chunk)
+                if waiting >= WRITE_SIZE:
+                    data, pending, waiting = b"".join(pending), [], 0
+                    await anyio.to_thread.run_sync(out.write, data)
+            if pending:
+                await anyio.to_thread.run_sync(out.write, b"".join(pending))
+        kept = True
+        return size
+    finally:
+        if not kept:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
+
+
+async def _jobs(state: UiState, request: Request, session: Session) -> Response:
+    return json_response({"jobs": [j.to_json() for j in state.jobs.of(session.token_id)]})
+
+
+def routes(state: UiState) -> list[BaseRoute]:
+    def r(path: str, handler: Callable[..., Awaitable[Response]], methods: list[str] | None = None) -> Route:
+        return Route(path, api(state, handler), methods=methods or ["GET"])
+
+    return [
+        r("/api/corpora", _corpora),
+        r("/api/documents", _documents),
+        r("/api/documents/delete", _delete, ["POST"]),
+        r("/api/upload", _upload, ["POST"]),
+        r("/api/jobs", _jobs),
+    ]

@@ -1,0 +1,136 @@
+"""Who may do what through the web UI: the allow-list of capabilities, each with its minimum level.
+
+The UI calls the node's bus in-process, where every call runs as the node itself (anchor on
+its own services).  This allow-list is therefore the security boundary between a person's
+login and the node: a capability that is not listed is never called, and one that is listed
+is called only by a login of at least its level.  The node's owner is the only anchor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+from hearthnet.bus.api import BusAPI, CallStream
+from hearthnet.bus.context import CallResult
+from hearthnet.community.levels import Level
+from hearthnet.errors import BusError, Unauthorized
+
+__all__ = ["CAPABILITY_LEVELS", "GatedBus", "http_status"]
+
+M, T, A = Level.MEMBER, Level.TRUSTED, Level.ANCHOR
+
+CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {
+    # reading the mesh
+    "node.info": M,
+    "node.status": M,
+    "node.stats": M,
+    "events.list": M,
+    "community.members": M,
+    # reading documents
+    "rag.list_corpora": M,
+    "rag.known_corpora": M,
+    "rag.list_documents": M,
+    "rag.query": M,
+    "file.list": M,
+    "file.fetch": M,  # copies a cited blob into this node's cache to show it
+    "file.read": M,
+    # asking
+    "answer.ask": M,
+    "answer.sessions": M,
+    "answer.session.get": M,
+    "answer.session.rename": M,
+    "answer.session.delete": M,
+    # changing the corpora
+    "file.import": T,
+    "file.push": T,
+    "rag.ingest": T,
+    "rag.delete": T,
+    # changing the community
+    "community.invite": A,
+    "member.promote": A,
+    "member.demote": A,
+    "member.revoke": A,
+}
+"""Every capability the web UI may call, with the lowest login level that may call it."""
+
+
+def check(level: Level, capability: str) -> None:
+    """``Unauthorized`` unless a login of ``level`` may call ``capability`` through the UI."""
+    needed = CAPABILITY_LEVELS.get(capability)
+    if needed is None:
+        raise Unauthorized(f"the web UI does not call {capability}")
+    if level < needed:
+        article = "an" if needed.label[0] in "aeiou" else "a"
+        raise Unauthorized(f"{capability} needs {article} {needed.label} login; this one is {level.label}")
+
+
+def allowed(level: Level, capability: str) -> bool:
+    needed = CAPABILITY_LEVELS.get(capability)
+    return needed is not None and level >= needed
+
+
+class GatedBus:
+    """The node's bus as one login may use it: every call is checked against the allow-list first."""
+
+    def __init__(self, bus: BusAPI) -> None:
+        self.bus = bus
+
+    @property
+    def node_id(self) -> str:
+        return self.bus.node_id
+
+    async def call(
+        self,
+        level: Level,
+        capability: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> CallResult:
+        check(level, capability)
+        return await self.bus.call(
+            capability, (1, 0), params=params, input=input, timeout=timeout, provider=provider
+        )
+
+    @asynccontextmanager
+    async def stream(
+        self,
+        level: Level,
+        capability: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> AsyncIterator[CallStream]:
+        check(level, capability)
+        async with self.bus.stream(
+            capability, (1, 0), params=params, input=input, timeout=timeout, provider=provider
+        ) as call:
+            yield call
+
+
+_STATUS: Final[Mapping[str, int]] = {
+    "bad_request": 400,
+    "schema_mismatch": 400,
+    "unauthorized": 403,
+    "revoked": 403,
+    "not_found": 404,
+    "not_implemented": 501,
+    "timeout": 504,
+    "partition": 503,
+    "capacity_exceeded": 503,
+    "rate_limited": 429,
+    "invalid_signature": 502,
+    "expired": 410,
+    "internal_error": 500,
+}
+
+
+def http_status(error: BusError) -> int:
+    """The HTTP status a bus error is answered with."""
+    return _STATUS.get(error.code, 500)

@@ -1,0 +1,63 @@
+"""The signed-in browsers, kept in memory and read again whenever the token store changes."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from hearthnet.frontends.http.tokens import Session, TokenStore, digest
+
+__all__ = ["SessionCache"]
+
+TOUCH_SECONDS = 60.0
+"""A token's ``last_used`` is written at most this often (each write makes every cache re-read)."""
+
+
+class SessionCache:
+    """Session lookups without a database read per request.
+
+    The store's change counter (four bytes of its header) is compared on each lookup; when a
+    write was committed since (a login here, ``hearthnet ui token revoke`` in another process),
+    the sessions are read again in a worker thread.  A revoked token's sessions are gone on the
+    next request.
+    """
+
+    def __init__(self, store: TokenStore) -> None:
+        self._store = store
+        self._sessions: dict[str, Session] = {}
+        self._counter = b""
+        self._lock = anyio.Lock()
+        self._limiter = anyio.CapacityLimiter(1)
+        self._touched: dict[str, float] = {}
+
+    async def _fresh(self) -> None:
+        if self._store.change_counter() == self._counter:
+            return
+        async with self._lock:
+            counter = self._store.change_counter()  # read before the rows: a later write shows next time
+            if counter != self._counter:
+                self._sessions = await anyio.to_thread.run_sync(self._store.sessions, limiter=self._limiter)
+                self._counter = counter
+
+    async def lookup(self, cookie: str | None) -> Session | None:
+        """The live session of a cookie value, or ``None``."""
+        if not cookie:
+            return None
+        await self._fresh()
+        session = self._sessions.get(digest(cookie))
+        now = time.time()
+        if session is None or session.expires < now:
+            return None
+        if now - self._touched.get(session.token_id, 0.0) >= TOUCH_SECONDS:
+            self._touched[session.token_id] = now
+            await anyio.to_thread.run_sync(self._store.touch, session.token_id, limiter=self._limiter)
+        return session
+
+    async def redeem(self, token: str) -> tuple[Session, str] | None:
+        """A new session for a login token (see :meth:`TokenStore.redeem`)."""
+        return await anyio.to_thread.run_sync(self._store.redeem, token, limiter=self._limiter)
+
+    async def end(self, session: Session) -> None:
+        await anyio.to_thread.run_sync(self._store.end_session, session.key, limiter=self._limiter)
+        self._sessions.pop(session.key, None)

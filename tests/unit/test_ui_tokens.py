@@ -1,0 +1,145 @@
+"""The web UI's token store and its allow-list, without a node."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from hearthnet.community.levels import Level
+from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.frontends.http import policy
+from hearthnet.frontends.http.security import allowed_names, cookie_value, host_allowed
+from hearthnet.frontends.http.tokens import OWNER_LINK_SECONDS, TokenStore, digest
+
+HTTP = Path(policy.__file__).resolve().parent
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TokenStore:
+    s = TokenStore(tmp_path / "ui.sqlite3")
+    yield s
+    s.close()
+
+
+def test_the_file_is_private_and_holds_no_secret(store: TokenStore, tmp_path: Path) -> None:
+    _, secret = store.create("Ana", Level.MEMBER)
+    redeemed = store.redeem(secret)
+    assert redeemed is not None
+    _, cookie = redeemed
+    data = (tmp_path / "ui.sqlite3").read_bytes()
+    assert stat.S_IMODE(os.stat(tmp_path / "ui.sqlite3").st_mode) == 0o600
+    assert secret.encode() not in data and cookie.encode() not in data
+    assert digest(secret).encode() in data
+
+
+def test_an_owner_link_works_once_and_expires(store: TokenStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    token, secret = store.create("owner", Level.ANCHOR, owner=True)
+    assert token.owner and token.level is Level.ANCHOR
+    first = store.redeem(secret)
+    assert first is not None and first[0].owner and first[0].level is Level.ANCHOR
+    assert store.redeem(secret) is None
+    _, unused = store.create("owner", Level.ANCHOR, owner=True)
+    import hearthnet.frontends.http.tokens as tokens
+
+    now = tokens.time.time()
+    monkeypatch.setattr(tokens.time, "time", lambda: now + OWNER_LINK_SECONDS + 1)
+    assert store.redeem(unused) is None
+
+
+def test_a_person_token_is_reusable_until_revoked_and_revoking_ends_its_sessions(store: TokenStore) -> None:
+    token, secret = store.create("Ana", Level.TRUSTED)
+    one, two = store.redeem(secret), store.redeem(secret)
+    assert one is not None and two is not None
+    assert {one[0].key, two[0].key} <= set(store.sessions())
+    before = store.change_counter()
+    store.revoke("Ana")
+    assert store.change_counter() != before  # a cache in another process learns of it
+    assert not set(store.sessions()) & {one[0].key, two[0].key}
+    assert store.redeem(secret) is None
+    with pytest.raises(NotFound):
+        store.revoke(token.id)
+
+
+def test_only_the_owner_is_anchor_and_names_are_checked(store: TokenStore) -> None:
+    with pytest.raises(BadRequest, match="only the node's owner"):
+        store.create("Boss", Level.ANCHOR)
+    store.create("Ana", Level.MEMBER)
+    with pytest.raises(BadRequest, match="exists"):
+        store.create("Ana", Level.TRUSTED)
+    for bad in ("", "  ", "x" * 65, "tab\there"):
+        with pytest.raises(BadRequest):
+            store.create(bad, Level.MEMBER)
+
+
+def test_every_capability_the_ui_calls_is_on_the_allow_list() -> None:
+    called: set[str] = set()
+    for path in HTTP.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("call", "stream", "check"):
+                for arg in node.args[:2]:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and "." in arg.value:
+                        called.add(arg.value)
+    assert called, "no capability calls found"
+    assert called <= set(policy.CAPABILITY_LEVELS), called - set(policy.CAPABILITY_LEVELS)
+
+
+def test_the_allow_list_keeps_writes_from_members_and_the_community_from_all_but_anchors() -> None:
+    writes = {"file.import", "file.push", "rag.ingest", "rag.delete"}
+    community = {"community.invite", "member.promote", "member.demote", "member.revoke"}
+    for capability, level in policy.CAPABILITY_LEVELS.items():
+        if capability in writes:
+            assert level is Level.TRUSTED, capability
+        elif capability in community:
+            assert level is Level.ANCHOR, capability
+        elif capability.startswith("answer."):
+            assert level is Level.MEMBER, capability  # a person's own chats (the UI scopes them)
+        else:
+            assert level is Level.MEMBER and not re.search(r"ingest|delete|invite|promote|revoke", capability)
+    with pytest.raises(Unauthorized, match="needs a trusted login"):
+        policy.check(Level.MEMBER, "rag.ingest")
+    with pytest.raises(Unauthorized, match="needs an anchor login"):
+        policy.check(Level.TRUSTED, "member.promote")
+    with pytest.raises(Unauthorized, match="does not call"):
+        policy.check(Level.ANCHOR, "rag.reindex")  # not listed: never, whatever the level
+    policy.check(Level.MEMBER, "rag.query")
+
+
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("127.0.0.1:7780", True),
+        ("localhost:7780", True),
+        ("LOCALHOST:7780", True),
+        ("[::1]:7780", True),
+        ("hearth.lan:7780", True),
+        ("192.168.1.5:7780", False),  # loopback listen: no other address names it
+        ("evil.example:7780", False),
+        ("127.0.0.1:7781", False),
+        ("127.0.0.1", False),
+        ("::1:7780", False),
+        ("[::1", False),
+        ("", False),
+    ],
+)
+def test_host_header_names_this_ui_or_is_refused(host: str, ok: bool) -> None:
+    names, any_ip = allowed_names("127.0.0.1", ["hearth.lan"])
+    assert host_allowed(host, 7780, names, any_ip=any_ip) is ok
+
+
+def test_listening_on_every_interface_any_ip_address_but_no_foreign_name_will_do() -> None:
+    names, any_ip = allowed_names("0.0.0.0", [])
+    assert any_ip
+    assert host_allowed("192.168.1.5:7780", 7780, names, any_ip=any_ip)
+    assert host_allowed("[fe80::1]:7780", 7780, names, any_ip=any_ip)
+    assert not host_allowed("rebind.example:7780", 7780, names, any_ip=any_ip)
+
+
+def test_cookie_value_is_read_by_name() -> None:
+    assert cookie_value("a=1; hn_session=xyz; b=2") == "xyz"
+    assert cookie_value("hn_session_other=1") is None
+    assert cookie_value("") is None
