@@ -93,7 +93,7 @@ def test_a_message_nested_past_the_bound_is_a_protocol_error_whatever_the_depth(
     """Python code reading a message recurses on it: ~1,000 levels would be a RecursionError
     (msgpack itself refuses only past 1,024).  Bytes built by hand: ``pack`` would refuse."""
     data = b"\x81\xa1k" + b"\x91" * (depth - 2) + b"\x80"  # {"k": [[...[{}]...]]}, ``depth`` levels
-    with pytest.raises(ProtocolError, match="nested|StackError"):
+    with pytest.raises(ProtocolError, match=r"nested|StackError"):
         unpack_map(data)
 
 
