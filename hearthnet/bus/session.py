@@ -143,6 +143,8 @@ class OutgoingCall:
     frames_tx: MemoryObjectSendStream[dict[str, Any]] | None = None
     frames_rx: MemoryObjectReceiveStream[dict[str, Any]] | None = None
     consumed: int = 0
+    gave_up: bool = False
+    """The peer said nothing of this call by its give-up time (the session's timer ended it)."""
 
     def __post_init__(self) -> None:
         if self.stream:
@@ -448,6 +450,7 @@ class PeerSession:
                 if not self._pending(call):
                     continue
                 if isinstance(call, OutgoingCall):
+                    call.gave_up = True
                     call.finish(
                         Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
                     )
