@@ -389,8 +389,13 @@ def toml_string(text: str) -> str:
 
 
 def default_config_text(*, name: str, listen: str) -> str:
-    """The ``local`` preset written by ``hearthnet init``."""
+    """The ``local`` preset written by ``hearthnet init`` (its values checked before any file)."""
     _parse_listen(listen)
+    for what, text in (("the node name", name), ("the listen address", listen)):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(f"{what} is text that is not valid UTF-8") from None
     return (
         "# HearthNet node configuration (see specs/node.md)\n"
         f"name = {toml_string(name)}\n"

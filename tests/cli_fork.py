@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ def run_many(
     timeout: int = 60,
     parallel: int = 4,
 ) -> list[dict[str, Any]]:
-    """``{"argv", "code", "stdout", "stderr"}`` for each command line, in order."""
+    """``{"argv", "code", "stdout", "stderr", "seconds"}`` for each command line, in order."""
     jobs = {"argvs": [list(a) for a in argvs], "timeout": timeout, "parallel": parallel}
     path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
@@ -88,7 +89,7 @@ def _serve() -> None:
     argvs: list[list[str]] = jobs["argvs"]
     timeout, parallel = int(jobs["timeout"]), int(jobs["parallel"])
     results: list[dict[str, Any]] = [{} for _ in argvs]
-    running: dict[int, tuple[int, str, str]] = {}
+    running: dict[int, tuple[int, str, str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="cli-fork-") as tmp:
         pending = list(enumerate(argvs))
         while pending or running:
@@ -102,14 +103,15 @@ def _serve() -> None:
                 pid = os.fork()
                 if pid == 0:
                     _child(argv, out, err, timeout)
-                running[pid] = (index, out, err)
+                running[pid] = (index, out, err, time.monotonic())
             pid, status = os.wait()
-            index, out, err = running.pop(pid)
+            index, out, err, started = running.pop(pid)
             results[index] = {
                 "argv": argvs[index],
                 "code": os.waitstatus_to_exitcode(status),
                 "stdout": Path(out).read_bytes().decode("utf-8", "replace"),
                 "stderr": Path(err).read_bytes().decode("utf-8", "replace"),
+                "seconds": time.monotonic() - started,
             }
     sys.stdout.write(json.dumps(results))
 

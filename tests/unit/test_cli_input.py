@@ -116,3 +116,12 @@ async def test_the_client_refuses_what_it_cannot_send_before_connecting(tmp_path
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_init_refuses_a_name_that_is_not_utf8_before_writing_anything(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    home = tmp_path / "new"
+    code, err = run(capsys, home, "init", "--name", "caf\udce9", "--json")
+    assert code == 1 and err == "hearthnet: bad_request: the node name is text that is not valid UTF-8\n"
+    assert not (home / "identity.key").exists()  # not half a home: no key without its config
