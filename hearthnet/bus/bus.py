@@ -3,7 +3,8 @@
 The bus owns no sockets: the peer manager hands it authenticated links
 (``attach``) and the bus runs a :class:`PeerSession` on each.  Calls go to the
 best provider (``Router``), deadlines travel with them, idempotent calls are
-retried on the next provider, and over ``max_concurrent`` a handler answers
+retried on the next provider (or tried there beside a provider that stays
+silent past half the deadline), and over ``max_concurrent`` a handler answers
 ``capacity_exceeded`` with a retry hint instead of queueing without bound.
 """
 
