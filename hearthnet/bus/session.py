@@ -191,9 +191,11 @@ class OutgoingCall:
         return frame
 
     async def cancel(self) -> None:
+        """End the call here at once and tell the peer in the session's own task: a caller that
+        gives up (e.g. overtaken by a hedge) never waits on a link to a peer that stopped reading."""
         if not self.result.done:
             self.finish(Partition("call cancelled"))
-            await self.session.send_quiet({"t": "cancel", "id": self.id})
+            self.session.spawn(self.session.send_quiet, {"t": "cancel", "id": self.id})
 
 
 @dataclass
