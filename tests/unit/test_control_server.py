@@ -130,6 +130,20 @@ async def test_control_answers_may_hold_more_than_a_peer_message_and_timeouts_mu
         assert (await client.call("test.echo", input={"x": 2}, timeout=86_400)).output["echo"] == 2
 
 
+@pytest.mark.anyio
+async def test_a_request_nested_past_the_wire_bound_is_a_bad_request(tmp_path: Path) -> None:
+    """msgpack decodes 1,000 levels; whatever then walked the value would recurse that deep."""
+    deep: Any = 1
+    for _ in range(1000):
+        deep = [deep]
+    async with serving(tmp_path):
+        async with await anyio.connect_unix(tmp_path / "control.sock") as raw:
+            await write_message(raw, {"capability": "test.echo", "input": {"x": deep}, "stream": False})
+            answer = await read_message(raw, FrameDecoder(max_frame=CONTROL_MAX_FRAME), [])
+        assert answer["error"] == "bad_request" and "nested more than 64 levels" in answer["message"]
+        assert (await AsyncClient(tmp_path).call("test.echo", input={"x": "fine"})).output["echo"] == "fine"
+
+
 def counting_accepts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the connections the control server accepts from now on."""
     real = control.accept_unix
