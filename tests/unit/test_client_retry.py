@@ -180,17 +180,21 @@ async def test_retries_end_with_the_deadline_and_say_so(
             await wait_until(lambda: n.running == 2)
 
             started = anyio.current_time()
-            with pytest.raises(CapacityExceeded, match=r"still refused after \d+ tries over") as refused:
+            with pytest.raises(
+                CapacityExceeded, match=r"still refused after ([2-9]|\d\d+) tries over"
+            ) as refused:
                 await AsyncClient(tmp_path).call("test.slot", timeout=0.6)
             took = anyio.current_time() - started
-            assert 0.3 < took <= 0.7, took  # retried, and gave up within its timeout
+            # Retried, and gave up within its timeout: no retry is sent that could not finish in
+            # it (slack for a loaded machine's last refusal to come back).
+            assert took <= 0.6 + 0.4, took
             assert refused.value.retry_after_ms
 
             monkeypatch.setattr(client_module, "CAPACITY_RETRY_SECONDS", 0.5)
             started = anyio.current_time()
             with pytest.raises(CapacityExceeded, match="still refused"):
                 await AsyncClient(tmp_path).call("test.slot")  # no timeout: CAPACITY_RETRY_SECONDS
-            assert anyio.current_time() - started <= 0.6
+            assert anyio.current_time() - started <= 0.5 + 0.4
             n.gate.set()
 
         # A refusal without a hint (a full disk) does not pass by waiting: not retried.
