@@ -13,13 +13,15 @@ import argparse
 import base64
 import contextlib
 import json
+import math
 import os
+import re
 import signal
 import sqlite3
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -27,6 +29,7 @@ from hearthnet import __version__
 from hearthnet.client import Client, resolve_home
 from hearthnet.errors import BadRequest, BusError, unwrap_group
 from hearthnet.process_settings import tune_malloc
+from hearthnet.wire.codec import value_problem
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -54,15 +57,58 @@ def emit(args: argparse.Namespace, document: Any, human: Callable[[], None]) -> 
         human()
 
 
+MAX_JSON_DEPTH = 32
+"""How deep ``--params``, ``--input`` and ``--filter`` may nest (the node takes a call's input
+that deep, ``control_protocol.MAX_INPUT_DEPTH``); checked before the text is parsed."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _json_deeper(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` opens more than ``limit`` arrays and objects inside each other.
+
+    Counted on the text, strings blanked out, so Python's parser (which recurses once per
+    level and fails with ``RecursionError`` near 1,000) never sees a deeper document.
+    """
+    depth = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        if bracket.group() in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def _not_a_json_number(text: str) -> Any:
+    raise BadRequest(f"{text[:40]} is not a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        _not_a_json_number(text)
+    return value
+
+
 def _load_json(text: str | None, what: str) -> dict[str, Any]:
+    """A JSON object given on the command line; anything else is ``bad_request`` saying what."""
     if text is None:
         return {}
+    if _json_deeper(text, MAX_JSON_DEPTH):
+        raise BadRequest(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_a_json_number, parse_float=_finite)
     except json.JSONDecodeError as exc:
-        raise CliError(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+        raise BadRequest(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    except BadRequest as exc:
+        raise BadRequest(f"{what}: {exc.message}") from None
     if not isinstance(value, dict):
-        raise CliError(f"{what} must be a JSON object")
+        raise BadRequest(f"{what} must be a JSON object")
+    problem = value_problem(value, max_depth=MAX_JSON_DEPTH)
+    if problem is not None:
+        raise BadRequest(f"{what}: {problem}")
     return value
 
 
@@ -414,8 +460,25 @@ line 'hearthnet: ...' on stderr."""
 LEVELS = ["member", "trusted", "anchor"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line on stderr, like every other failure (exit 2).
+
+    Sub-command parsers are made of the same class (``add_subparsers`` uses the parent's).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"hearthnet: {_one_line(message)} (see '{self.prog} --help')\n")
+
+
+def _one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters as ``\\uXXXX``: a failure is one line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--home",
         type=Path,
@@ -427,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON document on stdout"
     )
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="hearthnet",
         parents=[common],
         description=DESCRIPTION,
@@ -558,29 +621,40 @@ def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.home = resolve_home(getattr(args, "home", None))
     args.json = getattr(args, "json", False)
     try:
+        args.home = resolve_home(getattr(args, "home", None))  # '~nobody/x' fails here
         args.func(args)
-    except CliError as exc:
-        print(f"hearthnet: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except BusError as exc:
-        print(f"hearthnet: {exc.code}: {exc.message}", file=sys.stderr)
-        return EXIT_FAILURE
-    except BrokenPipeError:
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print("hearthnet: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except OSError as exc:  # a home that is a file, a socket path too long, a full disk, ...
-        where = f" ({exc.filename})" if exc.filename else ""
-        print(f"hearthnet: {exc.strerror or exc}{where}", file=sys.stderr)
-        return EXIT_FAILURE
-    except sqlite3.Error as exc:
-        print(f"hearthnet: a database in {args.home} cannot be used: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except BaseException as exc:  # every failure is one line: never a traceback
+        return _report(exc, getattr(args, "home", None))
     return 0
+
+
+def _report(exc: BaseException, home: Path | None) -> int:
+    """Print ``exc`` as one ``hearthnet: ...`` line on stderr; the exit code it means."""
+    if isinstance(exc, BaseExceptionGroup):  # a failure inside a task group
+        inner = unwrap_group(exc)
+        if inner is not exc:
+            return _report(inner, home)
+    if isinstance(exc, SystemExit):
+        raise exc
+    if isinstance(exc, KeyboardInterrupt):
+        line = "interrupted"
+    elif isinstance(exc, CliError):
+        line = str(exc)
+    elif isinstance(exc, BusError):
+        line = f"{exc.code}: {exc.message}"
+    elif isinstance(exc, BrokenPipeError):
+        return EXIT_FAILURE  # the reader went away: nobody to tell
+    elif isinstance(exc, OSError):  # a home that is a file, a socket path too long, a full disk, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        line = f"{exc.strerror or exc}{where}"
+    elif isinstance(exc, sqlite3.Error):
+        line = f"a database in {home} cannot be used: {exc}"
+    else:
+        line = f"unexpected error: {type(exc).__name__}: {exc} (a bug in hearthnet: please report it)"
+    print(f"hearthnet: {_one_line(line)}", file=sys.stderr)
+    return EXIT_INTERRUPTED if isinstance(exc, KeyboardInterrupt) else EXIT_FAILURE
 
 
 if __name__ == "__main__":

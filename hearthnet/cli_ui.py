@@ -168,7 +168,8 @@ def register_ui_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         "--level",
         choices=["member", "trusted"],
         default="member",
-        help="what the link may do: member asks and reads, trusted also adds and deletes (default: %(default)s)",
+        help="what the link may do: member asks and reads, trusted also adds and deletes "
+        "(default: %(default)s)",
     )
     c.set_defaults(func=cmd_token_create)
     ls = tsub.add_parser("list", parents=[common], help="tokens and when they were last used")

@@ -9,13 +9,16 @@ Calls go through the node's local control socket; vectors that travel as
 packed float32 bytes are handed back as plain lists of floats.  Used as
 ``async with AsyncClient(home) as client:``, one connection serves call after
 call (a long-lived caller, e.g. a UI, saves a connect and an accept per call);
-otherwise each call has a connection of its own.
+otherwise each call has a connection of its own.  A call refused with
+``capacity_exceeded`` and a retry hint is tried again after a jittered,
+growing wait, within its deadline (see ``retry_wait``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import random
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,18 +30,38 @@ import anyio.abc
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import parse_capability_ref
-from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, valid_timeout, write_message
-from hearthnet.errors import BusError, Partition, ProtocolError, Timeout, error_from_wire
+from hearthnet.control_protocol import (
+    CONTROL_MAX_FRAME,
+    MAX_INPUT_DEPTH,
+    encode_message,
+    read_message,
+    timeout_problem,
+)
+from hearthnet.errors import (
+    BadRequest,
+    BusError,
+    CapacityExceeded,
+    Partition,
+    ProtocolError,
+    Timeout,
+    error_from_wire,
+)
 from hearthnet.transport.tcp_stream import TcpStream, connect_unix
+from hearthnet.wire.codec import nested_deeper, value_problem
 from hearthnet.wire.frames import FrameDecoder
 
 
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """``--home`` if given, else ``$HEARTHNET_HOME``, else ``~/.hearthnet``."""
-    if home is not None:
-        return Path(home).expanduser()
-    env = os.environ.get("HEARTHNET_HOME")
-    return Path(env).expanduser() if env else Path.home() / ".hearthnet"
+    """``--home`` if given, else ``$HEARTHNET_HOME``, else ``~/.hearthnet``.
+
+    A ``~user`` that names nobody (or no home directory to be found) is ``bad_request``.
+    """
+    given = home if home is not None else os.environ.get("HEARTHNET_HOME") or None
+    try:
+        return Path(given).expanduser() if given is not None else Path.home() / ".hearthnet"
+    except RuntimeError as exc:  # what pathlib raises for an unknown user or no $HOME
+        where = f"the home {os.fspath(given)!r}" if given is not None else "the default home ~/.hearthnet"
+        raise BadRequest(f"{where} cannot be found: {exc} (give --home DIR)") from None
 
 
 def plain_output(output: dict[str, Any]) -> dict[str, Any]:
@@ -65,27 +88,75 @@ KEEP_IDLE_SECONDS = 10.0
 the node's ``IDLE_SECONDS`` (15 s), so the node never closes one just as a call starts."""
 MAX_KEPT = 8
 """Idle connections an ``async with`` client keeps at most (one per call it runs at once)."""
+CAPACITY_RETRY_SECONDS = 30.0
+"""How long a call without a ``timeout`` keeps retrying ``capacity_exceeded``.  The node then
+applies the capability's own timeout, which the client does not know; half a minute lets a
+burst of callers (dozens of CLI processes) drain without waiting on a wedged node for ever."""
+RETRY_FIRST_SECONDS = 0.05
+"""The random part of the first wait after ``capacity_exceeded``; it doubles on each retry."""
+RETRY_MAX_SECONDS = 5.0
+"""At most this much of a wait comes from the node's hint, and at most this much is random."""
+
+
+def retry_wait(retry: int, hint_ms: int) -> float:
+    """Seconds to wait before retry number ``retry`` (0 for the first) of a refused call.
+
+    The node's ``retry_after_ms`` hint (a typical call's time there: when a slot should
+    be free; at most ``RETRY_MAX_SECONDS``) plus a random share of a window that doubles
+    on each retry (50 ms, 100 ms, ... at most ``RETRY_MAX_SECONDS``): callers refused at
+    the same moment come back spread out instead of all at once again.
+    """
+    window = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** min(retry, 16))
+    return min(max(hint_ms, 0) / 1000, RETRY_MAX_SECONDS) + random.uniform(0, window)
 
 
 class StreamedCall:
     """A streamed call in progress: iterate ``frames()``, then ``result()``."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, deadline: float = math.inf) -> None:
+    def __init__(
+        self, stream: anyio.abc.ByteStream, deadline: float = math.inf, *, retry: _Retry | None = None
+    ) -> None:
         self.stream = stream
         self._decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
         self._pending: list[bytes] = []
         self._final: dict[str, Any] | None = None
         self._deadline = deadline  # on the clock of the loop the call runs on
+        self._retry = retry
+        self._frames_seen = 0
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
         while self._final is None:
             msg = await self._next()
             if msg.get("t") == "frame":
+                self._frames_seen += 1
                 data = msg.get("data")
                 if isinstance(data, dict):
                     yield data
-            else:
+            elif not await self._sent_again(msg):
                 self._final = msg
+
+    async def _sent_again(self, msg: dict[str, Any]) -> bool:
+        """Whether the call, refused for capacity before any frame, was sent again (and waited for).
+
+        Only a refusal with a retry hint is retried: ``capacity_exceeded`` without one (a
+        full disk, a blob cap) will not pass by waiting.  Once a frame has been handed on,
+        the caller has acted on it and the call is not repeated.
+        """
+        if self._retry is None or self._frames_seen or msg.get("t") != "error":
+            return False
+        error = error_from_wire(msg)
+        if not isinstance(error, CapacityExceeded) or error.retry_after_ms is None:
+            return False
+        reusable = not self._pending and not self._decoder.buffered
+        stream = await self._retry.again(error.retry_after_ms, self.stream, reusable=reusable)
+        if stream is None:
+            if self._retry.retries:
+                msg["message"] = f"{error.message} ({self._retry.summary()})"
+            return False
+        self.stream = stream
+        self._decoder = FrameDecoder(max_frame=CONTROL_MAX_FRAME)
+        self._pending = []
+        return True
 
     async def result(self) -> CallResult:
         async for _ in self.frames():
@@ -123,9 +194,18 @@ def _finish(msg: dict[str, Any]) -> CallResult:
 
 
 class AsyncClient:
-    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
+    """Calls through the node of ``home``.
+
+    ``retry_capacity`` (on by default): a call refused with ``capacity_exceeded`` and a
+    ``retry_after_ms`` hint before it produced anything is sent again after
+    :func:`retry_wait`, until its ``timeout`` runs out (``CAPACITY_RETRY_SECONDS`` without
+    one); the last refusal is raised if no try got in.
+    """
+
+    def __init__(self, home: str | os.PathLike[str] | None = None, *, retry_capacity: bool = True) -> None:
         self.home = resolve_home(home)
         self.socket_path = self.home / "control.sock"
+        self.retry_capacity = retry_capacity
         self._keep = False  # inside ``async with``: connections are kept for the next call
         self._idle: list[tuple[TcpStream, float]] = []  # (connection, when its last call ended)
 
@@ -154,27 +234,18 @@ class AsyncClient:
         return None
 
     async def _release(self, call: StreamedCall) -> None:
-        stream = call.stream
-        if (
-            self._keep
-            and call.ended_cleanly
-            and isinstance(stream, TcpStream)
-            and stream.reusable
-            and len(self._idle) < MAX_KEPT
-        ):
-            self._idle.append((stream, anyio.current_time()))
-        else:
-            await stream.aclose()
+        await self._release_stream(call.stream, reusable=call.ended_cleanly)
 
     async def _send_request(self, request: dict[str, Any], deadline: float) -> anyio.abc.ByteStream:
         """The connection ``request`` was written to: a kept one if fit, else a new one."""
+        frame = _encoded(request)  # a value that cannot be sent is refused before connecting
         kept = await self._kept()
         stream = kept if kept is not None else await self._connect_by(deadline)
         # A write that fails is never sent again: the node may have read the whole request before
         # the failure was seen, and a call must not run twice.  A kept connection the node closed
         # is seen (``reusable``) long before the next call, unless it closed in the same instant.
         try:
-            await write_message(stream, request)
+            await stream.send(frame)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             await _close(stream)
             raise Partition("the node closed the control connection before the call was sent") from exc
@@ -209,6 +280,10 @@ class AsyncClient:
         stream: bool,
     ) -> dict[str, Any]:
         name, version = parse_capability_ref(capability)
+        if timeout is not None:
+            problem = timeout_problem(timeout)
+            if problem is not None:
+                raise BadRequest(problem)
         req: dict[str, Any] = {
             "capability": name,
             "version": f"{version[0]}.{version[1]}",
@@ -216,6 +291,9 @@ class AsyncClient:
             "input": dict(input or {}),
             "stream": stream,
         }
+        for field in ("params", "input"):
+            if nested_deeper(req[field], MAX_INPUT_DEPTH):
+                raise BadRequest(str(value_problem(req[field], where=field, max_depth=MAX_INPUT_DEPTH)))
         if timeout is not None:
             req["timeout"] = float(timeout)
         if provider is not None:
@@ -249,13 +327,11 @@ class AsyncClient:
         _frames: bool = True,
     ) -> AsyncIterator[StreamedCall]:
         request = self._request(capability, params, input, timeout, provider, _frames)
-        # A timeout the node will refuse (NaN, infinite, not above 0) sets no deadline here:
-        # the node's bad_request says what is wrong with it.
-        deadline = math.inf
-        if timeout is not None and valid_timeout(timeout):
-            deadline = anyio.current_time() + timeout + ANSWER_GRACE_SECONDS
+        started = anyio.current_time()
+        deadline = math.inf if timeout is None else started + timeout + ANSWER_GRACE_SECONDS
         stream = await self._send_request(request, deadline)
-        call = StreamedCall(stream, deadline)
+        retry = _Retry(self, request, started, timeout, deadline) if self.retry_capacity else None
+        call = StreamedCall(stream, deadline, retry=retry)
         try:
             yield call
         except BaseException as exc:
@@ -266,6 +342,71 @@ class AsyncClient:
             raise
         await self._release(call)
 
+    async def _release_stream(self, stream: anyio.abc.ByteStream, *, reusable: bool) -> None:
+        """Keep ``stream`` for the next call if it may carry one, else close it."""
+        if (
+            self._keep
+            and reusable
+            and isinstance(stream, TcpStream)
+            and stream.reusable
+            and len(self._idle) < MAX_KEPT
+        ):
+            self._idle.append((stream, anyio.current_time()))
+        else:
+            await _close(stream)
+
+
+class _Retry:
+    """How a call refused for capacity is sent again: after :func:`retry_wait`, with what is
+    left of its ``timeout``, while a try can still finish within it."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        request: dict[str, Any],
+        started: float,
+        timeout: float | None,
+        deadline: float,
+    ) -> None:
+        self._client = client
+        self._request = request
+        self._started = started
+        self._timeout = timeout
+        self._deadline = deadline
+        self._until = started + (timeout if timeout is not None else CAPACITY_RETRY_SECONDS)
+        self.retries = 0
+
+    async def again(
+        self, hint_ms: int, old: anyio.abc.ByteStream, *, reusable: bool
+    ) -> anyio.abc.ByteStream | None:
+        """The connection the call was sent again on, or ``None`` if no try fits in the time left
+        (a try needs about the hint's time on top of the wait)."""
+        wait = retry_wait(self.retries, hint_ms)
+        if anyio.current_time() + wait + hint_ms / 1000 > self._until:
+            return None
+        self.retries += 1
+        await self._client._release_stream(old, reusable=reusable)
+        await anyio.sleep(wait)
+        request = self._request
+        if self._timeout is not None:
+            request = {**request, "timeout": max(0.001, self._started + self._timeout - anyio.current_time())}
+        return await self._client._send_request(request, self._deadline)
+
+    def summary(self) -> str:
+        took = anyio.current_time() - self._started
+        return f"still refused after {self.retries + 1} tries over {took:.1f} s"
+
+
+def _encoded(request: dict[str, Any]) -> bytes:
+    """``request`` as a control frame; a value that cannot be sent is ``bad_request`` naming it."""
+    try:
+        return encode_message(request)
+    except ProtocolError:
+        problem = value_problem(request, max_depth=1 << 30)
+        if problem is None:
+            raise  # too large for a frame: its own message says so
+        raise BadRequest(problem) from None
+
 
 async def _close(stream: anyio.abc.ByteStream) -> None:
     with anyio.CancelScope(shield=True):
@@ -275,8 +416,8 @@ async def _close(stream: anyio.abc.ByteStream) -> None:
 class Client:
     """Blocking wrapper around :class:`AsyncClient` for scripts."""
 
-    def __init__(self, home: str | os.PathLike[str] | None = None) -> None:
-        self._async = AsyncClient(home)
+    def __init__(self, home: str | os.PathLike[str] | None = None, *, retry_capacity: bool = True) -> None:
+        self._async = AsyncClient(home, retry_capacity=retry_capacity)
         self.home = self._async.home
 
     def __enter__(self) -> Client:

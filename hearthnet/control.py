@@ -29,7 +29,7 @@ import structlog
 
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.descriptors import parse_version
-from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, valid_timeout, write_message
+from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, timeout_problem, write_message
 from hearthnet.errors import BadRequest, BusError, InternalError, ProtocolError
 from hearthnet.transport.tcp import accept_retrying
 from hearthnet.transport.tcp_stream import accept_unix
@@ -204,9 +204,10 @@ async def _answer(stream: anyio.abc.ByteStream, message: dict[str, Any]) -> None
 
 
 def _timeout(value: Any) -> float | None:
-    """A request's ``timeout``: absent, or a finite number of seconds above 0."""
+    """A request's ``timeout``: absent, or a finite number of seconds above 0, at most a day."""
     if value is None:
         return None
-    if not valid_timeout(value):
-        raise BadRequest("timeout must be a number of seconds above 0")
+    problem = timeout_problem(value)
+    if problem is not None:
+        raise BadRequest(problem)
     return float(value)

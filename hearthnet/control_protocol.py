@@ -18,12 +18,28 @@ CONTROL_LIMITS = MsgLimits(
 )
 """Decoding limits of a control message: whatever fits its frame (a local answer may hold more
 than a peer's, e.g. 256 embeddings of 1,536 dimensions in one 1.5 MiB field)."""
-MAX_TIMEOUT_SECONDS = 1e9
+MAX_TIMEOUT_SECONDS = 24 * 3600.0
+"""The longest call ``timeout`` the node takes: a day, the longest ``timeout_seconds`` a
+capability may declare (a peer runs a call at most that long whatever it is asked)."""
+MAX_INPUT_DEPTH = 32
+"""How deep a call's ``params`` and ``input`` may nest (each counts as one level): well inside
+the wire's ``MAX_DEPTH``, so what a node or a handler wraps around them still fits."""
 
 
 def valid_timeout(value: object) -> bool:
-    """Whether ``value`` is a call ``timeout`` the node takes: a number of seconds, 0 < t < 1e9."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < MAX_TIMEOUT_SECONDS
+    """Whether ``value`` is a call ``timeout`` the node takes: seconds, 0 < t <= a day."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= MAX_TIMEOUT_SECONDS
+
+
+def timeout_problem(value: object) -> str | None:
+    """Why the node refuses ``value`` as a call ``timeout`` (``None``: it takes it)."""
+    if valid_timeout(value):
+        return None
+    shown = repr(value) if not isinstance(value, float) else f"{value:g}"
+    return (
+        f"timeout must be a finite number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS:.0f} "
+        f"(a day), got {shown[:40]}"
+    )
 
 
 async def read_message(
@@ -36,5 +52,10 @@ async def read_message(
     return unpack_map(pending.pop(0), limits=CONTROL_LIMITS)
 
 
+def encode_message(message: dict[str, Any]) -> bytes:
+    """``message`` as one control frame (``ProtocolError`` if it cannot be encoded or is too large)."""
+    return encode_frame(pack(message), max_frame=CONTROL_MAX_FRAME)
+
+
 async def write_message(stream: anyio.abc.ByteStream, message: dict[str, Any]) -> None:
-    await stream.send(encode_frame(pack(message), max_frame=CONTROL_MAX_FRAME))
+    await stream.send(encode_message(message))

@@ -3,12 +3,14 @@
 The bus owns no sockets: the peer manager hands it authenticated links
 (``attach``) and the bus runs a :class:`PeerSession` on each.  Calls go to the
 best provider (``Router``), deadlines travel with them, idempotent calls are
-retried on the next provider, and over ``max_concurrent`` a handler answers
+retried on the next provider (or tried there beside a provider that stays
+silent past half the deadline), and over ``max_concurrent`` a handler answers
 ``capacity_exceeded`` with a retry hint instead of queueing without bound.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -96,6 +98,17 @@ def _unsendable(ref: str, output: Any, meta: Any, trace_id: str) -> BusError | N
         return BadRequest(f"{ref} produced an answer this link cannot carry ({where}); ask for less")
     log.error("answer_malformed", capability=ref, problem=where, trace_id=trace_id)
     return InternalError(f"internal error in {ref}: its answer cannot cross the wire (trace_id={trace_id})")
+
+
+HEDGE_AFTER = 0.5
+"""Share of the time left when a remote attempt of an idempotent call started after which,
+still unanswered, the next provider is tried beside it."""
+
+
+def _hedgeable(cand: ProviderInfo) -> bool:
+    """Whether another provider may be tried beside ``cand`` while it runs: it is remote (a
+    handler in this process cannot go silent while the node runs) and running it twice is safe."""
+    return not cand.is_local and cand.descriptor.idempotent
 
 
 def _version_text(v: Version) -> str:
@@ -496,7 +509,15 @@ class CapabilityBus:
         provider: str | None = None,
         trace_id: str | None = None,
     ) -> CallResult:
-        """Call the best provider; retry an idempotent call on the next one."""
+        """Call the best provider; retry an idempotent call on the next one, or hedge it.
+
+        A remote provider of an idempotent call that has not answered once half the time
+        left when it started has passed gets the next provider tried beside it
+        (``HEDGE_AFTER``): the first answer wins, the other attempt is cancelled, and the
+        provider that was overtaken is quarantined.  A frozen provider (a stopped process,
+        a link that still looks up) thus costs one call half its deadline, and the calls
+        after it nothing, while a slow but healthy provider keeps its whole deadline.
+        """
         params_d, input_d = dict(params or {}), dict(input or {})
         now = anyio.current_time()
         candidates = self._candidates(capability, version, params_d, provider, now=now)
@@ -512,6 +533,10 @@ class CapabilityBus:
                 or anyio.current_time() >= deadline
             ):
                 break
+            if attempt + 1 < len(candidates) and _hedgeable(cand):
+                return await self._race(
+                    candidates[attempt:], capability, version, params_d, input_d, deadline, trace
+                )
             try:
                 return await self._call_one(cand, capability, version, params_d, input_d, deadline, trace)
             except BusError as exc:
@@ -522,6 +547,108 @@ class CapabilityBus:
         if last is None:
             last = Timeout(f"{capability} deadline passed before any provider answered")
         raise last
+
+    async def _race(
+        self,
+        candidates: list[ProviderInfo],
+        capability: str,
+        version: Version,
+        params: dict[str, Any],
+        input: dict[str, Any],
+        deadline: float,
+        trace_id: str,
+    ) -> CallResult:
+        """Try ``candidates`` in order, the next beside the newest once it is overdue (see ``call``).
+
+        The next one also starts at once when an attempt fails in a way another provider
+        may not (``_RETRYABLE``) on a provider that declared the call idempotent; any other
+        failure ends the call.  The first answer wins and the attempts still running are
+        cancelled; those that were overtaken (started before the winner) are quarantined.
+        """
+        ended_tx, ended_rx = anyio.create_memory_object_stream[tuple[int, CallResult | BusError]](
+            len(candidates)
+        )
+        started_at: list[float] = []
+        running: set[int] = set()
+        last: BusError | None = None
+        winner = -1
+        result: CallResult | None = None
+
+        async def attempt(k: int) -> None:
+            outcome: CallResult | BusError
+            try:
+                outcome = await self._call_one(
+                    candidates[k], capability, version, params, input, deadline, trace_id
+                )
+            except BusError as exc:
+                outcome = exc
+            ended_tx.send_nowait((k, outcome))  # room for every attempt: never blocks
+
+        with ended_tx, ended_rx:
+            async with anyio.create_task_group() as tg:
+
+                def start() -> None:
+                    started_at.append(anyio.current_time())
+                    running.add(len(started_at) - 1)
+                    tg.start_soon(attempt, len(started_at) - 1)
+
+                start()
+                while running:
+                    newest = len(started_at) - 1
+                    hedge_at = math.inf
+                    if newest + 1 < len(candidates) and newest in running and _hedgeable(candidates[newest]):
+                        hedge_at = started_at[newest] + HEDGE_AFTER * (deadline - started_at[newest])
+                    with anyio.CancelScope(deadline=hedge_at) as overdue:
+                        k, outcome = await ended_rx.receive()
+                    if overdue.cancelled_caught:
+                        log.info(
+                            "call_hedged",
+                            capability=capability,
+                            overdue=candidates[newest].node_id,
+                            next=candidates[newest + 1].node_id,
+                            trace_id=trace_id,
+                        )
+                        start()
+                        continue
+                    running.discard(k)
+                    if isinstance(outcome, CallResult):
+                        winner, result = k, outcome
+                        break
+                    last = outcome
+                    log.info(
+                        "call_failed",
+                        capability=capability,
+                        provider=candidates[k].node_id,
+                        code=outcome.code,
+                        trace_id=trace_id,
+                    )
+                    if outcome.code not in _RETRYABLE:
+                        break
+                    if (
+                        candidates[k].descriptor.idempotent
+                        and len(started_at) < len(candidates)
+                        and anyio.current_time() < deadline
+                    ):
+                        start()
+                tg.cancel_scope.cancel()
+        if result is not None:
+            now = anyio.current_time()
+            for k in running:
+                if k < winner and not candidates[k].is_local:
+                    self.router.quarantine(candidates[k].node_id, capability, now=now)
+                    log.warning(
+                        "provider_quarantined",
+                        capability=capability,
+                        provider=candidates[k].node_id,
+                        reason="overtaken",
+                        trace_id=trace_id,
+                    )
+            return result
+        raise (
+            last
+            if last is not None
+            else Timeout(f"{capability} deadline passed before any provider answered")
+        )
 
     def _local_call(
         self,
@@ -583,9 +710,19 @@ class CapabilityBus:
             )
             result = await call.result.wait()
         except BusError as exc:
+            now = anyio.current_time()
             self.router.record_failure(
-                cand.node_id, capability, now=anyio.current_time(), counts=exc.code not in _HEALTH_NEUTRAL
+                cand.node_id, capability, now=now, counts=exc.code not in _HEALTH_NEUTRAL
             )
+            if call is not None and call.gave_up:  # not a word by the deadline: frozen, or its link is
+                self.router.quarantine(cand.node_id, capability, now=now)
+                log.warning(
+                    "provider_quarantined",
+                    capability=capability,
+                    provider=cand.node_id,
+                    reason="silent",
+                    trace_id=trace_id,
+                )
             raise
         except BaseException:
             if call is not None:

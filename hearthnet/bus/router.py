@@ -1,9 +1,10 @@
 """Provider choice: by the capability's preference, then local first unless saturated, then score.
 
 Pure bookkeeping: the bus reports outcomes (``record_success`` /
-``record_failure``) and asks for an ordered candidate list.  A provider that
-fails ``quarantine_after`` times in a row is skipped for ``quarantine_seconds``
-(unless nothing else is left).
+``record_failure`` / ``quarantine``) and asks for an ordered candidate list.  A
+provider that fails ``quarantine_after`` times in a row, or that let a call go
+unanswered (``quarantine``), is skipped for ``quarantine_seconds`` (unless
+nothing else is left).
 """
 
 from __future__ import annotations
@@ -104,6 +105,15 @@ class Router:
         h.consecutive_failures += 1
         if h.consecutive_failures >= self.quarantine_after:
             h.quarantined_until = now + self.quarantine_seconds
+
+    def quarantine(self, node_id: str, capability: str, *, now: float) -> None:
+        """Skip ``node_id`` for ``capability`` from now on for ``quarantine_seconds``, at once: it
+        let a call go unanswered (frozen, or overtaken by another provider), and the next call
+        must not wait on it again."""
+        h = self.health(node_id, capability)
+        h.failures += 1
+        h.consecutive_failures += 1
+        h.quarantined_until = now + self.quarantine_seconds
 
     def forget(self, node_id: str) -> None:
         for key in [k for k in self._health if k[0] == node_id]:

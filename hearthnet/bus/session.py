@@ -143,6 +143,8 @@ class OutgoingCall:
     frames_tx: MemoryObjectSendStream[dict[str, Any]] | None = None
     frames_rx: MemoryObjectReceiveStream[dict[str, Any]] | None = None
     consumed: int = 0
+    gave_up: bool = False
+    """The peer said nothing of this call by its give-up time (the session's timer ended it)."""
 
     def __post_init__(self) -> None:
         if self.stream:
@@ -189,9 +191,11 @@ class OutgoingCall:
         return frame
 
     async def cancel(self) -> None:
+        """End the call here at once and tell the peer in the session's own task: a caller that
+        gives up (e.g. overtaken by a hedge) never waits on a link to a peer that stopped reading."""
         if not self.result.done:
             self.finish(Partition("call cancelled"))
-            await self.session.send_quiet({"t": "cancel", "id": self.id})
+            self.session.spawn(self.session.send_quiet, {"t": "cancel", "id": self.id})
 
 
 @dataclass
@@ -448,6 +452,7 @@ class PeerSession:
                 if not self._pending(call):
                     continue
                 if isinstance(call, OutgoingCall):
+                    call.gave_up = True
                     call.finish(
                         Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
                     )

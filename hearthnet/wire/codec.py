@@ -1,8 +1,9 @@
 """Bounded msgpack encoding of wire messages.
 
 Every message on the wire is one msgpack *map* with string keys.  Decoding
-enforces limits on container and string sizes so a peer cannot make us build
-huge structures, and maps all msgpack failures to ``ProtocolError``.
+enforces limits on container and string sizes and on nesting depth, so a peer
+cannot make us build huge structures or values that Python code walking them
+would recurse on without end, and maps all msgpack failures to ``ProtocolError``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import msgpack
 
 from hearthnet.errors import ProtocolError
 
+MAX_DEPTH = 64
+"""Nesting a message may have: far more than any bus message needs (a ``rag.query`` filter at
+its own limit is ~20 deep), far less than Python's recursion limit."""
+
 
 @dataclass(frozen=True)
 class MsgLimits:
@@ -25,17 +30,28 @@ class MsgLimits:
     max_array_len: int = 100_000
     max_map_len: int = 10_000
     max_ext_len: int = 0
+    max_depth: int = MAX_DEPTH
+    """Maps and lists nested in one message, the message itself included."""
 
 
 DEFAULT_LIMITS = MsgLimits()
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+"""The whole numbers a value may hold: 64-bit signed, what every msgpack implementation reads."""
 
 
 def pack(obj: Any) -> bytes:
-    """Encode ``obj`` (maps, lists, str, bytes, ints, floats, bools, None)."""
+    """Encode ``obj`` (maps, lists, str, bytes, ints, floats, bools, None).
+
+    A value msgpack cannot encode is a ``ProtocolError`` (code ``bad_request``) that says
+    where and what, e.g. ``input.query is text that is not valid UTF-8``.
+    """
     try:
         return msgpack.packb(obj, use_bin_type=True, strict_types=False)  # type: ignore[no-any-return]
     except (TypeError, ValueError, OverflowError) as exc:
-        raise ProtocolError(f"value cannot be encoded as msgpack: {type(exc).__name__}") from exc
+        problem = value_problem(obj, max_depth=1 << 30)
+        if problem is None:  # msgpack's own nesting limit (~5,000 levels)
+            problem = f"the value is nested too deeply ({type(exc).__name__})"
+        raise ProtocolError(f"value cannot be sent: {problem}") from exc
 
 
 def unpack_map(data: bytes, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, Any]:
@@ -58,28 +74,104 @@ def unpack_map(data: bytes, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, 
         raise ProtocolError(f"malformed msgpack: {type(exc).__name__}") from exc
     if not isinstance(obj, dict):
         raise ProtocolError(f"a wire message must be a map, got {type(obj).__name__}")
+    if nested_deeper(obj, limits.max_depth):
+        raise ProtocolError(f"malformed msgpack: a message nested more than {limits.max_depth} levels deep")
     return obj
+
+
+def nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` has more than ``limit`` levels of maps and lists (a scalar has 0).
+
+    One pass, level by level and without recursion (msgpack's decoder itself stops at
+    1,024 levels; the code that reads a message would recurse long before that).
+    """
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        deeper: list[Any] = []
+        for item in level:
+            subs = item.values() if type(item) is dict else item
+            deeper += [v for v in subs if type(v) is dict or type(v) is list]
+        level = deeper
+    return False
+
+
+def value_problem(value: Any, *, where: str = "", max_depth: int = MAX_DEPTH) -> str | None:
+    """What keeps ``value`` from being sent, in a user's terms, or ``None``.
+
+    Names the place (``input.filter.page``, ``input.texts[3]``) and the problem:
+    text that is not valid UTF-8 (a lone surrogate, as a file name or terminal in
+    another encoding gives), a whole number beyond 64 bits, a map key that is not
+    text, nesting beyond ``max_depth``, or a type that has no wire form.  Without
+    recursion, so it is safe on any value a caller built.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, where, 1)]
+    while stack:
+        item, path, depth = stack.pop()
+        here = (path if len(path) <= 80 else path[:77] + "...") or "the value"
+        if isinstance(item, dict | list | tuple):
+            if depth > max_depth:
+                return f"{here} is nested more than {max_depth} levels deep"
+            if isinstance(item, dict):
+                for key, sub in item.items():
+                    if not isinstance(key, str):
+                        return f"{here} has a map key that is not text ({type(key).__name__})"
+                    if not _utf8(key):
+                        return f"{here} has a key that is not valid UTF-8 text"
+                    stack.append((sub, f"{path}.{key}" if path else key, depth + 1))
+            else:
+                stack.extend((sub, f"{path}[{i}]", depth + 1) for i, sub in enumerate(item))
+        elif isinstance(item, str):
+            if not _utf8(item):
+                return f"{here} is text that is not valid UTF-8"
+        elif isinstance(item, bool) or item is None or isinstance(item, float):
+            continue
+        elif isinstance(item, int):
+            if not INT_MIN <= item <= INT_MAX:
+                bound = "at most 2^63-1" if item > 0 else "at least -2^63"
+                return f"{here} is a number out of range ({bound})"
+        elif not isinstance(item, bytes | bytearray | memoryview):
+            return (
+                f"{here} is a {type(item).__name__}, which cannot be sent "
+                "(maps, lists, text, bytes, numbers, true/false and null can)"
+            )
+    return None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def wire_shape_problem(value: Any, *, limits: MsgLimits = DEFAULT_LIMITS) -> tuple[str, str] | None:
     """Why a peer's :func:`unpack_map` would refuse ``value`` inside a message, or ``None``.
 
     ``("key", where)`` for a map key that is not a string, ``("size", where)`` for a
-    container or string over ``limits``.  A peer that receives such a message can only
+    container or string over ``limits`` or nesting deeper than they allow (``value``
+    sits one level inside its message).  A peer that receives such a message can only
     close the link (it cannot even read the call's id), so a sender checks what it did
-    not build itself (a handler's answer) before sending it.  One quick pass; the
-    place is worked out only when there is a problem.
+    not build itself (a handler's answer) before sending it.  Quick passes; the place
+    is worked out only when there is a problem.
     """
-    if _surely_fine(value, limits):
+    if _surely_fine(value, limits) and not nested_deeper(value, limits.max_depth - 1):
         return None
     return _shape_problem(value, limits)
 
 
 def _shape_problem(value: Any, limits: MsgLimits) -> tuple[str, str] | None:
     """The thorough pass: any container or string type, with the place of the first problem."""
-    stack: list[tuple[Any, str]] = [(value, "")]
+    stack: list[tuple[Any, str, int]] = [(value, "", 2)]  # depth in the message around it
     while stack:
-        item, path = stack.pop()
+        item, path, depth = stack.pop()
+        if isinstance(item, dict | list | tuple) and depth > limits.max_depth:
+            where = (path if len(path) <= 80 else path[:77] + "...") or "the answer"
+            return "size", f"{where} is nested more than {limits.max_depth - 1} levels deep"
         if isinstance(item, dict):
             if len(item) > limits.max_map_len:
                 return (
@@ -89,12 +181,12 @@ def _shape_problem(value: Any, limits: MsgLimits) -> tuple[str, str] | None:
             for key, sub in item.items():
                 if not isinstance(key, str):
                     return "key", f"{path or 'the answer'} has a {type(key).__name__} key {key!r:.40}"
-                stack.append((key, f"{path or 'the answer'}: a key"))
-                stack.append((sub, f"{path}.{key}" if path else key))
+                stack.append((key, f"{path or 'the answer'}: a key", depth + 1))
+                stack.append((sub, f"{path}.{key}" if path else key, depth + 1))
         elif isinstance(item, list | tuple):
             if len(item) > limits.max_array_len:
                 return "size", f"{path} has {len(item)} items (at most {limits.max_array_len})"
-            stack.extend((sub, f"{path}[{i}]") for i, sub in enumerate(item))
+            stack.extend((sub, f"{path}[{i}]", depth + 1) for i, sub in enumerate(item))
         elif isinstance(item, str):
             n = (
                 len(item.encode("utf-8", "surrogatepass"))

@@ -120,6 +120,11 @@ async def test_hostile_member_is_rejected_counted_and_harmless(mesh: LocalMesh) 
             link, pack({"t": "req", "id": 1, "capability": "node.ping", "params": [1]})
         ),
         "oversized frame (64 MiB declared)": lambda link: HEADER.pack(64 << 20) + b"x" * 1024,
+        # Decodable by msgpack (under its 1,024 levels), but a RecursionError for any Python
+        # code walking it: refused by the wire's depth bound before anything reads it.
+        "sealed req nested 1,000 deep": lambda link: _sealed(
+            link, pack({"t": "req", "id": 1, "capability": "node.echo", "input": {"payload": _deep(1000)}})
+        ),
     }
     for name, make in attacks.items():
         link = await fresh_link()
@@ -227,6 +232,13 @@ async def test_hostile_member_is_rejected_counted_and_harmless(mesh: LocalMesh) 
     assert event_ids(b) == log_before
     assert a.cli_json("call", "node.ping", "--provider", a.node_id)["output"]["pong"] is True
     assert b.cli_json("call", "node.ping", "--provider", a.node_id)["output"]["pong"] is True
+
+
+def _deep(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def _sealed(link: Any, payload: bytes) -> bytes:

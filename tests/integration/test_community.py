@@ -216,7 +216,7 @@ async def test_replayed_handshake_does_not_open_a_session(mesh: LocalMesh) -> No
 @pytest.mark.anyio
 async def test_overload_answers_capacity_exceeded_with_retry_hint(mesh: LocalMesh) -> None:
     _, b, c = nodes(mesh)
-    client = AsyncClient(c.home)
+    client = AsyncClient(c.home, retry_capacity=False)  # the node's own answer, as it comes
     outcomes: list[str] = []
     hints: list[int] = []
 
@@ -237,6 +237,21 @@ async def test_overload_answers_capacity_exceeded_with_retry_hint(mesh: LocalMes
     out = b.cli_json("call", "node.stats")["output"]
     stats = out["capabilities"]["node.echo@1.0"]
     assert stats["errors_by_code"].get("capacity_exceeded", 0) >= 16
+
+    # A client that retries (the default, and the CLI's) gets every call through: slower, not failed.
+    retrying = AsyncClient(c.home)
+    served: list[str] = []
+
+    async def patient() -> None:
+        out = await retrying.call("node.echo", input={"delay_ms": 300}, provider=b.node_id, timeout=30)
+        served.append(out.provider)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(48):
+            tg.start_soon(patient)
+    assert served == [b.node_id] * 48
+    after = b.cli_json("call", "node.stats")["output"]["capabilities"]["node.echo@1.0"]
+    assert after["errors_by_code"]["capacity_exceeded"] > stats["errors_by_code"]["capacity_exceeded"]
     # The node process reports its own memory (a running node with no models: tens of MB).
     proc = out["process"]
     assert b.process is not None

@@ -621,6 +621,107 @@ async def test_repeated_failures_quarantine_a_provider() -> None:
 
 
 @pytest.mark.anyio
+async def test_an_idempotent_call_moves_on_from_a_silent_provider_and_the_next_call_skips_it() -> None:
+    """A provider that takes the call and says nothing (a frozen process: its link still looks
+    up) gets the next provider tried beside it once half the deadline has passed; it is then
+    quarantined, so the next call does not wait on it at all."""
+    silent: list[str] = []
+    cancelled = anyio.Event()
+
+    async def first_one_hangs(ctx: CallContext) -> dict[str, Any]:
+        if not silent:
+            silent.append(ctx.capability)  # whichever provider is asked first goes silent
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cancelled.set()
+        return {"x": ctx.input.get("x")}
+
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.idem", first_one_hangs, idempotent=True))
+        c.register(reg("test.idem", first_one_hangs, idempotent=True))
+        await announce(b, c)
+        first = a._candidates("test.idem", (1, 0), {}, None, now=anyio.current_time())[0].node_id
+        t0 = anyio.current_time()
+        result = await a.call("test.idem", input={"x": 1}, timeout=2.0)
+        took = anyio.current_time() - t0
+        assert result.provider != first and result.output == {"x": 1}
+        assert 0.9 <= took < 1.9, took  # hedged at half the deadline, answered well inside it
+        assert a.router.is_quarantined(first, "test.idem", anyio.current_time())
+        with anyio.fail_after(2):
+            await cancelled.wait()  # the overtaken attempt was cancelled on the silent provider
+        t0 = anyio.current_time()
+        again = await a.call("test.idem", input={"x": 2}, timeout=2.0)
+        assert again.provider == result.provider and anyio.current_time() - t0 < 0.5
+
+
+@pytest.mark.anyio
+async def test_a_provider_that_says_nothing_by_the_deadline_is_quarantined() -> None:
+    """Not even a ``timeout`` answer (a peer's own deadline answers that): the peer's process
+    stopped.  Alone, it is still tried (nothing else is left); beside another, it is skipped."""
+
+    async def frozen(session: Any, inc: Any) -> None:
+        await anyio.sleep_forever()  # takes the call, never serves or answers it
+
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.froze", echo, idempotent=True))
+        await announce(b)
+        b.sessions[a.node_id]._dispatcher = frozen  # as a stopped process would: nothing comes back
+        with pytest.raises(Timeout):
+            await a.call("test.froze", timeout=0.3)
+        assert a.router.is_quarantined(b.node_id, "test.froze", anyio.current_time())
+        c.register(reg("test.froze", echo, idempotent=True))
+        await announce(c)
+        assert (await a.call("test.froze", input={"x": 3}, timeout=2)).provider == c.node_id
+
+
+@pytest.mark.anyio
+async def test_a_call_not_declared_idempotent_is_never_run_twice_by_hedging() -> None:
+    ran: list[str] = []
+
+    async def slow_once(ctx: CallContext) -> dict[str, Any]:
+        ran.append(ctx.capability)
+        await anyio.sleep(0.6)
+        return {}
+
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.once", slow_once))
+        c.register(reg("test.once", slow_once))
+        await announce(b, c)
+        await a.call("test.once", timeout=1.0)  # past half its deadline, and still not hedged
+        assert len(ran) == 1
+
+
+@pytest.mark.anyio
+async def test_a_slow_provider_still_answers_when_the_hedge_is_slower() -> None:
+    """The hedge runs beside the first attempt, never instead of it: a provider that is merely
+    slow keeps its whole deadline, and its answer wins if it comes first."""
+    order: list[str] = []
+
+    async def slow(ctx: CallContext) -> dict[str, Any]:
+        order.append("started")
+        await anyio.sleep(0.7 if len(order) == 1 else 5)
+        return {"n": len(order)}
+
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.slow2", slow, idempotent=True))
+        c.register(reg("test.slow2", slow, idempotent=True))
+        await announce(b, c)
+        first = a._candidates("test.slow2", (1, 0), {}, None, now=anyio.current_time())[0].node_id
+        result = await a.call("test.slow2", timeout=1.0)
+        assert result.provider == first and order == ["started", "started"]  # hedged at 0.5 s
+        assert not a.router.is_quarantined(first, "test.slow2", anyio.current_time())
+
+
+@pytest.mark.anyio
 async def test_stream_frames_in_order_with_backpressure_and_input() -> None:
     produced: list[int] = []
 

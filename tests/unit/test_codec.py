@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.errors import ProtocolError
-from hearthnet.wire.codec import MsgLimits, pack, unpack_map, wire_shape_problem
+from hearthnet.wire.codec import MAX_DEPTH, MsgLimits, pack, unpack_map, value_problem, wire_shape_problem
 
 scalars = (
     st.none()
@@ -80,7 +80,65 @@ def test_unencodable_value_is_protocol_error() -> None:
         pack({"a": object()})
 
 
-_SMALL = MsgLimits(max_bin_len=8, max_str_len=8, max_array_len=4, max_map_len=4)
+def _nested(depth: int) -> Any:
+    """``depth`` maps and lists inside each other (a scalar at the bottom)."""
+    value: Any = 1
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 500, 1000, 1024, 5000])
+def test_a_message_nested_past_the_bound_is_a_protocol_error_whatever_the_depth(depth: int) -> None:
+    """Python code reading a message recurses on it: ~1,000 levels would be a RecursionError
+    (msgpack itself refuses only past 1,024).  Bytes built by hand: ``pack`` would refuse."""
+    data = b"\x81\xa1k" + b"\x91" * (depth - 2) + b"\x80"  # {"k": [[...[{}]...]]}, ``depth`` levels
+    with pytest.raises(ProtocolError, match=r"nested|StackError"):
+        unpack_map(data)
+
+
+def test_a_message_at_the_depth_bound_is_read() -> None:
+    message = {"v": _nested(MAX_DEPTH - 1)}
+    assert unpack_map(pack(message)) == message
+    with pytest.raises(ProtocolError, match=f"nested more than {MAX_DEPTH} levels"):
+        unpack_map(pack({"v": _nested(MAX_DEPTH)}))
+    assert unpack_map(pack({"v": _nested(3)}), limits=MsgLimits(max_depth=4))
+    with pytest.raises(ProtocolError):
+        unpack_map(pack({"v": _nested(4)}), limits=MsgLimits(max_depth=4))
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (
+            {"input": {"filter": {"page": 10**23}}},
+            "input.filter.page is a number out of range (at most 2^63-1)",
+        ),
+        ({"input": {"n": -(2**70)}}, "input.n is a number out of range (at least -2^63)"),
+        ({"input": {"query": "caf\udce9"}}, "input.query is text that is not valid UTF-8"),
+        ({"input": {"texts": ["ok", "\ud800"]}}, "input.texts[1] is text that is not valid UTF-8"),
+        ({"input": {"\udcff": 1}}, "input has a key that is not valid UTF-8 text"),
+        ({"input": {"x": {1, 2}}}, "input.x is a set, which cannot be sent"),
+    ],
+)
+def test_a_value_that_cannot_be_sent_is_named_with_its_place_and_problem(value: Any, problem: str) -> None:
+    """What the user sees (row 12 of the hardening issue): never "OverflowError" or
+    "UnicodeEncodeError", but which field and what is wrong with it."""
+    assert (value_problem(value) or "").startswith(problem)
+    with pytest.raises(ProtocolError) as refused:
+        pack(value)
+    assert problem in refused.value.message
+    assert "Error" not in refused.value.message
+
+
+def test_value_problem_names_nesting_and_accepts_what_can_be_sent() -> None:
+    assert "nested more than 8 levels deep" in (value_problem({"a": _nested(10)}, max_depth=8) or "")
+    fine = {"a": [1, 2.5, None, True, b"x", "text", {"b": -(2**63)}], "c": 2**63 - 1}
+    assert value_problem(fine) is None
+    assert value_problem(_nested(20_000), max_depth=1 << 30) is None  # no recursion, whatever the depth
+
+
+_SMALL = MsgLimits(max_bin_len=8, max_str_len=8, max_array_len=4, max_map_len=4, max_depth=4)
 _leaves = st.one_of(st.integers(-5, 5), st.text(max_size=10), st.binary(max_size=10), st.none())
 _values = st.recursive(
     _leaves,

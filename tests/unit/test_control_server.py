@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,8 +22,10 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.client import AsyncClient
 from hearthnet.community import Level
 from hearthnet.control import ControlServer
+from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
 from hearthnet.errors import BadRequest, NotFound, Partition
 from hearthnet.identity import Identity
+from hearthnet.wire.frames import FrameDecoder
 from tests.polling import wait_until
 
 
@@ -114,9 +117,31 @@ async def test_control_answers_may_hold_more_than_a_peer_message_and_timeouts_mu
         client = AsyncClient(tmp_path)
         big = await client.call("test.echo", input={"size": 3 << 19})  # 1.5 MiB in one field
         assert len(big.output["blob"]) == 3 << 19
-        for bad in (float("nan"), float("inf"), -1.0, 0.0):
-            with pytest.raises(BadRequest, match="timeout must be a number of seconds above 0"):
-                await client.call("test.echo", timeout=bad)
+        bound = "timeout must be a finite number of seconds above 0 and at most 86400 (a day)"
+        for bad in (float("nan"), float("inf"), -1.0, 0.0, 86_401.0, 1e300):
+            with pytest.raises(BadRequest, match=re.escape(bound)):
+                await client.call("test.echo", timeout=bad)  # refused by the client, before sending
+            # ... and by the node, for a client that sends it anyway
+            async with await anyio.connect_unix(tmp_path / "control.sock") as raw:
+                request = {"capability": "test.echo", "input": {}, "timeout": bad, "stream": False}
+                await write_message(raw, request)
+                answer = await read_message(raw, FrameDecoder(max_frame=CONTROL_MAX_FRAME), [])
+            assert answer["error"] == "bad_request" and answer["message"].startswith(bound), answer
+        assert (await client.call("test.echo", input={"x": 2}, timeout=86_400)).output["echo"] == 2
+
+
+@pytest.mark.anyio
+async def test_a_request_nested_past_the_wire_bound_is_a_bad_request(tmp_path: Path) -> None:
+    """msgpack decodes 1,000 levels; whatever then walked the value would recurse that deep."""
+    deep: Any = 1
+    for _ in range(1000):
+        deep = [deep]
+    async with serving(tmp_path):
+        async with await anyio.connect_unix(tmp_path / "control.sock") as raw:
+            await write_message(raw, {"capability": "test.echo", "input": {"x": deep}, "stream": False})
+            answer = await read_message(raw, FrameDecoder(max_frame=CONTROL_MAX_FRAME), [])
+        assert answer["error"] == "bad_request" and "nested more than 64 levels" in answer["message"]
+        assert (await AsyncClient(tmp_path).call("test.echo", input={"x": "fine"})).output["echo"] == "fine"
 
 
 def counting_accepts(monkeypatch: pytest.MonkeyPatch) -> list[int]:

@@ -206,6 +206,10 @@ class TokenStore:
 
     def revoke(self, which: str) -> TokenInfo:
         """Revoke the token with this id (or this name) and end its sessions."""
+        if (
+            not which.isprintable() or len(which) > MAX_NAME
+        ):  # no name or id is: a lone surrogate never reaches SQLite
+            raise NotFound(f"no active token with id or name {which[:64]!r} (see 'hearthnet ui token list')")
         now = time.time()
         with self._lock, transaction(self._db):
             rows = self._db.execute(
