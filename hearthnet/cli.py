@@ -547,11 +547,12 @@ def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
 
 
 def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
+    from hearthnet.cli_ask import register_ask_commands
     from hearthnet.cli_data import register_data_commands
     from hearthnet.cli_llm import register_llm_commands
     from hearthnet.cli_logs import register_logs_command
 
-    return [register_data_commands, register_logs_command, register_llm_commands]
+    return [register_data_commands, register_logs_command, register_llm_commands, register_ask_commands]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
