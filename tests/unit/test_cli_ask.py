@@ -83,12 +83,27 @@ def test_this_node_is_named_as_such() -> None:
     assert names == {"p": "hearth", NODE: "laptop (this node)"}
 
 
-def test_the_stage_line_is_silent_off_a_terminal() -> None:
-    stream = io.StringIO()
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_stage_line_shows_each_corpus_on_a_terminal_then_wipes_itself() -> None:
+    stream = Terminal()
     line = StageLine(True, stream)
-    line.show({"house": "pending"})
+    line.show({"house": "pending", "garden\x1b[2J": "pending"})
+    line.show({"house": "ok", "garden\x1b[2J": "timeout"})
     line.clear()
-    assert stream.getvalue() == ""
+    first = "searching: garden\\u001b[2J …, house …"
+    second = "searching: garden\\u001b[2J timeout, house ok"
+    assert stream.getvalue() == f"\r{first}\r{second.ljust(len(first))}\r{' ' * len(second)}\r"
+
+
+def test_the_stage_line_is_silent_off_a_terminal_and_for_json() -> None:
+    for line in (StageLine(True, io.StringIO()), StageLine(False, Terminal())):
+        line.show({"house": "pending"})
+        line.clear()
+        assert line.stream.getvalue() == ""  # type: ignore[attr-defined]
 
 
 def test_options_become_the_ask_input_and_bad_corpus_names_are_refused_here() -> None:
