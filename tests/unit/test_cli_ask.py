@@ -10,7 +10,15 @@ import io
 import pytest
 
 from hearthnet.cli import build_parser
-from hearthnet.cli_ask import StageLine, answer_text, ask_input, footer_lines, node_names, source_lines
+from hearthnet.cli_ask import (
+    StageLine,
+    answer_text,
+    ask_input,
+    debug_lines,
+    footer_lines,
+    node_names,
+    source_lines,
+)
 from hearthnet.errors import BadRequest
 
 NODE = "ed25519:Abcdefghijklmnopqrstuvwxyz0123456789"
@@ -123,3 +131,25 @@ def test_options_become_the_ask_input_and_bad_corpus_names_are_refused_here() ->
         ask_input(parser.parse_args(["ask", "q", "--corpus", "House"]), "q", None)
     with pytest.raises(SystemExit):
         parser.parse_args(["ask", "q", "--session", "a", "--new-session"])
+
+
+def test_debug_lines_show_timings_tokens_corpora_and_chunks() -> None:
+    meta = {
+        "rag": "used",
+        "merge": "score",
+        "corpora": {"house": {"status": "ok", "hits": 3, "ms": 12.5}},
+        "debug": {
+            "retrieve_ms": 12.6,
+            "ttft_ms": None,
+            "total_ms": 80.1,
+            "tokens": {"prompt": 754, "model_window": 0},
+            "chunks": [{"chunk_id": "c\x1b1", "corpus": "house", "score": 0.57, "fused": 0.57}],
+        },
+    }
+    assert debug_lines(meta) == [
+        "debug: retrieval 12.6 ms, first token -, total 80.1 ms; rag used, merge score",
+        "debug: tokens: prompt 754, model_window 0",
+        "debug: corpus house: ok, 3 hits in 12.5 ms",
+        "debug: context 1: c\\u001b1 (house) score 0.57 fused 0.57",
+    ]
+    assert debug_lines({}) == ["debug: the node sent no debug details"]
