@@ -610,12 +610,19 @@ def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
 
 
 def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
+    from hearthnet.cli_ask import register_ask_commands
     from hearthnet.cli_data import register_data_commands
     from hearthnet.cli_llm import register_llm_commands
     from hearthnet.cli_logs import register_logs_command
     from hearthnet.cli_ui import register_ui_commands
 
-    return [register_data_commands, register_logs_command, register_llm_commands, register_ui_commands]
+    return [
+        register_data_commands,
+        register_logs_command,
+        register_llm_commands,
+        register_ask_commands,
+        register_ui_commands,
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,8 +5,12 @@
 - node C ("laptop")  a trusted member's laptop with neither
 
 From C we ingest the PDFs shipped in ``hearthnet/demo/`` into a corpus hosted
-on B, query it from C and from A, and show the ingest events on all three.
-Everything runs in a temporary directory that is removed at the end.
+on B, query it from C and from A, show the ingest events on all three, and ask
+C two questions with ``hearthnet ask``: the answers are extractive (quoted
+sentences with citations) unless ``HEARTHNET_LLM_BASE_URL`` and
+``HEARTHNET_LLM_MODEL`` are set, in which case node A serves that model as
+``llm.chat`` and the answers are generated.  Everything runs in a temporary
+directory that is removed at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ QUESTIONS = [
     ("C (laptop)", "When is the boiler serviced?"),
     ("A (hearth)", "How much energy can the home battery store?"),
     ("C (laptop)", "When should tomatoes be planted out?"),
+]
+ASKED = [
+    "When is the boiler serviced, and where is its service record kept?",
+    "What should I do if the inverter shows error 31?",
 ]
 
 
@@ -48,6 +56,20 @@ def show_answer(node: MeshNode, label: str, question: str) -> None:
         say(f"      {chunk['rank']}. score {chunk['score']:.3f}  {where}: {snippet}")
 
 
+def llm_env(env: dict[str, str]) -> dict[str, str]:
+    """Take the ``HEARTHNET_LLM_*`` settings out of the mesh's environment: only node A gets them."""
+    return {key: env.pop(key) for key in [k for k in env if k.startswith("HEARTHNET_LLM")]}
+
+
+def show_asked(node: MeshNode, question: str) -> None:
+    started = time.monotonic()
+    proc = node.cli("ask", question, timeout=300)
+    ms = (time.monotonic() - started) * 1000
+    say(f"    C asks: {question!r}   ({ms:.0f} ms through the CLI)")
+    for line in proc.stdout.rstrip("\n").splitlines():
+        say(f"      {line}".rstrip())
+
+
 def short(node_id: str) -> str:
     return node_id[:18] + "…"
 
@@ -60,9 +82,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="hearthnet-demo-") as tmp:
         mesh = LocalMesh(Path(tmp))
         mesh.env["HEARTHNET_LOG_LEVEL"] = "warning"
+        model_env = llm_env(mesh.env)
         try:
             step(1, "Creating three nodes, each with its own Ed25519 identity")
-            a = mesh.add("hearth")
+            a = mesh.add("hearth", env=model_env)
             b = mesh.add("pantry", env={"HEARTHNET_EMBEDDING": "0"})
             c = mesh.add("laptop", env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
             for label, node in (("A hearth", a), ("B pantry", b), ("C laptop", c)):
@@ -119,6 +142,23 @@ def main() -> int:
                     f"    {corpus['name']}: {corpus['docs']} documents, {corpus['chunks']} chunks, "
                     f"{corpus['embedding_model']}, on {short(corpus['node'])}"
                 )
+
+            step(7, "From C, 'hearthnet ask': answers from the documents, with their sources")
+            if model_env.get("HEARTHNET_LLM_BASE_URL"):
+                wait_for(lambda: c.cli_json("llm")["models"], timeout=60, what="C to see A's llm.chat")
+                say(
+                    f"    A serves llm.chat with {model_env.get('HEARTHNET_LLM_MODEL')!r} from "
+                    f"{model_env['HEARTHNET_LLM_BASE_URL']}: the answers are generated and cite "
+                    "their passages."
+                )
+            else:
+                say(
+                    "    No llm.chat provider is configured, so the answers are extractive: the sentences\n"
+                    "    of the documents closest to the question, quoted with their citations. (Set\n"
+                    "    HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL for a model served by A.)"
+                )
+            for question in ASKED:
+                show_asked(c, question)
             say("\nDone. Stopping the nodes and removing the temporary homes.")
             return 0
         except Exception as exc:

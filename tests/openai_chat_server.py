@@ -16,6 +16,12 @@ tests can check citations).  ``server.mode`` makes it misbehave on purpose:
 
 ``hold_after`` with mode ``normal`` pauses (until ``release``) after that many
 words: a test can then see pieces arrive before the answer is complete.
+``cite_each_file`` makes the default answer cite the first context line of each
+file instead (the composer's ``From file#id (page N)`` lines), so an answer
+can cite passages of several corpora.  ``first_token_delay`` (seconds) is
+waited before the first word, so a benchmark can measure the server's own
+time to first token.  ``python -m tests.openai_chat_server`` runs one as a
+process of its own and prints its port.
 While it waits, the server watches the socket: a client that closed it is
 counted in ``disconnects`` and sets ``disconnected``.
 """
@@ -32,6 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 MARKER = re.compile(r"\[([^\[\]\s#]+#[^\[\]\s]+)\]")
+CONTEXT_LINE = re.compile(r"From ([^\[\]\s#]+)#([^\[\]\s]+) \(page")
 MODES = ("normal", "no_usage", "busy", "error", "stall_first", "stall_mid", "malformed", "hang_up")
 STALL_SECONDS = 60.0
 
@@ -42,6 +49,17 @@ def default_reply(prompt: str) -> str:
     if found is None:
         return "I cannot find that in the documents."
     return f"According to the documents, the answer is given in [{found.group(1)}]."
+
+
+def reply_citing_each_file(prompt: str) -> str:
+    """An answer citing the first context line of each file in ``prompt``, in their order."""
+    first: dict[str, str] = {}
+    for name, chunk_id in CONTEXT_LINE.findall(prompt):
+        first.setdefault(name, chunk_id)
+    if not first:
+        return "I cannot find that in the documents."
+    cited = " and ".join(f"in [{name}#{chunk_id}]" for name, chunk_id in first.items())
+    return f"According to the documents, the answer is given {cited}."
 
 
 def words_of(text: str) -> list[str]:
@@ -63,6 +81,8 @@ class OpenAIChatServer:
         self.retry_after: str | None = "2"
         self.status = 500
         self.hold_after: int | None = None
+        self.cite_each_file = False
+        self.first_token_delay = 0.0
         self.release = threading.Event()
         self.disconnected = threading.Event()
         self.disconnects = 0
@@ -152,6 +172,8 @@ class OpenAIChatServer:
                     if mode == "stall_mid" and hold is None:
                         hold = 1
                     for i, word in enumerate(words):
+                        if i == 0 and outer.first_token_delay > 0:
+                            time.sleep(outer.first_token_delay)
                         if hold is not None and i == hold:
                             if not self._stall() or mode == "stall_mid":
                                 return
@@ -217,7 +239,10 @@ class OpenAIChatServer:
         self._thread.start()
 
     def _answer(self, prompt: str, body: dict[str, Any]) -> tuple[list[str], str]:
-        text = self.reply if self.reply is not None else default_reply(prompt)
+        if self.reply is not None:
+            text = self.reply
+        else:
+            text = reply_citing_each_file(prompt) if self.cite_each_file else default_reply(prompt)
         finish = "stop"
         stop = body.get("stop") or []
         for s in [stop] if isinstance(stop, str) else stop:
@@ -273,3 +298,26 @@ def _peer_closed(sock: socket.socket) -> bool:
         return sock.recv(1, socket.MSG_PEEK) == b""
     except (OSError, ValueError):
         return True
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until killed; the port is the first line printed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m tests.openai_chat_server")
+    parser.add_argument("--model", action="append", help="model name (repeatable; default: test-chat)")
+    parser.add_argument("--first-token-delay", type=float, default=0.0, help="seconds before the first word")
+    parser.add_argument("--cite-each-file", action="store_true", help="cite each file's first context line")
+    args = parser.parse_args(argv)
+    server = OpenAIChatServer(tuple(args.model or ["test-chat"]))
+    server.first_token_delay = args.first_token_delay
+    server.cite_each_file = args.cite_each_file
+    print(server.port, flush=True)
+    try:
+        threading.Event().wait()
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main()

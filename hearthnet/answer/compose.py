@@ -22,7 +22,6 @@ from hearthnet.answer.budget import (
     MESSAGE_OVERHEAD,
     REPLY_OVERHEAD,
     context_room,
-    estimate_prompt,
     estimate_tokens,
     pack,
 )
@@ -31,7 +30,7 @@ from hearthnet.answer.citations import check_citations, sources
 from hearthnet.answer.extractive import extract
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
-from hearthnet.answer.prompt import Turn, context_line, history_messages, messages, system_text
+from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
 from hearthnet.answer.retrieve import (
     MAX_K,
     CorpusResult,
@@ -310,23 +309,30 @@ class Composer:
             max_tokens=max_tokens,
         )
         lines: dict[str, str] = {}
+        costs: dict[str, int] = {}
 
         def cost(item: tuple[Hit, float]) -> int:
             line = lines[item[0].chunk_id] = context_line(cfg.context_line, item[0])
-            return estimate_tokens(line) + 1
+            c = costs[item[0].chunk_id] = estimate_tokens(line) + 1  # the line and the newline before it
+            return c
 
         kept, context_tokens = pack(
             ranked if with_context else [], budget=room, max_items=cfg.top_k_max, cost=cost
         )
-        system = system_text(cfg, [lines[h.chunk_id] for h, _ in kept] if with_context else None)
-        prompt = estimate_prompt(messages(system, history, question))
-        # The parts were costed one by one; the whole prompt is what llm.chat checks against its window.
+        # What llm.chat checks against its window is the whole prompt's estimate.  A newline
+        # ends every run the estimate counts, so the system message's estimate is its head's
+        # plus its lines' (tests/unit/test_answer_budget.py): the prompt is summed from the
+        # parts costed above, never counted again (on a 40-chunk prompt that took milliseconds).
+        fixed = REPLY_OVERHEAD + MESSAGE_OVERHEAD + history_tokens + question_tokens
+        head = estimate_tokens(context_head(cfg)) if with_context and kept else 0
+        prompt = fixed + head + context_tokens
         while window is not None and kept and prompt + max_tokens > window:
-            kept.pop()
-            system = system_text(cfg, [lines[h.chunk_id] for h, _ in kept])
-            prompt = estimate_prompt(messages(system, history, question))
+            prompt -= costs[kept.pop()[0].chunk_id]
         context = [h for h, _ in kept]
-        context_tokens = sum(estimate_tokens(lines[h.chunk_id]) + 1 for h in context)
+        context_tokens = sum(costs[h.chunk_id] for h in context)
+        if not context:  # no line: the system message is the instructions alone (costed above)
+            prompt = fixed + system_tokens - MESSAGE_OVERHEAD - REPLY_OVERHEAD
+        system = system_text(cfg, [lines[h.chunk_id] for h in context] if with_context else None)
         return _Selection(
             context=context,
             history=history,

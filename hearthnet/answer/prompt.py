@@ -16,7 +16,7 @@ from hearthnet.answer.budget import MESSAGE_OVERHEAD, estimate_tokens
 from hearthnet.answer.hits import Hit
 from hearthnet.config import AnswerConfig
 
-__all__ = ["Turn", "context_line", "history_messages", "messages", "system_text"]
+__all__ = ["Turn", "context_head", "context_line", "history_messages", "messages", "system_text"]
 
 Message = dict[str, str]
 
@@ -41,12 +41,17 @@ def context_line(template: str, hit: Hit) -> str:
     )
 
 
+def context_head(config: AnswerConfig) -> str:
+    """What the system message holds before its first context line (joined to it by a newline)."""
+    return f"{config.system_prompt}\n\n{config.context_header}"
+
+
 def system_text(config: AnswerConfig, context: Sequence[str] | None) -> str:
     """The system message: the RAG instructions and context lines, or the plain prompt (``None``)."""
     if context is None:
         return config.no_context_prompt
     body = "\n".join(context) if context else "(no document matched the question)"
-    return f"{config.system_prompt}\n\n{config.context_header}\n{body}"
+    return f"{context_head(config)}\n{body}"
 
 
 def history_messages(turns: Sequence[Turn], budget: int) -> tuple[list[Message], int]:
