@@ -178,13 +178,14 @@ class BuiltArchive:
     def layer(self, name: str) -> list[Segment]:
         return [s for s in self.segments if s.layer == name]
 
-    def chunk_with(self, phrase: str) -> Segment:
-        """The first chunk whose text holds ``phrase`` (whitespace collapsed)."""
+    def chunks_with(self, phrase: str) -> list[Segment]:
+        """The chunks whose text holds ``phrase`` (whitespace collapsed; windows overlap, so a
+        phrase may be in two)."""
         wanted = " ".join(phrase.split())
-        for seg in self.layer("chunk"):
-            if wanted in " ".join(seg.text.split()):
-                return seg
-        raise LookupError(f"no chunk holds {phrase[:40]!r}")
+        found = [seg for seg in self.layer("chunk") if wanted in " ".join(seg.text.split())]
+        if not found:
+            raise LookupError(f"no chunk holds {phrase[:40]!r}")
+        return found
 
 
 def read_pages(pdf: Path, first: int = 1, last: int | None = None) -> list[tuple[int, str]]:

@@ -173,7 +173,15 @@ class TEIServer:
                 self.end_headers()
                 self.wfile.write(raw)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        class Server(ThreadingHTTPServer):
+            def verify_request(self, request: Any, client_address: Any) -> bool:
+                with owner._lock:
+                    owner.connections += 1
+                return True
+
+        self.connections = 0
+        """TCP connections accepted (a test can tell "never contacted" from "contacted, refused")."""
+        self.httpd = Server(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self._thread = threading.Thread(
