@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest, NotFound, Partition
 from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
@@ -26,6 +27,7 @@ from hearthnet.services.rag.archives.config import ArchiveConfig, ArchiveDefault
 from hearthnet.services.rag.archives.search_tool import (
     FAILED,
     NO_ARCHIVES,
+    ArchiveRef,
     ArchiveSearch,
     effective_archives,
 )
@@ -404,6 +406,15 @@ async def test_the_tool_searches_both_archives_embedding_through_the_bus_and_fus
     assert [r["rank"] for r in answer["results"]] == [1, 2, 3, 4, 5, 6]
     # the second model's query was embedded once, by the node's TEI backend, over OpenAI's route
     assert archives.tei.requests[tei_before:] == [("/v1/embeddings", MODEL, 1)]
+    with capture_logs() as logs:  # a search that partly fails: logged by code, never by text
+        unserved = [
+            *refs,
+            ArchiveRef("Ohne Modell", archives.german.collection_name, archives.chroma.url, "x/y"),
+        ]
+        await tool.run({"query": "Metrische Räume und Chatbots"}, unserved, default_top_k=5, as_json=False)
+    logged = repr(logs)
+    assert "archive_search_failed" in logged
+    assert "Metrische" not in logged and all(r["text"][:30] not in logged for r in answer["results"])
     text = await tool.run(
         {"query": "Chatbots in chat rooms", "top_k": 2}, refs, default_top_k=5, as_json=False
     )

@@ -29,7 +29,7 @@ from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Timeout
 from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef, QueryResult
 from hearthnet.services.rag.archives.config import ArchiveConfig
 from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
-from hearthnet.services.rag.filters import chroma_where, compile_where
+from hearthnet.services.rag.filters import build_where, chroma_where, compile_where
 
 __all__ = [
     "DROPPED_METADATA",
@@ -152,13 +152,14 @@ class Archive:
         where: Mapping[str, Any] | None = None,
         include_text: bool = True,
     ) -> list[Hit]:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise BadRequest("k must be a positive integer")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_RECHECKED:
+            raise BadRequest(f"k must be an integer 1-{MAX_RECHECKED}")
         vec = np.asarray(vector, dtype=np.float64).reshape(-1)
         if vec.size == 0 or not np.isfinite(vec).all():
             raise BadRequest(f"archive {self.config.display_name}: the query vector must be finite numbers")
         ref = await self._checked(vec.size)
-        clause = archive_clause(where, self.config.layer)
+        # build_where again: its output is a valid input, and a raw filter becomes canonical
+        clause = archive_clause(build_where(where) if where else None, self.config.layer)
         try:
             return await self._search(ref, vec, k, clause, include_text)
         except NotFound:

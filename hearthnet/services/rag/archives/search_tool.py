@@ -64,6 +64,7 @@ __all__ = [
     "format_passages",
     "format_text",
     "parse_rag_config",
+    "serves",
     "tool_schema",
 ]
 
@@ -415,7 +416,7 @@ class ArchiveSearch:
     async def _one(
         self, source: int, ref: ArchiveRef, query: str, k: int, vectors: dict[str, _Embedding]
     ) -> ArchiveOutcome:
-        providers = [p for p in self._bus.providers("rag.query", (1, 0)) if serves(p.descriptor.params, ref)]
+        providers = self._serving(ref)
         route = "mesh" if providers else "direct"
         stage = "search"
         try:
@@ -454,12 +455,32 @@ class ArchiveSearch:
         ]
         return ArchiveOutcome(ref, "ok", found, route=route)
 
+    def _serving(self, ref: ArchiveRef) -> list[ProviderInfo]:
+        """Nodes offering ``rag.query`` for this archive, searching this node's default layer if any do.
+
+        The registry answers one descriptor per remote node for the params asked, so the params
+        name the archive (collection and model; the layer first); the server is compared
+        normalised afterwards, as nodes may spell its URL differently.
+        """
+        wanted = {"collection_name": ref.collection_name, "embedding_model": ref.embedding_model}
+        for params in ({**wanted, "layer": self._layer}, wanted):
+            found = [
+                p
+                for p in self._bus.providers("rag.query", (1, 0), params)
+                if serves(p.descriptor.params, ref)
+            ]
+            if found:
+                return found
+        return []
+
     async def _over_bus(
         self, ref: ArchiveRef, query: str, k: int, providers: Sequence[ProviderInfo]
     ) -> list[Hit]:
-        """``rag.query`` at a node serving the archive (this node's own first); the params name the
-        archive exactly, so the bus may fail over only to nodes serving the same one."""
-        chosen = next((p for p in providers if p.is_local), providers[0]).descriptor.params
+        """``rag.query`` at a node serving the archive (one searching this node's default layer
+        first, then this node's own); the params name the archive exactly, so the bus may fail over
+        only to nodes serving the same one."""
+        best = min(providers, key=lambda p: (p.descriptor.params.get("layer") != self._layer, not p.is_local))
+        chosen = best.descriptor.params
         params = {
             key: chosen[key] for key in ("corpus", "chromadb_url", "collection_name", "embedding_model")
         }
