@@ -381,7 +381,7 @@ def main() -> None:
         print(
             f"{built.collection_name}  {built.embedding_model}  {built.dim}-d  {len(built.segments)} segments"
         )
-    print(f"chroma run on {server.url} (pid dir {args.dir}); Ctrl-C stops it", flush=True)
+    print(f"chroma run on {server.url} (data in {args.dir}); Ctrl-C stops it", flush=True)
     try:
         server.wait()
     except KeyboardInterrupt:
