@@ -18,6 +18,15 @@ from pathlib import Path
 from typing import Any, overload
 
 from hearthnet.errors import BadRequest
+from hearthnet.services.rag.archives.config import (
+    ENV_CHROMADB_URL,
+    ArchiveConfig,
+    ArchiveDefaults,
+    archive_defaults,
+    check_server_url,
+    normalize_url,
+    resolve_archive,
+)
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME
 
 CONFIG_FILE = "config.toml"
@@ -154,6 +163,11 @@ class EmbeddingConfig:
     timeout_seconds: float = 10.0
 
 
+MAX_ARCHIVES = 64
+"""``[[rag.archives]]`` tables one node may serve."""
+MAX_ARCHIVE_URLS = 64
+
+
 @dataclass(frozen=True)
 class RagConfig:
     enabled: bool = True
@@ -162,6 +176,20 @@ class RagConfig:
     embed_timeout_seconds: float = 10.0
     accept_new_corpora: bool = True
     embedding_model: str = "all-MiniLM-L6-v2"
+    archives: tuple[ArchiveConfig, ...] = ()
+    """External ChromaDB collections served read-only as corpora (``[[rag.archives]]``)."""
+    archive_urls: tuple[str, ...] = ()
+    """ChromaDB servers this node may ask for archives a call names (``search_archives``), besides
+    those of ``archives`` and ``DOCPROC_CHROMADB_URL``: see :attr:`allowed_archive_urls`."""
+    archive_defaults: ArchiveDefaults = field(default_factory=ArchiveDefaults)
+    """What an archive leaves out, after the seeds' environment variables (``RAG_DEFAULT_LAYER`` ...)."""
+
+    @property
+    def allowed_archive_urls(self) -> frozenset[str]:
+        """The allow-list, normalised: ``archive_urls`` and every configured archive's server."""
+        return frozenset(
+            normalize_url(u) for u in (*self.archive_urls, *(a.chromadb_url for a in self.archives))
+        )
 
 
 PROMPT_FORMATS = ("chat", "plain")
@@ -482,7 +510,12 @@ _KNOWN: dict[str, frozenset[str]] = {
             "embed_timeout_seconds",
             "accept_new_corpora",
             "embedding_model",
+            "archives",
+            "archive_urls",
         }
+    ),
+    "rag.archives": frozenset(
+        {"name", "label", "collection_name", "chromadb_url", "embedding_model", "layer"}
     ),
     "blobs": frozenset({"cap_bytes"}),
     "log": frozenset({"file", "max_bytes", "backups"}),
@@ -589,8 +622,65 @@ def check_chroma_url(url: str | None, name: str) -> str | None:
     return url
 
 
-def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
-    """Build a config from a parsed TOML document (unknown keys and wrong types are an error)."""
+def _archives(rag_s: Mapping[str, Any], defaults: ArchiveDefaults) -> tuple[ArchiveConfig, ...]:
+    """``[[rag.archives]]``: each table strict, its left-out keys from ``defaults``; names unique."""
+    tables = _get(rag_s, "archives", list, [], "rag")
+    if len(tables) > MAX_ARCHIVES:
+        raise BadRequest(f"[[rag.archives]] in config.toml has {len(tables)} tables; at most {MAX_ARCHIVES}")
+    out: list[ArchiveConfig] = []
+    for i, raw in enumerate(tables, start=1):
+        t = _table(raw, "rag.archives")
+        where = f"[[rag.archives]] #{i} in config.toml"
+        for required in ("name", "collection_name"):
+            if required not in t:
+                raise BadRequest(f"{where} needs {required}")
+        archive = resolve_archive(
+            name=_get(t, "name", str, None, "rag.archives"),
+            collection_name=_get(t, "collection_name", str, None, "rag.archives"),
+            label=_get(t, "label", str, None, "rag.archives"),
+            chromadb_url=_get(t, "chromadb_url", str, None, "rag.archives"),
+            embedding_model=_get(t, "embedding_model", str, None, "rag.archives"),
+            layer=_get(t, "layer", str, None, "rag.archives"),
+            defaults=defaults,
+            setting=where,
+        )
+        if any(a.name == archive.name for a in out):
+            raise BadRequest(
+                f"{where}: name {archive.name!r} is used by an earlier archive; names must differ"
+            )
+        out.append(archive)
+    return tuple(out)
+
+
+def _archive_urls(rag_s: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+    """``rag.archive_urls`` (each an http(s) URL), with ``DOCPROC_CHROMADB_URL`` when it is set."""
+    urls = _get(rag_s, "archive_urls", list, [], "rag")
+    if len(urls) > MAX_ARCHIVE_URLS:
+        raise BadRequest(
+            f"rag.archive_urls in config.toml lists {len(urls)} URLs; at most {MAX_ARCHIVE_URLS}"
+        )
+    out = []
+    for i, url in enumerate(urls):
+        if not isinstance(url, str):
+            raise BadRequest(f"rag.archive_urls[{i}] in config.toml must be a string, got {url!r}")
+        out.append(check_server_url(url, f"rag.archive_urls[{i}] in config.toml"))
+    from_env = env.get(ENV_CHROMADB_URL, "").strip()
+    if from_env:
+        out.append(check_server_url(from_env, ENV_CHROMADB_URL))
+    return tuple(out)
+
+
+def config_from_mapping(
+    home: Path, data: Mapping[str, Any], env: Mapping[str, str] | None = None
+) -> NodeConfig:
+    """Build a config from a parsed TOML document (unknown keys and wrong types are an error).
+
+    ``env`` gives the seeds' fallbacks of what a table leaves out (``DOCPROC_CHROMADB_URL``,
+    ``RAG_DEFAULT_LAYER``, ``DOCPROC_TEI_EMBEDDINGS_URL`` ...): a value written in the file wins
+    over them.  Overrides (``HEARTHNET_*``) are :func:`apply_env`'s.
+    """
+    env = {} if env is None else env
+    defaults = archive_defaults(env)
     top = _table(data, "")
     net = _table(top.get("network", {}), "network")
     listen = _get(net, "listen", str, None, "network")
@@ -615,12 +705,16 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     for raw in backends:
         b = _table(raw, "embedding.openai")
         where = "embedding.openai"
-        for required in ("base_url", "model", "dim"):
+        for required in ("model", "dim"):
             if required not in b:
                 raise BadRequest(f"[[embedding.openai]] in config.toml needs {required}")
+        base_url = _get(b, "base_url", str, None, where)
         openai.append(
             OpenAIBackendConfig(
-                base_url=_get(b, "base_url", str, None, where),
+                # the seeds' TEI fallback: DOCPROC_TEI_EMBEDDINGS_URL, else http://tei-embeddings:8080
+                base_url=defaults.tei_url
+                if base_url is None
+                else check_server_url(base_url, "[[embedding.openai]] base_url in config.toml"),
                 model=_get(b, "model", str, None, where),
                 dim=_int(b, "dim", 0, 1, where),  # present: checked above
                 api_key_env=_get(b, "api_key_env", str, None, where),
@@ -643,6 +737,9 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         embed_timeout_seconds=_seconds(rag_s, "embed_timeout_seconds", 10.0, "rag"),
         accept_new_corpora=_get(rag_s, "accept_new_corpora", bool, True, "rag"),
         embedding_model=_get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
+        archives=_archives(rag_s, defaults),
+        archive_urls=_archive_urls(rag_s, env),
+        archive_defaults=defaults,
     )
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
@@ -938,7 +1035,8 @@ def load_config(home: Path, env: Mapping[str, str] | None = None) -> NodeConfig:
             raise BadRequest(f"{path} is not valid TOML: {exc}") from exc
         except UnicodeDecodeError as exc:
             raise BadRequest(f"{path} is not UTF-8 text (byte {exc.start}): save it as UTF-8") from None
-    return apply_env(config_from_mapping(home, data), os.environ if env is None else env)
+    environ = os.environ if env is None else env
+    return apply_env(config_from_mapping(home, data, environ), environ)
 
 
 def toml_string(text: str) -> str:

@@ -10,7 +10,9 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("package", ["hearthnet.transport", "hearthnet.community"])
+@pytest.mark.parametrize(
+    "package", ["hearthnet.transport", "hearthnet.community", "hearthnet.services.rag.archives"]
+)
 def test_every_exported_name_resolves_and_an_unknown_one_is_an_attribute_error(package: str) -> None:
     module = importlib.import_module(package)
     for name in module.__all__:

@@ -1,0 +1,91 @@
+"""Archives: external ChromaDB collections (made by another system) served as read-only corpora,
+and the seeds' ``search_archives`` tool over them.
+
+The names below load their module on first use: the node's config reads only
+``config`` (no HTTP client, no numpy) when it parses ``[[rag.archives]]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hearthnet.lazy_exports import lazy_getattr
+
+if TYPE_CHECKING:
+    from hearthnet.services.rag.archives.archive import Archive, archive_clause, map_metadata
+    from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef
+    from hearthnet.services.rag.archives.config import (
+        LAYERS,
+        ArchiveConfig,
+        ArchiveDefaults,
+        archive_defaults,
+        normalize_url,
+        resolve_archive,
+    )
+    from hearthnet.services.rag.archives.embed import embed_query
+    from hearthnet.services.rag.archives.merge import ArchiveHit, Ranked, merge_hits
+    from hearthnet.services.rag.archives.search_tool import (
+        TOOL_NAME,
+        ArchiveRef,
+        ArchiveSearch,
+        SearchOutcome,
+        effective_archives,
+        format_json,
+        format_text,
+        tool_schema,
+    )
+
+_HOME = {
+    "Archive": "archive",
+    "archive_clause": "archive",
+    "map_metadata": "archive",
+    "ChromaHttpClient": "client",
+    "CollectionRef": "client",
+    "LAYERS": "config",
+    "ArchiveConfig": "config",
+    "ArchiveDefaults": "config",
+    "archive_defaults": "config",
+    "normalize_url": "config",
+    "resolve_archive": "config",
+    "embed_query": "embed",
+    "ArchiveHit": "merge",
+    "Ranked": "merge",
+    "merge_hits": "merge",
+    "TOOL_NAME": "search_tool",
+    "ArchiveRef": "search_tool",
+    "ArchiveSearch": "search_tool",
+    "SearchOutcome": "search_tool",
+    "effective_archives": "search_tool",
+    "format_json": "search_tool",
+    "format_text": "search_tool",
+    "tool_schema": "search_tool",
+}
+
+__all__ = [
+    "LAYERS",
+    "TOOL_NAME",
+    "Archive",
+    "ArchiveConfig",
+    "ArchiveDefaults",
+    "ArchiveHit",
+    "ArchiveRef",
+    "ArchiveSearch",
+    "ChromaHttpClient",
+    "CollectionRef",
+    "Ranked",
+    "SearchOutcome",
+    "archive_clause",
+    "archive_defaults",
+    "effective_archives",
+    "embed_query",
+    "format_json",
+    "format_text",
+    "map_metadata",
+    "merge_hits",
+    "normalize_url",
+    "resolve_archive",
+    "tool_schema",
+]
+
+if not TYPE_CHECKING:  # the type checker sees the imports above, and flags a misspelt name
+    __getattr__ = lazy_getattr(__name__, _HOME, globals())
