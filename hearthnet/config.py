@@ -100,6 +100,22 @@ class RagConfig:
 
 
 @dataclass(frozen=True)
+class OcrConfig:
+    enabled: bool = True
+    """Serve ``ocr.page`` (off on a small device: its pages go to a peer that has OCR)."""
+    max_concurrent: int = 1
+    """Pages recognised at once; each takes a core and the engine's working memory (specs/ocr.md)."""
+    dpi: int = 200
+    """Resolution a PDF page is rendered at for OCR (at most 2000 pixels on its long side)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_concurrent <= 64:
+            raise BadRequest(f"ocr.max_concurrent must be 1..64, got {self.max_concurrent}")
+        if not 50 <= self.dpi <= 600:
+            raise BadRequest(f"ocr.dpi must be 50..600, got {self.dpi}")
+
+
+@dataclass(frozen=True)
 class BlobConfig:
     cap_bytes: int | None = None
 
@@ -112,6 +128,7 @@ class NodeConfig:
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     rag: RagConfig = field(default_factory=RagConfig)
     blobs: BlobConfig = field(default_factory=BlobConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
     log_level: str = "info"
 
     # paths inside the home ------------------------------------------------------
@@ -141,7 +158,7 @@ class NodeConfig:
 
 
 _KNOWN: dict[str, frozenset[str]] = {
-    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs"}),
+    "": frozenset({"name", "log_level", "network", "embedding", "rag", "blobs", "ocr"}),
     "network": frozenset(
         {
             "listen",
@@ -167,6 +184,7 @@ _KNOWN: dict[str, frozenset[str]] = {
         }
     ),
     "blobs": frozenset({"cap_bytes"}),
+    "ocr": frozenset({"enabled", "max_concurrent", "dpi"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -291,6 +309,12 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
     )
     blob_s = _table(top.get("blobs", {}), "blobs")
     blobs = BlobConfig(cap_bytes=_int(blob_s, "cap_bytes", None, 0, "blobs"))
+    ocr_s = _table(top.get("ocr", {}), "ocr")
+    ocr = OcrConfig(
+        enabled=_get(ocr_s, "enabled", bool, True, "ocr"),
+        max_concurrent=_int(ocr_s, "max_concurrent", 1, 1, "ocr"),
+        dpi=_int(ocr_s, "dpi", 200, 50, "ocr"),
+    )
     name = _get(top, "name", str, "node", "config")
     return NodeConfig(
         home=home,
@@ -299,6 +323,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
         embedding=embedding,
         rag=rag,
         blobs=blobs,
+        ocr=ocr,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
     )
 
@@ -306,6 +331,7 @@ def config_from_mapping(home: Path, data: Mapping[str, Any]) -> NodeConfig:
 def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     """Apply ``HEARTHNET_*`` (and the seeds' ``RAG_*_TIMEOUT_SECONDS``) overrides."""
     network, embedding, rag, blobs = config.network, config.embedding, config.rag, config.blobs
+    ocr = config.ocr
     if "HEARTHNET_LISTEN" in env:
         host, port = _parse_listen(env["HEARTHNET_LISTEN"])
         network = replace(network, listen_host=host, listen_port=port)
@@ -345,6 +371,8 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         t = _positive_float(env["RAG_EMBED_TIMEOUT_SECONDS"], "RAG_EMBED_TIMEOUT_SECONDS")
         rag = replace(rag, embed_timeout_seconds=t)
         embedding = replace(embedding, timeout_seconds=t)
+    if "HEARTHNET_OCR" in env:
+        ocr = replace(ocr, enabled=_bool(env["HEARTHNET_OCR"], "HEARTHNET_OCR"))
     if "HEARTHNET_BLOB_CAP_BYTES" in env:
         text = env["HEARTHNET_BLOB_CAP_BYTES"].strip()
         if not text.isdigit():
@@ -355,7 +383,14 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         raise BadRequest("HEARTHNET_NAME must not be empty")
     log_level = check_log_level(env.get("HEARTHNET_LOG_LEVEL", config.log_level), "HEARTHNET_LOG_LEVEL")
     return replace(
-        config, name=name, log_level=log_level, network=network, embedding=embedding, rag=rag, blobs=blobs
+        config,
+        name=name,
+        log_level=log_level,
+        network=network,
+        embedding=embedding,
+        rag=rag,
+        blobs=blobs,
+        ocr=ocr,
     )
 
 
@@ -403,5 +438,7 @@ def default_config_text(*, name: str, listen: str) -> str:
         "enabled = true\n"
         "query_timeout_seconds = 5.0\n"
         "embed_timeout_seconds = 10.0\n\n"
+        "[ocr]\n"
+        "enabled = true\n\n"
         "[blobs]\n"
     )
