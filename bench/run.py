@@ -20,7 +20,7 @@ from typing import Any
 from bench.common import cpu_ticks, machine, steal_pct
 from bench.report import RESULTS, markdown_table, plot_rag_latency
 
-BENCHMARKS = ("bus", "blobs", "embed", "rag", "scifact", "load", "fuzz")
+BENCHMARKS = ("bus", "blobs", "embed", "rag", "scifact", "ocr", "load", "fuzz")
 
 
 def _now() -> str:
