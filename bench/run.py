@@ -20,7 +20,7 @@ from typing import Any
 from bench.common import cpu_ticks, machine, steal_pct
 from bench.report import RESULTS, markdown_table, plot_rag_latency
 
-BENCHMARKS = ("bus", "blobs", "embed", "rag", "answer", "scifact", "load", "fuzz", "ui")
+BENCHMARKS = ("bus", "blobs", "embed", "rag", "answer", "scifact", "ocr", "load", "fuzz", "ui")
 
 
 def _now() -> str:

@@ -288,6 +288,22 @@ class LlmConfig:
 
 
 @dataclass(frozen=True)
+class OcrConfig:
+    enabled: bool = True
+    """Serve ``ocr.page`` (off on a small device: its pages go to a peer that has OCR)."""
+    max_concurrent: int = 1
+    """Pages recognised at once; each takes a core and the engine's working memory (specs/ocr.md)."""
+    dpi: int = 200
+    """Resolution a PDF page is rendered at for OCR (at most 2000 pixels on its long side)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_concurrent <= 64:
+            raise BadRequest(f"ocr.max_concurrent must be 1..64, got {self.max_concurrent}")
+        if not 50 <= self.dpi <= 600:
+            raise BadRequest(f"ocr.dpi must be 50..600, got {self.dpi}")
+
+
+@dataclass(frozen=True)
 class BlobConfig:
     cap_bytes: int | None = None
 
@@ -427,6 +443,7 @@ class NodeConfig:
     answer: AnswerConfig = field(default_factory=AnswerConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
     ui: UiConfig = field(default_factory=UiConfig)
+    ocr: OcrConfig = field(default_factory=OcrConfig)
     log_level: str = "info"
     log: LogConfig = field(default_factory=LogConfig)
 
@@ -486,7 +503,7 @@ def log_path(home: Path) -> Path:
 
 _KNOWN: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"name", "log_level", "network", "embedding", "rag", "blobs", "log", "llm", "answer", "ui"}
+        {"name", "log_level", "network", "embedding", "rag", "blobs", "log", "llm", "answer", "ui", "ocr"}
     ),
     "network": frozenset(
         {
@@ -550,6 +567,7 @@ _KNOWN: dict[str, frozenset[str]] = {
         }
     ),
     "ui": frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"}),
+    "ocr": frozenset({"enabled", "max_concurrent", "dpi"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -752,6 +770,12 @@ def config_from_mapping(
     answer = _answer_config(_table(top.get("answer", {}), "answer"))
     llm = _llm_config(_table(top.get("llm", {}), "llm"))
     ui = _ui_config(_table(top.get("ui", {}), "ui"))
+    ocr_s = _table(top.get("ocr", {}), "ocr")
+    ocr = OcrConfig(
+        enabled=_get(ocr_s, "enabled", bool, True, "ocr"),
+        max_concurrent=_int(ocr_s, "max_concurrent", 1, 1, "ocr"),
+        dpi=_int(ocr_s, "dpi", 200, 50, "ocr"),
+    )
     name = check_name(_get(top, "name", str, "node", "config"), "name in config.toml")
     return NodeConfig(
         home=home,
@@ -763,6 +787,7 @@ def config_from_mapping(
         answer=answer,
         llm=llm,
         ui=ui,
+        ocr=ocr,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
         log=log,
     )
@@ -953,6 +978,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     if "HEARTHNET_UI_LISTEN" in env:
         host, port = parse_listen(env["HEARTHNET_UI_LISTEN"], "HEARTHNET_UI_LISTEN")
         ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)
+    ocr = config.ocr
     if "HEARTHNET_LISTEN" in env:
         host, port = parse_listen(env["HEARTHNET_LISTEN"], "HEARTHNET_LISTEN")
         network = replace(network, listen_host=host, listen_port=port)
@@ -993,6 +1019,8 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         t = _positive_float(env["RAG_EMBED_TIMEOUT_SECONDS"], "RAG_EMBED_TIMEOUT_SECONDS")
         rag = replace(rag, embed_timeout_seconds=t)
         embedding = replace(embedding, timeout_seconds=t)
+    if "HEARTHNET_OCR" in env:
+        ocr = replace(ocr, enabled=_bool(env["HEARTHNET_OCR"], "HEARTHNET_OCR"))
     if "HEARTHNET_BLOB_CAP_BYTES" in env:
         text = env["HEARTHNET_BLOB_CAP_BYTES"].strip()
         if not text.isdigit():
@@ -1021,6 +1049,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         answer=answer,
         llm=llm,
         ui=ui,
+        ocr=ocr,
     )
 
 
@@ -1070,6 +1099,8 @@ def default_config_text(*, name: str, listen: str) -> str:
         "enabled = true\n"
         "query_timeout_seconds = 5.0\n"
         "embed_timeout_seconds = 10.0\n\n"
+        "[ocr]\n"
+        "enabled = true\n\n"
         "[blobs]\n\n"
         "[log]\n"
         "file = true                 # also write <home>/logs/node.log ('hearthnet logs' prints it)\n"

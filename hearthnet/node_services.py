@@ -153,6 +153,27 @@ def answer_service(parts: NodeParts) -> Service | None:
     return service
 
 
+def ocr_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.ocr
+    if not cfg.enabled:
+        return None
+    from hearthnet.services.ocr.service import OcrService, OcrSettings
+
+    return OcrService(
+        bus=parts.bus,
+        blobs=parts.extras["blob_store"],
+        settings=OcrSettings(max_concurrent=cfg.max_concurrent, dpi=cfg.dpi),
+    )
+
+
 def service_factories() -> list[ServiceFactory]:
-    # Order matters: rag uses the blob store the file service opened.
-    return [file_service, embedding_service, rag_catalog_service, rag_service, llm_service, answer_service]
+    # Order matters: rag and ocr use the blob store the file service opened.
+    return [
+        file_service,
+        embedding_service,
+        rag_catalog_service,
+        rag_service,
+        ocr_service,
+        llm_service,
+        answer_service,
+    ]

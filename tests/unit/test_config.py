@@ -68,6 +68,7 @@ def test_link_liveness_settings_from_toml_and_environment(tmp_path: Path) -> Non
         ({"RAG_QUERY_TIMEOUT_SECONDS": "-1"}, "positive"),
         ({"HEARTHNET_KEEPALIVE_SECONDS": "20"}, "at least twice"),
         ({"HEARTHNET_DEAD_AFTER_SECONDS": "abc"}, "must be a number"),
+        ({"HEARTHNET_OCR": "maybe"}, "HEARTHNET_OCR must be true or false"),
     ],
 )
 def test_bad_environment_values_are_rejected_with_a_reason(
@@ -100,6 +101,13 @@ def test_unknown_keys_and_bad_toml_are_rejected(tmp_path: Path) -> None:
         ({"rag": {"chroma_url": "http://h:99999"}}, "rag.chroma_url is not a valid URL"),
         ({"rag": {"chroma_url": "h:8000"}}, "must be an http"),
         ({"rag": {"query_timeout_seconds": float("inf")}}, "query_timeout_seconds must be"),
+        ({"ocr": {"enable": False}}, r"unknown config key\(s\) in \[ocr\]: enable"),
+        ({"ocr": {"enabled": "no"}}, r"ocr\.enabled in config\.toml must be true/false"),
+        ({"ocr": {"max_concurrent": 0}}, "ocr.max_concurrent must be at least 1"),
+        ({"ocr": {"max_concurrent": 1.5}}, r"ocr\.max_concurrent in config\.toml must be int"),
+        ({"ocr": {"dpi": 20}}, "ocr.dpi must be at least 50"),
+        ({"ocr": {"dpi": 1200}}, r"ocr\.dpi must be 50\.\.600"),
+        ({"ocr": True}, r"\[ocr\] in config\.toml must be a table"),
     ],
 )
 def test_a_setting_that_would_be_ignored_or_crash_later_is_refused_at_load(
@@ -318,3 +326,16 @@ def test_ui_environment_overrides(tmp_path: Path) -> None:
         apply_env(base, {"HEARTHNET_UI": "maybe"})
     with pytest.raises(BadRequest, match="HEARTHNET_UI_LISTEN"):
         apply_env(base, {"HEARTHNET_UI_LISTEN": "nowhere"})
+
+
+def test_ocr_is_on_by_default_and_turned_off_by_config_or_environment(tmp_path: Path) -> None:
+    base = config_from_mapping(tmp_path, {})
+    assert (base.ocr.enabled, base.ocr.max_concurrent, base.ocr.dpi) == (True, 1, 200)
+    small = config_from_mapping(tmp_path, {"ocr": {"enabled": False}})
+    assert small.ocr.enabled is False
+    assert apply_env(small, {"HEARTHNET_OCR": "1"}).ocr.enabled is True
+    assert apply_env(base, {"HEARTHNET_OCR": "0"}).ocr.enabled is False
+    tuned = config_from_mapping(tmp_path, {"ocr": {"max_concurrent": 2, "dpi": 300}})
+    assert (tuned.ocr.max_concurrent, tuned.ocr.dpi) == (2, 300)
+    lan = config_from_mapping(tmp_path, tomllib.loads((ROOT / "configs" / "lan.toml").read_text()))
+    assert lan.ocr.enabled is False  # the Pi preset leaves OCR to a bigger peer

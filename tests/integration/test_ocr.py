@@ -1,0 +1,82 @@
+"""``ocr.page`` across real node processes: a node without OCR has its pages read by a peer.
+
+A: founder, serves ocr.page.   B: member with OCR off (``HEARTHNET_OCR=0``), holds the scans.
+Neither runs the embedder or RAG: this is the OCR capability alone, over TCP.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from hearthnet.client import Client
+from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.services.ocr.pages import render_pdf_page
+from tests.shared_data import PDF_DIR
+
+SCANNED = PDF_DIR / "scanned_image_only_no_text.pdf"
+VICKSBURG = PDF_DIR / "scanned_with_ocr_text_layer.pdf"
+
+
+def ocr_providers(node: MeshNode) -> set[str]:
+    return {c["node"] for c in node.status()["capabilities"] if c["capability"] == "ocr.page@1.0"}
+
+
+@pytest.fixture(scope="module")
+def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
+    m = LocalMesh(tmp_path_factory.mktemp("ocr"))
+    m.env.update({"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
+    try:
+        a = m.add("a")
+        b = m.add("b", env={"HEARTHNET_OCR": "0"})
+        m.found(a)
+        m.invite(a, b, "member")
+        m.wait_full_mesh(timeout=60)
+        wait_for(lambda: ocr_providers(b) == {a.node_id}, timeout=60, what="B to see A's ocr.page")
+        yield m
+    finally:
+        m.close()
+
+
+def put(node: MeshNode, path: object) -> str:
+    doc_cid: str = node.cli_json("file", "put", str(path))["doc_cid"]
+    return doc_cid
+
+
+def test_a_scanned_pdf_held_by_b_is_read_by_a_through_the_bus(mesh: LocalMesh) -> None:
+    a, b = mesh.nodes["a"], mesh.nodes["b"]
+    doc_cid = put(b, SCANNED)
+    inp = json.dumps({"doc_cid": doc_cid, "page": 1})
+    result = b.cli_json("call", "ocr.page", "--input", inp, "--timeout", "180", timeout=240)
+    assert result["provider"] == a.node_id  # B has no OCR: the bus routed the page to A
+    text = result["output"]["text"]
+    for words in ("tip-toeing", "widow's garden", "Miss Watson", "THEY TIP-TOED ALONG"):
+        assert words in text, words
+    assert result["meta"]["page"] == 1 and result["meta"]["page_count"] == 1
+    assert result["meta"]["dpi"] == 200.0
+    # A fetched the blob from B (the caller) to render it
+    assert any(blob["doc_cid"] == doc_cid for blob in a.cli_json("file", "ls")["blobs"])
+
+
+def test_a_page_image_sent_by_a_program_on_b_is_read_by_a(mesh: LocalMesh) -> None:
+    a, b = mesh.nodes["a"], mesh.nodes["b"]
+    out = io.BytesIO()
+    render_pdf_page(VICKSBURG.read_bytes(), 2, 200).image.save(out, "JPEG", quality=80)
+    result = Client(b.home).call("ocr.page", input={"image": out.getvalue()}, timeout=180)
+    assert result.provider == a.node_id
+    for words in ("Sibley Tent", "96th Ohio", "thirteen dollars"):
+        assert words in result.output["text"], words
+    assert (result.meta["width"], result.meta["height"]) == (1200, 1800)
+
+
+def test_a_page_past_the_end_is_one_line_bad_request(mesh: LocalMesh) -> None:
+    b = mesh.nodes["b"]
+    doc_cid = put(b, SCANNED)
+    proc = b.cli("call", "ocr.page", "--input", json.dumps({"doc_cid": doc_cid, "page": 5}), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == ("hearthnet: bad_request: page 5 is out of range: the PDF has 1 page(s)"), (
+        proc.stderr
+    )
