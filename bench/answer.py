@@ -58,7 +58,7 @@ from bench.common import (
 from bench.rag import first_pages
 from hearthnet.cli import event_loop_options
 from hearthnet.client import AsyncClient
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "bench-chat"

@@ -36,7 +36,7 @@ import anyio
 
 from bench.common import Metric, helper_servers, machine, median_range, node_like_process
 from hearthnet.cli import event_loop_options
-from hearthnet.mesh import LocalMesh, MeshNode
+from hearthnet.testing import LocalMesh, MeshNode
 
 SINK = r"""
 import anyio

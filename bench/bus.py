@@ -35,7 +35,7 @@ import anyio
 
 from bench.common import Metric, helper_servers, machine, median_range, node_like_process, percentile
 from hearthnet.cli import event_loop_options
-from hearthnet.mesh import LocalMesh, member_bus
+from hearthnet.testing import LocalMesh, member_bus
 from hearthnet.wire.codec import pack
 from hearthnet.wire.frames import FrameDecoder, encode_frame
 

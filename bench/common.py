@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hearthnet.observability import configure_logging
+from hearthnet.runtime.observability import configure_logging
 
 # The benchmark process's own buses and clients log warnings only, to stderr:
 # stdout carries the JSON result.
@@ -74,7 +74,7 @@ def helper_servers() -> Iterator[Callable[..., int]]:
 
 def node_like_process() -> None:
     """Tune this process's allocator as ``hearthnet node run`` does (floors and nodes alike)."""
-    from hearthnet.process_settings import tune_malloc
+    from hearthnet.runtime.process_settings import tune_malloc
 
     tune_malloc()
 

@@ -36,9 +36,9 @@ import anyio
 from bench.common import Metric, machine, median_range, node_like_process, percentile
 from bench.embed_direct import make_chunks, measure_direct
 from hearthnet.cli import event_loop_options
-from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
 from hearthnet.services.embedding.model_files import find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel, OnnxSettings
+from hearthnet.testing import LocalMesh, MeshNode, member_bus, wait_for
 
 MODEL = "all-MiniLM-L6-v2"
 BATCH = 32

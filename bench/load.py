@@ -26,7 +26,7 @@ import anyio
 from bench.common import SHARED_DATA, Metric, machine, node_like_process, percentile
 from hearthnet.client import AsyncClient
 from hearthnet.errors import BusError
-from hearthnet.mesh import LocalMesh, MeshNode
+from hearthnet.testing import LocalMesh, MeshNode
 
 CALLERS_PER_NODE = 100
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import SHARED_DATA, Metric, machine, median_range, node_like_process
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 PDFS = SHARED_DATA / "pdfs"
 SCANNED = PDFS / "scanned_image_only_no_text.pdf"

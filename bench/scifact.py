@@ -166,7 +166,7 @@ async def _ask_all(home: Path, texts: list[str], k: int) -> tuple[list[list[str]
 
 def run(quick: bool = False) -> list[Metric]:
     node_like_process()
-    from hearthnet.mesh import LocalMesh
+    from hearthnet.testing import LocalMesh
 
     idx, queries, qrels = subset(quick)
     docs = corpus()
@@ -197,7 +197,7 @@ def run(quick: bool = False) -> list[Metric]:
         ingest_s = time.perf_counter() - t0
         failed = [r for r in out["results"] if not r.get("ok")]
         chunks = sum(int(r.get("chunks_indexed", 0)) for r in out["results"] if r.get("ok"))
-        from hearthnet.mesh import wait_for
+        from hearthnet.testing import wait_for
 
         wait_for(
             lambda: any(

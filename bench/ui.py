@@ -28,7 +28,7 @@ import httpx
 from bench.common import Metric, machine, median_range, node_like_process, percentile
 from hearthnet.cli import event_loop_options
 from hearthnet.client import AsyncClient
-from hearthnet.mesh import LocalMesh, MeshNode
+from hearthnet.testing import LocalMesh, MeshNode
 
 PAGES = (("ask", "#question"), ("library", "#corpora"), ("mesh", "#nodes tbody tr"))
 READY = {  # the page's first API answers are drawn

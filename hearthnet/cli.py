@@ -28,7 +28,7 @@ import anyio
 from hearthnet import __version__
 from hearthnet.client import Client, resolve_home
 from hearthnet.errors import BadRequest, BusError, unwrap_group
-from hearthnet.process_settings import tune_malloc
+from hearthnet.runtime.process_settings import tune_malloc
 from hearthnet.wire.codec import value_problem
 
 EXIT_FAILURE = 1
@@ -298,7 +298,7 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     tune_malloc()
     from hearthnet.config import load_config
     from hearthnet.node import Node
-    from hearthnet.observability import configure_logging, shutdown_logging
+    from hearthnet.runtime.observability import configure_logging, shutdown_logging
 
     config = load_config(args.home)
     lock = _lock_home(args.home)  # held until the process exits; before the log file is opened

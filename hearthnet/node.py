@@ -29,7 +29,7 @@ from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
 from hearthnet.events.rules import EventRules, default_rules
 from hearthnet.identity import Identity, load_identity
-from hearthnet.observability import process_figures
+from hearthnet.runtime.observability import process_figures
 from hearthnet.services.base import Service
 from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService

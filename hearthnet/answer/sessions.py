@@ -19,7 +19,7 @@ from typing import Any
 
 from hearthnet.answer.prompt import Turn
 from hearthnet.errors import BadRequest, NotFound
-from hearthnet.sqlite_tx import transaction
+from hearthnet.runtime.sqlite_tx import transaction
 
 __all__ = ["MAX_TITLE", "SessionStore", "validate_session_id", "validate_title"]
 

@@ -58,7 +58,7 @@ from hearthnet.blobs.manifest import (
     verify_chunk,
 )
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound
-from hearthnet.sqlite_tx import transaction
+from hearthnet.runtime.sqlite_tx import transaction
 
 __all__ = [
     "DEFAULT_STALE_AFTER_S",

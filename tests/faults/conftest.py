@@ -1,4 +1,4 @@
-"""Shared helpers of the fault scenarios (real node processes on 127.0.0.1, see hearthnet/mesh.py)."""
+"""Shared helpers of the fault scenarios (real node processes on 127.0.0.1, see hearthnet/testing.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import structlog
 
-from hearthnet.mesh import MeshNode
+from hearthnet.testing import MeshNode
 
 NO_MODELS = {"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"}
 

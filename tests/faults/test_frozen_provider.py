@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from hearthnet.client import Client
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 
 from .conftest import log_records, report

@@ -20,7 +20,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.errors import BusError
 from hearthnet.events.envelope import sign_event
 from hearthnet.identity import Identity, load_identity
-from hearthnet.mesh import LocalMesh, member_bus, wait_for
+from hearthnet.testing import LocalMesh, member_bus, wait_for
 from hearthnet.transport import open_link
 from hearthnet.wire.codec import pack
 from hearthnet.wire.frames import HEADER

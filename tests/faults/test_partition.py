@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import pytest
 
 from hearthnet.identity import Identity
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 from .conftest import NO_MODELS, event_ids, log_records, report
 

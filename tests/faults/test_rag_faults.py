@@ -24,8 +24,8 @@ import pytest
 
 from hearthnet.client import Client
 from hearthnet.errors import BusError
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
 from hearthnet.services.rag.ingest import StreamedDocument
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 
 from .conftest import log_records, node_stats, report

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 DEMO = Path(__file__).resolve().parents[2] / "hearthnet" / "demo"
 QUESTION = "When is the gas boiler serviced?"

@@ -21,7 +21,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest, NotFound, Partition
-from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
 from hearthnet.services.rag.archives.archive import Archive
 from hearthnet.services.rag.archives.config import ArchiveConfig, ArchiveDefaults
 from hearthnet.services.rag.archives.search_tool import (
@@ -32,6 +31,7 @@ from hearthnet.services.rag.archives.search_tool import (
     effective_archives,
 )
 from hearthnet.services.rag.corpus import Corpus
+from hearthnet.testing import LocalMesh, MeshNode, member_bus, wait_for
 from tests.chroma_fixture import (
     ENGLISH,
     GERMAN,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from pypdf import PdfReader
 
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.openai_chat_server import OpenAIChatServer
 
 DEMO = Path(__file__).resolve().parents[2] / "hearthnet" / "demo"

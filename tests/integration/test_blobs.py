@@ -17,7 +17,7 @@ import pytest
 from hearthnet.blobs import BlobStore, Manifest, blob_cid
 from hearthnet.blobs.manifest import MAX_MANIFEST_CHUNKS
 from hearthnet.errors import BadRequest, Unauthorized
-from hearthnet.mesh import LocalMesh, MeshNode, member_bus, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, member_bus, wait_for
 from tests.shared_data import PDF_DIR
 
 PDFS = PDF_DIR

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from hearthnet.cli import build_parser
-from hearthnet.mesh import LocalMesh, MeshNode
+from hearthnet.testing import LocalMesh, MeshNode
 from tests.cli_fork import HUNG, run_many
 
 TEN_K = "x" * 10_000

@@ -13,7 +13,7 @@ import pytest
 from hearthnet.client import AsyncClient
 from hearthnet.errors import CapacityExceeded, Unauthorized
 from hearthnet.identity import Identity, load_identity
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from hearthnet.transport import initiate_link, open_link
 from hearthnet.wire.frames import HEADER
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "hearthnet" / "demo"

@@ -11,7 +11,7 @@ import pytest
 
 from hearthnet.client import Client
 from hearthnet.errors import BusError
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 # Long inputs so one embed.text call takes seconds on this 2-core machine.
 TEXTS = [

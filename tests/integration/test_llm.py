@@ -15,7 +15,7 @@ import pytest
 
 from hearthnet.client import AsyncClient
 from hearthnet.errors import BadRequest
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.openai_chat_server import OpenAIChatServer, default_reply, words_of
 
 MODEL = "test-chat"

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from hearthnet.identity import Identity
-from hearthnet.mesh import LocalMesh
+from hearthnet.testing import LocalMesh
 
 
 def test_a_second_node_run_on_the_same_home_is_refused_and_the_first_keeps_serving(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hearthnet.mesh import LocalMesh
+from hearthnet.testing import LocalMesh
 from tests.shared_data import PDF_DIR
 
 STORY = (

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from hearthnet.client import Client
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
 from hearthnet.services.ocr.pages import render_pdf_page
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 
 SCANNED = PDF_DIR / "scanned_image_only_no_text.pdf"

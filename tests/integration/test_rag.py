@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hearthnet.mesh import LocalMesh
+from hearthnet.testing import LocalMesh
 from tests.openai_server import DIM, OpenAIEmbeddingServer
 
 DEMO = Path(__file__).resolve().parents[2] / "hearthnet" / "demo"

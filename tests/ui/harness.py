@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hearthnet.mesh import MeshNode
+from hearthnet.testing import MeshNode
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "artifacts"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hearthnet.mesh import LocalMesh, MeshNode
+from hearthnet.testing import LocalMesh, MeshNode
 from tests.shared_data import PDF_DIR
 from tests.ui.harness import chromium, owner_link, person_link, screenshot, skip_without_browser, ui_url
 

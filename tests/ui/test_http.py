@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from hearthnet.config import UiConfig
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 from tests.ui.harness import Ui, owner_link, person_link, token_of, ui_url
 

@@ -18,7 +18,7 @@ import pytest
 import structlog
 
 from hearthnet.cli import main
-from hearthnet.observability import configure_logging, shutdown_logging
+from hearthnet.runtime.observability import configure_logging, shutdown_logging
 
 
 def record(i: int, **extra: object) -> str:

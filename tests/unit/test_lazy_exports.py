@@ -1,4 +1,4 @@
-"""Lazy package exports (hearthnet/lazy_exports.py): every name resolves, and the CLI's import
+"""Lazy package exports (hearthnet/runtime/lazy_exports.py): every name resolves, and the CLI's import
 does not pull in links, the event log or structlog (it started in 0.36-0.50 s, now ~0.15 s)."""
 
 from __future__ import annotations

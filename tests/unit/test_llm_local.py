@@ -19,10 +19,10 @@ import anyio
 import pytest
 
 from hearthnet.errors import Partition
-from hearthnet.mesh import wait_for
 from hearthnet.services.llm import ChatRequest, LocalChatBackend, LocalLlmConfig, LocalUnavailable
 from hearthnet.services.llm import local as local_module
 from hearthnet.services.llm.local import local_unavailable_reason
+from hearthnet.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fake_llama"

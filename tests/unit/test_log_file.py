@@ -1,4 +1,4 @@
-"""The node's log file (``hearthnet/observability.py``): JSON lines rotated by size, private,
+"""The node's log file (``hearthnet/runtime/observability.py``): JSON lines rotated by size, private,
 written by a thread of its own so a log call never waits on the disk."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import structlog
 
-from hearthnet import observability
-from hearthnet.mesh import wait_for
-from hearthnet.observability import FILE_QUEUE_RECORDS, configure_logging, shutdown_logging
+from hearthnet.runtime import observability
+from hearthnet.runtime.observability import FILE_QUEUE_RECORDS, configure_logging, shutdown_logging
+from hearthnet.testing import wait_for
 
 
 @pytest.fixture(autouse=True)

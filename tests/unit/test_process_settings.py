@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from hearthnet.process_settings import MallocSettings, tune_malloc
+from hearthnet.runtime.process_settings import MallocSettings, tune_malloc
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -52,7 +52,7 @@ import collections, ctypes, os, resource, sys, tempfile
 from concurrent.futures import ThreadPoolExecutor
 import msgpack
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from hearthnet.process_settings import tune_malloc
+from hearthnet.runtime.process_settings import tune_malloc
 
 if sys.argv[1] == "tuned":
     assert len(tune_malloc(environ={})) == 3
@@ -121,7 +121,7 @@ def test_fixed_thresholds_stop_chunk_buffers_from_being_faulted_in_again() -> No
 # without its arena): each layer allocates and frees buffers of a few MiB, in two threads.
 _INFERENCE = r"""
 import ctypes, resource, sys, threading
-from hearthnet.process_settings import MallocSettings, tune_malloc
+from hearthnet.runtime.process_settings import MallocSettings, tune_malloc
 
 if sys.argv[1] == "tuned":
     assert len(tune_malloc(environ={})) == 3

@@ -1,4 +1,4 @@
-"""WorkerThreads (hearthnet/worker_threads.py): results, errors, bounds, cancellation, shutdown."""
+"""WorkerThreads (hearthnet/runtime/worker_threads.py): results, errors, bounds, cancellation, shutdown."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from hearthnet.errors import Partition
-from hearthnet.worker_threads import WorkerThreads
+from hearthnet.runtime.worker_threads import WorkerThreads
 from tests.polling import wait_until
 
 pytestmark = pytest.mark.anyio

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, NotFound
-from hearthnet.sqlite_tx import transaction
+from hearthnet.runtime.sqlite_tx import transaction
 
 __all__ = [
     "OWNER_LINK_SECONDS",

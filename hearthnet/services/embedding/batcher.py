@@ -8,7 +8,7 @@ queued requests, each request's items shortest first, up to
 ``max_batch_items`` and ``max_batch_tokens`` padded tokens (rows x longest
 row), so one caller's 256 texts delay another caller by at most one bounded
 batch per inference slot.  Inference runs in the batcher's own worker threads
-(:class:`~hearthnet.worker_threads.WorkerThreads`, one per limiter token).
+(:class:`~hearthnet.runtime.worker_threads.WorkerThreads`, one per limiter token).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hearthnet.errors import BusError, InternalError
-from hearthnet.worker_threads import WorkerThreads
+from hearthnet.runtime.worker_threads import WorkerThreads
 
 __all__ = ["MicroBatcher", "plan_batch"]
 

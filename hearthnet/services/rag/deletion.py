@@ -19,11 +19,11 @@ import structlog
 
 from hearthnet.blobs import BlobStore
 from hearthnet.errors import BusError, NotFound
+from hearthnet.runtime.blocking import run_blocking
+from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.events import DELETED
-from hearthnet.services.rag.ingest import run_blocking
 from hearthnet.services.rag.names import PERSONAL
 from hearthnet.services.rag.store import CorpusStore
-from hearthnet.worker_threads import WorkerThreads
 
 __all__ = ["AppendEvent", "Deletions", "FindEvent"]
 

@@ -22,11 +22,10 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from hearthnet.bus.api import BusAPI
-from hearthnet.errors import BadRequest, BusError, InternalError, NotFound, Partition, unwrap_group
+from hearthnet.errors import BadRequest, InternalError, NotFound, Partition, unwrap_group
 from hearthnet.services.rag.chunker import Chunk, PageChunker, detect_language
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, Document, DocumentHeader, PageText, stream_document
 from hearthnet.wire.vectors import decode_embeddings
-from hearthnet.worker_threads import WorkerThreads
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
@@ -297,17 +296,3 @@ async def embed_streamed(
         )
     matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
     return EmbeddedDocument(matrix, tokens, truncated)
-
-
-async def run_blocking(
-    fn: Callable[..., Any], *args: Any, limiter: anyio.CapacityLimiter | WorkerThreads
-) -> Any:
-    """``fn(*args)`` in a worker thread: anyio's under ``limiter``, or one of the given threads."""
-    try:
-        if isinstance(limiter, WorkerThreads):
-            return await limiter.run(fn, *args)
-        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
-    except BusError:
-        raise
-    except MemoryError as exc:
-        raise InternalError("out of memory while processing the document") from exc

@@ -30,6 +30,8 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized, unwrap_group
+from hearthnet.runtime.blocking import run_blocking
+from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.chunker import Chunk
 from hearthnet.services.rag.deletion import AppendEvent, Deletions, FindEvent
 from hearthnet.services.rag.events import INGESTED
@@ -42,7 +44,6 @@ from hearthnet.services.rag.ingest import (
     Progress,
     StreamedDocument,
     embed_streamed,
-    run_blocking,
 )
 from hearthnet.services.rag.inputs import (
     MAX_K,
@@ -55,7 +56,6 @@ from hearthnet.services.rag.inputs import (
 from hearthnet.services.rag.names import PERSONAL, SYSTEM, host_label, validate_corpus_name
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, MAX_TITLE
 from hearthnet.services.rag.store import CorpusInfo, CorpusStore, DocumentSource, ScoredChunk
-from hearthnet.worker_threads import WorkerThreads
 
 log = structlog.get_logger("hearthnet.rag")
 
@@ -112,7 +112,7 @@ class RagService:
         """Threads for store writes (and the reads of ingest and reindex)."""
         self._read_threads = WorkerThreads(settings.store_threads, "rag-read")
         """Threads for queries and listings: a query never waits behind a long write (and pays
-        one pass through the event loop to reach one, see :mod:`hearthnet.worker_threads`)."""
+        one pass through the event loop to reach one, see :mod:`hearthnet.runtime.worker_threads`)."""
         self._reader_limiter = anyio.CapacityLimiter(4)
         """Threads reading documents (ingests and a reindex); each mostly waits for the embedder."""
         self._parse_slot = threading.BoundedSemaphore(1)

@@ -45,11 +45,11 @@ from hearthnet.errors import (
     Partition,
     Timeout,
 )
+from hearthnet.runtime.sqlite_tx import transaction
 from hearthnet.services.rag.chunker import RESERVED_METADATA, Chunk, check_extra_metadata
 from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
 from hearthnet.services.rag.filters import build_where, chroma_where, compile_where, where_matches
 from hearthnet.services.rag.names import collection_name, staging_collection_name, validate_corpus_name
-from hearthnet.sqlite_tx import transaction
 
 __all__ = [
     "CHUNK_KEYS",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hearthnet.lazy_exports import lazy_getattr
+from hearthnet.runtime.lazy_exports import lazy_getattr
 
 if TYPE_CHECKING:
     from hearthnet.services.rag.archives.archive import Archive, archive_clause, map_metadata

@@ -21,9 +21,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from hearthnet.mesh import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
-DOCS = Path(__file__).resolve().parent / "demo"
+DOCS = Path(__file__).resolve().parent
 CORPUS = "household"
 QUESTIONS = [
     ("C (laptop)", "When is the boiler serviced?"),

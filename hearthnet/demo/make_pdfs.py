@@ -1,7 +1,7 @@
 """Render the demo documents (our own text) to small PDFs in hearthnet/demo/.
 
 A minimal PDF writer: one Helvetica text stream per page, so pypdf extracts
-the text exactly.  Run `python tools/make_demo_pdfs.py` after editing the text.
+the text exactly.  Run `python -m hearthnet.demo.make_pdfs` after editing the text.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "hearthnet" / "demo"
+OUT = Path(__file__).resolve().parent
 
 DOCS: dict[str, tuple[str, list[str]]] = {
     "heating_handbook.pdf": (
@@ -37,7 +37,8 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "day and feeds the fridge, the lights and the network equipment through the evening.",
             "In winter the battery also charges from the grid at night, when electricity is cheapest, "
             "between one and five in the morning.\n\n"
-            "Clean the panels once a year in spring with soft water and a long brush; never use a pressure washer. "
+            "Clean the panels once a year in spring with soft water and a long brush; "
+            "never use a pressure washer. "
             "If the inverter display shows error 31, switch it off for one minute and on again.",
         ],
     ),
@@ -49,8 +50,10 @@ DOCS: dict[str, tuple[str, list[str]]] = {
             "three years; onion and parsnip seeds only for one.\n\n"
             "Tomatoes are sown indoors in the middle of March and planted out after the last frost, "
             "usually in the second half of May.",
-            "Potatoes go into the ground in April. Garlic is planted in October and harvested the next July.\n\n"
-            "The rain barrels beside the shed hold 600 litres. In dry summers, water the vegetable beds in the "
+            "Potatoes go into the ground in April. "
+            "Garlic is planted in October and harvested the next July.\n\n"
+            "The rain barrels beside the shed hold 600 litres. "
+            "In dry summers, water the vegetable beds in the "
             "evening so that less water evaporates.",
         ],
     ),
@@ -91,14 +94,15 @@ def write_pdf(path: Path, title: str, pages: list[str]) -> None:
         objects.append(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
     out = bytearray(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
     offsets = []
-    for number, body in enumerate(objects, start=1):
+    for number, obj in enumerate(objects, start=1):
         offsets.append(len(out))
-        out += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+        out += f"{number} 0 obj\n".encode() + obj + b"\nendobj\n"
     xref = len(out)
     out += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
     for off in offsets:
         out += f"{off:010d} 00000 n \n".encode()
-    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R /Info << /Title ({_escape(title)}) >> >>\n".encode()
+    info = f"/Info << /Title ({_escape(title)}) >>"
+    out += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R {info} >>\n".encode()
     out += f"startxref\n{xref}\n%%EOF\n".encode()
     path.write_bytes(bytes(out))
 
