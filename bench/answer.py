@@ -56,8 +56,8 @@ from bench.common import (
     percentile,
 )
 from bench.rag import first_pages
-from hearthnet.cli import event_loop_options
 from hearthnet.client import AsyncClient
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ from pathlib import Path
 import anyio
 
 from bench.common import Metric, helper_servers, machine, median_range, node_like_process
-from hearthnet.cli import event_loop_options
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.testing import LocalMesh, MeshNode
 
 SINK = r"""

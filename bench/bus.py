@@ -34,7 +34,7 @@ from pathlib import Path
 import anyio
 
 from bench.common import Metric, helper_servers, machine, median_range, node_like_process, percentile
-from hearthnet.cli import event_loop_options
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.testing import LocalMesh, member_bus
 from hearthnet.wire.codec import pack
 from hearthnet.wire.frames import FrameDecoder, encode_frame
@@ -64,7 +64,7 @@ anyio.run(main, backend_options={'use_uvloop': True})
 LINK_SERVER = r"""
 import asyncio, sys
 import anyio
-from hearthnet.cli import event_loop_options
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.errors import BusError
 from hearthnet.identity import Identity
 from hearthnet.transport import create_listener, listener_port, serve_links

@@ -35,7 +35,7 @@ import anyio
 
 from bench.common import Metric, machine, median_range, node_like_process, percentile
 from bench.embed_direct import make_chunks, measure_direct
-from hearthnet.cli import event_loop_options
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.services.embedding.model_files import find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel, OnnxSettings
 from hearthnet.testing import LocalMesh, MeshNode, member_bus, wait_for

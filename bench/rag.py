@@ -45,7 +45,7 @@ import numpy as np
 from bench.common import SHARED_DATA, Metric, machine, median_range, node_like_process, percentile
 from bench.rag_recall import perturbed
 from bench.scifact import CACHE, doc_vectors, query_vectors, test_queries
-from hearthnet.cli import event_loop_options
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.testing import LocalMesh, MeshNode, member_bus, wait_for
 
 PDF = SHARED_DATA / "pdfs" / "de_geotopo_lecture_notes.pdf"

@@ -26,8 +26,8 @@ import anyio
 import httpx
 
 from bench.common import Metric, machine, median_range, node_like_process, percentile
-from hearthnet.cli import event_loop_options
 from hearthnet.client import AsyncClient
+from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.testing import LocalMesh, MeshNode
 
 PAGES = (("ask", "#question"), ("library", "#corpora"), ("mesh", "#nodes tbody tr"))

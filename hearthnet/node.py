@@ -78,16 +78,37 @@ def register_service_event_rules(rules: EventRules) -> None:
     rules.register(deleted_rule())
 
 
+def community_rules() -> EventRules:
+    """Every event type a node stores: the community's own and the services' (the same on every
+    node, whatever it runs, or nodes would disagree about what to keep)."""
+    rules = default_rules()
+    register_service_event_rules(rules)
+    return rules
+
+
 def default_service_factories() -> list[ServiceFactory]:
     from hearthnet.node_services import service_factories
 
     return service_factories()
 
 
-def default_front_door_factories() -> list[FrontDoorFactory]:
-    from hearthnet.frontends import front_door_factories
+def control_door(parts: NodeParts) -> FrontDoor:
+    from hearthnet.frontends.control.server import ControlServer
 
-    return front_door_factories()
+    return ControlServer(parts.config.control_socket, parts.bus)
+
+
+def ui_door(parts: NodeParts) -> FrontDoor | None:
+    if not parts.config.ui.enabled:
+        return None
+    from hearthnet.frontends.http.server import UiServer
+
+    return UiServer(parts.config, parts.bus)
+
+
+def default_front_door_factories() -> list[FrontDoorFactory]:
+    """The servers among the front doors, started after the services in this order."""
+    return [control_door, ui_door]
 
 
 class Node:
@@ -214,8 +235,7 @@ class Node:
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         config = self.config
         self.identity = identity = load_identity(config.identity_path)
-        rules = default_rules()
-        register_service_event_rules(rules)
+        rules = community_rules()
         self.event_log = event_log = await anyio.to_thread.run_sync(
             lambda: EventLog(config.events_path, rules=rules)
         )

@@ -62,7 +62,7 @@ class MeshNode:
 
     # CLI ----------------------------------------------------------------------
     def cli(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "hearthnet.cli", "--home", str(self.home), *args]
+        cmd = [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(self.home), *args]
         proc = subprocess.run(
             cmd, capture_output=True, text=True, env={**self.env, **self.extra_env}, timeout=timeout
         )
@@ -81,7 +81,7 @@ class MeshNode:
         self.log_path = self.home / "node.log"
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hearthnet.cli", "--home", str(self.home), "node", "run"],
+            [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(self.home), "node", "run"],
             stdout=subprocess.DEVNULL,
             stderr=log,
             env={**self.env, **self.extra_env},

@@ -2,7 +2,7 @@
 loaded, so hundreds of invocations cost milliseconds each instead of an interpreter start.
 
 Each child is a real process with its own stdin (``/dev/null``), stdout and stderr (files), and
-ends as ``python -m hearthnet.cli`` would: ``main``'s return code, or a traceback on stderr and
+ends as ``python -m hearthnet.frontends.cli`` would: ``main``'s return code, or a traceback on stderr and
 exit 1 if anything escapes it.  A child still running after ``timeout`` seconds is killed by its
 own ``SIGALRM`` and reported as hung (exit code ``-14``).
 
@@ -62,7 +62,7 @@ def _child(argv: list[str], out: str, err: str, timeout: int) -> None:
             os.dup2(opened, fd)
             os.close(opened)
         signal.alarm(timeout)
-        from hearthnet.cli import main
+        from hearthnet.frontends.cli import main
 
         try:
             code = main(argv)
@@ -83,7 +83,7 @@ def _child(argv: list[str], out: str, err: str, timeout: int) -> None:
 
 
 def _serve() -> None:
-    import hearthnet.cli  # noqa: F401  (loaded once: every child starts with it)
+    import hearthnet.frontends.cli  # noqa: F401  (loaded once: every child starts with it)
 
     jobs = json.loads(sys.stdin.read())
     argvs: list[list[str]] = jobs["argvs"]

@@ -1,4 +1,5 @@
-"""Process-wide settings a running node applies to itself before its threads start.
+"""Process-wide settings a running node applies to itself before its threads start: the event
+loop it runs on, and glibc's allocator.
 
 Only glibc's allocator is tuned here (``mallopt``); elsewhere (musl, macOS)
 nothing changes.  An operator's own choice wins: an environment variable that
@@ -11,8 +12,9 @@ import ctypes
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["MallocSettings", "tune_malloc"]
+__all__ = ["MallocSettings", "event_loop_options", "tune_malloc"]
 
 # From <malloc.h>.
 _M_TRIM_THRESHOLD = -1
@@ -80,3 +82,13 @@ def tune_malloc(
         if not env.get(variable) and mallopt(option, value):
             applied[name] = value
     return applied
+
+
+def event_loop_options() -> dict[str, Any]:
+    """``anyio.run``'s backend options: uvloop when it is installed (it cuts the bus's per-call
+    overhead; see ``specs/bus.md``)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return {}
+    return {"use_uvloop": True}

@@ -77,7 +77,7 @@ def _start_in(node: MeshNode, netns: str) -> None:
                 netns,
                 sys.executable,
                 "-m",
-                "hearthnet.cli",
+                "hearthnet.frontends.cli",
                 "--home",
                 str(node.home),
                 "node",

@@ -102,7 +102,7 @@ def ingest_proc(via: MeshNode, path: Path, corpus: str, on: MeshNode) -> subproc
     cmd = [
         sys.executable,
         "-m",
-        "hearthnet.cli",
+        "hearthnet.frontends.cli",
         "--home",
         str(via.home),
         "ingest",

@@ -201,7 +201,17 @@ def test_a_session_is_started_continued_listed_renamed_and_deleted(
     server.reply = "In the blue folder."
     follow_up = "Where is its service record kept?"
     second = subprocess.run(  # the question from stdin ('-')
-        [sys.executable, "-m", "hearthnet.cli", "--home", str(laptop.home), "ask", "-", "--session", session],
+        [
+            sys.executable,
+            "-m",
+            "hearthnet.frontends.cli",
+            "--home",
+            str(laptop.home),
+            "ask",
+            "-",
+            "--session",
+            session,
+        ],
         input=follow_up,
         capture_output=True,
         text=True,
@@ -241,7 +251,16 @@ def test_ctrl_c_mid_answer_exits_130_and_stops_the_model(mesh: LocalMesh, server
     server.reply = "Every year in early October, by a registered engineer."
     server.hold_after = 3  # the server holds the rest until the client walks away
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hearthnet.cli", "--home", str(laptop.home), "ask", BOILER, "--no-cache"],
+        [
+            sys.executable,
+            "-m",
+            "hearthnet.frontends.cli",
+            "--home",
+            str(laptop.home),
+            "ask",
+            BOILER,
+            "--no-cache",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**laptop.env, **laptop.extra_env},

@@ -47,7 +47,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshNode]:
 
 
 def cli(node: MeshNode, *args: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "hearthnet.cli", "--home", str(node.home), *args, "--json"]
+    cmd = [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(node.home), *args, "--json"]
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**node.env, **node.extra_env}
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hearthnet.cli import build_parser
+from hearthnet.frontends.cli import build_parser
 from hearthnet.testing import LocalMesh, MeshNode
 from tests.cli_fork import HUNG, run_many
 

@@ -374,7 +374,7 @@ def test_the_events_command_pages_through_the_whole_log(
     it whole, in replay order, as one JSON document or one line per event."""
     import json
 
-    from hearthnet import cli
+    from hearthnet.frontends import cli
 
     a, _, _ = nodes(mesh)
     whole = a.cli_json("call", "events.list", "--input", '{"limit": 5000}')["output"]

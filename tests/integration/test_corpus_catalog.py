@@ -66,7 +66,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def cli(node: MeshNode, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "hearthnet.cli", "--home", str(node.home), *args]
+    cmd = [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(node.home), *args]
     return subprocess.run(
         cmd, input=stdin, capture_output=True, text=True, env={**node.env, **node.extra_env}, timeout=600
     )

@@ -18,7 +18,7 @@ def test_a_second_node_run_on_the_same_home_is_refused_and_the_first_keeps_servi
         mesh.found(a)
         before = a.cli_json("status")
         second = subprocess.run(
-            [sys.executable, "-m", "hearthnet.cli", "--home", str(a.home), "node", "run"],
+            [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(a.home), "node", "run"],
             capture_output=True,
             text=True,
             env={**a.env, **a.extra_env},
@@ -39,7 +39,7 @@ def test_a_listen_address_in_use_is_named_with_the_settings_that_change_it(tmp_p
         port = holder.getsockname()[1]
         env = {**os.environ, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"}
         env.pop("HEARTHNET_HOME", None)
-        cli = [sys.executable, "-m", "hearthnet.cli", "--home", str(home)]
+        cli = [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(home)]
         subprocess.run([*cli, "init", "--listen", f"127.0.0.1:{port}"], check=True, env=env, timeout=60)
         run = subprocess.run([*cli, "node", "run"], capture_output=True, text=True, env=env, timeout=60)
     assert run.returncode == 1

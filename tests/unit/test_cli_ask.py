@@ -9,8 +9,9 @@ import io
 
 import pytest
 
-from hearthnet.cli import build_parser
-from hearthnet.cli_ask import (
+from hearthnet.errors import BadRequest
+from hearthnet.frontends.cli import build_parser
+from hearthnet.frontends.cli.ask import (
     StageLine,
     answer_text,
     ask_input,
@@ -19,7 +20,6 @@ from hearthnet.cli_ask import (
     node_names,
     source_lines,
 )
-from hearthnet.errors import BadRequest
 
 NODE = "ed25519:Abcdefghijklmnopqrstuvwxyz0123456789"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hearthnet.cli import main
+from hearthnet.frontends.cli import main
 
 
 @pytest.mark.parametrize("bad_name", ["", "x" * 129])
@@ -77,7 +77,7 @@ def test_failures_around_the_home_are_one_line_not_a_traceback(
     assert err.count("\n") == 1 and err.startswith("hearthnet: ")
     # in a process of its own: `node run` configures process-wide logging
     run = subprocess.run(
-        [sys.executable, "-m", "hearthnet.cli", "--home", str(tmp_path / "empty"), "node", "run"],
+        [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(tmp_path / "empty"), "node", "run"],
         capture_output=True,
         text=True,
         timeout=60,

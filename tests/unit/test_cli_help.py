@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from hearthnet import __version__
-from hearthnet.cli import build_parser, main
+from hearthnet.frontends.cli import build_parser, main
 
 
 def commands(

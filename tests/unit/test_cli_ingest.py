@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from hearthnet.cli import main
-from hearthnet.cli_data import _expand, _summary, path_text, shown
+from hearthnet.frontends.cli import main
+from hearthnet.frontends.cli.ingest import _expand, _summary
+from hearthnet.frontends.cli.output import path_text, shown
 
 
 @pytest.mark.parametrize(

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hearthnet.cli import main
 from hearthnet.client import AsyncClient
 from hearthnet.errors import BadRequest
+from hearthnet.frontends.cli import main
 
 DEEP = "[" * 1000 + "]" * 1000
 

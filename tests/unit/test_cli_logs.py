@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from hearthnet.cli import main
+from hearthnet.frontends.cli import main
 from hearthnet.runtime.observability import configure_logging, shutdown_logging
 
 
@@ -117,7 +117,18 @@ def test_follow_survives_rotations_and_ctrl_c_ends_it_quietly(node_logging: Path
     log = structlog.get_logger("test")
     log.info("before", i=-1)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hearthnet.cli", "logs", "-f", "-n", "1", "--json", "--home", str(home)],
+        [
+            sys.executable,
+            "-m",
+            "hearthnet.frontends.cli",
+            "logs",
+            "-f",
+            "-n",
+            "1",
+            "--json",
+            "--home",
+            str(home),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -145,7 +156,7 @@ def test_follow_survives_rotations_and_ctrl_c_ends_it_quietly(node_logging: Path
 def test_follow_waits_for_a_missing_file_and_rereads_a_truncated_one(tmp_path: Path) -> None:
     home = tmp_path / "home"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hearthnet.cli", "logs", "-f", "--home", str(home)],
+        [sys.executable, "-m", "hearthnet.frontends.cli", "logs", "-f", "--home", str(home)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -8,9 +8,9 @@ import anyio
 import anyio.abc
 import pytest
 
-from hearthnet import client as client_module
 from hearthnet.client import AsyncClient, Client
 from hearthnet.errors import Timeout
+from hearthnet.frontends.client import client as client_module
 
 
 @pytest.fixture

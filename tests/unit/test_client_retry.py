@@ -15,14 +15,14 @@ from typing import Any
 import anyio
 import pytest
 
-from hearthnet import client as client_module
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
-from hearthnet.client import AsyncClient, Client, retry_wait
 from hearthnet.community import Level
-from hearthnet.control import ControlServer
 from hearthnet.errors import CapacityExceeded
+from hearthnet.frontends.client import client as client_module
+from hearthnet.frontends.client.client import AsyncClient, Client, retry_wait
+from hearthnet.frontends.control.server import ControlServer
 from hearthnet.identity import Identity
 from tests.polling import wait_until
 

@@ -15,15 +15,15 @@ import anyio
 import anyio.abc
 import pytest
 
-from hearthnet import control
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.client import AsyncClient
 from hearthnet.community import Level
-from hearthnet.control import ControlServer
-from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, write_message
 from hearthnet.errors import BadRequest, NotFound, Partition
+from hearthnet.frontends.control import server as control
+from hearthnet.frontends.control.protocol import CONTROL_MAX_FRAME, read_message, write_message
+from hearthnet.frontends.control.server import ControlServer
 from hearthnet.identity import Identity
 from hearthnet.wire.frames import FrameDecoder
 from tests.polling import wait_until

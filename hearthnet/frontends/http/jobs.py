@@ -24,9 +24,9 @@ import structlog
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
 from hearthnet.errors import BusError, CapacityExceeded, InternalError
+from hearthnet.frontends.client.corpora import ingest_host
 from hearthnet.frontends.http.live import LiveHub
 from hearthnet.frontends.http.policy import GatedBus
-from hearthnet.frontends.placement import corpus_host
 from hearthnet.services.rag.names import PERSONAL
 
 __all__ = ["Job", "Jobs"]
@@ -138,10 +138,7 @@ class Jobs:
         ).output
         doc_cid = str(imported["doc_cid"])
         await anyio.to_thread.run_sync(_remove, path)
-        status = (await self._bus.call(level, "node.status")).output
-        known = (await self._bus.call(level, "rag.known_corpora", input={"corpus": job.corpus})).output
-        hosts = [h for c in known.get("corpora", []) for h in c.get("hosts", []) if h.get("hosting")]
-        host = corpus_host(status, job.corpus, None, hosts)
+        host = await ingest_host(self._bus.login(level), job.corpus, None)
         self._update(job, state="ingesting", result={"doc_cid": doc_cid, "node": host})
         if host != self._bus.node_id:
             await self._streamed(job, level, "file.push", input={"doc_cid": doc_cid, "node": host})

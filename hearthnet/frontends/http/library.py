@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from hearthnet.blobs.cid import is_cid
 from hearthnet.errors import BadRequest, BusError, Unauthorized
+from hearthnet.frontends.client.corpora import list_corpora_of, rag_hosts
 from hearthnet.frontends.http import policy
 from hearthnet.frontends.http.app import UiState, api, check_text
 from hearthnet.frontends.http.responses import json_body, json_response
@@ -39,25 +40,8 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
     status = (await state.bus.call(session.level, "node.status")).output
     own = str(status["node_id"])
     names = {own: state.node_name, **{p["node_id"]: p.get("name") or "" for p in status.get("peers", [])}}
-    hosts = sorted(
-        {c["node"] for c in status["capabilities"] if c["capability"].startswith("rag.list_corpora@")}
-    )
-    answers: dict[str, list[dict[str, Any]] | BusError] = {}
-    limit = anyio.CapacityLimiter(16)
-
-    async def ask(node: str) -> None:
-        async with limit:
-            try:
-                out = await state.bus.call(
-                    session.level, "rag.list_corpora", provider=node, timeout=LIST_TIMEOUT
-                )
-                answers[node] = list(out.output.get("corpora") or [])
-            except BusError as exc:
-                answers[node] = exc
-
-    async with anyio.create_task_group() as tg:
-        for node in hosts:
-            tg.start_soon(ask, node)
+    hosts = rag_hosts(status)
+    answers = dict(await list_corpora_of(state.bus.login(session.level), hosts, timeout=LIST_TIMEOUT))
     rows: list[dict[str, Any]] = []
     listed: set[tuple[str, str]] = set()
     for node in hosts:

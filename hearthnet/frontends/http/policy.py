@@ -17,7 +17,7 @@ from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
 from hearthnet.errors import BusError, Unauthorized
 
-__all__ = ["CAPABILITY_LEVELS", "GatedBus", "http_status"]
+__all__ = ["CAPABILITY_LEVELS", "GatedBus", "LoginBus", "http_status"]
 
 M, T, A = Level.MEMBER, Level.TRUSTED, Level.ANCHOR
 
@@ -81,6 +81,10 @@ class GatedBus:
     def node_id(self) -> str:
         return self.bus.node_id
 
+    def login(self, level: Level) -> LoginBus:
+        """This bus as a login of ``level`` calls it (what the front doors' shared policy asks through)."""
+        return LoginBus(self, level)
+
     async def call(
         self,
         level: Level,
@@ -112,6 +116,28 @@ class GatedBus:
             capability, (1, 0), params=params, input=input, timeout=timeout, provider=provider
         ) as call:
             yield call
+
+
+class LoginBus:
+    """A :class:`GatedBus` bound to one login's level: a ``Caller`` of
+    :mod:`hearthnet.frontends.client.corpora`."""
+
+    def __init__(self, gated: GatedBus, level: Level) -> None:
+        self._gated = gated
+        self._level = level
+
+    async def call(
+        self,
+        capability: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> CallResult:
+        return await self._gated.call(
+            self._level, capability, params=params, input=input, timeout=timeout, provider=provider
+        )
 
 
 _STATUS: Final[Mapping[str, int]] = {

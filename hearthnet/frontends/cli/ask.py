@@ -3,7 +3,7 @@
 Both talk to the running node of ``--home``, whose ``answer.ask`` and
 ``answer.session*`` capabilities serve its own front doors only.  Every piece
 of text that comes from a document, a peer or a model goes through
-:func:`~hearthnet.cli_data.shown` before it reaches the terminal.
+:func:`~hearthnet.frontends.cli.output.shown` before it reaches the terminal.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from hearthnet.bus.context import CallResult
-from hearthnet.client import Client
 from hearthnet.errors import BadRequest, BusError
+from hearthnet.frontends.cli.output import emit_text, shown
+from hearthnet.frontends.client.client import Client
 from hearthnet.services.rag.names import validate_corpus_name
 
 SESSIONS_LIMIT = 100
@@ -26,16 +27,8 @@ STATUS_TIMEOUT = 10.0
 """Seconds ``node.status`` has to name the nodes of the sources once the answer is printed."""
 
 
-def _cli_error(message: str) -> Exception:
-    from hearthnet.cli import CliError
-
-    return CliError(message)
-
-
 def answer_text(text: str) -> str:
     """A model's or a document's text for a terminal: line breaks kept, every other control escaped."""
-    from hearthnet.cli_data import shown
-
     return "\n".join(shown(line) for line in text.replace("\r\n", "\n").split("\n"))
 
 
@@ -60,8 +53,6 @@ def node_names(status: Mapping[str, Any]) -> dict[str, str]:
 
 def source_lines(sources: Sequence[Mapping[str, Any]], names: Mapping[str, str]) -> list[str]:
     """``[n] title — file, page N — corpus on node`` for each source, cited ones marked."""
-    from hearthnet.cli_data import shown
-
     lines = []
     for i, s in enumerate(sources, start=1):
         file = shown(str(s.get("file") or ""))
@@ -77,8 +68,6 @@ def source_lines(sources: Sequence[Mapping[str, Any]], names: Mapping[str, str])
 
 def footer_lines(output: Mapping[str, Any]) -> list[str]:
     """What kind of answer this is, and what the reader should know about how it was made."""
-    from hearthnet.cli_data import shown
-
     meta = output.get("meta") or {}
     notes = []
     if output.get("mode") == "generated":
@@ -108,8 +97,6 @@ def footer_lines(output: Mapping[str, Any]) -> list[str]:
 
 def debug_lines(meta: Mapping[str, Any]) -> list[str]:
     """The composer's debug details (``meta.debug``), a few lines for stderr."""
-    from hearthnet.cli_data import shown
-
     debug = meta.get("debug")
     if not isinstance(debug, Mapping):
         return ["debug: the node sent no debug details"]
@@ -152,8 +139,6 @@ class StageLine:
         self.width = 0
 
     def show(self, corpora: Mapping[str, Any]) -> None:
-        from hearthnet.cli_data import shown
-
         if not self.enabled:
             return
         parts = [
@@ -231,9 +216,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     assert result is not None
     output = result.output
     if not human:
-        from hearthnet.cli_data import _emit
-
-        _emit(args, output, "")
+        emit_text(args, output, "")
         return
     if printed and not ended_line:
         sys.stdout.write("\n")
@@ -274,8 +257,6 @@ def _turns(n: int) -> str:
 
 
 def cmd_sessions_list(args: argparse.Namespace) -> None:
-    from hearthnet.cli_data import _emit, shown
-
     if not 1 <= args.limit <= 1000:
         raise BadRequest("--limit must be between 1 and 1000")
     out = Client(args.home).call("answer.sessions", input={"limit": args.limit}).output
@@ -284,7 +265,7 @@ def cmd_sessions_list(args: argparse.Namespace) -> None:
         f"{shown(str(s['title']))}"
         for s in out["sessions"]
     ]
-    _emit(
+    emit_text(
         args,
         out,
         "\n".join(lines) if lines else "(no sessions: 'hearthnet ask --new-session QUESTION' starts one)",
@@ -292,8 +273,6 @@ def cmd_sessions_list(args: argparse.Namespace) -> None:
 
 
 def cmd_sessions_show(args: argparse.Namespace) -> None:
-    from hearthnet.cli_data import _emit, shown
-
     out = Client(args.home).call("answer.session.get", input={"session": args.session}).output
     lines = [
         f"session {shown(str(out['id']))}: {shown(str(out['title']))} "
@@ -305,7 +284,7 @@ def cmd_sessions_show(args: argparse.Namespace) -> None:
         lines.append(f"[{turn['seq']}] {_when(turn.get('created_ms'))}  {shown(str(turn['mode']))}")
         lines.append("Q: " + _indented(str(turn["question"])))
         lines.append("A: " + _indented(str(turn["answer"])))
-    _emit(args, out, "\n".join(lines))
+    emit_text(args, out, "\n".join(lines))
 
 
 def _indented(text: str) -> str:
@@ -313,25 +292,21 @@ def _indented(text: str) -> str:
 
 
 def cmd_sessions_rename(args: argparse.Namespace) -> None:
-    from hearthnet.cli_data import _emit, shown
-
     out = (
         Client(args.home)
         .call("answer.session.rename", input={"session": args.session, "title": args.title})
         .output
     )
-    _emit(args, out, f'session {shown(str(out["session"]))} is now titled "{shown(str(out["title"]))}"')
+    emit_text(args, out, f'session {shown(str(out["session"]))} is now titled "{shown(str(out["title"]))}"')
 
 
 def cmd_sessions_delete(args: argparse.Namespace) -> None:
-    from hearthnet.cli_data import _emit, shown
-
     out = Client(args.home).call("answer.session.delete", input={"session": args.session}).output
-    _emit(args, out, f"session {shown(str(out['session']))} deleted, with its cached answers")
+    emit_text(args, out, f"session {shown(str(out['session']))} deleted, with its cached answers")
 
 
 # -- parser -------------------------------------------------------------------------------------
-def register_ask_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "ask",
         parents=[common],
@@ -398,6 +373,8 @@ def register_ask_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=cmd_ask)
 
+
+def add_sessions(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "sessions",
         parents=[common],

@@ -13,12 +13,12 @@ import datetime
 from pathlib import Path
 from typing import Any
 
-from hearthnet.client import Client
 from hearthnet.community.levels import Level
+from hearthnet.frontends.cli.output import CliError, emit, shown
+from hearthnet.frontends.client.client import Client
 
 
 def _store(home: Path) -> Any:
-    from hearthnet.cli import CliError
     from hearthnet.frontends.http.tokens import TokenStore
 
     if not (home / "identity.key").exists():
@@ -28,7 +28,6 @@ def _store(home: Path) -> Any:
 
 def _running_url(home: Path) -> str:
     """The running node's UI address; ``CliError`` if the node is not running or has no UI."""
-    from hearthnet.cli import CliError
     from hearthnet.config import load_config
     from hearthnet.frontends.http.server import read_ui_state
 
@@ -52,7 +51,6 @@ def _node_pid(home: Path) -> int | None:
 
 def _link_url(home: Path) -> tuple[str, bool]:
     """The URL for a person's link: the running UI's, else the one it last had (or will have)."""
-    from hearthnet.cli import CliError
     from hearthnet.config import load_config
     from hearthnet.frontends.http.server import read_ui_state, ui_url
 
@@ -76,8 +74,6 @@ def _when(ts: float | None) -> str:
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
-    from hearthnet.cli import emit
-
     url = _running_url(args.home)
     store = _store(args.home)
     try:
@@ -97,8 +93,6 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
 
 def cmd_token_create(args: argparse.Namespace) -> None:
-    from hearthnet.cli import emit
-
     store = _store(args.home)
     try:
         token, secret = store.create(args.name, Level.parse(args.level))
@@ -115,9 +109,6 @@ def cmd_token_create(args: argparse.Namespace) -> None:
 
 
 def cmd_token_list(args: argparse.Namespace) -> None:
-    from hearthnet.cli import emit
-    from hearthnet.cli_data import shown
-
     store = _store(args.home)
     try:
         tokens = [t for t in store.list() if t.revoked is None or args.all]
@@ -139,8 +130,6 @@ def cmd_token_list(args: argparse.Namespace) -> None:
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> None:
-    from hearthnet.cli import emit
-
     store = _store(args.home)
     try:
         token = store.revoke(args.token)
@@ -153,7 +142,7 @@ def cmd_token_revoke(args: argparse.Namespace) -> None:
     )
 
 
-def register_ui_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_ui(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("ui", parents=[common], help="the web UI: its address and a one-time sign-in link")
     p.add_argument("--open", action="store_true", help="open the link in this computer's browser")
     p.set_defaults(func=cmd_ui)
@@ -184,4 +173,4 @@ def register_ui_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     r.set_defaults(func=cmd_token_revoke)
 
 
-__all__ = ["register_ui_commands"]
+__all__ = ["add_ui"]

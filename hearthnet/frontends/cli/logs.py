@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from hearthnet.cli_data import shown
 from hearthnet.config import log_path
 from hearthnet.errors import BadRequest
+from hearthnet.frontends.cli.output import EXIT_INTERRUPTED, CliError, shown
 
 DEFAULT_LINES = 20
 POLL_SECONDS = 0.2
@@ -27,8 +27,6 @@ _BLOCK = 64 * 1024
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
-    from hearthnet.cli import EXIT_INTERRUPTED, CliError
-
     if args.lines < 0:
         raise BadRequest("-n must be 0 or more")
     path = log_path(args.home)
@@ -207,7 +205,7 @@ def follow(path: Path, offset: int, inode: int | None) -> Iterator[list[str]]:
             f.close()
 
 
-def register_logs_command(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_logs(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "logs", parents=[common], help="print the node's log file (<home>/logs/node.log); -f follows it"
     )

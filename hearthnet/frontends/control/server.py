@@ -29,13 +29,18 @@ import structlog
 
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.descriptors import parse_version
-from hearthnet.control_protocol import CONTROL_MAX_FRAME, read_message, timeout_problem, write_message
 from hearthnet.errors import BadRequest, BusError, InternalError, ProtocolError
+from hearthnet.frontends.control.protocol import (
+    CONTROL_MAX_FRAME,
+    read_message,
+    timeout_problem,
+    write_message,
+)
 from hearthnet.transport.tcp import accept_retrying
 from hearthnet.transport.tcp_stream import accept_unix
 from hearthnet.wire.frames import FrameDecoder
 
-log = structlog.get_logger("hearthnet.control")
+log = structlog.get_logger("hearthnet.frontends.control.server")
 
 
 MAX_CONNECTIONS = 512

@@ -1,0 +1,72 @@
+"""Commands that change the community through the running node: ``invite`` and ``member
+promote|demote|revoke`` (``community create`` and ``join`` work on the home: :mod:`.home`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hearthnet.frontends.cli.output import emit
+from hearthnet.frontends.client.client import Client
+
+__all__ = ["LEVELS", "add_invite", "add_member"]
+
+LEVELS = ["member", "trusted", "anchor"]
+
+
+def cmd_invite(args: argparse.Namespace) -> None:
+    result = Client(args.home).call("community.invite", input={"node_id": args.node_id, "level": args.level})
+    token = result.output["token"]
+    emit(args, result.output, lambda: print(token))
+
+
+def cmd_member(args: argparse.Namespace) -> None:
+    if args.action in ("promote", "demote"):
+        result = Client(args.home).call(
+            f"member.{args.action}", input={"node_id": args.node_id, "level": args.level}
+        )
+        emit(args, result.output, lambda: print(f"{args.node_id} is now {result.output['level']}"))
+    else:
+        result = Client(args.home).call(
+            "member.revoke", input={"node_id": args.node_id, "reason": args.reason or ""}
+        )
+        emit(args, result.output, lambda: print(f"{args.node_id} revoked"))
+
+
+def add_invite(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("invite", parents=[common], help="invite a node id; prints a one-line token")
+    p.add_argument("node_id", help="the invitee's node id, printed by its 'hearthnet init'")
+    p.add_argument(
+        "--level",
+        choices=LEVELS,
+        default="member",
+        help="the invitee's trust level; a trusted member invites members only (default: %(default)s)",
+    )
+    p.set_defaults(func=cmd_invite)
+
+
+def add_member(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "member", parents=[common], help="raise (promote) or lower (demote) a member's level, or revoke it"
+    )
+    msub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    pm = msub.add_parser("promote", parents=[common], help="raise a member's trust level (anchors only)")
+    pm.add_argument("node_id", help="the member's node id")
+    pm.add_argument(
+        "--level", choices=LEVELS, default="trusted", help="the higher level (default: %(default)s)"
+    )
+    pm.set_defaults(func=cmd_member)
+    pm = msub.add_parser(
+        "demote", parents=[common], help="lower a member's trust level (anchors only; not the founder)"
+    )
+    pm.add_argument("node_id", help="the member's node id")
+    pm.add_argument("--level", choices=LEVELS[:2], required=True, help="the lower level (required)")
+    pm.set_defaults(func=cmd_member)
+    pm = msub.add_parser(
+        "revoke", parents=[common], help="remove a member for good (anchors only; not the founder)"
+    )
+    pm.add_argument("node_id", help="the member's node id")
+    pm.add_argument(
+        "--reason", help="why, kept in the signed revocation event; up to 1000 characters (default: none)"
+    )
+    pm.set_defaults(func=cmd_member)

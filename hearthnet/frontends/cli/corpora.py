@@ -1,0 +1,339 @@
+"""Commands about corpora anywhere in the mesh: ``query``, ``corpora``, ``docs``, ``delete`` and
+``rag reindex``; where a corpus lives is asked with :mod:`hearthnet.frontends.client.corpora`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hearthnet.errors import BadRequest, BusError, NotFound, Partition
+from hearthnet.frontends.cli.args import corpus_arg, load_json
+from hearthnet.frontends.cli.output import CliError, Progress, emit_text, plural, shown, streamed, warn
+from hearthnet.frontends.client.client import AsyncClient, Client
+from hearthnet.frontends.client.corpora import (
+    explain_unreachable,
+    hosted_here_or_there,
+    known_hosts,
+    list_corpora_of,
+    rag_hosts,
+    seen_text,
+)
+from hearthnet.services.rag.names import host_label
+
+__all__ = ["add_corpora", "add_delete", "add_docs", "add_query", "add_rag"]
+
+MAX_K = 20
+"""``rag.query``'s largest ``k`` (its ``k_max``)."""
+LIST_PAGE = 1000
+"""Documents asked for per ``rag.list_documents`` call by ``hearthnet docs``."""
+REINDEX_TIMEOUT = 3600.0
+"""Seconds ``hearthnet rag reindex`` waits for the whole corpus to be re-embedded."""
+
+
+# -- query, corpora, rag reindex -----------------------------------------------------------
+MAX_STDIN_QUERY = 64 * 1024
+"""Most bytes ``query -`` reads from stdin (the node takes queries of at most 8,192 characters)."""
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    if not 1 <= args.k <= MAX_K:
+        raise BadRequest(f"-k must be between 1 and {MAX_K}")
+    corpus = corpus_arg(args.corpus)
+    text = args.text
+    if text == "-":  # the question from stdin: a long one, or one with quotes the shell would eat
+        text = sys.stdin.read(MAX_STDIN_QUERY + 1)
+        if len(text) > MAX_STDIN_QUERY:
+            raise BadRequest(f"the query on stdin is longer than {MAX_STDIN_QUERY} characters")
+        if not text.strip():
+            raise BadRequest("the query read from stdin is empty")
+    inp: dict[str, Any] = {"query": text.strip(), "k": args.k}
+    if args.filter:
+        inp["filter"] = load_json(args.filter, "--filter")
+    client = Client(args.home)
+    try:
+        result = client.call("rag.query", params={"corpus": corpus}, input=inp)
+    except (NotFound, Partition) as exc:
+        raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
+    chunks = result.output["chunks"]
+    lines = []
+    for c in chunks:
+        md = c["metadata"]
+        snippet = " ".join(str(c.get("text") or "").split())[:160]
+        source = md.get("doc_filename") or md.get("doc_title", "?")
+        where = f"{source} p.{md.get('page', '?')}"
+        title = md.get("doc_title")
+        if md.get("doc_filename") and title and title != Path(str(source)).stem:
+            where += f"  ({title})"
+        lines.append(f"{c['rank']:>2}. {c['score']:.3f}  {shown(where)}\n    {shown(snippet)}")
+    warn(args, list(result.meta.get("warnings") or []))
+    document = {"chunks": chunks, "meta": result.meta, "provider": result.provider}
+    emit_text(args, document, "\n".join(lines) if lines else "(no matches)")
+
+
+def cmd_corpora(args: argparse.Namespace) -> None:
+    client = Client(args.home)
+    nodes = rag_hosts(client.call("node.status").output)
+    corpora: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    answers = anyio.run(lambda: list_corpora_of(AsyncClient(args.home), nodes, timeout=LIST_TIMEOUT))
+    for node, answer in answers:
+        if isinstance(answer, BusError):
+            errors.append({"node": node, "error": answer.code, "message": answer.message})
+        else:
+            corpora.extend({**c, "node": node} for c in answer)
+    _add_known(client, corpora)
+    lines = [_corpus_line(c) for c in corpora]
+    if not args.json:
+        for e in errors:  # on stderr: stdout stays the list
+            print(f"hearthnet: {e['node']}: {e['error']}: {shown(e['message'])}", file=sys.stderr)
+    emit_text(
+        args,
+        {"corpora": corpora, "errors": errors},
+        "\n".join(lines) if lines else "(no corpora in the mesh)",
+    )
+    if nodes and len(errors) == len(nodes):
+        raise CliError(f"none of the {len(nodes)} nodes running rag answered rag.list_corpora")
+
+
+def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
+    """Add the corpora of offline hosts (from the event log) and flag names hosted twice."""
+    try:
+        known = client.call("rag.known_corpora").output["corpora"]
+    except NotFound:
+        return  # a node without the catalog (an older version)
+    listed = {(c["name"], c["node"]) for c in corpora}
+    for entry in known:
+        hosts = [h for h in entry["hosts"] if h["hosting"]]
+        for h in hosts:
+            if (entry["name"], h["node"]) in listed or h["online"]:
+                continue  # listed by its host; or online but it did not answer (reported on stderr)
+            corpora.append(
+                {
+                    "name": entry["name"],
+                    "docs": h["docs"],
+                    "chunks": h["chunks"],
+                    "size_bytes": None,  # only its host can say: these are from the event log
+                    "language_majority": None,
+                    "embedding_model": None,
+                    "node": h["node"],
+                    "node_name": h.get("node_name") or "",
+                    "offline": True,
+                    "last_seen": h.get("last_seen"),
+                    "seen": seen_text(h),
+                }
+            )
+        if len(hosts) > 1:  # one name, several copies: which one queries go to, the others flagged
+            order = [h["node"] for h in hosts]
+            preferred = next((h["node"] for h in hosts if h["serving"]), order[0])
+            for c in corpora:
+                if c["name"] == entry["name"] and c["node"] in order:
+                    c["hosts"] = order
+                    if c["node"] != preferred:
+                        c["duplicate_of"] = preferred
+    corpora.sort(key=lambda c: (c["name"], c["node"] != c.get("duplicate_of", c["node"]), c["node"]))
+
+
+def _corpus_line(c: dict[str, Any]) -> str:
+    model = shown(str(c.get("embedding_model") or "-"))
+    line = (
+        f"{c['name']:20} {c['docs']:>5} docs {c['chunks']:>7} chunks  {c.get('language_majority') or '-':4} "
+        f"{model}  {c['node']}"
+    )
+    if c.get("offline"):
+        line += f"  (OFFLINE: {c['seen']})"
+    elif not c.get("served", True):
+        line += "  (not served: embedded with another model; rag reindex)"
+    if "duplicate_of" in c:
+        line += f"  (DUPLICATE name: queries go to the copy on {c['duplicate_of']})"
+    elif c.get("hosts"):
+        others = [n for n in c["hosts"] if n != c["node"]]
+        line += f"  (name also used on {', '.join(others)}: queries go here)"
+    return line
+
+
+LIST_TIMEOUT = 10.0
+"""Seconds each node has to answer ``rag.list_corpora`` for ``hearthnet corpora``."""
+
+
+def cmd_rag_reindex(args: argparse.Namespace) -> None:
+    corpus = corpus_arg(args.corpus)
+    client = Client(args.home)
+    try:
+        frames = client.stream("rag.reindex", input={"corpus": corpus}, timeout=REINDEX_TIMEOUT)
+        result = streamed(frames, Progress(not args.json), corpus)
+    except NotFound:
+        own = client.call("node.status").output["node_id"]
+        hosts = [h for h in anyio.run(known_hosts, AsyncClient(args.home), corpus) if h["node"] != own]
+        if not hosts:
+            raise
+        where = " and ".join(shown(host_label(h["node"], h.get("node_name"))) for h in hosts)
+        raise NotFound(
+            f"corpus {corpus} is not on this node: it is hosted on {where}: "
+            f"run 'hearthnet rag reindex --corpus {corpus}' there"
+        ) from None
+    emit_text(
+        args,
+        result.output,
+        f"reindexed {plural(int(result.output['docs']), 'document')} of {corpus} "
+        f"with {result.output['embedding_model']}",
+    )
+
+
+# -- docs ---------------------------------------------------------------------------------
+def cmd_docs(args: argparse.Namespace) -> None:
+    corpus = corpus_arg(args.corpus)
+    client = Client(args.home)
+    docs: list[dict[str, Any]] = []
+    after = ""
+    provider: str | None = args.on
+    warnings: list[str] = []
+    total = 0
+    try:
+        while True:  # pages by doc_cid; the first answer's provider answers the rest
+            result = client.call(
+                "rag.list_documents",
+                params={"corpus": corpus},
+                input={"after": after, "limit": LIST_PAGE},
+                provider=provider,
+            )
+            provider = result.provider
+            warnings = list(result.meta.get("warnings") or warnings)
+            docs.extend(result.output["documents"])
+            total = int(result.output["total"])
+            after = result.output.get("next") or ""
+            if not after:
+                break
+    except (NotFound, Partition) as exc:
+        raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
+    names = _node_names(client)
+    lines = []
+    for d in sorted(docs, key=lambda d: (str(d["title"]).lower(), d["doc_cid"])):
+        by = d.get("ingested_by")
+        when = d.get("ingested_at")
+        facts = [
+            str(d.get("filename") or "-"),
+            "? pages" if d.get("pages") is None else plural(int(d["pages"]), "page"),
+            plural(int(d["chunks"]), "chunk"),
+            str(d.get("language") or "und"),
+            f"by {host_label(by, names.get(by))}" if by else "by ?",
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if isinstance(when, int | float) else "",
+        ]
+        lines.append(shown(str(d["title"])))
+        lines.append("    " + shown(" | ".join(f for f in facts if f)))
+        lines.append(f"    {d['doc_cid']}")
+    where = host_label(str(provider), names.get(str(provider)))
+    lines.append(f"{plural(total, 'document')} in {corpus} on {shown(where)}")
+    warn(args, warnings)
+    emit_text(
+        args,
+        {"corpus": corpus, "node": provider, "total": total, "documents": docs, "warnings": warnings},
+        "\n".join(lines),
+    )
+
+
+def _node_names(client: Client) -> dict[str, str]:
+    """Names of this node and its connected peers, by id (for "ingested by")."""
+    status = client.call("node.status").output
+    names = {str(p["node_id"]): str(p.get("name") or "") for p in status.get("peers", [])}
+    names[str(status["node_id"])] = str(status.get("name") or "")
+    return {k: v for k, v in names.items() if v}
+
+
+# -- delete -------------------------------------------------------------------------------
+def cmd_delete(args: argparse.Namespace) -> None:
+    corpus = corpus_arg(args.corpus)
+    if not args.doc_cid.startswith("blake3:"):
+        raise BadRequest("DOC_CID is a document's blake3:<hex> id: `hearthnet docs --corpus C` lists them")
+    client = Client(args.home)
+    last: BusError | None = None
+    for node in anyio.run(hosted_here_or_there, AsyncClient(args.home), corpus, args.on):
+        try:
+            result = client.call(
+                "rag.delete",
+                params={"corpus": corpus},
+                input={"doc_cid": args.doc_cid},
+                provider=node,
+                timeout=300,
+            )
+        except NotFound as exc:  # with two hosts of one name, the document is on one of them
+            last = last or exc
+            continue
+        out = {
+            "corpus": corpus,
+            "node": result.provider,
+            **result.output,
+            "delete_event_id": result.meta.get("delete_event_id"),
+            "already_deleted": bool(result.meta.get("already_deleted")),
+        }
+        note = " (it was gone already; its deletion is announced now)" if out["already_deleted"] else ""
+        emit_text(
+            args,
+            out,
+            f"deleted {args.doc_cid} from {corpus} on {result.provider}: "
+            f"{plural(int(out['chunks_removed']), 'chunk')} removed{note}",
+        )
+        return
+    assert last is not None
+    raise last
+
+
+def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("query", parents=[common], help="search a corpus anywhere in the mesh")
+    p.add_argument("text", help="the question; '-' reads it from stdin")
+    p.add_argument("--corpus", required=True, help="corpus to search (required)")
+    p.add_argument(
+        "-k",
+        type=int,
+        default=5,
+        metavar="N",
+        help=f"number of chunks to return, 1-{MAX_K} (default: %(default)s)",
+    )
+    p.add_argument(
+        "--filter",
+        metavar="JSON",
+        help='JSON metadata conditions, e.g. {"page": {"$gte": 3}} (default: none)',
+    )
+    p.set_defaults(func=cmd_query)
+
+
+def add_corpora(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("corpora", parents=[common], help="every corpus reachable in the mesh, with its node")
+    p.set_defaults(func=cmd_corpora)
+
+
+def add_docs(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "docs", parents=[common], help="the documents of a corpus (title, file, pages, chunks, who, when)"
+    )
+    p.add_argument("--corpus", required=True, help="the corpus to list")
+    p.add_argument(
+        "--on", metavar="NODE_ID", help="ask this host (default: the corpus's host, the largest copy first)"
+    )
+    p.set_defaults(func=cmd_docs)
+
+
+def add_delete(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "delete", parents=[common], help="delete a document from a corpus, on its host (trusted members)"
+    )
+    p.add_argument("doc_cid", metavar="DOC_CID", help="the document's id ('hearthnet docs' lists them)")
+    p.add_argument("--corpus", required=True, help="the corpus it is in")
+    p.add_argument(
+        "--on", metavar="NODE_ID", help="the host to delete it on (default: the corpus's host that has it)"
+    )
+    p.set_defaults(func=cmd_delete)
+
+
+def add_rag(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("rag", parents=[common], help="RAG maintenance")
+    rsub = p.add_subparsers(dest="rag_command", required=True, metavar="ACTION")
+    rr = rsub.add_parser(
+        "reindex", parents=[common], help="re-embed a corpus from its blobs with this node's model"
+    )
+    rr.add_argument("--corpus", required=True, help="corpus on this node to re-embed (required)")
+    rr.set_defaults(func=cmd_rag_reindex)

@@ -1,0 +1,288 @@
+"""``ingest``: files and folders into a corpus, on the node that hosts it (or takes it).
+
+Each file is imported by this node (unpinned), pushed to the corpus's host if that is another
+node, and ingested there with ``rag.ingest``; a failure is reported per file and never stops
+the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from hearthnet.errors import BadRequest, BusError
+from hearthnet.frontends.cli.args import corpus_arg
+from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown, streamed
+from hearthnet.frontends.client.client import AsyncClient, Client
+from hearthnet.frontends.client.corpora import ingest_host
+from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language
+
+__all__ = ["SUPPORTED_SUFFIXES", "add_ingest"]
+
+SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
+INGEST_TIMEOUT = 900.0
+"""Seconds one file's ``rag.ingest`` may take (fetch, read, embed, write)."""
+
+
+def _failure(path: Path, code: str, message: str) -> dict[str, Any]:
+    return {"path": path_text(path), "ok": False, "error": code, "message": message}
+
+
+def _expand(
+    paths: Iterable[str], skipped: list[dict[str, Any]] | None = None
+) -> tuple[list[Path], list[dict[str, Any]]]:
+    """The files to ingest, each once, in the order given; and failures for what cannot be walked.
+
+    A folder contributes its supported files (``SUPPORTED_SUFFIXES``), sorted, skipping
+    names that start with '.' (``.git/``, macOS ``._x.pdf`` resource forks) and following
+    symlinked folders once each; what it skips goes to ``skipped`` (``{path, reason}``).
+    A file named directly is taken whatever its name.
+    """
+    files: list[Path] = []
+    problems: list[dict[str, Any]] = []
+    seen: set[Path] = set()
+
+    def add(path: Path) -> None:
+        try:
+            key = path.resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python 3.11)
+            problems.append(_failure(path, "bad_request", f"cannot resolve the path: {exc}"))
+            return
+        if key not in seen:
+            seen.add(key)
+            files.append(path)
+
+    for p in paths:
+        path = Path(p)
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:
+            problems.append(_failure(path, "bad_request", f"cannot read: {exc.strerror or exc}"))
+            continue
+        if not is_dir:
+            add(path)
+            continue
+        for found in _walk(path, problems, skipped if skipped is not None else []):
+            add(found)
+    return files, problems
+
+
+def _walk(top: Path, problems: list[dict[str, Any]], skipped: list[dict[str, Any]]) -> list[Path]:
+    found: list[Path] = []
+    visited: set[tuple[int, int]] = set()
+
+    def unreadable(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else top
+        problems.append(_failure(where, "bad_request", f"cannot read the folder: {exc.strerror or exc}"))
+
+    for root, dirs, names in os.walk(top, onerror=unreadable, followlinks=True):
+        try:
+            st = os.stat(root)
+        except OSError as exc:
+            unreadable(exc)
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in visited:  # a symlinked folder seen already (or a loop)
+            dirs[:] = []
+            continue
+        visited.add((st.st_dev, st.st_ino))
+        for d in sorted(dirs):
+            if d.startswith("."):
+                skipped.append(
+                    _skip(Path(root) / d, "hidden folder (its name starts with '.'), not searched")
+                )
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            candidate = Path(root) / name
+            suffix = Path(name).suffix.lower()
+            if name.startswith("."):
+                skipped.append(_skip(candidate, "hidden (its name starts with '.')"))
+                continue
+            if suffix not in SUPPORTED_SUFFIXES:
+                kind = f"unsupported type {suffix}" if suffix else "no file extension"
+                skipped.append(_skip(candidate, f"{kind}: only .pdf, .txt, .md and .markdown are ingested"))
+                continue
+            try:
+                if candidate.is_file():
+                    found.append(candidate)
+                else:
+                    skipped.append(_skip(candidate, "not a regular file"))
+            except OSError as exc:
+                problems.append(_failure(candidate, "bad_request", f"cannot read: {exc.strerror or exc}"))
+    return found
+
+
+def _skip(path: Path, reason: str) -> dict[str, Any]:
+    return {"path": path_text(path), "reason": reason}
+
+
+def cmd_ingest(args: argparse.Namespace) -> None:
+    corpus = corpus_arg(args.corpus)
+    if corpus == SYSTEM:
+        raise BadRequest("corpus system is read-only")
+    if args.title is not None and not args.title.strip():
+        raise BadRequest("--title is empty")
+    if args.language is not None and not is_language(args.language):
+        raise BadRequest("--language must be a short code such as 'en' or 'pt-BR', or 'auto'")
+    skipped: list[dict[str, Any]] = []
+    files, problems = _expand(args.paths, skipped)
+    if not files and not problems:
+        why = f": {_skipped_text(skipped)}" if skipped else ""
+        raise BadRequest(f"no files to ingest (supported: PDF, .txt, .md, .markdown){why}")
+    if args.title is not None and len(files) > 1:
+        raise BadRequest(f"--title names one document, but {len(files)} files were given")
+    walked = {path_text(f) for f in files} - {path_text(Path(p)) for p in args.paths}
+    client = Client(args.home)
+    host = anyio.run(ingest_host, AsyncClient(args.home), corpus, args.on)
+    own = client.call("node.status").output["node_id"]
+    progress = Progress(not args.json)
+    results: list[dict[str, Any]] = []
+    for entry in problems:
+        _print_entry(args, entry)
+        results.append(entry)
+    for path in files:
+        entry = _ingest_one(args, client, progress, path, corpus, host, own)
+        _print_entry(args, entry)
+        results.append(entry)
+    failed = [r for r in results if not r["ok"]]
+    readmes = [
+        r for r in results if r["ok"] and Path(r["path"]).stem.lower() == "readme" and r["path"] in walked
+    ]
+    summary = _summary(results, skipped, corpus, host)
+    if args.json:
+        document = {
+            "corpus": corpus,
+            "node": host,
+            "results": results,
+            "skipped": skipped,
+            "summary": summary,
+        }
+        sys.stdout.write(json.dumps(document) + "\n")
+    else:
+        for r in readmes:  # a folder's README is usually about the folder: say it became a document
+            print(
+                f"note  {shown(r['path'])} was ingested as a document of {corpus}; if it only describes "
+                f"the folder, remove it with 'hearthnet delete {r['doc_cid']} --corpus {corpus}'"
+            )
+        print(shown(summary))
+    if failed:
+        raise CliError(f"{len(failed)} of {len(results)} files failed to ingest")
+
+
+def _ingest_one(
+    args: argparse.Namespace, client: Client, progress: Progress, path: Path, corpus: str, host: str, own: str
+) -> dict[str, Any]:
+    """One file: import (unpinned), move to the host if needed, ``rag.ingest``; never raises."""
+    name = Path(path_text(path)).name or path_text(path)
+    entry: dict[str, Any] = {"path": path_text(path)}
+    try:
+        try:
+            full = str(path.resolve())
+            full.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("the file name is not valid UTF-8: rename the file") from None
+        # Unpinned: the node that ingests the document pins its own copy once it is indexed,
+        # so a file refused here (a scanned PDF, an unsupported type) leaves nothing held.
+        # A personal document is private: peers are never told of it nor given it (file.read).
+        imported = client.call(
+            "file.import", input={"path": full, "pin": False, "private": corpus == PERSONAL}
+        ).output
+        entry["doc_cid"] = imported["doc_cid"]
+        if host != own:
+            pushing = client.stream("file.push", input={"doc_cid": imported["doc_cid"], "node": host})
+            streamed(pushing, progress, name)
+        inp: dict[str, Any] = {"doc_cid": imported["doc_cid"], "filename": name}
+        if args.title is not None:
+            inp["title"] = args.title  # otherwise the document's own title, or its file name
+        if args.language is not None:
+            inp["language"] = args.language
+        ingesting = client.stream(
+            "rag.ingest", params={"corpus": corpus}, input=inp, provider=host, timeout=INGEST_TIMEOUT
+        )
+        result = streamed(ingesting, progress, name)
+        entry.update(
+            ok=True,
+            **result.output,
+            event_id=result.meta.get("ingest_event_id"),
+            node=result.provider,
+            existing=bool(result.meta.get("existing")),
+        )
+    except BusError as exc:
+        entry.update(ok=False, error=exc.code, message=exc.message)
+    except (OSError, RuntimeError) as exc:  # e.g. a symlink loop met while resolving
+        entry.update(ok=False, error="bad_request", message=str(exc))
+    return entry
+
+
+def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:
+    if args.json:
+        return
+    name = shown(Path(entry["path"]).name or entry["path"])
+    if entry["ok"]:
+        note = " (already indexed)" if entry["existing"] else ""
+        print(f"ok    {name}: {plural(int(entry['chunks_indexed']), 'chunk')}{note}")
+    else:
+        print(f"FAIL  {name}: {entry['error']}: {shown(entry['message'])}")
+
+
+SKIPPED_NAMED = 5
+"""Skipped files the summary line names (``--json`` lists them all)."""
+
+
+def _skipped_text(skipped: list[dict[str, Any]]) -> str:
+    named = [f"{Path(s['path']).name} ({s['reason']})" for s in skipped[:SKIPPED_NAMED]]
+    more = len(skipped) - len(named)
+    return "; ".join(named) + (f"; and {more} more (--json lists them)" if more > 0 else "")
+
+
+def _summary(results: list[dict[str, Any]], skipped: list[dict[str, Any]], corpus: str, host: str) -> str:
+    """One line a person can read: what went in, what failed, what was skipped and why."""
+    ok = [r for r in results if r["ok"]]
+    failed = len(results) - len(ok)
+    existing = sum(1 for r in ok if r["existing"])
+    chunks = sum(int(r["chunks_indexed"]) for r in ok)
+    considered = len(results) + len(skipped)
+    line = (
+        f"ingested {len(ok)} of {plural(considered, 'file')} into {corpus} on {host} "
+        f"({plural(chunks, 'chunk')}" + (f", {existing} already indexed" if existing else "") + ")"
+    )
+    if failed:
+        line += f", {failed} failed"
+    if skipped:
+        line += f", {len(skipped)} skipped: {_skipped_text(skipped)}"
+    return line
+
+
+def add_ingest(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("ingest", parents=[common], help="ingest files or directories into a corpus")
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files (PDF, .txt, .md) or folders, walked for those; names starting with '.' skipped",
+    )
+    p.add_argument(
+        "--corpus", required=True, help="corpus to add to; 'personal' never leaves this node (required)"
+    )
+    p.add_argument(
+        "--title", help="the document's title, for one file only (default: its own title, else its file name)"
+    )
+    p.add_argument(
+        "--language",
+        metavar="CODE",
+        help="language code such as 'en' or 'pt-BR' (default: auto, detected from the text)",
+    )
+    p.add_argument(
+        "--on",
+        metavar="NODE_ID",
+        help="node that hosts the corpus (default: the node holding it, this node, "
+        "or one accepting new corpora)",
+    )
+    p.set_defaults(func=cmd_ingest)

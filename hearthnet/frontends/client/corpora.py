@@ -1,0 +1,187 @@
+"""Where corpora live, the rules every front door follows: which node hosts a corpus (and takes a
+new document), whom to ask about one, what to say when none answers, and every corpus in the mesh.
+
+Written against :class:`Caller`, what the control-socket client (:class:`AsyncClient`) and the
+node's bus (the web UI's) both are, so the CLI and the web UI share one policy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import anyio
+
+from hearthnet.bus.context import CallResult
+from hearthnet.errors import BadRequest, BusError, NotFound, Partition
+from hearthnet.services.rag.names import PERSONAL, host_label
+
+__all__ = [
+    "Caller",
+    "corpus_host",
+    "explain_unreachable",
+    "hosted_here_or_there",
+    "ingest_host",
+    "known_hosts",
+    "list_corpora_of",
+    "rag_hosts",
+    "seen_text",
+]
+
+
+class Caller(Protocol):
+    """Anything that calls a capability by name: the control-socket client, the node's bus."""
+
+    async def call(
+        self,
+        capability: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> CallResult: ...
+
+
+def seen_text(host: Mapping[str, Any]) -> str:
+    """``offline since <when> (<how long> ago)``, or ``not connected`` when unknown."""
+    last = host.get("last_seen")
+    if not isinstance(last, int | float):
+        return "not connected"
+    ago = max(0.0, time.time() - float(last))
+    if ago < 120:
+        span = f"{ago:.0f} s"
+    elif ago < 7200:
+        span = f"{ago / 60:.0f} min"
+    elif ago < 172800:
+        span = f"{ago / 3600:.0f} h"
+    else:
+        span = f"{ago / 86400:.0f} days"
+    return f"offline since {time.strftime('%Y-%m-%d %H:%M', time.localtime(last))} ({span} ago)"
+
+
+def label(host: Mapping[str, Any]) -> str:
+    return host_label(str(host["node"]), host.get("node_name"))
+
+
+def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: list[dict[str, Any]]) -> str:
+    """Where to ingest into ``corpus``: its host (the largest copy if a name was given twice), else
+    ``on``, this node, or any node accepting new corpora.
+
+    ``status`` is this node's ``node.status``; ``hosts`` the corpus's hosting entries of
+    ``rag.known_corpora`` (offline ones included).  A corpus name is one corpus in the
+    community: ``on`` naming another node than the corpus's host, or a host that is offline,
+    is refused before any file is copied.  The personal corpus always stays on this node.
+    """
+    own = str(status["node_id"])
+    if corpus == PERSONAL:
+        if on and on != own:
+            raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
+        return own  # never push a personal document to a peer, whatever it advertises
+    caps = status["capabilities"]
+    if (
+        on
+        and on != own
+        and not any(c["node"] == on and c["capability"].startswith("rag.ingest@") for c in caps)
+    ):
+        raise NotFound(
+            f"node {on} does not offer rag.ingest to this node (not connected, or not running rag): "
+            "see 'hearthnet status'"
+        )
+    if hosts:
+        if on is not None and on in {h["node"] for h in hosts}:
+            return on
+        serving = [h for h in hosts if h["serving"]]
+        if on is None and serving:
+            return str(max(serving, key=lambda h: (h["chunks"], h["node"] == own))["node"])
+        host = (serving or hosts)[0]
+        state = "" if host["serving"] else f", which is {seen_text(host)}"
+        raise BadRequest(
+            f"corpus {corpus} already exists on node {host_label(host['node'], host.get('node_name'))}"
+            f"{state}: a corpus name is one corpus in the community; ingest into it there"
+            + (f" (--on {host['node']})" if host["serving"] else " when it is back")
+            + " or choose another name"
+        )
+    if on:
+        return on
+    ingesters = [c for c in caps if c["capability"].startswith("rag.ingest@")]
+    if any(c["node"] == own for c in ingesters):
+        return own
+    accepting = [c["node"] for c in ingesters if c["params"].get("accepts_new")]
+    if accepting:
+        return str(accepting[0])
+    raise NotFound(
+        f"no node in the mesh hosts corpus {corpus} or accepts new corpora (is any node running rag?)"
+    )
+
+
+async def known_hosts(caller: Caller, corpus: str) -> list[dict[str, Any]]:
+    """The hosts of ``corpus`` this node knows of (``rag.known_corpora``), preferred first; those
+    online and no longer serving it are left out.  Empty if none, or if the node cannot tell."""
+    try:
+        answer = (await caller.call("rag.known_corpora", input={"corpus": corpus})).output
+    except NotFound:
+        return []  # a node without the catalog (an older version)
+    return [h for c in answer["corpora"] for h in c["hosts"] if h["hosting"]]
+
+
+async def ingest_host(caller: Caller, corpus: str, on: str | None) -> str:
+    """:func:`corpus_host` asked of the node ``caller`` reaches."""
+    status = (await caller.call("node.status")).output
+    return corpus_host(status, corpus, on, await known_hosts(caller, corpus))
+
+
+async def explain_unreachable(caller: Caller, corpus: str, exc: BusError) -> BusError:
+    """What to tell a user whose call about ``corpus`` failed with ``exc`` (``not_found``/``partition``).
+
+    No host known anywhere: "no corpus 'x'"; every host offline: which and since
+    when.  Otherwise a host is up and its own error (a model to reindex, an
+    embedder gone) is the one to show.
+    """
+    hosts = await known_hosts(caller, corpus)
+    if not hosts:
+        return NotFound(f"no corpus {corpus!r}; `hearthnet corpora` lists them")
+    if any(h["serving"] for h in hosts):
+        return exc
+    where = " and ".join(f"{label(h)}, which is {seen_text(h)}" for h in hosts)
+    return Partition(f"corpus {corpus!r} is hosted on {where}")
+
+
+async def hosted_here_or_there(caller: Caller, corpus: str, on: str | None) -> list[str]:
+    """The nodes to ask about ``corpus``, preferred first (``on`` alone if given)."""
+    if on:
+        return [on]
+    hosts = await known_hosts(caller, corpus)
+    serving = [str(h["node"]) for h in hosts if h["serving"]]
+    if serving:
+        return serving
+    raise await explain_unreachable(caller, corpus, NotFound(f"no corpus {corpus!r}"))
+
+
+def rag_hosts(status: Mapping[str, Any]) -> list[str]:
+    """The nodes of a ``node.status`` that answer ``rag.list_corpora``, sorted."""
+    return sorted(
+        {c["node"] for c in status["capabilities"] if c["capability"].startswith("rag.list_corpora@")}
+    )
+
+
+async def list_corpora_of(
+    caller: Caller, nodes: list[str], *, timeout: float
+) -> list[tuple[str, list[dict[str, Any]] | BusError]]:
+    """Every node's ``rag.list_corpora`` corpora (or error), asked at the same time, in ``nodes`` order."""
+    answers: dict[str, list[dict[str, Any]] | BusError] = {}
+    limit = anyio.CapacityLimiter(16)
+
+    async def ask(node: str) -> None:
+        async with limit:
+            try:
+                output = (await caller.call("rag.list_corpora", provider=node, timeout=timeout)).output
+                answers[node] = list(output.get("corpora") or [])
+            except BusError as exc:
+                answers[node] = exc
+
+    async with anyio.create_task_group() as tg:
+        for node in nodes:
+            tg.start_soon(ask, node)
+    return [(node, answers[node]) for node in nodes]
