@@ -25,6 +25,8 @@ from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Revocation
 from hearthnet.config import NodeConfig, shown_name
+from hearthnet.contracts import routing
+from hearthnet.contracts.rag import KEPT_LOCAL
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
 from hearthnet.events.rules import EventRules, default_rules
@@ -33,7 +35,6 @@ from hearthnet.runtime.observability import process_figures
 from hearthnet.services.base import Service
 from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService
-from hearthnet.services.rag.names import KEPT_LOCAL
 
 if TYPE_CHECKING:
     from hearthnet.frontends import FrontDoor
@@ -72,7 +73,7 @@ def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:
 
 def register_service_event_rules(rules: EventRules) -> None:
     """Event types services emit must be accepted on every node, whatever it runs."""
-    from hearthnet.services.rag.events import deleted_rule, ingested_rule
+    from hearthnet.contracts.rag_events import deleted_rule, ingested_rule
 
     rules.register(ingested_rule())
     rules.register(deleted_rule())
@@ -248,6 +249,7 @@ class Node:
             addresses=lambda: self.peers.addresses() if self.peers else [],
             liveness=Liveness(config.network.keepalive_seconds, config.network.dead_after_seconds),
         )
+        routing.install(bus)  # how remote providers' params fit, per capability family
         for capability, params in KEPT_LOCAL:  # the personal corpus never leaves this node
             bus.keep_local(capability, params)
         self.peers = peers = PeerManager(

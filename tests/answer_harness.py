@@ -21,6 +21,7 @@ from hearthnet.blobs import BlobStore
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.community.levels import Level
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts import routing
 from hearthnet.identity import Identity
 from hearthnet.services.base import Service
 from hearthnet.services.embedding import EmbeddingConfig, EmbeddingService, OnnxEmbeddingBackend
@@ -43,11 +44,13 @@ COMMUNITY = "hc1:answer-test"
 def new_bus(identity: Identity | None = None) -> CapabilityBus:
     """A bus whose every peer is a member (the tests link only their own buses)."""
     identity = identity or Identity.generate()
-    return CapabilityBus(
+    bus = CapabilityBus(
         identity,
         level_of=lambda n: Level.ANCHOR if n == identity.node_id else Level.MEMBER,
         community_id=lambda: COMMUNITY,
     )
+    routing.install(bus)  # the capability families' params rules, as a node gives them
+    return bus
 
 
 @dataclass

@@ -18,13 +18,7 @@ from typing import Any
 import anyio
 import structlog
 
-from hearthnet.answer.budget import (
-    MESSAGE_OVERHEAD,
-    REPLY_OVERHEAD,
-    context_room,
-    estimate_tokens,
-    pack,
-)
+from hearthnet.answer.budget import context_room, pack
 from hearthnet.answer.cache import AnswerCache, CacheKey
 from hearthnet.answer.citations import check_citations, sources
 from hearthnet.answer.extractive import extract
@@ -32,7 +26,6 @@ from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
 from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
 from hearthnet.answer.retrieve import (
-    MAX_K,
     CorpusResult,
     Reachable,
     Target,
@@ -43,6 +36,8 @@ from hearthnet.answer.retrieve import (
 )
 from hearthnet.bus.api import BusAPI
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts.llm import MESSAGE_OVERHEAD, REPLY_OVERHEAD, estimate_tokens
+from hearthnet.contracts.rag import MAX_K
 from hearthnet.errors import BusError
 
 __all__ = ["Ask", "Composer", "ModelChoice", "choose_model", "should_skip"]

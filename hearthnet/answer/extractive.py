@@ -15,12 +15,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from hearthnet.answer.hits import Hit
 from hearthnet.bus.api import BusAPI
-from hearthnet.errors import BadRequest, BusError
-from hearthnet.wire.vectors import decode_embeddings
+from hearthnet.contracts.embed import Embedder
+from hearthnet.errors import BusError
 
 __all__ = ["Sentence", "extract", "rank_lexically", "split_sentences"]
 
@@ -90,18 +88,8 @@ async def _rank_by_embedding(
         by_model.setdefault(s.hit.embedding_model, []).append(s)
     scored: list[tuple[Sentence, float]] = []
     for model, group in by_model.items():
-        result = await bus.call(
-            "embed.text",
-            (1, 0),
-            params={"model": model},
-            input={"texts": [question, *(s.text for s in group)], "normalize": True},
-            timeout=timeout,
-        )
-        vectors = decode_embeddings(result.output)
-        if vectors.shape[0] != len(group) + 1 or not np.isfinite(vectors).all():
-            raise BadRequest(
-                f"embed.text for {model} answered {vectors.shape[0]} vectors for {len(group) + 1}"
-            )
+        answer = await Embedder(bus, model, timeout).embed([question, *(s.text for s in group)])
+        vectors = answer.vectors
         sims = vectors[1:] @ vectors[0]
         scored.extend((s, float(sim)) for s, sim in zip(group, sims, strict=True))
     return sorted(scored, key=lambda p: (-p[1], p[0].position))

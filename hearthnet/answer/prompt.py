@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hearthnet.answer.budget import MESSAGE_OVERHEAD, estimate_tokens
 from hearthnet.answer.hits import Hit
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts.llm import MESSAGE_OVERHEAD, estimate_tokens
 
 __all__ = ["Turn", "context_head", "context_line", "history_messages", "messages", "system_text"]
 

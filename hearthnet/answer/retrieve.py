@@ -20,6 +20,7 @@ import anyio
 
 from hearthnet.answer.hits import Hit
 from hearthnet.bus.api import BusAPI
+from hearthnet.contracts.rag import MAX_K, RagClient
 from hearthnet.errors import BusError
 
 __all__ = [
@@ -31,9 +32,6 @@ __all__ = [
     "reachable_corpora",
     "retrieve",
 ]
-
-MAX_K = 20
-"""``rag.query``'s own limit on ``k``."""
 
 
 @dataclass(frozen=True)
@@ -151,17 +149,12 @@ async def retrieve(
     """
     results = {t.corpus: CorpusResult(t.corpus) for t in targets}
     started = time.perf_counter()
+    rag = RagClient(bus)
 
     async def one(target: Target) -> None:
         result = results[target.corpus]
         try:
-            answer = await bus.call(
-                "rag.query",
-                (1, 0),
-                params={"corpus": target.corpus},
-                input={"query": query, "k": target.k},
-                timeout=timeout,
-            )
+            answer = await rag.query(target.corpus, query, k=target.k, timeout=timeout)
         except BusError as exc:
             result.status = "timeout" if exc.code == "timeout" else "unavailable"
             result.code = exc.code

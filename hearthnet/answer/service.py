@@ -32,10 +32,11 @@ from hearthnet.answer.compose import MAX_CORPORA, Ask, Composer
 from hearthnet.answer.prompt import Turn
 from hearthnet.answer.sessions import SessionStore, validate_session_id, validate_title
 from hearthnet.bus.api import BusAPI
-from hearthnet.bus.bus import check_input_keys
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts.base import check_input_keys
+from hearthnet.contracts.rag import DELETED, INGESTED
 from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.events.envelope import Event
 
@@ -45,7 +46,7 @@ log = structlog.get_logger("hearthnet.answer")
 
 T = TypeVar("T")
 
-DOCUMENT_EVENTS = frozenset({"rag.document.ingested", "rag.document.deleted"})
+DOCUMENT_EVENTS = frozenset({INGESTED, DELETED})
 """Events that change a corpus's documents: cached answers drawn from it are dropped."""
 MAX_ANSWER_TOKENS = 65_536
 SESSIONS_PAGE = 100

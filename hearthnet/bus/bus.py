@@ -26,14 +26,14 @@ from hearthnet.bus.context import CallContext, CallResult
 from hearthnet.bus.contexts import LocalCallContext, RemoteCallContext
 from hearthnet.bus.descriptors import (
     CapabilityDescriptor,
+    ParamsPredicate,
     Registration,
     Version,
     parse_version,
 )
 from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
-from hearthnet.bus.predicates import preference_for
 from hearthnet.bus.registry import Registry
-from hearthnet.bus.router import Router
+from hearthnet.bus.router import Preference, Router
 from hearthnet.bus.session import IncomingCall, Liveness, OutgoingCall, PeerSession
 from hearthnet.bus.sightings import Sightings
 from hearthnet.bus.stats import StatsBook
@@ -146,6 +146,7 @@ class CapabilityBus:
         self._peer_ready: dict[str, anyio.Event] = {}
         self._peer_faults: dict[str, dict[str, int]] = {}
         self._kept_local: dict[str, list[dict[str, Any]]] = {}
+        self._preferences: dict[str, Preference] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -163,6 +164,15 @@ class CapabilityBus:
     def unregister(self, name: str, params: Mapping[str, Any]) -> None:
         self.registry.remove_local(name, params)
         self._announce_event.set()
+
+    def register_predicate(self, capability: str, predicate: ParamsPredicate) -> None:
+        """How a remote provider of ``capability`` fits a call's params (default: every requested key
+        offered with the same value); the node gives each capability family's from its contract."""
+        self.registry.use_predicate(capability, predicate)
+
+    def register_preference(self, capability: str, preference: Preference) -> None:
+        """Which of the providers of ``capability`` that fit is tried first (a higher rank first)."""
+        self._preferences[capability] = preference
 
     def on_control(self, message_type: str, callback: ControlCallback) -> None:
         self._control[message_type] = callback
@@ -495,7 +505,7 @@ class CapabilityBus:
             capability,
             now=now,
             local_saturated=local_saturated,
-            preference=preference_for(capability),
+            preference=self._preferences.get(capability),
         )
 
     async def call(
@@ -866,14 +876,3 @@ class _RemoteStream(CallStream):
         except TimeoutError as exc:
             await self._call.cancel()
             raise Timeout("streamed call did not finish within its deadline") from exc
-
-
-def check_input_keys(input: Mapping[Any, Any], allowed: set[str], capability: str = "") -> None:
-    """Reject unknown input fields with ``bad_request`` naming (a few of) them (helps catch typos).
-
-    A key may be bytes or a number (a peer's map): it is named, not a ``TypeError``.
-    """
-    unknown = sorted(str(k)[:40] for k in input if k not in allowed)
-    if unknown:
-        what = f"{capability} " if capability else ""
-        raise BadRequest(f"unknown {what}input field(s): {', '.join(unknown[:8])}")

@@ -56,6 +56,11 @@ def any_params(offered: Mapping[str, Any], requested: Mapping[str, Any]) -> bool
     return True
 
 
+def shared_keys_equal(offered: Mapping[str, Any], requested: Mapping[str, Any]) -> bool:
+    """The default predicate for a remote provider: every requested key offered with the same value."""
+    return all(key in offered and offered[key] == value for key, value in requested.items())
+
+
 def params_key_equals(key: str) -> ParamsPredicate:
     """A predicate matching when ``requested[key]`` is absent or equals ``offered[key]``."""
 

@@ -7,9 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.bus.api import ProviderInfo
-from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, Version, version_satisfies
+from hearthnet.bus.descriptors import (
+    CapabilityDescriptor,
+    ParamsPredicate,
+    Registration,
+    Version,
+    shared_keys_equal,
+    version_satisfies,
+)
 from hearthnet.bus.manifest import Manifest
-from hearthnet.bus.predicates import predicate_for
 
 
 @dataclass
@@ -28,6 +34,12 @@ class Registry:
         # order of `_remote`; rebuilt when a manifest comes or goes (every call looks here)
         self._remote_by_name: dict[str, list[tuple[str, list[CapabilityDescriptor]]]] = {}
         self.changed = 0  # bumped on every local change, to re-announce
+        self._predicates: dict[str, ParamsPredicate] = {}
+        """How a remote provider's params fit a call, by capability (default: every key equal)."""
+
+    def use_predicate(self, name: str, predicate: ParamsPredicate) -> None:
+        """Match remote providers of ``name`` with ``predicate`` (a local one brings its own)."""
+        self._predicates[name] = predicate
 
     # local -----------------------------------------------------------------
     def add_local(self, registration: Registration) -> None:
@@ -106,7 +118,7 @@ class Registry:
             d = r.descriptor
             if d.name == name and version_satisfies(d.version, version) and r.predicate(d.params, params):
                 out.append(ProviderInfo(self.node_id, d, True))
-        predicate = predicate_for(name)
+        predicate = self._predicates.get(name, shared_keys_equal)
         for node_id, descriptors in self._remote_by_name.get(name, ()):
             for d in descriptors:
                 if version_satisfies(d.version, version) and predicate(d.params, params):

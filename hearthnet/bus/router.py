@@ -9,11 +9,14 @@ nothing else is left).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hearthnet.bus.api import ProviderInfo
-from hearthnet.bus.predicates import Preference
+
+Preference = Callable[[Mapping[str, Any]], int]
+"""``preference(offered_params) -> rank``: among providers that fit, a higher rank is tried first."""
 
 QUARANTINE_AFTER = 3
 QUARANTINE_SECONDS = 30.0

@@ -16,8 +16,7 @@ import pytest
 
 from hearthnet.errors import NotFound
 from hearthnet.services.rag.chunker import Chunk
-from hearthnet.services.rag.names import collection_name
-from hearthnet.services.rag.store import CorpusStore
+from hearthnet.services.rag.store import CorpusStore, collection_name
 
 STARTUP_DEADLINE_S = 60.0
 

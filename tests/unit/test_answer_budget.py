@@ -1,11 +1,19 @@
-"""Token estimates and packing: the packed context never exceeds its budget and keeps rank order."""
+"""Token estimates (``contracts.llm``, one module for ``llm.chat``'s window check and the composer) and
+packing: the packed context never exceeds its budget and keeps rank order."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hearthnet.answer.budget import context_room, estimate_prompt, estimate_tokens, pack
+from hearthnet.answer.budget import context_room, pack
+from hearthnet.contracts.llm import (
+    MESSAGE_OVERHEAD,
+    REPLY_OVERHEAD,
+    ROLES,
+    estimate_prompt_tokens,
+    estimate_tokens,
+)
 
 texts = st.text(max_size=300)
 
@@ -76,12 +84,22 @@ def test_the_seed_budget_applies_under_a_large_window_and_the_window_under_a_sma
     assert context_room(token_budget=50_000, context_tokens=None, fixed_tokens=900, max_tokens=1024) == 50_000
 
 
-@given(st.text(max_size=400))
-def test_the_composer_counts_tokens_exactly_as_the_llm_window_check_does(text: str) -> None:
-    # the composer may not import the LLM service: its copy of the rules must not drift
-    from hearthnet.services.llm.tokens import estimate_prompt_tokens
-    from hearthnet.services.llm.tokens import estimate_tokens as llm_estimate
+def test_a_prompt_costs_its_messages_and_the_templates_markers() -> None:
+    assert estimate_prompt_tokens([]) == REPLY_OVERHEAD
+    assert estimate_prompt_tokens([("user", "Hello")]) == REPLY_OVERHEAD + MESSAGE_OVERHEAD + 2  # Hel|lo
+    assert estimate_prompt_tokens([("system", "Be brief."), ("user", "Why?")]) == 4 + 2 * 6 + (3 + 1) + (
+        1 + 1
+    )
 
-    assert estimate_tokens(text) == llm_estimate(text)
-    messages = [{"role": "system", "content": text}, {"role": "user", "content": text[::-1]}]
-    assert estimate_prompt(messages) == estimate_prompt_tokens((m["role"], m["content"]) for m in messages)
+
+messages = st.lists(st.tuples(st.sampled_from(ROLES), st.one_of(texts, edgy)), max_size=6)
+
+
+@given(messages, messages)
+def test_a_prompts_estimate_is_the_sum_of_its_parts(
+    head: list[tuple[str, str]], tail: list[tuple[str, str]]
+) -> None:
+    # the composer costs the system message, the history and the question apart and adds them up:
+    # what llm.chat's window check counts for the whole prompt must be that sum
+    whole = estimate_prompt_tokens(head + tail)
+    assert whole == estimate_prompt_tokens(head) + estimate_prompt_tokens(tail) - REPLY_OVERHEAD

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from hearthnet.contracts.rag import INGESTED
+from hearthnet.contracts.rag_events import ingested_rule
 from hearthnet.events import EventLog, default_rules
 from hearthnet.events.rules import EventRules
 from hearthnet.identity import Identity
 from hearthnet.services.community.service import CommunityService
 from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
-from hearthnet.services.rag.events import INGESTED, ingested_rule
 from tests.answer_harness import answer_node, linked, new_bus
 from tests.polling import wait_until
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from hearthnet.answer.budget import estimate_prompt
 from hearthnet.answer.compose import choose_model
 from hearthnet.bus.api import ProviderInfo
 from hearthnet.bus.descriptors import CapabilityDescriptor
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts.llm import estimate_prompt_tokens
 from hearthnet.errors import BusError
 from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
@@ -26,6 +26,11 @@ from tests.openai_chat_server import OpenAIChatServer
 MODEL = "test-chat"
 BOILER = "When is the gas boiler serviced, and by whom?"
 MADE_UP = "ffffffffffffffffffffffffffffffff"
+
+
+def prompt_tokens(messages: list[dict[str, str]]) -> int:
+    """What llm.chat's window check counts for these messages."""
+    return estimate_prompt_tokens((m["role"], m["content"]) for m in messages)
 
 
 @pytest.fixture
@@ -105,7 +110,7 @@ async def test_a_generated_answer_streams_its_tokens_and_keeps_only_citations_of
     line = f'\n- From heating_handbook.pdf#{good} (page 1): "Heating and Hot Water Handbook The gas boiler'
     assert line in system["content"]
     assert user == {"role": "user", "content": BOILER}
-    assert debug["tokens"]["prompt"] == estimate_prompt(request["messages"])
+    assert debug["tokens"]["prompt"] == prompt_tokens(request["messages"])
     assert (
         debug["tokens"]["prompt"] + debug["tokens"]["max_tokens"] <= 8192 == debug["tokens"]["model_window"]
     )
@@ -123,7 +128,7 @@ async def test_the_context_fits_a_small_model_window_with_room_for_the_answer(
     assert tokens["max_tokens"] == 200 and tokens["model_window"] == 640
     assert tokens["prompt"] + 200 <= 640 and tokens["context_room"] < 640
     assert 1 <= out["meta"]["chunks"] < 5  # the demo's 5 house chunks do not all fit
-    assert estimate_prompt(server.requests[0]["messages"]) == tokens["prompt"]  # summed from the parts
+    assert prompt_tokens(server.requests[0]["messages"]) == tokens["prompt"]  # summed from the parts
 
 
 @pytest.mark.anyio

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hearthnet.answer.hits import Hit
-from hearthnet.answer.merge import RRF_K, merge
+from hearthnet.answer.merge import merge
+from hearthnet.contracts.fusion import RRF_K
 
 
 def hit(chunk_id: str, score: float, corpus: str = "garden", model: str = "minilm", text: str = "") -> Hit:

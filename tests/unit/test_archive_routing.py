@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from hearthnet.bus.context import CallContext
-from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
-from hearthnet.bus.predicates import shared_keys_equal
+from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, shared_keys_equal
 from hearthnet.services.rag.archives.search_tool import ArchiveRef, ArchiveSearch, format_text
 from tests.unit.test_bus import _ALL, announce, mesh
 

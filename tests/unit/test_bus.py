@@ -14,6 +14,7 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
+from hearthnet.contracts import routing
 from hearthnet.errors import (
     BadRequest,
     CapacityExceeded,
@@ -190,10 +191,13 @@ async def test_params_predicate_routes_to_matching_provider() -> None:
 @pytest.mark.anyio
 async def test_two_hosts_of_one_corpus_send_callers_to_the_one_with_more_chunks() -> None:
     """Row 3 of the hardening issue: a second, smaller copy of a corpus name must not win by being
-    local or faster; its chunks advertised in the params rank it (the params predicate ignores them)."""
+    local or faster; its chunks advertised in the params rank it (the params predicate ignores them).
+    The bus knows no capability: the preference is the rag contract's, given to the bus at start."""
     async with mesh(3) as m:
         _ALL.extend(m.buses)
         a, b, c = m.buses
+        for bus in m.buses:  # as the node does at start: the rag family's preference
+            routing.install(bus)
         by_corpus = params_key_equals("corpus")
         a.register(reg("rag.query", echo, params={"corpus": "family", "chunks": 1}, predicate=by_corpus))
         b.register(reg("rag.query", echo, params={"corpus": "family", "chunks": 3086}, predicate=by_corpus))

@@ -17,16 +17,19 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
+from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound
 from hearthnet.services.rag.chunker import Chunk, chunk_document
-from hearthnet.services.rag.names import (
+from hearthnet.services.rag.reader import read_document
+from hearthnet.services.rag.store import (
+    CHUNK_KEYS,
+    CorpusStore,
+    DocumentSource,
+    build_where,
     collection_name,
     corpus_from_collection,
     staging_collection_name,
-    validate_corpus_name,
 )
-from hearthnet.services.rag.reader import read_document
-from hearthnet.services.rag.store import CHUNK_KEYS, CorpusStore, DocumentSource, build_where
 from tests.shared_data import PDF_DIR
 
 REPO = Path(__file__).resolve().parents[2]

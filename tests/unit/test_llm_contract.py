@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from hearthnet.contracts.llm import validate_chat_input
 from hearthnet.errors import BadRequest, InternalError
 from hearthnet.services.llm import MAX_MESSAGES, MAX_TOTAL_CHARS, estimate_prompt_tokens, estimate_tokens
-from hearthnet.services.llm.contract import validate_chat_input
 from hearthnet.services.llm.openai_backend import plain_prompt, retry_after_ms
 from hearthnet.services.llm.sse import SSEDecoder
 from tests.shared_data import SCIFACT_DIR

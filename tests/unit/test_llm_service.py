@@ -12,6 +12,7 @@ import pytest
 
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.community.levels import Level
+from hearthnet.contracts import routing
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound, Timeout, Unauthorized
 from hearthnet.identity import Identity
 from hearthnet.services.llm import LlmConfig, LlmService, OpenAIChatConfig
@@ -48,6 +49,8 @@ async def llm_node(
     ids = [Identity.generate(), Identity.generate()]
     levels = {i.node_id: Level.MEMBER for i in ids}
     buses = [CapabilityBus(i, level_of=levels.get, community_id=lambda: COMMUNITY) for i in ids]
+    for bus in buses:  # the capability families' params rules, as a node gives them
+        routing.install(bus)
     service = LlmService(LlmConfig(openai=(OpenAIChatConfig(base_url=server.url, model=MODEL, **config),)))
     await service.start()
     for registration in service.registrations():

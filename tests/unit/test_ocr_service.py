@@ -20,12 +20,13 @@ from PIL import Image
 from hearthnet.blobs import BlobStore
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.community.levels import Level
+from hearthnet.contracts.ocr import MAX_IMAGE_BYTES
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound, Timeout, Unauthorized
 from hearthnet.identity import Identity
 from hearthnet.services.file.service import FileService
 from hearthnet.services.ocr.engine import OcrEngine
 from hearthnet.services.ocr.pages import render_pdf_page
-from hearthnet.services.ocr.service import MAX_IMAGE_BYTES, OcrService, OcrSettings
+from hearthnet.services.ocr.service import OcrService, OcrSettings
 from hearthnet.transport import accept_link, initiate_link, memory_stream_pair
 from tests.polling import wait_until
 from tests.shared_data import PDF_DIR

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from hearthnet.contracts.rag import DELETED, INGESTED
+from hearthnet.contracts.rag_events import deleted_rule, ingested_rule, validate_deleted
 from hearthnet.errors import BadRequest
 from hearthnet.events import EventLog, default_rules
 from hearthnet.identity.keys import Identity
 from hearthnet.services.rag.catalog import announced_hosts, documents_in_log, effective_ingest
-from hearthnet.services.rag.events import DELETED, INGESTED, deleted_rule, ingested_rule, validate_deleted
 
 FOUNDER = Identity.from_seed(b"F" * 32)
 HOST = Identity.from_seed(b"H" * 32)

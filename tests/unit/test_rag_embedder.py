@@ -19,11 +19,10 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community import Level
+from hearthnet.contracts.embed import DEFAULT_WINDOW, Embedder, pack_vectors
 from hearthnet.errors import InternalError
 from hearthnet.identity import Identity
-from hearthnet.services.rag.ingest import DEFAULT_WINDOW, Embedder
 from hearthnet.transport import accept_link, initiate_link, memory_stream_pair
-from hearthnet.wire.vectors import pack_vectors
 from tests.polling import wait_until
 
 MODEL = "all-MiniLM-L6-v2"

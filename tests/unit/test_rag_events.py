@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from hearthnet.contracts.rag import INGESTED
+from hearthnet.contracts.rag_events import ingested_rule, validate_ingested
 from hearthnet.errors import BadRequest
 from hearthnet.events import EventLog, default_rules
 from hearthnet.identity.keys import Identity
-from hearthnet.services.rag.events import INGESTED, ingested_rule, validate_ingested
 
 FOUNDER = Identity.from_seed(b"F" * 32)
 TRUSTY = Identity.from_seed(b"T" * 32)

@@ -25,6 +25,8 @@ from hearthnet.blobs import BlobStore
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.community.levels import Level
+from hearthnet.contracts import routing
+from hearthnet.contracts.embed import Embedded, Embedder
 from hearthnet.errors import (
     BadRequest,
     BusError,
@@ -46,7 +48,7 @@ from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig
 from hearthnet.services.file.service import FileService
 from hearthnet.services.rag.chunker import Chunk, chunk_id_for
-from hearthnet.services.rag.ingest import EmbeddedDocument, Embedder, embed_streamed
+from hearthnet.services.rag.ingest import EmbeddedDocument, embed_streamed
 from hearthnet.services.rag.service import PAGES_AHEAD, RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore
 from tests.openai_server import DIM, OpenAIEmbeddingServer
@@ -160,6 +162,7 @@ async def node(
         level_of=lambda n: Level.ANCHOR if n == identity.node_id else None,
         community_id=lambda: "hc1:test",
     )
+    routing.install(bus)  # the capability families' params rules, as a node gives them
     blobs = BlobStore(root / "blobs")
     files = FileService(bus=bus, store=blobs)
     backends = [OnnxEmbeddingBackend(minilm)] if minilm is not None else []
@@ -442,7 +445,7 @@ class RecordingEmbedder(Embedder):
         self.started: dict[int, anyio.Event] = {}
         self.fail: set[int] = set()
 
-    async def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int, int]:
+    async def embed(self, texts: Sequence[str]) -> Embedded:
         number = len(self.sizes)
         self.sizes.append(len(texts))
         self.started.setdefault(number, anyio.Event()).set()
@@ -502,7 +505,7 @@ async def test_embedding_starts_on_the_chunks_read_so_far_and_never_sends_more_t
         assert embedder.sizes == [3, 32, 8] and embedder.most_running == 2
         assert [f["current"] for f in frames] == [3, 11, 43]
         assert all(f["total"] == 43 for f in frames[1:])
-        direct, _, _ = await Embedder(n.bus, MINILM, TIMEOUT).embed([c.text for c in chunks])
+        direct = (await Embedder(n.bus, MINILM, TIMEOUT).embed([c.text for c in chunks])).vectors
         assert result[0].vectors.shape == (43, direct.shape[1])
         assert ((result[0].vectors @ direct.T).argmax(axis=1) == np.arange(43)).all()  # in order
 
@@ -765,9 +768,10 @@ async def test_embedding_calls_answered_with_different_sizes_are_an_internal_err
     end the ingest in numpy's ValueError; the caller gets internal_error naming the model."""
 
     class TwoSizes(Embedder):
-        async def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int, int]:
-            vectors, tokens, truncated = await super().embed(texts)
-            return (vectors if len(texts) == 32 else vectors[:, :8]), tokens, truncated
+        async def embed(self, texts: Sequence[str]) -> Embedded:
+            answer = await super().embed(texts)
+            vectors = answer.vectors if len(texts) == 32 else answer.vectors[:, :8]
+            return Embedded(vectors, answer.tokens, answer.truncated, answer.provider)
 
     async with node(tmp_path, minilm=minilm) as n:
         send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)

@@ -4,8 +4,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from hearthnet.contracts.embed import decode_embeddings, pack_vectors, unpack_vectors
 from hearthnet.errors import BadRequest
-from hearthnet.wire.vectors import decode_embeddings, pack_vectors, unpack_vectors
 
 finite_f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
 

@@ -7,8 +7,8 @@ import math
 import re
 from typing import Any
 
+from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.names import validate_corpus_name
 from hearthnet.wire.codec import value_problem
 
 __all__ = ["MAX_JSON_DEPTH", "corpus_arg", "load_json"]

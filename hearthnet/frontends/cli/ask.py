@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from hearthnet.bus.context import CallResult
+from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.output import emit_text, shown
 from hearthnet.frontends.client.client import Client
-from hearthnet.services.rag.names import validate_corpus_name
 
 SESSIONS_LIMIT = 100
 """Sessions ``hearthnet sessions`` lists unless ``--limit`` says otherwise."""

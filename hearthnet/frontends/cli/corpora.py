@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from hearthnet.contracts.rag import MAX_K, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json
 from hearthnet.frontends.cli.output import CliError, Progress, emit_text, plural, shown, streamed, warn
@@ -23,12 +24,9 @@ from hearthnet.frontends.client.corpora import (
     rag_hosts,
     seen_text,
 )
-from hearthnet.services.rag.names import host_label
 
 __all__ = ["add_corpora", "add_delete", "add_docs", "add_query", "add_rag"]
 
-MAX_K = 20
-"""``rag.query``'s largest ``k`` (its ``k_max``)."""
 LIST_PAGE = 1000
 """Documents asked for per ``rag.list_documents`` call by ``hearthnet docs``."""
 REINDEX_TIMEOUT = 3600.0

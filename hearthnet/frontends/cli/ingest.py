@@ -17,12 +17,12 @@ from typing import Any
 
 import anyio
 
+from hearthnet.contracts.rag import SYSTEM, is_language, is_private
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import corpus_arg
 from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown, streamed
 from hearthnet.frontends.client.client import AsyncClient, Client
 from hearthnet.frontends.client.corpora import ingest_host
-from hearthnet.services.rag.names import PERSONAL, SYSTEM, is_language
 
 __all__ = ["SUPPORTED_SUFFIXES", "add_ingest"]
 
@@ -192,7 +192,7 @@ def _ingest_one(
         # so a file refused here (a scanned PDF, an unsupported type) leaves nothing held.
         # A personal document is private: peers are never told of it nor given it (file.read).
         imported = client.call(
-            "file.import", input={"path": full, "pin": False, "private": corpus == PERSONAL}
+            "file.import", input={"path": full, "pin": False, "private": is_private(corpus)}
         ).output
         entry["doc_cid"] = imported["doc_cid"]
         if host != own:

@@ -1,24 +1,24 @@
 """Where corpora live, the rules every front door follows: which node hosts a corpus (and takes a
 new document), whom to ask about one, what to say when none answers, and every corpus in the mesh.
 
-Written against :class:`Caller`, what the control-socket client (:class:`AsyncClient`) and the
-node's bus (the web UI's) both are, so the CLI and the web UI share one policy.
+Written against :class:`~hearthnet.contracts.base.Caller`, what the control-socket client
+(:class:`AsyncClient`) and the node's bus (the web UI's) both are, so the CLI and the web UI
+share one policy.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
-from hearthnet.bus.context import CallResult
+from hearthnet.contracts.base import Caller
+from hearthnet.contracts.rag import PERSONAL, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
-from hearthnet.services.rag.names import PERSONAL, host_label
 
 __all__ = [
-    "Caller",
     "corpus_host",
     "explain_unreachable",
     "hosted_here_or_there",
@@ -28,20 +28,6 @@ __all__ = [
     "rag_hosts",
     "seen_text",
 ]
-
-
-class Caller(Protocol):
-    """Anything that calls a capability by name: the control-socket client, the node's bus."""
-
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult: ...
 
 
 def seen_text(host: Mapping[str, Any]) -> str:
@@ -119,11 +105,7 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
 async def known_hosts(caller: Caller, corpus: str) -> list[dict[str, Any]]:
     """The hosts of ``corpus`` this node knows of (``rag.known_corpora``), preferred first; those
     online and no longer serving it are left out.  Empty if none, or if the node cannot tell."""
-    try:
-        answer = (await caller.call("rag.known_corpora", input={"corpus": corpus})).output
-    except NotFound:
-        return []  # a node without the catalog (an older version)
-    return [h for c in answer["corpora"] for h in c["hosts"] if h["hosting"]]
+    return await RagClient(caller).hosts_of(corpus)
 
 
 async def ingest_host(caller: Caller, corpus: str, on: str | None) -> str:
@@ -172,12 +154,12 @@ async def list_corpora_of(
     """Every node's ``rag.list_corpora`` corpora (or error), asked at the same time, in ``nodes`` order."""
     answers: dict[str, list[dict[str, Any]] | BusError] = {}
     limit = anyio.CapacityLimiter(16)
+    rag = RagClient(caller)
 
     async def ask(node: str) -> None:
         async with limit:
             try:
-                output = (await caller.call("rag.list_corpora", provider=node, timeout=timeout)).output
-                answers[node] = list(output.get("corpora") or [])
+                answers[node] = await rag.list_corpora(node, timeout=timeout)
             except BusError as exc:
                 answers[node] = exc
 

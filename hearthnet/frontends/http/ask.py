@@ -17,13 +17,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from hearthnet.contracts.rag import PERSONAL, validate_corpus_name
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.frontends.http import policy
 from hearthnet.frontends.http.app import UiState, api, check_text
 from hearthnet.frontends.http.library import corpora_of
 from hearthnet.frontends.http.responses import Emit, EventStream, json_body, json_response
 from hearthnet.frontends.http.tokens import Session
-from hearthnet.services.rag.names import PERSONAL, validate_corpus_name
 
 __all__ = ["routes"]
 

@@ -23,11 +23,12 @@ import structlog
 
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
+from hearthnet.contracts.file import FileClient
+from hearthnet.contracts.rag import is_private
 from hearthnet.errors import BusError, CapacityExceeded, InternalError
 from hearthnet.frontends.client.corpora import ingest_host
 from hearthnet.frontends.http.live import LiveHub
 from hearthnet.frontends.http.policy import GatedBus
-from hearthnet.services.rag.names import PERSONAL
 
 __all__ = ["Job", "Jobs"]
 
@@ -127,15 +128,11 @@ class Jobs:
 
     async def _ingest(self, job: Job, level: Level, path: Path) -> None:
         self._update(job, state="importing", stage="import", current=0, total=1)
-        imported = (
-            await self._bus.call(
-                level,
-                "file.import",
-                # Unpinned, as `hearthnet ingest` does: the ingesting node pins its own copy, so a
-                # refused file (scanned, encrypted) leaves nothing held.  Personal stays private.
-                input={"path": str(path), "pin": False, "private": job.corpus == PERSONAL},
-            )
-        ).output
+        # Unpinned, as `hearthnet ingest` does: the ingesting node pins its own copy, so a
+        # refused file (scanned, encrypted) leaves nothing held.  Personal stays private.
+        imported = await FileClient(self._bus.login(level)).import_file(
+            str(path), pin=False, private=is_private(job.corpus)
+        )
         doc_cid = str(imported["doc_cid"])
         await anyio.to_thread.run_sync(_remove, path)
         host = await ingest_host(self._bus.login(level), job.corpus, None)

@@ -15,13 +15,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from hearthnet.blobs.cid import is_cid
+from hearthnet.contracts.rag import PERSONAL, SYSTEM, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, Unauthorized
 from hearthnet.frontends.client.corpora import list_corpora_of, rag_hosts
 from hearthnet.frontends.http import policy
 from hearthnet.frontends.http.app import UiState, api, check_text
 from hearthnet.frontends.http.responses import json_body, json_response
 from hearthnet.frontends.http.tokens import Session
-from hearthnet.services.rag.names import PERSONAL, SYSTEM, validate_corpus_name
 
 __all__ = ["routes"]
 

@@ -3,20 +3,21 @@
 Callers outside this package use only the names exported here.
 """
 
+from hearthnet.contracts.embed import (
+    CAPABILITY,
+    ENCODING,
+    MAX_TEXT_CHARS,
+    MAX_TEXTS,
+    decode_embeddings,
+    pack_vectors,
+    unpack_vectors,
+    validate_embed_input,
+)
 from hearthnet.services.embedding.backend import EmbedBatch, EmbeddingBackend
 from hearthnet.services.embedding.model_files import ModelFiles, ModelUnavailable, find_model_files
 from hearthnet.services.embedding.onnx_backend import DEFAULT_MODEL_NAME, OnnxEmbeddingBackend, OnnxSettings
 from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig, OpenAIEmbeddingBackend
-from hearthnet.services.embedding.service import (
-    CAPABILITY,
-    MAX_TEXT_CHARS,
-    MAX_TEXTS,
-    EmbeddingConfig,
-    EmbeddingService,
-    embed_descriptor,
-    validate_embed_input,
-)
-from hearthnet.wire.vectors import ENCODING, decode_embeddings, pack_vectors, unpack_vectors
+from hearthnet.services.embedding.service import EmbeddingConfig, EmbeddingService, embed_descriptor
 
 __all__ = [
     "CAPABILITY",

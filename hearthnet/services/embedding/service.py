@@ -1,16 +1,10 @@
-"""``embed.text@1.0``: one registration per model this node serves.
-
-Input ``{texts: 1..256 strings (each <= 8192 chars), normalize = true}``;
-output ``{embeddings: f32le bytes (count x dim), dim, count, encoding}``;
-meta ``{model, ms, tokens, truncated}``.  The params predicate matches on the
-exact model name, so a corpus embedded with one model is never queried with
-another.
-"""
+"""``embed.text@1.0`` (the contract: :mod:`hearthnet.contracts.embed`): one registration per model
+this node serves, each matched on its exact model name."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,28 +13,23 @@ import anyio
 import structlog
 
 from hearthnet.bus.context import CallContext
-from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration, params_key_equals
-from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.contracts.embed import (
+    CAPABILITY,
+    ENCODING,
+    MAX_TEXTS,
+    PREDICATE,
+    VERSION,
+    pack_vectors,
+    validate_embed_input,
+)
+from hearthnet.errors import BusError, NotFound, Timeout
 from hearthnet.services.embedding.backend import EmbeddingBackend
 from hearthnet.services.embedding.model_files import CHROMA_CACHE_DIR, ModelUnavailable, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxEmbeddingBackend, OnnxSettings
 from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig, OpenAIEmbeddingBackend
-from hearthnet.wire.vectors import ENCODING, pack_vectors
 
-__all__ = [
-    "CAPABILITY",
-    "MAX_TEXTS",
-    "MAX_TEXT_CHARS",
-    "EmbeddingConfig",
-    "EmbeddingService",
-    "embed_descriptor",
-    "validate_embed_input",
-]
-
-CAPABILITY = "embed.text"
-VERSION = (1, 0)
-MAX_TEXTS = 256
-MAX_TEXT_CHARS = 8192
+__all__ = ["EmbeddingConfig", "EmbeddingService", "embed_descriptor"]
 
 log = structlog.get_logger("hearthnet.embedding")
 
@@ -60,28 +49,6 @@ class EmbeddingConfig:
     extra_tokenizer_sha256: tuple[str, ...] = ()
     openai: tuple[OpenAIBackendConfig, ...] = ()
     max_concurrent: int = 16
-
-
-def validate_embed_input(input: Mapping[str, Any]) -> tuple[list[str], bool]:
-    """``input`` -> ``(texts, normalize)``, or ``BadRequest`` saying what is wrong."""
-    if not isinstance(input, Mapping):
-        raise BadRequest("input must be a map {texts, normalize?}")
-    texts = input.get("texts")
-    if not isinstance(texts, list | tuple):
-        raise BadRequest("input.texts must be a list of 1..256 strings")
-    if not 1 <= len(texts) <= MAX_TEXTS:
-        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{MAX_TEXTS} per call")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
-        if len(text) > MAX_TEXT_CHARS:
-            raise BadRequest(
-                f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, split it"
-            )
-    normalize = input.get("normalize", True)
-    if not isinstance(normalize, bool):
-        raise BadRequest("input.normalize must be true or false")
-    return list(texts), normalize
 
 
 def embed_descriptor(
@@ -200,7 +167,7 @@ class EmbeddingService:
                         timeout_seconds=_timeout_for(backend),
                     ),
                     handler=make_handler(backend),
-                    predicate=params_key_equals("model"),
+                    predicate=PREDICATE,
                 )
             )
         return regs

@@ -3,12 +3,14 @@
 Callers outside this package use only the names exported here.
 """
 
-from hearthnet.services.llm.contract import (
+from hearthnet.contracts.llm import (
     CAPABILITY,
     MAX_MESSAGES,
     MAX_TOTAL_CHARS,
     ROLES,
     ChatRequest,
+    estimate_prompt_tokens,
+    estimate_tokens,
     validate_chat_input,
 )
 from hearthnet.services.llm.local import LocalChatBackend, LocalLlmConfig, LocalUnavailable
@@ -19,7 +21,6 @@ from hearthnet.services.llm.openai_backend import (
     Usage,
 )
 from hearthnet.services.llm.service import ChatBackend, LlmConfig, LlmService, chat_descriptor
-from hearthnet.services.llm.tokens import estimate_prompt_tokens, estimate_tokens
 
 __all__ = [
     "CAPABILITY",

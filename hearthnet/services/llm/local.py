@@ -25,8 +25,8 @@ import anyio
 import httpx
 import structlog
 
+from hearthnet.contracts.llm import ChatRequest
 from hearthnet.errors import BadRequest, Partition, Timeout
-from hearthnet.services.llm.contract import ChatRequest
 from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
 
 __all__ = ["LocalChatBackend", "LocalLlmConfig", "LocalUnavailable", "local_unavailable_reason"]

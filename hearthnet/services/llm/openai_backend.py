@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from hearthnet.contracts.llm import ChatRequest
 from hearthnet.errors import (
     BadRequest,
     BusError,
@@ -32,7 +33,6 @@ from hearthnet.errors import (
     Partition,
     Timeout,
 )
-from hearthnet.services.llm.contract import ChatRequest
 from hearthnet.services.llm.sse import SSEDecoder
 
 __all__ = [

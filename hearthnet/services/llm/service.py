@@ -19,12 +19,19 @@ import anyio
 import structlog
 
 from hearthnet.bus.context import CallContext
-from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration, params_key_equals
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.contracts.llm import (
+    CAPABILITY,
+    PREDICATE,
+    VERSION,
+    ChatRequest,
+    estimate_prompt_tokens,
+    estimate_tokens,
+    validate_chat_input,
+)
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
-from hearthnet.services.llm.contract import CAPABILITY, VERSION, ChatRequest, validate_chat_input
 from hearthnet.services.llm.local import LocalChatBackend, LocalLlmConfig, LocalUnavailable
 from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
-from hearthnet.services.llm.tokens import estimate_prompt_tokens, estimate_tokens
 
 __all__ = ["ChatBackend", "LlmConfig", "LlmService", "chat_descriptor", "make_handler"]
 
@@ -204,7 +211,7 @@ class LlmService:
             Registration(
                 descriptor=chat_descriptor(backend),
                 handler=make_handler(backend),
-                predicate=params_key_equals("model"),
+                predicate=PREDICATE,
             )
             for backend in self._backends
         ]

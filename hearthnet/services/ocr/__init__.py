@@ -3,14 +3,9 @@
 Callers outside this package use only the names exported here.
 """
 
+from hearthnet.contracts.ocr import CAPABILITY, MAX_IMAGE_BYTES, parse_ocr_input
 from hearthnet.services.ocr.engine import Line, OcrEngine, OcrUnavailable, Recognition
-from hearthnet.services.ocr.service import (
-    CAPABILITY,
-    MAX_IMAGE_BYTES,
-    OcrService,
-    OcrSettings,
-    parse_ocr_input,
-)
+from hearthnet.services.ocr.service import OcrService, OcrSettings
 
 __all__ = [
     "CAPABILITY",

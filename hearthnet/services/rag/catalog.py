@@ -26,14 +26,14 @@ from typing import Any
 
 import anyio
 
-from hearthnet.bus.bus import CapabilityBus, check_input_keys
+from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
+from hearthnet.contracts.base import check_input_keys
+from hearthnet.contracts.rag import DELETED, INGESTED, validate_corpus_name
 from hearthnet.events.envelope import Event
 from hearthnet.events.log import EventLog
-from hearthnet.services.rag.events import DELETED, INGESTED
-from hearthnet.services.rag.names import validate_corpus_name
 
 __all__ = ["RagCatalog", "announced_hosts", "documents_in_effect", "documents_in_log", "effective_ingest"]
 

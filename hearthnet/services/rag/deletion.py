@@ -18,11 +18,10 @@ import anyio
 import structlog
 
 from hearthnet.blobs import BlobStore
+from hearthnet.contracts.rag import DELETED, PERSONAL
 from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.events import DELETED
-from hearthnet.services.rag.names import PERSONAL
 from hearthnet.services.rag.store import CorpusStore
 
 __all__ = ["AppendEvent", "Deletions", "FindEvent"]

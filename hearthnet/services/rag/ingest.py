@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -21,85 +21,19 @@ import numpy as np
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from hearthnet.bus.api import BusAPI
-from hearthnet.errors import BadRequest, InternalError, NotFound, Partition, unwrap_group
+from hearthnet.contracts.embed import Embedder
+from hearthnet.errors import BadRequest, InternalError, unwrap_group
 from hearthnet.services.rag.chunker import Chunk, PageChunker, detect_language
 from hearthnet.services.rag.reader import MAX_TEXT_BYTES, Document, DocumentHeader, PageText, stream_document
-from hearthnet.wire.vectors import decode_embeddings
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
-DEFAULT_WINDOW = 256
-"""Chunk for this many tokens when no provider says its window (MiniLM's)."""
-MIN_ADVERTISED_WINDOW = 128
-"""Windows remote providers advertise below this are not believed (no real text model is smaller)."""
-MAX_DIM = 8192
-"""Largest embedding a provider may answer (OpenAI's largest is 3,072)."""
 EMBED_BATCH = 32
 """Texts per embed.text call: small enough to interleave with queries, large enough to batch well."""
 EMBED_IN_FLIGHT = 2
 """``embed.text`` calls an ingest keeps in flight (see :func:`embed_streamed`)."""
 
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Embedder:
-    """How this RAG node reaches its embedding model: by name, through the bus."""
-
-    bus: BusAPI
-    model: str
-    timeout_seconds: float
-
-    def max_tokens(self) -> int:
-        """The model window chunks are cut for (``partition`` if no provider is reachable).
-
-        A provider on this node is the one calls go to first, so its window
-        counts when there is one.  Otherwise the smallest window that remote
-        providers advertise, ignoring any below ``MIN_ADVERTISED_WINDOW``: a
-        member advertising a window of 1 token must not make every ingest in
-        the community fail, or shrink every chunk to a few words.
-        """
-        providers = self.bus.providers("embed.text", (1, 0), {"model": self.model})
-        if not providers:
-            raise Partition(f"no embed.text provider for model {self.model} is reachable")
-        local = [p for p in providers if p.is_local]
-        windows = [p.descriptor.params.get("max_tokens") for p in (local or providers)]
-        known = [w for w in windows if type(w) is int and w > 0]
-        if local:
-            return min(known) if known else DEFAULT_WINDOW
-        usable = [w for w in known if w >= MIN_ADVERTISED_WINDOW]
-        if known and not usable:
-            log.warning("embed_windows_ignored", model=self.model, smallest=min(known))
-        return min(usable) if usable else DEFAULT_WINDOW
-
-    async def embed(self, texts: Sequence[str]) -> tuple[np.ndarray, int, int]:
-        """Vectors (n x dim float32), tokens and truncated counts for ``texts``."""
-        try:
-            result = await self.bus.call(
-                "embed.text",
-                (1, 0),
-                params={"model": self.model},
-                input={"texts": list(texts), "normalize": True},
-                timeout=self.timeout_seconds,
-            )
-        except NotFound as exc:
-            raise Partition(
-                f"no embed.text provider for model {self.model} is reachable: {exc.message}"
-            ) from exc
-        try:
-            vectors = decode_embeddings(result.output)
-        except BadRequest as exc:  # the provider's answer is malformed, not the caller's request
-            raise InternalError(f"embed.text answered malformed vectors: {exc.message}") from exc
-        if vectors.shape[0] != len(texts):
-            raise InternalError(f"embed.text returned {vectors.shape[0]} vectors for {len(texts)} texts")
-        if not np.isfinite(vectors).all() or not (0 < vectors.shape[1] <= MAX_DIM):
-            raise InternalError(
-                f"embed.text for {self.model} answered {vectors.shape[1]}-d vectors that are not all finite "
-                f"numbers (or of an impossible size): provider {result.provider or 'unknown'}"
-            )
-        meta = result.meta
-        return vectors, int(meta.get("tokens", 0)), int(meta.get("truncated", 0))
 
 
 @dataclass(frozen=True)
@@ -257,12 +191,12 @@ async def embed_streamed(
     async def call(number: int, batch: list[Chunk]) -> None:
         nonlocal tokens, truncated, done
         try:
-            vectors, t, tr = await embedder.embed([c.text for c in batch])
+            answer = await embedder.embed([c.text for c in batch])
         finally:
             slots.release()
-        parts[number] = vectors
-        tokens += t
-        truncated += tr
+        parts[number] = answer.vectors
+        tokens += answer.tokens
+        truncated += answer.truncated
         done += len(batch)
         if progress is not None:
             await progress({"stage": "embed", "current": done, "total": seen})

@@ -1,6 +1,7 @@
 """The inputs of the RAG capabilities, checked before any work: ``bad_request`` with the reason.
 
-Pure functions (no I/O), one per capability; ``service.py`` calls them first.
+Pure functions (no I/O), one per capability, with the limits of :mod:`hearthnet.contracts.rag`;
+``service.py`` calls them first.
 """
 
 from __future__ import annotations
@@ -11,35 +12,22 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hearthnet.blobs import is_cid
-from hearthnet.bus.bus import check_input_keys
+from hearthnet.contracts.base import check_input_keys
+from hearthnet.contracts.rag import (
+    DEFAULT_K,
+    LIST_PAGE,
+    MAX_FILENAME,
+    MAX_K,
+    MAX_LIST_PAGE,
+    MAX_QUERY_CHARS,
+    MAX_TITLE,
+    is_language,
+)
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunker import check_extra_metadata
 from hearthnet.services.rag.filters import build_where
-from hearthnet.services.rag.names import is_language
-from hearthnet.services.rag.reader import MAX_TITLE
 
-__all__ = [
-    "DEFAULT_K",
-    "LIST_PAGE",
-    "MAX_FILENAME",
-    "MAX_K",
-    "MAX_LIST_PAGE",
-    "MAX_QUERY_CHARS",
-    "IngestInput",
-    "delete_input",
-    "ingest_input",
-    "list_input",
-    "query_input",
-]
-
-DEFAULT_K = 5
-MAX_K = 20
-MAX_QUERY_CHARS = 8192
-MAX_FILENAME = 255
-"""Longest file name ``rag.ingest`` keeps (the common file-system limit, in characters)."""
-LIST_PAGE = 200
-MAX_LIST_PAGE = 1000
-"""Documents per ``rag.list_documents`` page: by default, and at most."""
+__all__ = ["IngestInput", "delete_input", "ingest_input", "list_input", "query_input"]
 
 
 def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:

@@ -23,6 +23,7 @@ import structlog
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
+from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
 from hearthnet.services.rag import pdf_content
 
@@ -31,7 +32,6 @@ __all__ = [
     "MAX_PAGE_TEXT",
     "MAX_PDF_TEXT",
     "MAX_TEXT_BYTES",
-    "MAX_TITLE",
     "Document",
     "DocumentHeader",
     "PageText",
@@ -230,7 +230,6 @@ def stream_document(
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 """pypdf decodes ToUnicode maps with ``surrogatepass``: a glyph mapped to ``<D800>`` yields a
 lone surrogate, which no UTF-8 encoder (msgpack, the tokenizer, ChromaDB) accepts."""
-MAX_TITLE = 1000
 """Characters of a document title: at most this from a caller, and what is kept of one found in
 the file (a PDF's /Title, a Markdown heading); it is copied into every chunk's metadata."""
 

@@ -29,32 +29,38 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, params_key_equals
 from hearthnet.community.levels import Level
+from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.rag import (
+    INGESTED,
+    MAX_K,
+    MAX_TITLE,
+    PERSONAL,
+    SYSTEM,
+    host_label,
+    validate_corpus_name,
+)
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized, unwrap_group
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.chunker import Chunk
 from hearthnet.services.rag.deletion import AppendEvent, Deletions, FindEvent
-from hearthnet.services.rag.events import INGESTED
 from hearthnet.services.rag.filters import filter_keys
 from hearthnet.services.rag.gate import CorpusGate, Reindexing
 from hearthnet.services.rag.ingest import (
     EmbeddedDocument,
-    Embedder,
     PreparedDocument,
     Progress,
     StreamedDocument,
     embed_streamed,
 )
 from hearthnet.services.rag.inputs import (
-    MAX_K,
     IngestInput,
     delete_input,
     ingest_input,
     list_input,
     query_input,
 )
-from hearthnet.services.rag.names import PERSONAL, SYSTEM, host_label, validate_corpus_name
-from hearthnet.services.rag.reader import MAX_TEXT_BYTES, MAX_TITLE
+from hearthnet.services.rag.reader import MAX_TEXT_BYTES
 from hearthnet.services.rag.store import CorpusInfo, CorpusStore, DocumentSource, ScoredChunk
 
 log = structlog.get_logger("hearthnet.rag")
@@ -320,7 +326,7 @@ class RagService:
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
         embedding = time.perf_counter()
-        vectors, _, _ = await self._embedder.embed([query])
+        vectors = (await self._embedder.embed([query])).vectors
         embedded = time.perf_counter()
         hits = self._store.query_in_memory(
             corpus, vectors[0], k=k, where=where, include_text=include_text, max_floats=INLINE_SEARCH_FLOATS

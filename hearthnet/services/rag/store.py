@@ -23,6 +23,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import sqlite3
 import threading
@@ -36,6 +37,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import structlog
 
+from hearthnet.contracts.rag import MAX_CORPUS_NAME, validate_corpus_name
 from hearthnet.errors import (
     BadRequest,
     BusError,
@@ -49,7 +51,6 @@ from hearthnet.runtime.sqlite_tx import transaction
 from hearthnet.services.rag.chunker import RESERVED_METADATA, Chunk, check_extra_metadata
 from hearthnet.services.rag.exact import ExactIndex, ScoredChunk
 from hearthnet.services.rag.filters import build_where, chroma_where, compile_where, where_matches
-from hearthnet.services.rag.names import collection_name, staging_collection_name, validate_corpus_name
 
 __all__ = [
     "CHUNK_KEYS",
@@ -75,6 +76,40 @@ OVERFETCH_MIN = 50
 """A filtered query first looks at this many nearest chunks unfiltered (see ``_overfetch_then_filter``)."""
 
 _log = structlog.get_logger("hearthnet.rag.store")
+
+# ChromaDB requires collection names of 3-512 characters from ``[a-zA-Z0-9._-]`` that start and
+# end alphanumeric.  ``"hn-" + name + "-v1"`` is always valid for a valid corpus name: it is at
+# least 7 characters long, starts with ``h`` and ends with ``1``, and a leading or trailing ``-``
+# in the corpus name lands in the middle.
+COLLECTION_PREFIX = "hn-"
+COLLECTION_SUFFIX = "-v1"
+_CORPUS_NAME = re.compile(r"[a-z0-9-]+")
+
+
+def collection_name(corpus: str) -> str:
+    """The ChromaDB collection that holds ``corpus`` (validated first)."""
+    return f"{COLLECTION_PREFIX}{validate_corpus_name(corpus)}{COLLECTION_SUFFIX}"
+
+
+def staging_collection_name(corpus: str) -> str:
+    """Where a reindex writes the rebuilt ``corpus`` before it replaces the collection.
+
+    ``collection_name(corpus) + ".rebuild"``: valid for ChromaDB (ends alphanumeric) and never
+    taken for a corpus's own collection by :func:`corpus_from_collection`.
+    """
+    return f"{collection_name(corpus)}.rebuild"
+
+
+def corpus_from_collection(collection: str) -> str | None:
+    """The corpus held by ``collection``, or None if it is not one of ours."""
+    if not (collection.startswith(COLLECTION_PREFIX) and collection.endswith(COLLECTION_SUFFIX)):
+        return None
+    name = collection[len(COLLECTION_PREFIX) : -len(COLLECTION_SUFFIX)]
+    if not name or len(name) > MAX_CORPUS_NAME or _CORPUS_NAME.fullmatch(name) is None:
+        return None
+    return name
+
+
 _SQLITE_FULL = 13
 _NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _MIN_FREE_BYTES = 1 << 20

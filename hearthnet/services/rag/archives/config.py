@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.names import validate_corpus_name
 
 __all__ = [
     "DEFAULT_CHROMADB_URL",

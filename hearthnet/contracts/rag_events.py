@@ -1,4 +1,5 @@
-"""The ``rag.document.ingested`` and ``rag.document.deleted`` events: data shapes and who may emit them.
+"""The rules of the ``rag.document.ingested`` and ``rag.document.deleted`` events: data shapes and
+who may emit them.
 
 Registered on every node (whatever services it runs) so that every member
 stores and relays the same events.  Only a member that is ``trusted`` at that
@@ -23,13 +24,12 @@ from typing import Any
 
 from hearthnet.blobs.cid import is_cid
 from hearthnet.community.levels import Level
+from hearthnet.contracts.rag import DELETED, INGESTED, MAX_TITLE, is_language, validate_corpus_name
 from hearthnet.errors import BadRequest
 from hearthnet.events.rules import EventRule
-from hearthnet.services.rag.names import is_language, validate_corpus_name
 
-INGESTED = "rag.document.ingested"
-DELETED = "rag.document.deleted"
-MAX_TITLE = 1000
+__all__ = ["deleted_rule", "ingested_rule", "validate_deleted", "validate_ingested"]
+
 MAX_LANGUAGE = 16
 MAX_CHUNKS = 1 << 31
 _FIELDS: dict[str, type] = {

@@ -1,17 +1,45 @@
-"""The ``llm.chat@1.0`` contract: input shape, limits and the checked request.
+"""The ``llm.chat@1.0`` contract: input shape, limits, the checked request, and the token estimate
+that both the service's window check and the composer's prompt budget use.
 
 Pure code (no I/O): the service validates every call with :func:`validate_chat_input`
 before any backend is asked, and callers may use the same function to check a
-request before sending it.
+request before sending it.  A provider's params ``{model, context_tokens,
+max_output_tokens}`` name its model and advertise its window; calls choose by model.
+
+A remote model's tokenizer is not available here, so the window check
+(``prompt + max_tokens <= context_tokens``) counts with rules that err high
+for the tokenizers of current open and hosted models (SentencePiece/BPE with
+32k-262k entries: Llama, Mistral, Gemma, Qwen, GPT-4-class). One regex pass:
+
+* a run of Latin letters of length ``L`` costs ``1 + (L - 1) // 4``, plus 1 if
+  ``L >= 8``, plus 1 per non-ASCII letter, plus 1 if a capital follows its first
+  letter (a common word is one token; a rare long one, an abbreviation or a
+  CamelCase name splits into several);
+* every digit costs 1 (Llama, Gemma, Mistral and Qwen split numbers into digits),
+  and so does a space before a digit (SentencePiece keeps it as a token of its own);
+* a run of letters of the alphabets between Greek and Ethiopic (Greek, Cyrillic,
+  Armenian, Hebrew, Arabic, Indic, Thai, Georgian ...) costs one per two characters;
+* a character outside the Basic Multilingual Plane (emoji, rare ideographs) costs 2;
+* every other non-space character (punctuation, symbols, CJK, kana, Hangul) costs 1;
+* a newline costs 1, a run of two or more spaces or tabs costs 1;
+* every message costs ``MESSAGE_OVERHEAD`` more (the chat template's role markers), and
+  the reply's opening ``REPLY_OVERHEAD``.
+
+Scripts that a 32k-vocabulary model encodes byte by byte (Thai or Devanagari on
+Llama 2) can take more than this: the server's own refusal then answers.
+Calibration figures are in ``specs/llm.md``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
+from hearthnet.contracts.base import check_input_keys
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -20,9 +48,15 @@ __all__ = [
     "MAX_STOP",
     "MAX_STOP_CHARS",
     "MAX_TOTAL_CHARS",
+    "MESSAGE_OVERHEAD",
+    "PREDICATE",
+    "PREDICATES",
+    "REPLY_OVERHEAD",
     "ROLES",
     "VERSION",
     "ChatRequest",
+    "estimate_prompt_tokens",
+    "estimate_tokens",
     "validate_chat_input",
 ]
 
@@ -35,7 +69,11 @@ MAX_TOTAL_CHARS = 400_000
 MAX_STOP = 4
 MAX_STOP_CHARS = 64
 MAX_TEMPERATURE = 2.0
-_INPUT_KEYS = frozenset({"messages", "max_tokens", "temperature", "stop"})
+_INPUT_KEYS = {"messages", "max_tokens", "temperature", "stop"}
+PREDICATE: ParamsPredicate = params_key_equals("model")
+"""The model decides; its window and answer length are advertised, not asked for."""
+PREDICATES: Mapping[str, ParamsPredicate] = {CAPABILITY: PREDICATE}
+"""How a remote provider's params are matched (:mod:`hearthnet.contracts.routing`)."""
 
 
 @dataclass(frozen=True)
@@ -59,9 +97,7 @@ def validate_chat_input(input: Mapping[str, Any], *, max_output_tokens: int | No
     """
     if not isinstance(input, Mapping):
         raise BadRequest("llm.chat input must be a map {messages, max_tokens?, temperature?, stop?}")
-    unknown = sorted(str(k)[:40] for k in input if k not in _INPUT_KEYS)
-    if unknown:
-        raise BadRequest(f"unknown llm.chat input field(s): {', '.join(unknown[:8])}")
+    check_input_keys(input, _INPUT_KEYS, CAPABILITY)
     messages = _messages(input.get("messages"))
     return ChatRequest(
         messages=messages,
@@ -135,3 +171,45 @@ def _stop(raw: Any) -> tuple[str, ...]:
         if len(s) > MAX_STOP_CHARS:
             raise BadRequest(f"input.stop[{i}] has {len(s)} characters; the limit is {MAX_STOP_CHARS}")
     return tuple(items)
+
+
+# -- the token estimate -------------------------------------------------------------------
+MESSAGE_OVERHEAD = 6
+"""Tokens a chat template adds around one message (role markers, separators)."""
+REPLY_OVERHEAD = 4
+"""Tokens of the reply's opening."""
+
+_LATIN = "A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff\ufb00-\ufb06"
+_PATTERN = re.compile(
+    rf"(?P<latin>[{_LATIN}]+)|(?P<newline>\n)|(?P<spaces>[ \t]{{2,}})|(?P<digit>[ \t]?[0-9])"
+    r"|(?P<alpha>[\u0370-\u1dff\u1f00-\u1fff]+)|(?P<astral>[\U00010000-\U0010ffff])|(?P<space>\s)|(?P<other>.)",
+    re.DOTALL,
+)
+
+
+def estimate_tokens(text: str) -> int:
+    """Tokens ``text`` takes at most in a current LLM tokenizer (see the module docstring)."""
+    total = 0
+    for m in _PATTERN.finditer(text):
+        kind = m.lastgroup
+        if kind == "latin":
+            word = m.group()
+            n = len(word)
+            total += 1 + (n - 1) // 4 + (n >= 8) + sum(1 for c in word if c > "\x7f")
+            total += any(c.isupper() for c in word[1:])  # CamelCase and CAPITALS split more
+        elif kind == "space":
+            continue
+        elif kind == "alpha":
+            total += (m.end() - m.start() + 1) // 2
+        elif kind == "astral":
+            total += 2
+        elif kind == "digit":
+            total += m.end() - m.start()  # a space before a digit is a token of its own
+        else:  # newline, a run of spaces, a digit, any other character
+            total += 1
+    return total
+
+
+def estimate_prompt_tokens(messages: Iterable[tuple[str, str]]) -> int:
+    """Tokens a chat prompt of ``(role, content)`` messages takes, template included."""
+    return REPLY_OVERHEAD + sum(MESSAGE_OVERHEAD + estimate_tokens(content) for _, content in messages)

@@ -1,0 +1,213 @@
+"""The ``embed.text@1.0`` contract: texts in, packed float32 vectors out; and :class:`Embedder`,
+the typed client every caller (the RAG service, archives, the composer) embeds through.
+
+Input ``{texts: 1..256 strings (each <= 8192 chars), normalize = true}``; output ``{embeddings:
+f32le bytes (count x dim), dim, count, encoding}``; meta ``{model, ms, tokens, truncated}``.  A
+provider's params ``{model, dim, max_tokens}`` name its model and advertise its window; calls
+choose a provider by the exact model name (a corpus embedded with one model is never queried
+with another).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import structlog
+
+from hearthnet.bus.api import BusAPI
+from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
+from hearthnet.errors import BadRequest, InternalError, NotFound, Partition, SchemaMismatch
+
+__all__ = [
+    "CAPABILITY",
+    "DEFAULT_WINDOW",
+    "ENCODING",
+    "MAX_DIM",
+    "MAX_PACKED_DIM",
+    "MAX_TEXTS",
+    "MAX_TEXT_CHARS",
+    "PREDICATE",
+    "VERSION",
+    "Embedded",
+    "Embedder",
+    "decode_embeddings",
+    "no_provider",
+    "pack_vectors",
+    "unpack_vectors",
+    "validate_embed_input",
+]
+
+CAPABILITY = "embed.text"
+VERSION = (1, 0)
+MAX_TEXTS = 256
+MAX_TEXT_CHARS = 8192
+ENCODING = "f32le"
+MAX_PACKED_DIM = 65_536
+"""Widest vector :func:`unpack_vectors` reads at all."""
+MAX_DIM = 8192
+"""Widest embedding a caller accepts from a provider (OpenAI's largest is 3,072)."""
+DEFAULT_WINDOW = 256
+"""Chunk for this many tokens when no provider says its window (MiniLM's)."""
+MIN_ADVERTISED_WINDOW = 128
+"""Windows remote providers advertise below this are not believed (no real text model is smaller)."""
+PREDICATE: ParamsPredicate = params_key_equals("model")
+"""A provider fits a call that names its model (or names none)."""
+
+_F32LE = np.dtype("<f4")
+log = structlog.get_logger("hearthnet.contracts.embed")
+
+
+def validate_embed_input(input: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """``input`` -> ``(texts, normalize)``, or ``BadRequest`` saying what is wrong."""
+    if not isinstance(input, Mapping):
+        raise BadRequest("input must be a map {texts, normalize?}")
+    texts = input.get("texts")
+    if not isinstance(texts, list | tuple):
+        raise BadRequest("input.texts must be a list of 1..256 strings")
+    if not 1 <= len(texts) <= MAX_TEXTS:
+        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{MAX_TEXTS} per call")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
+        if len(text) > MAX_TEXT_CHARS:
+            raise BadRequest(
+                f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, split it"
+            )
+    normalize = input.get("normalize", True)
+    if not isinstance(normalize, bool):
+        raise BadRequest("input.normalize must be true or false")
+    return list(texts), normalize
+
+
+# -- vectors as they travel: a float32 little-endian row-major matrix as msgpack ``bin`` --------
+def pack_vectors(vectors: npt.NDArray[Any]) -> bytes:
+    """A 2-d matrix -> its float32 little-endian row-major bytes."""
+    arr = np.asarray(vectors)
+    if arr.ndim != 2:
+        raise BadRequest(f"vectors must be a 2-d matrix, got {arr.ndim} dimensions")
+    return np.ascontiguousarray(arr, dtype=_F32LE).tobytes()
+
+
+def unpack_vectors(data: bytes, dim: int, count: int | None = None) -> npt.NDArray[np.float32]:
+    """Bytes -> a float32 ``(n, dim)`` matrix; any length or shape mismatch is ``BadRequest``."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise BadRequest(f"embeddings must be bytes, got {type(data).__name__}")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_PACKED_DIM:
+        raise BadRequest(f"dim must be an integer in 1..{MAX_PACKED_DIM}")
+    row_bytes = dim * _F32LE.itemsize
+    size = len(data) if not isinstance(data, memoryview) else data.nbytes
+    if size % row_bytes:
+        raise BadRequest(f"embeddings are {size} bytes, not a whole number of {dim}-d float32 rows")
+    rows = size // row_bytes
+    if count is not None and rows != count:
+        raise BadRequest(f"embeddings hold {rows} vectors, expected {count}")
+    # astype copies into a writable, native-order array the caller owns.
+    return np.frombuffer(data, dtype=_F32LE).reshape(rows, dim).astype(np.float32)
+
+
+def decode_embeddings(output: Mapping[str, Any]) -> npt.NDArray[np.float32]:
+    """An ``embed.text`` output map -> a float32 ``(count, dim)`` matrix."""
+    encoding = output.get("encoding", ENCODING)
+    if encoding != ENCODING:
+        raise BadRequest(f"unsupported embeddings encoding {encoding!r:.20}; expected {ENCODING!r}")
+    dim = output.get("dim")
+    count = output.get("count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise BadRequest("count must be an integer")
+    data = output.get("embeddings")
+    if not isinstance(data, bytes | bytearray):
+        raise BadRequest("embeddings must be packed float32 bytes")
+    if not isinstance(dim, int):
+        raise BadRequest("dim must be an integer")
+    return unpack_vectors(bytes(data), dim, count)
+
+
+# -- the typed client ------------------------------------------------------------------------------
+def no_provider(model: str, detail: str = "") -> Partition:
+    """The error for a model no reachable node serves, with what to do about it."""
+    tail = f" ({detail})" if detail else ""
+    return Partition(
+        f"no embed.text provider for model {model} is reachable{tail}: a node must serve it, e.g. with an "
+        "[[embedding.openai]] entry pointing at a TEI or OpenAI-compatible server for that model"
+    )
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """An answer of ``embed.text``, checked: one finite row per text."""
+
+    vectors: npt.NDArray[np.float32]
+    """``(len(texts), dim)`` float32."""
+    tokens: int
+    truncated: int
+    """Texts the provider cut to its window."""
+    provider: str
+
+
+@dataclass(frozen=True)
+class Embedder:
+    """Texts embedded with ``model`` by whichever node serves it, over the bus (a caller never
+    imports an embedder, so a GPU box can embed for a Raspberry Pi)."""
+
+    bus: BusAPI
+    model: str
+    timeout_seconds: float
+
+    def max_tokens(self) -> int:
+        """The model window chunks are cut for (``partition`` if no provider is reachable).
+
+        A provider on this node is the one calls go to first, so its window
+        counts when there is one.  Otherwise the smallest window that remote
+        providers advertise, ignoring any below ``MIN_ADVERTISED_WINDOW``: a
+        member advertising a window of 1 token must not make every ingest in
+        the community fail, or shrink every chunk to a few words.
+        """
+        providers = self.bus.providers(CAPABILITY, VERSION, {"model": self.model})
+        if not providers:
+            raise Partition(f"no embed.text provider for model {self.model} is reachable")
+        local = [p for p in providers if p.is_local]
+        windows = [p.descriptor.params.get("max_tokens") for p in (local or providers)]
+        known = [w for w in windows if type(w) is int and w > 0]
+        if local:
+            return min(known) if known else DEFAULT_WINDOW
+        usable = [w for w in known if w >= MIN_ADVERTISED_WINDOW]
+        if known and not usable:
+            log.warning("embed_windows_ignored", model=self.model, smallest=min(known))
+        return min(usable) if usable else DEFAULT_WINDOW
+
+    async def embed(self, texts: Sequence[str]) -> Embedded:
+        """``texts`` embedded (normalised); ``partition`` if no provider of the model answers, and
+        ``internal_error`` for an answer that is malformed, of the wrong count or not finite."""
+        try:
+            result = await self.bus.call(
+                CAPABILITY,
+                VERSION,
+                params={"model": self.model},
+                input={"texts": list(texts), "normalize": True},
+                timeout=self.timeout_seconds,
+            )
+        except (NotFound, SchemaMismatch) as exc:  # no provider, or it went away since it was listed
+            raise no_provider(self.model, exc.message) from exc
+        provider = result.provider or "unknown"
+        try:
+            vectors = decode_embeddings(result.output)
+        except BadRequest as exc:  # the provider's answer is malformed, not the caller's request
+            raise InternalError(
+                f"embed.text for {self.model} answered malformed vectors: {exc.message}"
+            ) from exc
+        if vectors.shape[0] != len(texts):
+            raise InternalError(
+                f"embed.text for {self.model} returned {vectors.shape[0]} vectors for {len(texts)} texts "
+                f"(provider {provider})"
+            )
+        if not np.isfinite(vectors).all() or not 0 < vectors.shape[1] <= MAX_DIM:
+            raise InternalError(
+                f"embed.text for {self.model} answered {vectors.shape[1]}-d vectors that are not all finite "
+                f"numbers (or of an impossible size): provider {provider}"
+            )
+        meta = result.meta
+        return Embedded(vectors, int(meta.get("tokens", 0)), int(meta.get("truncated", 0)), provider)
