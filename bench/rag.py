@@ -75,8 +75,8 @@ def first_pages(src: Path, pages: int, dest: Path) -> Path:
 
 
 def pdf_chunks(path: Path) -> list[str]:
-    from hearthnet.services.rag.chunker import chunk_document, detect_language
-    from hearthnet.services.rag.reader import read_document
+    from hearthnet.services.rag.ingest.chunk import chunk_document, detect_language
+    from hearthnet.services.rag.ingest.read import read_document
 
     doc = read_document(path.read_bytes(), filename_hint=path.name)
     lang = detect_language(" ".join(p.text for p in doc.pages[:5])[:20_000])
@@ -191,7 +191,7 @@ def _store_key(sizes: tuple[int, ...]) -> str:
 
 def build_store(root: Path, sizes: tuple[int, ...]) -> dict[str, float]:
     """One store directory with a corpus per size; returns build seconds per corpus."""
-    from hearthnet.services.rag.chunker import Chunk
+    from hearthnet.services.rag.chunks import Chunk
     from hearthnet.services.rag.store import CorpusStore
 
     built: dict[str, float] = {}

@@ -140,7 +140,7 @@ def _batches(n: int, size: int) -> Iterator[tuple[int, int]]:
 def measure(data: np.ndarray, queries: np.ndarray, config_name: str, k: int = 10) -> dict[str, Any]:
     """Build a collection through :class:`CorpusStore` and compare with exact search."""
     from hearthnet.services.rag import store as store_mod
-    from hearthnet.services.rag.chunker import Chunk
+    from hearthnet.services.rag.chunks import Chunk
 
     hnsw = {"default": {}, "chosen": _chosen()}.get(config_name, CONFIGS.get(config_name))
     truth = exact_topk(data, queries, k)

@@ -24,7 +24,7 @@ import pytest
 
 from hearthnet.client import Client
 from hearthnet.errors import BusError
-from hearthnet.services.rag.ingest import StreamedDocument
+from hearthnet.services.rag.ingest.document import StreamedDocument
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 

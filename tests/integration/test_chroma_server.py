@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from hearthnet.errors import NotFound
-from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.store import CorpusStore, collection_name
 
 STARTUP_DEADLINE_S = 60.0

@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.embedding.service import validate_embed_input
-from hearthnet.services.rag.chunker import (
+from hearthnet.services.rag.chunks import check_extra_metadata
+from hearthnet.services.rag.ingest.chunk import (
     MAX_CHUNK_CHARS,
     PageChunker,
-    check_extra_metadata,
     chunk_document,
     chunk_params_for,
     chunk_text,
     detect_language,
 )
-from hearthnet.services.rag.reader import Document, PageText, read_document
-from hearthnet.services.rag.tokens import count_tokens
+from hearthnet.services.rag.ingest.read import Document, PageText, read_document
+from hearthnet.services.rag.ingest.tokens import count_tokens
 from tests.shared_data import PDF_DIR
 
 

@@ -19,13 +19,14 @@ from structlog.testing import capture_logs
 
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound
-from hearthnet.services.rag.chunker import Chunk, chunk_document
-from hearthnet.services.rag.reader import read_document
+from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.ingest.chunk import chunk_document
+from hearthnet.services.rag.ingest.read import read_document
+from hearthnet.services.rag.search.filters import build_where
 from hearthnet.services.rag.store import (
     CHUNK_KEYS,
     CorpusStore,
     DocumentSource,
-    build_where,
     collection_name,
     corpus_from_collection,
     staging_collection_name,
@@ -249,7 +250,7 @@ _CRASH_WRITER = """
 import sys, threading
 from pathlib import Path
 import numpy as np
-from hearthnet.services.rag.chunker import Chunk
+from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.store import CorpusStore
 
 class Marking(CorpusStore):
@@ -548,7 +549,7 @@ def test_kill_9_after_a_reindex_is_committed_is_finished_at_the_next_start(tmp_p
         assert s.query("keep", unit_vectors(4)[2], k=1)[0].chunk_id == "keep-doc-2"
         names = {c.name for c in s._client.list_collections()}
         assert staging_collection_name("re") not in names
-        assert s._db.execute("SELECT COUNT(*) FROM reindex_swaps").fetchone()[0] == 0
+        assert s._ledger.swaps() == []
 
 
 def test_a_reindex_that_fails_while_writing_changes_nothing(tmp_path: Path) -> None:
@@ -630,7 +631,7 @@ def test_hnsw_query_never_shows_part_of_a_document_being_written(tmp_path: Path)
         writer = threading.Thread(target=s.add_document, args=("c", fake_chunks("b", 6), vb))
         writer.start()
         reader.join(30)
-        assert s._status("c", "b") == ("pending", 6)
+        assert s._ledger.status("c", "b") == ("pending", 6)
         resume.set()
         writer.join(30)
         assert seen == [{"a"}]
@@ -668,7 +669,7 @@ def test_a_document_whose_undo_failed_stays_invisible(tmp_path: Path) -> None:
         with pytest.raises(CapacityExceeded):
             s.add_document("c", fake_chunks("b", 6), vb)
         s._collections["c"] = real
-        assert s._status("c", "b") == ("deleting", 6)
+        assert s._ledger.status("c", "b") == ("deleting", 6)
         assert real.count() == 6  # 4 of a, 2 of b left behind
         for where in (None, {"page": {"$gte": 1}}):
             hits = s.query("c", vb[0], k=10, where=where)
@@ -676,7 +677,7 @@ def test_a_document_whose_undo_failed_stays_invisible(tmp_path: Path) -> None:
     finally:
         s.close()
     with CorpusStore(tmp_path / "rag") as again:  # and the next open finishes the undo
-        assert again._status("c", "b") is None and again._collection("c").count() == 4
+        assert again._ledger.status("c", "b") is None and again._collection("c").count() == 4
 
 
 def test_a_query_holding_the_handle_of_a_replaced_collection_answers_from_the_new_one(tmp_path: Path) -> None:
@@ -747,7 +748,7 @@ def test_a_reindex_swap_that_failed_halfway_is_finished_by_the_next_use(tmp_path
         new = unit_vectors(3, dim=8, seed=6)
         with pytest.raises(InternalError):
             s.replace_corpus("re", embedding_model="m2", dim=8, documents=[(fake_chunks("new", 3), new)])
-        s._exact.clear()  # as after a restart: ChromaDB is read on the next query
+        s._memory.indexes.clear()  # as after a restart: ChromaDB is read on the next query
         assert s.query("re", new[2], k=1)[0].chunk_id == "new-2"  # not a dropped corpus
         info = s.info("re")
         assert (info.embedding_model, info.docs, info.chunks) == ("m2", 1, 3)

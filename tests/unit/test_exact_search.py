@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.exact import ExactIndex
-from hearthnet.services.rag.store import CorpusStore, build_where, where_matches
+from hearthnet.services.rag.search.exact import ExactIndex
+from hearthnet.services.rag.search.filters import build_where, where_matches
+from hearthnet.services.rag.store import CorpusStore
 from tests.unit.test_corpus_store import fake_chunks, unit_vectors
 
 
@@ -67,18 +68,18 @@ def test_store_exact_index_follows_adds_deletes_and_budget(tmp_path: Path) -> No
         va = unit_vectors(30, seed=1)
         store.add_document("kb", fake_chunks("a", 30), va)
         assert store.query("kb", va[5], k=1)[0].chunk_id == "a-5"
-        assert len(store._exact["kb"]) == 30  # loaded on the first query
+        assert len(store._memory.indexes["kb"]) == 30  # loaded on the first query
         vb = unit_vectors(30, seed=2)
         store.add_document("kb", fake_chunks("b", 30), vb)  # added to the loaded index at completion
         assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7"
         assert store.delete_document("kb", "a") == 30
-        assert len(store._exact["kb"]) == 30
+        assert len(store._memory.indexes["kb"]) == 30
         assert store.query("kb", va[5], k=1)[0].metadata["doc_cid"] == "b"
         store.add_document("kb", fake_chunks("c", 80), unit_vectors(80, seed=3))  # 110 > 100: HNSW
-        assert "kb" not in store._exact
+        assert "kb" not in store._memory.indexes
         assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7"
         assert store.delete_document("kb", "c") == 80  # fits again: reloaded from ChromaDB
-        assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7" and len(store._exact["kb"]) == 30
+        assert store.query("kb", vb[7], k=1)[0].chunk_id == "b-7" and len(store._memory.indexes["kb"]) == 30
     finally:
         store.close()
 
@@ -109,7 +110,7 @@ def test_document_being_written_is_invisible_to_exact_search(tmp_path: Path) -> 
         writer.join(30)
         seen.append({h.metadata["doc_cid"] for h in store.query("kb", vb[0], k=20)})
         assert seen == [{"a"}, {"a", "b"}]
-        assert len(store._exact["kb"]) == 40
+        assert len(store._memory.indexes["kb"]) == 40
     finally:
         store.close()
 
@@ -131,7 +132,7 @@ def test_exact_and_hnsw_paths_agree_on_real_store(tmp_path: Path, include_text: 
                 (h.chunk_id, h.text, h.metadata) for h in b
             ]
             assert np.allclose([h.score for h in a], [h.score for h in b], atol=1e-5)
-        assert "kb" in exact._exact and not hnsw._exact
+        assert "kb" in exact._memory.indexes and not hnsw._memory.indexes
     finally:
         exact.close()
         hnsw.close()
@@ -142,7 +143,7 @@ def test_a_load_racing_a_completed_write_is_discarded(tmp_path: Path) -> None:
     try:
         store.create_corpus("kb", embedding_model="m", dim=16)
         store.add_document("kb", fake_chunks("a", 5), unit_vectors(5, seed=1))
-        store._exact.pop("kb")  # as after a restart: the copy is loaded on first use
+        store._memory.indexes.pop("kb")  # as after a restart: the copy is loaded on first use
         col = store._collection("kb")
 
         class WriteDuringLoad:
@@ -155,9 +156,9 @@ def test_a_load_racing_a_completed_write_is_discarded(tmp_path: Path) -> None:
                 return col.get(**kw)
 
         assert store._exact_index("kb", WriteDuringLoad()) is None
-        assert "kb" not in store._exact
+        assert "kb" not in store._memory.indexes
         hits = store.query("kb", unit_vectors(5, seed=2)[0], k=10)  # loads a fresh copy
-        assert len(store._exact["kb"]) == 10 and {h.metadata["doc_cid"] for h in hits} == {"a", "b"}
+        assert len(store._memory.indexes["kb"]) == 10 and {h.metadata["doc_cid"] for h in hits} == {"a", "b"}
     finally:
         store.close()
 
@@ -169,7 +170,7 @@ def test_warm_exact_loads_what_fits(tmp_path: Path) -> None:
             store.create_corpus(name, embedding_model="m", dim=16)
             store.add_document(name, fake_chunks(name, n), unit_vectors(n, seed=n))
         assert store.warm_exact() == ["small"]
-        assert set(store._exact) == {"small"}
+        assert set(store._memory.indexes) == {"small"}
         assert store.query("large", unit_vectors(60, seed=60)[3], k=1)[0].chunk_id == "large-3"  # HNSW
     finally:
         store.close()
@@ -182,7 +183,7 @@ def test_a_load_of_the_old_collection_is_not_installed_after_a_replace(tmp_path:
         store.create_corpus("kb", embedding_model="m", dim=16)
         va = unit_vectors(4, seed=1)
         store.add_document("kb", fake_chunks("a", 4), va)
-        store._exact.clear()  # as after a start: loaded on the first query
+        store._memory.indexes.clear()  # as after a start: loaded on the first query
         old = store._collection("kb")
         read, install = threading.Event(), threading.Event()
 
@@ -209,7 +210,7 @@ def test_a_load_of_the_old_collection_is_not_installed_after_a_replace(tmp_path:
         store.replace_corpus("kb", embedding_model="m", dim=16, documents=[(fake_chunks("a", 4), va)])
         hits = store.query("kb", va[1], k=4)
         assert sorted(h.chunk_id for h in hits) == ["a-0", "a-1", "a-2", "a-3"]
-        assert len(store._exact["kb"]) == store.info("kb").chunks == 4
+        assert len(store._memory.indexes["kb"]) == store.info("kb").chunks == 4
     finally:
         store.close()
 
@@ -221,13 +222,13 @@ def test_a_new_corpus_is_searched_exactly_from_its_first_document_without_a_load
         store.create_corpus("kb", embedding_model="m", dim=16)
         for name in ("a", "b", "c"):
             store.add_document("kb", fake_chunks(name, 4), unit_vectors(4, seed=ord(name)))
-        assert len(store._exact["kb"]) == 12
+        assert len(store._memory.indexes["kb"]) == 12
 
         class NoLoad:
             def get(self, **kw: Any) -> Any:
                 raise AssertionError("the exact index was loaded from ChromaDB")
 
-        assert store._exact_index("kb", NoLoad()) is store._exact["kb"]
+        assert store._exact_index("kb", NoLoad()) is store._memory.indexes["kb"]
         hits = store.query("kb", unit_vectors(4, seed=ord("b"))[2], k=1)
         assert hits[0].chunk_id == "b-2" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     finally:
@@ -241,7 +242,7 @@ def test_queries_during_a_load_use_hnsw_instead_of_loading_a_copy_each(tmp_path:
         store.create_corpus("kb", embedding_model="m", dim=16)
         va = unit_vectors(40, seed=1)
         store.add_document("kb", fake_chunks("a", 40), va)
-        store._exact.clear()  # as after a start: loaded on the first query
+        store._memory.indexes.clear()  # as after a start: loaded on the first query
         real = store._collection("kb")
         reading, finish = threading.Event(), threading.Event()
         loads: list[int] = []
@@ -259,10 +260,10 @@ def test_queries_during_a_load_use_hnsw_instead_of_loading_a_copy_each(tmp_path:
         assert reading.wait(30)
         assert store._exact_index("kb", PausedLoad()) is None  # no second load: this query uses HNSW
         hits = store.query("kb", va[7], k=3)  # answered meanwhile, through HNSW
-        assert hits[0].chunk_id == "a-7" and "kb" not in store._exact
+        assert hits[0].chunk_id == "a-7" and "kb" not in store._memory.indexes
         finish.set()
         loader.join(30)
-        assert loads == [1] and len(store._exact["kb"]) == 40
+        assert loads == [1] and len(store._memory.indexes["kb"]) == 40
         assert store.query("kb", va[9], k=1)[0].chunk_id == "a-9"
     finally:
         store.close()

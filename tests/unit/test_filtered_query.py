@@ -9,15 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag import filters as filters_module
-from hearthnet.services.rag.chunker import Chunk
-from hearthnet.services.rag.filters import (
+from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.search import filters as filters_module
+from hearthnet.services.rag.search.filters import (
     MAX_FILTER_CONDITIONS,
     MAX_FILTER_DEPTH,
     MAX_IN_VALUES,
+    build_where,
     compile_where,
+    where_matches,
 )
-from hearthnet.services.rag.store import CorpusStore, build_where, where_matches
+from hearthnet.services.rag.store import CorpusStore
 from tests.unit.test_corpus_store import fake_chunks, unit_vectors
 
 FILTERS: list[dict[str, Any]] = [
@@ -224,7 +226,7 @@ def test_a_filter_that_chromadb_can_only_approximate_rechecks_a_bounded_number_o
     re-checking must stop at ``MAX_RECHECKED`` candidates instead of asking for the whole corpus."""
     import chromadb.api.models.Collection as collection_module
 
-    from hearthnet.services.rag.store import MAX_RECHECKED
+    from hearthnet.services.rag.search.hnsw import MAX_RECHECKED
 
     s = CorpusStore(tmp_path / "rag", exact_max_chunks=0)  # the HNSW path
     try:

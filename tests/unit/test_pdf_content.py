@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pypdf import PdfReader
 from pypdf.generic import ContentStream, FloatObject, NumberObject, StreamObject
 
-from hearthnet.services.rag import pdf_content
-from hearthnet.services.rag.reader import read_document
+from hearthnet.services.rag.ingest import pdf_content
+from hearthnet.services.rag.ingest.read import read_document
 from tests.shared_data import PDF_DIR
 
 

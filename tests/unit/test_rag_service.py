@@ -47,9 +47,10 @@ from hearthnet.services.embedding import (
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig
 from hearthnet.services.file.service import FileService
-from hearthnet.services.rag.chunker import Chunk, chunk_id_for
-from hearthnet.services.rag.ingest import EmbeddedDocument, embed_streamed
-from hearthnet.services.rag.service import PAGES_AHEAD, RagService, RagSettings
+from hearthnet.services.rag.chunks import Chunk, chunk_id_for
+from hearthnet.services.rag.ingest.embed import EmbeddedDocument, embed_streamed
+from hearthnet.services.rag.ingest.flow import PAGES_AHEAD
+from hearthnet.services.rag.service import RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore
 from tests.openai_server import DIM, OpenAIEmbeddingServer
 from tests.polling import wait_until
@@ -397,7 +398,9 @@ async def test_concurrent_ingests_of_one_document_index_it_once_and_leave_no_loc
             for _ in range(3):
                 tg.start_soon(one)
         assert len(n.store.documents("house")) == 1
-        assert n.rag._doc_locks == {}  # one lock per document being ingested, not per document ever seen
+        assert (
+            n.rag._documents._locks == {}
+        )  # one lock per document being ingested, not per document ever seen
 
 
 @pytest.mark.anyio
@@ -551,7 +554,7 @@ async def test_announcing_a_corpus_never_blocks_the_event_loop_on_the_store_lock
         taken.wait(5)
         seen: list[bool] = []
         async with anyio.create_task_group() as tg:
-            tg.start_soon(n.rag._announce_corpus, "fresh")
+            tg.start_soon(n.rag._offers.announce, "fresh")
             for _ in range(5):
                 await anyio.lowlevel.checkpoint()
                 seen.append(held[0])  # the loop turns while the lock is still held
@@ -590,7 +593,7 @@ async def test_a_repeat_ingest_registers_a_corpus_whose_first_ingest_stopped_aft
 ) -> None:
     async with node(tmp_path, minilm=minilm) as n:
         cid = n.put(garden_text("lilies"))
-        announce = n.rag._announce_corpus
+        announce = n.rag._offers.announce
         calls = 0
 
         async def fails_once(corpus: str) -> None:
@@ -600,12 +603,12 @@ async def test_a_repeat_ingest_registers_a_corpus_whose_first_ingest_stopped_aft
                 raise InternalError("registration failed")
             await announce(corpus)
 
-        n.rag._announce_corpus = fails_once  # type: ignore[method-assign]
+        n.rag._offers.announce = fails_once  # type: ignore[method-assign]
         with pytest.raises(InternalError):
             await n.ingest("pond", cid, filename="lilies.md")
-        assert n.store.has_document("pond", cid) and "pond" not in n.rag._registered_corpora
+        assert n.store.has_document("pond", cid) and n.rag._offers.query_params("pond") is None
         _, meta = await n.ingest("pond", cid)
-        assert meta["existing"] is True and "pond" in n.rag._registered_corpora
+        assert meta["existing"] is True and n.rag._offers.query_params("pond") is not None
         assert [data["doc_cid"] for _, data in n.events] == [cid]
         assert (await n.query("pond", query="lilies", k=1))["chunks"][0]["metadata"]["doc_cid"] == cid
 
@@ -692,13 +695,16 @@ async def test_two_announces_finishing_in_the_other_order_leave_the_newest_corpu
 
         n.store.corpora = corpora  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
-            tg.start_soon(n.rag._announce_corpus, "alpha")
+            tg.start_soon(n.rag._offers.announce, "alpha")
             await anyio.to_thread.run_sync(first_read.wait, 30)
             n.store.create_corpus("beta", embedding_model=MINILM, dim=384)
-            tg.start_soon(n.rag._announce_corpus, "beta")
-            await wait_until(lambda: reads >= 2 or n.rag._announce_lock.statistics().tasks_waiting == 1)
+            tg.start_soon(n.rag._offers.announce, "beta")
+            await wait_until(lambda: reads >= 2 or n.rag._offers._lock.statistics().tasks_waiting == 1)
             release.set()
-        assert n.rag._ingest_params is not None and n.rag._ingest_params["corpora"] == ["alpha", "beta"]
+        assert n.rag._offers._ingest_params is not None and n.rag._offers._ingest_params["corpora"] == [
+            "alpha",
+            "beta",
+        ]
 
 
 @pytest.mark.anyio
@@ -790,7 +796,7 @@ async def test_a_deleted_document_is_wholly_gone_announced_and_its_source_unpinn
         keep, gone = n.put(garden_text("roses")), n.put(garden_text("boilers"))
         await n.ingest("house", keep, filename="roses.md")
         await n.ingest("house", gone, filename="boilers.md")
-        before = n.rag._registered_corpora["house"]["chunks"]
+        before = n.rag._offers._queries["house"]["chunks"]
         out, meta = await n.call("rag.delete", Ctx("rag.delete", {"corpus": "house"}, {"doc_cid": gone}))
         assert out["chunks_removed"] > 0 and meta["already_deleted"] is False
         assert n.events[-1] == ("rag.document.deleted", {"corpus": "house", "doc_cid": gone})
@@ -799,8 +805,8 @@ async def test_a_deleted_document_is_wholly_gone_announced_and_its_source_unpinn
         assert {h["metadata"]["doc_cid"] for h in hits["chunks"]} == {keep}
         assert not _pinned(n, gone) and _pinned(n, keep)
         # the routing counts follow the delete
-        assert n.rag._registered_corpora["house"]["chunks"] == before - out["chunks_removed"]
-        assert n.rag._registered_corpora["house"]["docs"] == 1
+        assert n.rag._offers._queries["house"]["chunks"] == before - out["chunks_removed"]
+        assert n.rag._offers._queries["house"]["docs"] == 1
         # nothing left to delete and nothing announced (find_event: no ingest in effect)
         with pytest.raises(NotFound, match="hearthnet docs"):
             await n.call("rag.delete", Ctx("rag.delete", {"corpus": "house"}, {"doc_cid": gone}))
@@ -823,7 +829,7 @@ async def test_a_delete_whose_event_was_never_appended_is_announced_at_the_next_
     async with node(tmp_path, minilm=minilm, find_event=lambda corpus, cid: "ev-ingest") as n:
         assert n.events == [("rag.document.deleted", {"corpus": "garden", "doc_cid": doc})]
         assert n.store.pending_deletions() == [] and not _pinned(n, doc)
-        assert n.rag._registered_corpora["garden"]["docs"] == 0
+        assert n.rag._offers._queries["garden"]["docs"] == 0
 
 
 @pytest.mark.anyio

@@ -8,8 +8,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag import reader as reader_module
-from hearthnet.services.rag.reader import MAX_PAGE_TEXT, detect_content_type, read_document
+from hearthnet.services.rag.ingest import read as reader_module
+from hearthnet.services.rag.ingest.read import MAX_PAGE_TEXT, detect_content_type, read_document
 from tests.shared_data import PDF_DIR
 
 # file -> expected outcome: "ok" or a fragment of the specific BadRequest message
@@ -197,7 +197,7 @@ def test_pdf_after_leading_junk_is_still_read() -> None:
 
 
 def test_oversized_text_is_a_bad_request_before_any_chunking() -> None:
-    from hearthnet.services.rag.reader import MAX_TEXT_BYTES
+    from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 
     data = b"alpha beta gamma delta. " * (MAX_TEXT_BYTES // 24 + 1)
     with pytest.raises(BadRequest, match=r"MiB of text are supported: split it"):
@@ -206,7 +206,7 @@ def test_oversized_text_is_a_bad_request_before_any_chunking() -> None:
 
 
 def test_a_reindex_rereads_text_over_the_cap_that_an_older_version_accepted() -> None:
-    from hearthnet.services.rag.reader import MAX_TEXT_BYTES, DocumentHeader, PageText, stream_document
+    from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES, DocumentHeader, PageText, stream_document
 
     data = b"alpha beta gamma delta. " * (MAX_TEXT_BYTES // 24 + 1)
     parts = list(stream_document(data, filename_hint="big.txt", max_text_bytes=None))
@@ -217,7 +217,7 @@ def test_a_reindex_rereads_text_over_the_cap_that_an_older_version_accepted() ->
 def test_lone_surrogates_from_a_pdfs_unicode_map_become_replacement_characters() -> None:
     """pypdf decodes ToUnicode maps with surrogatepass: '<D800>' would reach the embedder as a lone
     surrogate, which no UTF-8 encoder takes (msgpack, the tokenizer, ChromaDB): internal_error."""
-    from hearthnet.services.rag.reader import _clean
+    from hearthnet.services.rag.ingest.read import _clean
 
     cleaned = _clean("Hello \ud800world\udfff\r\n")
     assert cleaned == "Hello \ufffdworld\ufffd\n"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.chunker import chunk_document, detect_language
-from hearthnet.services.rag.ingest import LANGUAGE_PAGES, StreamedDocument
-from hearthnet.services.rag.reader import read_document
+from hearthnet.services.rag.ingest.chunk import chunk_document, detect_language
+from hearthnet.services.rag.ingest.document import LANGUAGE_PAGES, StreamedDocument
+from hearthnet.services.rag.ingest.read import read_document
 from tests.shared_data import PDF_DIR
 
 CID = "blake3:" + "ab" * 32

@@ -4,7 +4,8 @@ The local store's corpora and external archives (ChromaDB collections made by
 another system) both implement it, so ``rag.query`` and ``rag.list_corpora``
 treat them alike.  Vectors come in already embedded: a corpus never embeds, the
 service does (through ``embed.text`` on the bus).  ``where`` is a clause
-validated by :func:`hearthnet.services.rag.filters.build_where`.
+validated by :func:`hearthnet.services.rag.search.filters.build_where`; the
+store's corpora are served by :class:`hearthnet.services.rag.store.LocalCorpus`.
 """
 
 from __future__ import annotations

@@ -18,20 +18,16 @@ import anyio
 import structlog
 
 from hearthnet.blobs import BlobStore
-from hearthnet.contracts.rag import DELETED, PERSONAL
+from hearthnet.contracts.rag import DELETED, announced
 from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
+from hearthnet.services.rag.announce import AppendEvent, FindEvent
 from hearthnet.services.rag.store import CorpusStore
 
-__all__ = ["AppendEvent", "Deletions", "FindEvent"]
+__all__ = ["Deleted", "Deletions"]
 
 log = structlog.get_logger("hearthnet.rag")
-
-AppendEvent = Callable[[str, dict[str, Any]], Awaitable[str]]
-"""Appends a signed event authored by this node; returns its event id."""
-FindEvent = Callable[[str, str], str | None]
-"""``(corpus, doc_cid) -> event id`` of this node's ingest event in effect (not deleted since), if any."""
 
 
 @dataclass(frozen=True)
@@ -71,14 +67,14 @@ class Deletions:
             return self.store.document(corpus, doc_cid)
 
         doc = await run_blocking(lookup, limiter=self.store_limiter)
-        announce = corpus != PERSONAL  # never announced, so never its deletion either
+        announce = announced(corpus)  # never announced (personal), so never its deletion either
         if doc is None:
-            announced = (
+            ingest_event = (
                 await run_blocking(self.find_event, corpus, doc_cid, limiter=self.read_threads)
                 if announce
                 else None
             )
-            if announced is None:
+            if ingest_event is None:
                 raise NotFound(
                     f"document {doc_cid} is not in corpus {corpus} on node {self.node_id} "
                     f"('hearthnet docs --corpus {corpus}' lists its documents)"

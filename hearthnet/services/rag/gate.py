@@ -1,4 +1,5 @@
-"""Who may write a corpus now: any number of ingests and deletes, or one reindex alone.
+"""Who may write a corpus now: any number of ingests and deletes, or one reindex alone; and one
+ingest or delete of the same document at a time (:class:`DocumentLocks`).
 
 A reindex lists a corpus's documents, re-embeds them (minutes) and then
 replaces the corpus: a document ingested meanwhile would be dropped with the
@@ -23,7 +24,7 @@ import anyio
 
 from hearthnet.errors import CapacityExceeded
 
-__all__ = ["CorpusGate", "Reindexing"]
+__all__ = ["CorpusGate", "DocumentLocks", "Reindexing"]
 
 RETRY_UNKNOWN_MS = 30_000
 """Retry hint while a reindex has not finished its first document."""
@@ -107,3 +108,27 @@ class CorpusGate:
             yield progress
         finally:
             del self._reindexing[corpus]
+
+
+class DocumentLocks:
+    """Ingests and deletes of one document one at a time (no lock kept per document ever seen)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], tuple[anyio.Lock, list[int]]] = {}
+        """(corpus, doc_cid) -> its lock and how many callers hold or await it."""
+
+    @asynccontextmanager
+    async def hold(self, corpus: str, doc_cid: str) -> AsyncIterator[None]:
+        key = (corpus, doc_cid)
+        held = self._locks.get(key)
+        if held is None:
+            held = self._locks[key] = (anyio.Lock(), [0])
+        lock, users = held
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[key]

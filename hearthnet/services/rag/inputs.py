@@ -24,8 +24,8 @@ from hearthnet.contracts.rag import (
     is_language,
 )
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.chunker import check_extra_metadata
-from hearthnet.services.rag.filters import build_where
+from hearthnet.services.rag.chunks import check_extra_metadata
+from hearthnet.services.rag.search.filters import build_where
 
 __all__ = ["IngestInput", "delete_input", "ingest_input", "list_input", "query_input"]
 

@@ -29,7 +29,7 @@ from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Timeout
 from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef, QueryResult
 from hearthnet.services.rag.archives.config import ArchiveConfig
 from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
-from hearthnet.services.rag.filters import build_where, chroma_where, compile_where
+from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 
 __all__ = [
     "DROPPED_METADATA",

@@ -6,8 +6,9 @@ fetch (measured in ``specs/rag.md``).  :class:`ExactIndex` is a *read cache*:
 ChromaDB stays the durable store, and :class:`~hearthnet.services.rag.store.CorpusStore`
 keeps the copy equal to the corpus's complete documents (it adds a document
 in the same lock hold that marks it complete, and removes one in the hold
-that starts deleting it).  Not thread-safe on its own: the store's lock guards
-every mutation, and a query works on arrays that mutations replace, never edit.
+that starts deleting it; :mod:`.memory` keeps the books).  Not thread-safe on
+its own: the store's lock guards every mutation, and a query works on arrays
+that mutations replace, never edit.
 """
 
 from __future__ import annotations
@@ -19,17 +20,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["ExactIndex", "ScoredChunk"]
+from hearthnet.services.rag.corpus import Hit
 
-
-@dataclass(frozen=True)
-class ScoredChunk:
-    """A query hit; ``score`` is cosine similarity, ``1 - cosine distance`` (higher is better)."""
-
-    chunk_id: str
-    text: str | None
-    metadata: dict[str, Any]
-    score: float
+__all__ = ["ExactIndex"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,7 @@ class ExactIndex:
         matches: Callable[[Mapping[str, Any]], bool] | None = None,
         *,
         include_text: bool = True,
-    ) -> list[ScoredChunk]:
+    ) -> list[Hit]:
         """The ``k`` chunks most similar to ``query`` (ties broken by insertion order).
 
         With ``matches``, the ``k`` most similar among chunks whose metadata it
@@ -123,13 +116,13 @@ class ExactIndex:
             order = part[np.lexsort((part, -sims[part]))]
         else:
             order = np.lexsort((np.arange(n), -sims))
-        hits: list[ScoredChunk] = []
+        hits: list[Hit] = []
         for i in order:
             meta = snap.metadatas[i]
             if matches is not None and not matches(meta):
                 continue
             text = snap.texts[i] if include_text else None
-            hits.append(ScoredChunk(snap.ids[i], text, dict(meta), float(sims[i])))
+            hits.append(Hit(snap.ids[i], text, dict(meta), float(sims[i])))
             if len(hits) == k:
                 break
         return hits

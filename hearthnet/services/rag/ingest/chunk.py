@@ -4,7 +4,7 @@ Pure functions, no I/O.  The text is cut into *pieces* (a run of non-space
 characters, or a single CJK character; an over-long piece is cut further), and
 each gap between pieces has a strength: paragraph > sentence > line > word.
 A sliding window takes as many pieces as fit ``tokens_per_chunk`` (estimated
-by :mod:`hearthnet.services.rag.tokens`), then ends the chunk at the strongest
+by :mod:`hearthnet.services.rag.ingest.tokens`), then ends the chunk at the strongest
 boundary in its second half; the next chunk starts at the strongest boundary
 that keeps at most ``overlap_tokens`` of overlap.
 
@@ -17,29 +17,21 @@ at most ``overlap_tokens``; ids are deterministic.
 from __future__ import annotations
 
 import bisect
-import hashlib
-import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.reader import Document, PageText
-from hearthnet.services.rag.tokens import DEFAULT_COUNTER, TokenCounter
+from hearthnet.services.rag.chunks import Chunk, check_extra_metadata, chunk_id_for
+from hearthnet.services.rag.ingest.read import Document, PageText
+from hearthnet.services.rag.ingest.tokens import DEFAULT_COUNTER, TokenCounter
 
 __all__ = [
     "MAX_CHUNK_CHARS",
     "MAX_CHUNK_TOKENS",
-    "MAX_METADATA_FIELDS",
-    "METADATA_KEY",
     "MIN_CHUNK_TOKENS",
-    "RESERVED_METADATA",
-    "Chunk",
     "PageChunker",
-    "check_extra_metadata",
     "chunk_document",
-    "chunk_id_for",
     "chunk_params_for",
     "chunk_text",
     "detect_language",
@@ -52,27 +44,6 @@ however much whitespace (a padded table, a PDF text layer full of spaces) sits b
 MIN_CHUNK_TOKENS = 8
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 ESTIMATOR_HEADROOM = 0.85  # room for the estimator's error (see specs/rag.md, calibration)
-RESERVED_METADATA = frozenset(
-    {
-        "doc_cid",
-        "doc_title",
-        "doc_filename",
-        "page",
-        "chunk_index",
-        "language",
-        "char_start",
-        "char_end",
-        "tokens",
-        "chunk_id",
-    }
-)
-"""Keys the chunker (and ``rag.query``'s output, for ``chunk_id``) sets; callers may not."""
-METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-"""A metadata field name: also what a ``rag.query`` filter may name (``hn_*`` is reserved)."""
-MAX_METADATA_FIELDS = 32
-MAX_METADATA_STRING = 1000
-_INT64 = 1 << 63
-
 _PARA, _SENT, _LINE, _WORD = 3, 2, 1, 0
 _CJK_CHAR = (
     "\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3400-\u4dbf"
@@ -81,21 +52,6 @@ _CJK_CHAR = (
 _PIECE = re.compile(rf"[{_CJK_CHAR}]|[^\s{_CJK_CHAR}]+")
 _SENT_END = re.compile(r"[.!?\u2026\u3002\uff01\uff1f\u061f][\"'\u201d\u2019)\]\u300d\u300f]*$")
 _PARA_GAP = re.compile(r"\n[^\S\n]*\n")
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One chunk: ``text`` is ``page_text[char_start:char_end]``."""
-
-    chunk_id: str
-    text: str
-    metadata: dict[str, Any]
-
-
-def chunk_id_for(doc_cid: str, chunk_index: int, char_start: int, page: int) -> str:
-    """Deterministic id of a chunk from the document and its position (blake2b-128 hex)."""
-    key = f"{doc_cid}\x1f{page}\x1f{chunk_index}\x1f{char_start}".encode()
-    return hashlib.blake2b(key, digest_size=16).hexdigest()
 
 
 def chunk_params_for(max_tokens: int) -> tuple[int, int]:
@@ -219,42 +175,6 @@ def chunk_text(
         }
         chunks.append(Chunk(chunk_id=chunk_id_for(doc_cid, index, c_start, page), text=body, metadata=meta))
     return chunks
-
-
-def check_extra_metadata(extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A caller's document metadata, validated so that ChromaDB stores it and filters can name it.
-
-    At most ``MAX_METADATA_FIELDS`` fields; keys match :data:`METADATA_KEY` and
-    are neither chunker keys (:data:`RESERVED_METADATA`) nor ``hn_*``; values
-    are booleans, 64-bit integers, finite floats or strings of at most
-    ``MAX_METADATA_STRING`` characters.
-    """
-    if extra is None:
-        return {}
-    if not isinstance(extra, Mapping) or len(extra) > MAX_METADATA_FIELDS:
-        raise BadRequest(f"metadata must be an object with at most {MAX_METADATA_FIELDS} fields")
-    out: dict[str, Any] = {}
-    for key, value in extra.items():
-        if not isinstance(key, str) or METADATA_KEY.fullmatch(key) is None:
-            raise BadRequest(
-                f"metadata key {str(key)[:70]!r} is invalid: use 1-64 letters, digits or '_', "
-                "not starting with a digit"
-            )
-        if key in RESERVED_METADATA or key.startswith("hn_"):
-            raise BadRequest(f"metadata key {key!r} is reserved")
-        if isinstance(value, bool) or (isinstance(value, int) and -_INT64 <= value < _INT64):
-            pass
-        elif isinstance(value, float) and math.isfinite(value):
-            pass
-        elif isinstance(value, str) and len(value) <= MAX_METADATA_STRING:
-            pass
-        else:
-            raise BadRequest(
-                f"metadata value for {key!r} must be a string, number or boolean (a string of at "
-                f"most {MAX_METADATA_STRING} characters, a 64-bit integer or a finite float)"
-            )
-        out[key] = value
-    return out
 
 
 class PageChunker:

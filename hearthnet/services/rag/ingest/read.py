@@ -25,7 +25,7 @@ from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
 from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
-from hearthnet.services.rag import pdf_content
+from hearthnet.services.rag.ingest import pdf_content
 
 __all__ = [
     "CONTENT_TYPES",

@@ -1,0 +1,340 @@
+"""One document's way into a corpus, once its input is checked and the corpus gate is held:
+fetch its blob, read and chunk it while its first chunks are already embedded, write it to the
+store atomically, then announce it (the corpus registered again with its counts, the signed
+``rag.document.ingested`` event, its source pinned).  A reindex takes the same read-and-embed
+path for every document of a corpus, then swaps the corpus.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import structlog
+
+from hearthnet.blobs import BlobStore
+from hearthnet.bus.api import BusAPI
+from hearthnet.bus.context import CallContext
+from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.file import FileClient
+from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced
+from hearthnet.errors import BusError, NotFound, unwrap_group
+from hearthnet.runtime.blocking import run_blocking
+from hearthnet.runtime.worker_threads import WorkerThreads
+from hearthnet.services.rag.announce import AppendEvent, FindEvent
+from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.gate import Reindexing
+from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
+from hearthnet.services.rag.ingest.embed import EmbeddedDocument, Progress, embed_streamed
+from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
+from hearthnet.services.rag.inputs import IngestInput
+from hearthnet.services.rag.offers import CorpusOffers
+from hearthnet.services.rag.store import CorpusStore, DocumentSource
+
+__all__ = ["Ingestion"]
+
+log = structlog.get_logger("hearthnet.rag")
+
+Output = tuple[dict[str, Any], dict[str, Any]]
+
+PAGES_AHEAD = 16
+"""Pages of chunks read ahead of the embedding during an ingest: more than one embed call takes,
+so the next call's chunks are ready when the last returns."""
+
+
+class Ingestion:
+    """The ingest and reindex steps of the RAG service (which holds the gate and the document's lock)."""
+
+    def __init__(
+        self,
+        *,
+        bus: BusAPI,
+        store: CorpusStore,
+        blobs: BlobStore,
+        embedder: Embedder,
+        offers: CorpusOffers,
+        append_event: AppendEvent,
+        find_event: FindEvent,
+        changed: Callable[[str], None],
+        store_limiter: anyio.CapacityLimiter,
+        read_threads: WorkerThreads,
+    ) -> None:
+        self._bus = bus
+        self._store = store
+        self._blobs = blobs
+        self._embedder = embedder
+        self._offers = offers
+        self._append_event = append_event
+        self._find_event = find_event
+        self._changed = changed
+        self._store_limiter = store_limiter
+        self._read_threads = read_threads
+        self._reader_limiter = anyio.CapacityLimiter(4)
+        """Threads reading documents (ingests and a reindex); each mostly waits for the embedder."""
+        self._parse_slot = threading.BoundedSemaphore(1)
+        """Held while a reader parses and chunks one page (CPU): never while it waits for the embedder."""
+
+    @property
+    def model(self) -> str:
+        return self._embedder.model
+
+    # rag.ingest ----------------------------------------------------------------------------
+    async def ingest(self, ctx: CallContext, started: float, corpus: str, inp: IngestInput) -> Output:
+        """Fetch, read, embed, write and announce ``inp``'s document (one stored already is repaired)."""
+        doc_cid = inp.doc_cid
+        existing = await self._existing(corpus, doc_cid)
+        if existing is not None:
+            return await self._repair(started, corpus, doc_cid, *existing)
+        registered = self._offers.query_params(corpus)
+        if registered is not None and str(registered["embedding_model"]) != self.model:
+            # before any fetch, read or embedding: the write at the end would be refused anyway
+            raise NotFound(
+                f"corpus {corpus} was embedded with {registered['embedding_model']} but this node embeds "
+                f"with {self.model}: run 'hearthnet rag reindex --corpus {corpus}' first"
+            )
+        await ctx.send({"stage": "fetch", "current": 0, "total": 1})
+        hint = None if ctx.is_local else ctx.caller
+        await FileClient(self._bus).fetch(
+            doc_cid, hint=hint, provider=self._bus.node_id, timeout=max(30.0, ctx.remaining())
+        )
+        max_tokens = self._embedder.max_tokens()
+        await ctx.send({"stage": "read", "current": 0, "total": 1})
+        prepared, embedded = await self.read_and_embed(
+            doc_cid,
+            title=inp.title,
+            language=inp.language,
+            filename=inp.filename,
+            metadata=inp.metadata,
+            max_tokens=max_tokens,
+            progress=ctx.send,
+        )
+        dim = int(embedded.vectors.shape[1])
+        await run_blocking(
+            lambda: self._store.create_corpus(corpus, embedding_model=self.model, dim=dim),
+            limiter=self._store_limiter,
+        )
+        await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
+        # Once the write starts, the document is registered and announced even if the caller's
+        # deadline passes or it walks away meanwhile: a stored document that no query can reach
+        # and no member hears of would be worse than an answer that comes late.
+        with anyio.CancelScope(shield=True):
+            source = DocumentSource(
+                filename=inp.filename, pages=prepared.document.page_count, ingested_by=ctx.caller
+            )
+            await run_blocking(
+                lambda: self._store.add_document(corpus, prepared.chunks, embedded.vectors, source=source),
+                limiter=self._store_limiter,
+            )
+            await self._offers.announce(corpus)
+            self._changed(corpus)
+            doc_title = str(prepared.chunks[0].metadata.get("doc_title", inp.title))
+            event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
+            await self._keep_source(doc_cid)
+        tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
+        log.info(
+            "rag_ingested",
+            corpus=corpus,
+            doc_cid=doc_cid,
+            chunks=len(prepared.chunks),
+            pages=prepared.document.page_count,
+            truncated=embedded.truncated,
+            ms=_ms(started),
+        )
+        return (
+            {"doc_cid": doc_cid, "chunks_indexed": len(prepared.chunks), "tokens_indexed": tokens},
+            {
+                "corpus": corpus,
+                "ms": _ms(started),
+                "ingest_event_id": event_id,
+                "embedding_model": self.model,
+                "truncated": embedded.truncated,
+                "pages": prepared.document.page_count,
+            },
+        )
+
+    async def _existing(
+        self, corpus: str, doc_cid: str
+    ) -> tuple[dict[str, Any], dict[str, Any], str | None] | None:
+        """A complete document's output, its ledger record and its ingest event id (if any)."""
+
+        def lookup() -> dict[str, Any] | None:
+            if corpus not in self._store.corpora():
+                return None
+            return self._store.document(corpus, doc_cid)
+
+        doc = await run_blocking(lookup, limiter=self._store_limiter)
+        if doc is None:
+            return None
+        output = {"doc_cid": doc_cid, "chunks_indexed": doc["chunks"], "tokens_indexed": doc["tokens"]}
+        # A scan of the log's ingest events (SQLite and decoding): never on the event loop.
+        event_id = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
+        return output, doc, event_id
+
+    async def _repair(
+        self,
+        started: float,
+        corpus: str,
+        doc_cid: str,
+        output: dict[str, Any],
+        doc: dict[str, Any],
+        event_id: str | None,
+    ) -> Output:
+        """A document stored already: what a kill or a cut call left undone is done now."""
+        with anyio.CancelScope(shield=True):  # repairs: finished even if the caller walks away
+            if self._offers.query_params(corpus) is None:
+                # stored, but the node died or the call was cut before it was registered
+                await self._offers.announce(corpus)
+            if event_id is None:
+                # Stored, but the event was never appended (e.g. the node died between the
+                # two): announce it as it was stored, not as this caller describes it.
+                event_id = await self._emit(
+                    corpus, doc_cid, doc["title"], doc["language"] or "und", output["chunks_indexed"]
+                )
+            await self._keep_source(doc_cid)
+        return output, {"corpus": corpus, "ms": _ms(started), "ingest_event_id": event_id, "existing": True}
+
+    async def _emit(self, corpus: str, doc_cid: str, title: str, language: str, chunks: int) -> str:
+        if not announced(corpus):
+            return ""  # the personal corpus is never announced to the community
+        data = {
+            "corpus": corpus,
+            "doc_cid": doc_cid,
+            "title": title[:MAX_TITLE],
+            "language": language,
+            "chunks": chunks,
+        }
+        return await self._append_event(INGESTED, data)
+
+    async def _keep_source(self, doc_cid: str) -> None:
+        """Pin an indexed document's blob: ``rag reindex`` re-embeds the corpus from it.
+
+        Callers import and push documents unpinned, so that a file refused on the way
+        leaves nothing held; once a document is in a corpus its source must outlive
+        the blob store's garbage collection.  A source that is already gone (indexed
+        before sources were pinned, then collected) is left for ``rag reindex`` to report;
+        a pin that fails otherwise is logged and never fails the ingest, which is done.
+        """
+        try:
+            await run_blocking(self._blobs.pin, doc_cid, limiter=self._store_limiter)
+        except NotFound:
+            pass
+        except BusError as exc:
+            log.warning("rag_source_not_pinned", doc_cid=doc_cid, code=exc.code, reason=exc.message[:200])
+        except (OSError, sqlite3.Error) as exc:  # the blob index failing: the ingest itself is done
+            log.warning(
+                "rag_source_not_pinned", doc_cid=doc_cid, code="internal_error", reason=str(exc)[:200]
+            )
+
+    # read and embed ------------------------------------------------------------------------
+    async def read_and_embed(
+        self,
+        doc_cid: str,
+        *,
+        title: str,
+        language: str | None,
+        filename: str | None,
+        metadata: dict[str, Any],
+        max_tokens: int,
+        progress: Progress | None,
+        max_text_bytes: int | None = MAX_TEXT_BYTES,
+    ) -> tuple[PreparedDocument, EmbeddedDocument]:
+        """Read and chunk a stored blob in a worker while its first chunks are already embedded.
+
+        The worker hands each page's chunks over a buffer of ``PAGES_AHEAD``
+        pages, so reading overlaps embedding instead of preceding it or waiting
+        between embed calls; the document's bytes never reach the event loop.
+        """
+        send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
+        result: list[PreparedDocument] = []
+
+        def read() -> None:
+            doc = StreamedDocument(
+                self._blobs.read_blob(doc_cid),
+                doc_cid=doc_cid,
+                title=title,
+                language=language,
+                max_tokens=max_tokens,
+                filename_hint=filename,
+                extra_metadata=metadata,
+                max_text_bytes=max_text_bytes,
+            )
+            # Closed at once however this ends, so the reader's pypdf warning capture ends with it.
+            with contextlib.closing(doc.chunk_groups()) as groups:
+                while True:
+                    with self._parse_slot:  # one page's parsing at a time across ingests
+                        group = next(groups, None)
+                    if group is None:
+                        break
+                    anyio.from_thread.run(send.send, group)  # may wait for the embedder: no slot held
+            result.append(doc.prepared())
+
+        async def reader() -> None:
+            async with send:
+                try:
+                    await run_blocking(read, limiter=self._reader_limiter)
+                except anyio.BrokenResourceError:
+                    return  # the embedding side failed and stopped listening: its error is reported
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reader)
+                async with receive:
+                    embedded = await embed_streamed(self._embedder, receive, progress)
+        except BaseExceptionGroup as group:
+            raise unwrap_group(group) from None
+        return result[0], embedded
+
+    # rag.reindex ---------------------------------------------------------------------------
+    async def reindex(self, ctx: CallContext, corpus: str, progress: Reindexing) -> int:
+        """Re-embed every document of ``corpus`` from its source blob, then swap the corpus in."""
+        docs = await run_blocking(self._store.documents, corpus, limiter=self._store_limiter)
+        if not docs:
+            raise NotFound(f"corpus {corpus} has no documents to reindex")
+        missing = await run_blocking(
+            lambda: [d["doc_cid"] for d in docs if not self._blobs.has_blob(d["doc_cid"])],
+            limiter=self._store_limiter,
+        )
+        if missing:
+            raise NotFound(
+                f"{len(missing)} source documents of {corpus} are not in this node's blob store "
+                f"(first: {missing[0]}); fetch them with 'hearthnet file get' first"
+            )
+        max_tokens = self._embedder.max_tokens()
+        progress.total = len(docs)
+        prepared_docs = []
+        for i, doc in enumerate(docs):
+            prepared, embedded = await self.read_and_embed(
+                doc["doc_cid"],
+                title=str(doc["title"]),
+                language=doc["language"],
+                filename=doc["filename"],  # so its chunks keep their doc_filename
+                metadata=doc["metadata"],  # what the caller gave at ingest: filters on it keep working
+                max_tokens=max_tokens,
+                progress=None,
+                max_text_bytes=None,  # it was accepted once (perhaps before the cap): take it again
+            )
+            prepared_docs.append((prepared.chunks, embedded.vectors))
+            progress.done = i + 1
+            await ctx.send({"stage": "reindex", "current": i + 1, "total": len(docs)})
+        dim = int(prepared_docs[0][1].shape[1])
+        with anyio.CancelScope(shield=True):  # the swap and the new registration go together
+            await run_blocking(
+                lambda: self._store.replace_corpus(
+                    corpus, embedding_model=self.model, dim=dim, documents=prepared_docs
+                ),
+                limiter=self._store_limiter,
+            )
+            # The registry removes a registration by its exact params (which name the old model):
+            # the announce replaces them with the new model's.
+            await self._offers.announce(corpus)
+            self._changed(corpus)
+        return len(docs)
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

@@ -1,0 +1,210 @@
+"""What this node offers for its corpora, kept current: ``rag.query``, ``rag.list_documents`` and
+``rag.delete`` registered once per corpus, and ``rag.ingest`` advertising the corpora it hosts.
+
+The per-corpus params carry the corpus's ``docs`` and ``chunks``: the predicates match on
+``corpus`` alone, and callers try the host advertising more chunks first
+(:data:`hearthnet.contracts.rag.PREFERENCES`), so a second, smaller copy of a name never wins.
+``personal`` is registered local-only (never advertised, refused to remote callers).  After
+every ingest, delete and reindex the corpus is announced again with its new counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from hearthnet.bus.api import BusAPI
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.community.levels import Level
+from hearthnet.contracts.rag import BY_CORPUS, MAX_K, announced
+from hearthnet.runtime.blocking import run_blocking
+from hearthnet.runtime.worker_threads import WorkerThreads
+from hearthnet.services.rag.store import CorpusRecord, CorpusStore
+
+__all__ = ["CorpusOffers", "Handlers"]
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """The service's handlers, one per capability it registers."""
+
+    query: Handler
+    list_documents: Handler
+    delete: Handler
+    ingest: Handler
+    list_corpora: Handler
+    reindex: Handler
+
+
+class CorpusOffers:
+    """The registrations of one RAG service (only the event loop touches it)."""
+
+    def __init__(
+        self,
+        *,
+        bus: BusAPI,
+        store: CorpusStore,
+        threads: WorkerThreads,
+        handlers: Handlers,
+        embedding_model: str,
+        accept_new_corpora: bool,
+        query_timeout_seconds: float,
+    ) -> None:
+        self._bus = bus
+        self._store = store
+        self._threads = threads
+        self._handlers = handlers
+        self._model = embedding_model
+        self._accept_new = accept_new_corpora
+        self._query_timeout = query_timeout_seconds
+        self._lock = anyio.Lock()
+        self._queries: dict[str, dict[str, Any]] = {}
+        """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
+        self._others: dict[str, dict[str, dict[str, Any]]] = {}
+        """corpus -> capability -> params of its other per-corpus registrations."""
+        self._ingest_params: dict[str, Any] | None = None
+
+    def query_params(self, corpus: str) -> dict[str, Any] | None:
+        """The params ``rag.query`` of ``corpus`` is registered with, if it is."""
+        return self._queries.get(corpus)
+
+    def corpora(self) -> list[str]:
+        """The corpora registered now."""
+        return list(self._queries)
+
+    def registrations(self) -> list[Registration]:
+        """Everything to register at start (reads the store: before the node serves anything)."""
+        corpora = self._store.corpora()
+        regs = [self._ingest(corpora), self._list_corpora(), self._reindex()]
+        for corpus in corpora:
+            regs.extend(self._of_corpus(self._store.info(corpus)))
+        return regs
+
+    async def announce(self, corpus: str) -> None:
+        """Register ``corpus`` again with its new counts (or model), and ``rag.ingest`` with the new
+        list of hosted corpora.
+
+        The store is read in a worker thread: its lock may be held for a while by a
+        write (a reindex's swap, a ChromaDB server call), and the event loop must never
+        wait for it.  One announce at a time, each reading the store inside: two
+        resuming in the other order would register the older corpus list last.
+        """
+
+        def read() -> tuple[CorpusRecord, list[str]]:
+            return self._store.info(corpus), self._store.corpora()
+
+        async with self._lock:
+            record, held = await run_blocking(read, limiter=self._threads)
+            self._withdraw(corpus)  # the old counts (or model): in the same event-loop step
+            for registration in self._of_corpus(record):
+                self._bus.register(registration)
+            if self._ingest_params is not None:
+                self._bus.unregister("rag.ingest", self._ingest_params)
+            self._bus.register(self._ingest(held))
+
+    def _withdraw(self, corpus: str) -> None:
+        """Remove the corpus's registrations (by their exact params, as the registry needs)."""
+        query = self._queries.pop(corpus, None)
+        if query is not None:
+            self._bus.unregister("rag.query", query)
+        for capability, params in self._others.pop(corpus, {}).items():
+            self._bus.unregister(capability, params)
+
+    def _of_corpus(self, record: CorpusRecord) -> list[Registration]:
+        """``rag.query``, ``rag.list_documents`` and ``rag.delete`` of one corpus."""
+        corpus = record.name
+        size = {"docs": record.docs, "chunks": record.chunks}
+        query = {"corpus": corpus, "embedding_model": record.embedding_model, "k_max": MAX_K, **size}
+        listing = {"corpus": corpus, **size}
+        delete = {"corpus": corpus}
+        self._queries[corpus] = query
+        self._others[corpus] = {"rag.list_documents": listing, "rag.delete": delete}
+        local_only = not announced(corpus)
+        h = self._handlers
+        return [
+            Registration(
+                CapabilityDescriptor(
+                    "rag.query",
+                    (1, 0),
+                    params=query,
+                    max_concurrent=8,
+                    timeout_seconds=self._query_timeout,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"search corpus {corpus}",
+                ),
+                h.query,
+                BY_CORPUS,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "rag.list_documents",
+                    (1, 0),
+                    params=listing,
+                    max_concurrent=8,
+                    timeout_seconds=10.0,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"documents of corpus {corpus}",
+                ),
+                h.list_documents,
+                BY_CORPUS,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "rag.delete",
+                    (1, 0),
+                    params=delete,
+                    trust_required=Level.TRUSTED,
+                    max_concurrent=2,
+                    timeout_seconds=300.0,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"delete a document of corpus {corpus}",
+                ),
+                h.delete,
+                BY_CORPUS,
+            ),
+        ]
+
+    def _ingest(self, held: Sequence[str]) -> Registration:
+        self._ingest_params = {
+            "corpora": sorted(c for c in held if announced(c)),
+            "accepts_new": self._accept_new,
+            "embedding_model": self._model,
+        }
+        descriptor = CapabilityDescriptor(
+            "rag.ingest",
+            (1, 0),
+            params=self._ingest_params,
+            trust_required=Level.TRUSTED,
+            max_concurrent=2,
+            timeout_seconds=900.0,
+            idempotent=True,
+            streaming=True,
+        )
+        return Registration(descriptor, self._handlers.ingest)
+
+    def _list_corpora(self) -> Registration:
+        return Registration(
+            CapabilityDescriptor(
+                "rag.list_corpora", (1, 0), max_concurrent=8, timeout_seconds=10.0, idempotent=True
+            ),
+            self._handlers.list_corpora,
+        )
+
+    def _reindex(self) -> Registration:
+        return Registration(
+            CapabilityDescriptor(
+                "rag.reindex",
+                (1, 0),
+                timeout_seconds=3600.0,
+                local_only=True,
+                streaming=True,
+                max_concurrent=1,
+            ),
+            self._handlers.reindex,
+        )

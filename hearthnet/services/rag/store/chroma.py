@@ -1,0 +1,147 @@
+"""ChromaDB as the store uses it: one collection per corpus (cosine space, our HNSW settings),
+embedded on disk or a server by URL, its failures converted to bus errors at this boundary."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+
+from hearthnet.contracts.rag import MAX_CORPUS_NAME, validate_corpus_name
+from hearthnet.errors import BadRequest, InternalError, NotFound, Partition, Timeout
+from hearthnet.services.rag.store.ledger import SCHEMA_VERSION
+
+__all__ = [
+    "COLLECTION_PREFIX",
+    "COLLECTION_SUFFIX",
+    "HNSW_PARAMS",
+    "SERVER_TIMEOUT_SECONDS",
+    "CollectionGone",
+    "chroma_errors",
+    "collection_name",
+    "collection_settings",
+    "corpus_from_collection",
+    "open_client",
+    "staging_collection_name",
+]
+
+_log = structlog.get_logger("hearthnet.rag.store")
+
+HNSW_PARAMS: Mapping[str, Any] = {"ef_construction": 200, "ef_search": 256, "max_neighbors": 32}
+"""Chosen from ``bench/rag_recall.py`` measurements (``specs/rag.md``, "Store")."""
+SERVER_TIMEOUT_SECONDS = 60.0
+"""Longest wait for one ChromaDB server request (the client's own default is no limit)."""
+
+# ChromaDB requires collection names of 3-512 characters from ``[a-zA-Z0-9._-]`` that start and
+# end alphanumeric.  ``"hn-" + name + "-v1"`` is always valid for a valid corpus name: it is at
+# least 7 characters long, starts with ``h`` and ends with ``1``, and a leading or trailing ``-``
+# in the corpus name lands in the middle.
+COLLECTION_PREFIX = "hn-"
+COLLECTION_SUFFIX = "-v1"
+_CORPUS_NAME = re.compile(r"[a-z0-9-]+")
+
+
+def collection_name(corpus: str) -> str:
+    """The ChromaDB collection that holds ``corpus`` (validated first)."""
+    return f"{COLLECTION_PREFIX}{validate_corpus_name(corpus)}{COLLECTION_SUFFIX}"
+
+
+def staging_collection_name(corpus: str) -> str:
+    """Where a reindex writes the rebuilt ``corpus`` before it replaces the collection.
+
+    ``collection_name(corpus) + ".rebuild"``: valid for ChromaDB (ends alphanumeric) and never
+    taken for a corpus's own collection by :func:`corpus_from_collection`.
+    """
+    return f"{collection_name(corpus)}.rebuild"
+
+
+def corpus_from_collection(collection: str) -> str | None:
+    """The corpus held by ``collection``, or None if it is not one of ours."""
+    if not (collection.startswith(COLLECTION_PREFIX) and collection.endswith(COLLECTION_SUFFIX)):
+        return None
+    name = collection[len(COLLECTION_PREFIX) : -len(COLLECTION_SUFFIX)]
+    if not name or len(name) > MAX_CORPUS_NAME or _CORPUS_NAME.fullmatch(name) is None:
+        return None
+    return name
+
+
+def collection_settings(
+    name: str, *, embedding_model: str, dim: int, created: float, hnsw: Mapping[str, Any]
+) -> dict[str, Any]:
+    """How a corpus's collection is made (a new corpus, or its rebuild by a reindex)."""
+    return {
+        "configuration": {"hnsw": {"space": "cosine", **hnsw}},
+        "metadata": {
+            "hn_corpus": name,
+            "embedding_model": embedding_model,
+            "dim": dim,
+            "schema_version": SCHEMA_VERSION,
+            "created_at": created,
+        },
+    }
+
+
+class CollectionGone(NotFound):
+    """A cached collection handle whose collection no longer exists (reindexed, deleted, or the
+    server lost it): the store drops the handle, so the next use looks the collection up again."""
+
+
+@contextlib.contextmanager
+def chroma_errors(what: str) -> Iterator[None]:
+    """Convert ChromaDB / transport failures at the boundary."""
+    import httpx
+    from chromadb.errors import ChromaError, NotFoundError
+
+    try:
+        yield
+    except NotFoundError as exc:
+        raise CollectionGone(
+            f"the vector collection went away while trying to {what} (reindexed or deleted "
+            "meanwhile): ask again"
+        ) from exc
+    except ChromaError as exc:
+        raise InternalError(f"vector store failed to {what}: {type(exc).__name__}") from exc
+    except httpx.TimeoutException as exc:
+        raise Timeout(
+            f"vector store did not answer within {SERVER_TIMEOUT_SECONDS:.0f} s while trying to {what}"
+        ) from exc
+    except (ConnectionError, OSError, httpx.TransportError) as exc:
+        raise Partition(f"vector store unreachable while trying to {what}: {type(exc).__name__}") from exc
+
+
+def open_client(root: Path, server_url: str | None) -> Any:
+    """ChromaDB embedded under ``root/chroma``, or the server at ``server_url`` (its requests bounded)."""
+    import chromadb
+    from chromadb.config import Settings
+
+    settings = Settings(anonymized_telemetry=False)
+    if server_url is None:
+        return chromadb.PersistentClient(path=str(root / "chroma"), settings=settings)
+    url = urlsplit(server_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise BadRequest(f"ChromaDB server URL {server_url!r} must be http(s)://host:port")
+    client = chromadb.HttpClient(
+        host=url.hostname,
+        port=url.port or (443 if url.scheme == "https" else 8000),
+        ssl=url.scheme == "https",
+        settings=settings,
+    )
+    _bound_server_requests(client)
+    return client
+
+
+def _bound_server_requests(client: Any) -> None:
+    """Give the ChromaDB server client's HTTP session a finite timeout (it has none by default,
+    so a stalled server would hold a store thread forever)."""
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if isinstance(session, httpx.Client):
+        session.timeout = httpx.Timeout(SERVER_TIMEOUT_SECONDS, connect=10.0)
+    else:  # another chromadb layout: keep going, but say that requests are unbounded
+        _log.warning("rag_chroma_server_timeout_not_set", reason="no httpx session found on the client")

@@ -1,0 +1,104 @@
+"""One corpus of the store as the service searches it: a :class:`~hearthnet.services.rag.corpus.Corpus`
+(query, info, list documents), the same interface an external archive implements.  A query runs
+on the event loop or in a read thread as :mod:`hearthnet.services.rag.search.choice` decides."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from hearthnet.runtime.blocking import run_blocking
+from hearthnet.runtime.worker_threads import WorkerThreads
+from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
+from hearthnet.services.rag.search.choice import search_here_or_in_thread
+from hearthnet.services.rag.store.store import CorpusRecord, CorpusStore
+
+__all__ = ["LocalCorpus"]
+
+
+class LocalCorpus:
+    """Corpus ``name`` of ``store``, read in ``threads`` (never on the event loop, but for a small
+    in-memory search)."""
+
+    read_only = False
+
+    def __init__(
+        self, store: CorpusStore, name: str, threads: WorkerThreads, *, embedding_model: str
+    ) -> None:
+        self._store = store
+        self._name = name
+        self._threads = threads
+        self._model = embedding_model
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def embedding_model(self) -> str:
+        return self._model
+
+    async def query(
+        self,
+        vector: Vector,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None = None,
+        include_text: bool = True,
+    ) -> list[Hit]:
+        hits, _ = await self.search(vector, k=k, where=where, include_text=include_text)
+        return hits
+
+    async def search(
+        self, vector: Vector, *, k: int, where: Mapping[str, Any] | None, include_text: bool
+    ) -> tuple[list[Hit], frozenset[str] | None]:
+        """:meth:`query`'s hits, and with a filter the metadata keys the corpus's documents have
+        (``None`` without one, or if unknown): what a filter naming no such key is warned about."""
+        store, name = self._store, self._name
+        vec = np.asarray(vector, dtype=np.float32)
+
+        def here(max_floats: int) -> tuple[list[Hit], frozenset[str] | None] | None:
+            found = store.query_in_memory(
+                name, vec, k=k, where=where, include_text=include_text, max_floats=max_floats
+            )
+            return None if found is None else (found, None)
+
+        def in_thread() -> tuple[list[Hit], frozenset[str] | None]:
+            found = store.query(name, vec, k=k, where=where, include_text=include_text)
+            return found, store.metadata_keys(name) if where else None
+
+        return await search_here_or_in_thread(here, in_thread, self._threads)
+
+    async def record(self) -> CorpusRecord:
+        """The store's record of the corpus (its counts from the ledger)."""
+        result: CorpusRecord = await run_blocking(self._store.info, self._name, limiter=self._threads)
+        return result
+
+    async def info(self) -> CorpusInfo:
+        r = await self.record()
+        return CorpusInfo(
+            name=r.name,
+            embedding_model=r.embedding_model,
+            dim=r.dim,
+            chunks=r.chunks,
+            docs=r.docs,
+            size_bytes=r.size_bytes,
+            language_majority=r.language_majority,
+        )
+
+    async def list_documents(self, *, limit: int = 100, offset: int = 0) -> list[DocumentEntry]:
+        def page() -> list[dict[str, Any]]:
+            return self._store.list_documents(self._name, after="", limit=offset + limit)[0][offset:]
+
+        docs: list[dict[str, Any]] = await run_blocking(page, limiter=self._threads)
+        return [
+            DocumentEntry(
+                doc_id=d["doc_cid"],
+                title=d["title"],
+                chunks=d["chunks"],
+                metadata={k: d[k] for k in ("filename", "pages", "language", "ingested_by") if d.get(k)},
+            )
+            for d in docs
+        ]

@@ -1,0 +1,230 @@
+"""How the store answers a query (a part of :class:`~hearthnet.services.rag.store.store.CorpusStore`):
+from the corpus's in-memory copy when it has one (loading it on first use if it fits), else
+through ChromaDB's HNSW index; only complete documents either way."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import structlog
+
+from hearthnet.errors import BadRequest, BusError, NotFound
+from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.search.exact import ExactIndex
+from hearthnet.services.rag.search.filters import build_where, compile_where
+from hearthnet.services.rag.search.hnsw import hnsw_search
+from hearthnet.services.rag.search.memory import InMemoryCopies
+from hearthnet.services.rag.store.chroma import CollectionGone, chroma_errors
+from hearthnet.services.rag.store.ledger import Ledger
+
+__all__ = ["CorpusQueries"]
+
+_log = structlog.get_logger("hearthnet.rag.store")
+
+
+def _query_vector(embedding: np.ndarray, dim: int, k: int) -> np.ndarray:
+    """``embedding`` as a flat float32 vector of the corpus's ``dim``; ``BadRequest`` for a wrong
+    size, a value that is not finite, or ``k`` below 1."""
+    vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+    if vec.shape != (dim,) or not np.isfinite(vec).all():
+        raise BadRequest(f"query embedding must be {dim} finite floats")
+    if k < 1:
+        raise BadRequest("k must be at least 1")
+    return vec
+
+
+class CorpusQueries:
+    """:meth:`query`, :meth:`query_in_memory` and the in-memory copies, for :class:`CorpusStore`
+    (whose state it reads: the names below)."""
+
+    if TYPE_CHECKING:
+        _lock: threading.RLock
+        _ledger: Ledger
+        _batch: int
+        _pending: dict[str, set[str]]
+        _collections: dict[str, Any]
+        _memory: InMemoryCopies
+
+        def corpora(self) -> list[str]: ...
+
+        def _collection(self, name: str) -> Any: ...
+
+        def _forget_handle(self, name: str) -> None: ...
+
+    def query(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None = None,
+        include_text: bool = True,
+    ) -> list[Hit]:
+        """The ``k`` most similar chunks; ``where`` is a ``rag.query`` filter (see :func:`build_where`)."""
+        try:
+            return self._query(name, embedding, k=k, where=where, include_text=include_text)
+        except CollectionGone:
+            self._forget_handle(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
+            return self._query(name, embedding, k=k, where=where, include_text=include_text)
+
+    def query_in_memory(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None = None,
+        include_text: bool = True,
+        max_floats: int,
+    ) -> list[Hit] | None:
+        """:meth:`query`'s answer if it can be given at once from the in-memory copy, else ``None``.
+
+        For the event loop (no thread hop): never waits for the store lock (a
+        write holding it gives ``None``), never reads ChromaDB or the ledger,
+        and searches only a copy of at most ``max_floats`` vector components
+        (the matrix product is most of the cost).  ``None`` too when the corpus
+        has no copy or no known collection handle, and for a filtered query (its
+        walk down the ranking is Python, as long as the filter is selective):
+        :meth:`query` then decides.
+        """
+        if where or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            index = self._memory.get(name)
+            known = name in self._collections
+        finally:
+            self._lock.release()
+        if index is None or not known or len(index) * index.dim > max_floats:
+            return None
+        return index.search(_query_vector(embedding, index.dim, k), k, include_text=include_text)
+
+    def _query(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None,
+        include_text: bool,
+    ) -> list[Hit]:
+        col = self._collection(name)
+        with self._lock:
+            cached = self._memory.get(name)  # kept with the corpus's row: no ledger read then
+            row = None if cached is not None else self._ledger.corpus(name)
+        if cached is not None:
+            dim = cached.dim
+        elif row is None:
+            raise NotFound(f"corpus {name!r} does not exist")
+        else:
+            dim = row.dim
+        vec = _query_vector(embedding, dim, k)
+        clause = build_where(where) if where else None
+        index = self._exact_index(name, col)
+        if index is not None:
+            matches = None if clause is None else compile_where(clause)
+            return index.search(vec, k, matches, include_text=include_text)
+        with self._lock:
+            hidden = set(self._pending.get(name, ())) | self._ledger.not_complete(name)
+            complete, stored = self._ledger.chunk_counts(name)
+        with chroma_errors("query"):
+            return hnsw_search(
+                col,
+                vec,
+                k,
+                clause,
+                include_text,
+                hidden=hidden,
+                complete=complete,
+                stored=stored,
+                complete_only=lambda hits: self._complete_only(name, hits),
+            )
+
+    def _complete_only(self, name: str, hits: list[Hit]) -> list[Hit]:
+        """The hits whose document is complete in the ledger now."""
+        with self._lock:
+            complete = self._ledger.complete_among(name, [str(h.metadata.get("doc_cid")) for h in hits])
+        return [h for h in hits if h.metadata.get("doc_cid") in complete]
+
+    def _exact_index(self, name: str, col: Any) -> ExactIndex | None:
+        """The corpus's exact copy, loading it if the corpus fits the budget; else ``None``.
+
+        The load reads ChromaDB without holding the store lock (seconds for a large
+        corpus), then installs the copy only if no document of the corpus completed or
+        started deleting meanwhile; otherwise this query uses HNSW and a later one loads
+        again.  One load per corpus at a time: queries arriving meanwhile use HNSW instead
+        of loading (and holding in memory) a copy each.
+        """
+        with self._lock:
+            index = self._memory.get(name)
+            if index is not None or not self._memory.should_load(name):
+                return index
+            self._memory.loading.add(name)
+        try:
+            return self._load_exact(name, col)
+        finally:
+            with self._lock:
+                self._memory.loading.discard(name)
+
+    def _load_exact(self, name: str, col: Any) -> ExactIndex | None:
+        """:meth:`_exact_index`'s load (the caller marked ``name`` as loading)."""
+        with self._lock:
+            row = self._ledger.corpus(name)
+            if row is None:
+                return None
+            complete = self._ledger.complete_chunks(name)
+            total = sum(complete.values())
+            if not self._memory.fits(name, total):
+                self._memory.too_big.add(name)
+                return None
+            generation = self._memory.generation(name)
+        # Chunks of documents being written now are in Chroma but not complete: skipped.
+        ids: list[str] = []
+        vectors: list[np.ndarray] = []
+        texts: list[str] = []
+        metas: list[Mapping[str, Any]] = []
+        offset = 0
+        with chroma_errors("load corpus for exact search"):
+            while True:
+                got = col.get(
+                    include=["embeddings", "documents", "metadatas"], limit=self._batch, offset=offset
+                )
+                if not got["ids"]:
+                    break
+                offset += len(got["ids"])
+                keep = [i for i, m in enumerate(got["metadatas"]) if (m or {}).get("doc_cid") in complete]
+                ids += [got["ids"][i] for i in keep]
+                vectors.append(np.asarray(got["embeddings"], dtype=np.float32)[keep])
+                texts += [got["documents"][i] or "" for i in keep]
+                metas += [got["metadatas"][i] or {} for i in keep]
+        index = ExactIndex(row.dim)
+        if ids:  # one copy into the index, not one growing concatenation per page
+            index.add(ids, np.concatenate(vectors), texts, metas)
+        with self._lock:
+            if self._memory.generation(name) != generation or self._memory.get(name) is not None:
+                return self._memory.get(name)  # changed meanwhile: not this copy
+            if len(index) != total:
+                # The ledger and Chroma disagree (should not happen): trust neither copy, use HNSW.
+                _log.warning("rag_exact_index_mismatch", corpus=name, ledger=total, loaded=len(index))
+                self._memory.too_big.add(name)
+                return None
+            if self._memory.install(name, index) is None:
+                return None
+        _log.info("rag_exact_index_loaded", corpus=name, chunks=total, bytes=index.nbytes)
+        return index
+
+    def warm_exact(self) -> list[str]:
+        """Load the exact copy of every corpus that fits the budget (blocking); returns their names.
+
+        A corpus that cannot be loaded is logged and left to HNSW: it never stops the others.
+        """
+        loaded = []
+        for name in self.corpora():
+            try:
+                if self._exact_index(name, self._collection(name)) is not None:
+                    loaded.append(name)
+            except BusError as exc:
+                _log.warning("rag_exact_warm_failed", corpus=name, code=exc.code, error=exc.message)
+        return loaded

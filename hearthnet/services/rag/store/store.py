@@ -1,0 +1,526 @@
+"""The corpus store: every corpus of one node, each a ChromaDB collection (cosine space) with its
+documents in the ledger.  Blocking API (call it from a worker thread); thread-safe.
+
+Atomicity per document (see ``specs/rag.md``): the ledger records a document as ``pending``
+before any of its chunks is written and flips it to ``complete`` in one statement after the
+last batch.  On open, :meth:`CorpusStore.recover` deletes the chunks of every document that is
+not ``complete`` (a writer killed midway, even by ``kill -9``), and queries exclude documents
+that are pending in this process.  A reindex rebuilds a corpus beside the old one and swaps it
+in (:meth:`CorpusStore.replace_corpus`).
+
+Small corpora are searched exactly: while a corpus fits the budget of
+:class:`~hearthnet.services.rag.search.memory.InMemoryCopies`, its complete documents are also
+held in an :class:`~hearthnet.services.rag.search.exact.ExactIndex` (loaded on its first query,
+or kept from the writes) and queries never touch the HNSW index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from hearthnet.contracts.rag import validate_corpus_name
+from hearthnet.errors import BadRequest, InternalError, NotFound
+from hearthnet.services.rag.chunks import Chunk, check_extra_metadata
+from hearthnet.services.rag.search.memory import EXACT_MAX_CHUNKS, InMemoryCopies
+from hearthnet.services.rag.store.chroma import (
+    HNSW_PARAMS,
+    CollectionGone,
+    chroma_errors,
+    collection_name,
+    collection_settings,
+    open_client,
+    staging_collection_name,
+)
+from hearthnet.services.rag.store.ledger import Ledger, WriterLock, metadata_json
+from hearthnet.services.rag.store.queries import CorpusQueries
+from hearthnet.services.rag.store.swap import CorpusSwap
+from hearthnet.services.rag.store.write import (
+    CHUNK_KEYS,
+    DocumentSource,
+    DocumentWrite,
+    out_of_space,
+    user_metadata,
+)
+
+__all__ = ["DEFAULT_ROOT", "CorpusRecord", "CorpusStore"]
+
+DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
+_log = structlog.get_logger("hearthnet.rag.store")
+
+
+@dataclass(frozen=True)
+class CorpusRecord:
+    """What the store knows about a corpus (counts from the ledger)."""
+
+    name: str
+    docs: int
+    chunks: int
+    size_bytes: int
+    language_majority: str | None
+    embedding_model: str
+    dim: int
+    schema_version: int
+
+
+class CorpusStore(CorpusQueries, CorpusSwap):
+    """All corpora of one node store directory (``root``): the core, the writes and deletes here;
+    queries in :mod:`.queries`, the swap of a reindex in :mod:`.swap`."""
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        server_url: str | None = None,
+        hnsw_params: Mapping[str, Any] | None = None,
+        batch_size: int | None = None,
+        exact_max_chunks: int = EXACT_MAX_CHUNKS,
+    ) -> None:
+        self.root = Path(root) if root is not None else DEFAULT_ROOT
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._writer = WriterLock(self.root)
+        self._remote = server_url is not None
+        self._hnsw = dict(HNSW_PARAMS if hnsw_params is None else hnsw_params)
+        self._pending: dict[str, set[str]] = {}
+        """Documents being written by this process, per corpus (hidden from queries)."""
+        self._collections: dict[str, Any] = {}
+        self._memory = InMemoryCopies(exact_max_chunks)
+        self._keys: dict[str, frozenset[str] | None] = {}
+        """Per corpus, the metadata keys its complete documents have (see ``metadata_keys``)."""
+        ledger: Ledger | None = None
+        try:
+            self._ledger = ledger = Ledger(self.root / "ledger.sqlite3")
+            self._client = open_client(self.root, server_url)
+            with chroma_errors("connect"):
+                self._max_batch = int(self._client.get_max_batch_size())
+            self._batch = max(1, min(self._max_batch, batch_size or 1000))
+            removed = self.recover()
+        except BaseException:
+            if ledger is not None:
+                ledger.close()
+            self._writer.release()
+            raise
+        if any(removed.values()):
+            _log.warning("rag_store_recovered", removed=removed)
+
+    # ----------------------------------------------------------------- corpora
+
+    def _collection(self, name: str) -> Any:
+        """The corpus's collection, or ``NotFound`` if it is gone.
+
+        Embedded, only an interrupted reindex removes a collection, and the
+        corpus is dropped.  On a ChromaDB server a collection can also vanish
+        because the node was pointed at another server or the server lost its
+        data: then the corpus and its document list are kept, so that the right
+        server URL brings it back or ``hearthnet rag reindex`` rebuilds it from
+        its source documents.
+        """
+        from chromadb.errors import NotFoundError
+
+        validate_corpus_name(name)
+        with self._lock:
+            col = self._collections.get(name)
+            if col is not None:
+                return col
+            if self._ledger.corpus(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+        # Looked up without the lock (on a server this is a network call, and the event loop
+        # reads the ledger under the same lock); a miss is decided under it, after any swap.
+        with chroma_errors("open collection"), contextlib.suppress(NotFoundError):
+            col = self._client.get_collection(collection_name(name), embedding_function=None)
+        with self._lock:
+            if self._ledger.corpus(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            cached = self._collections.get(name)
+            if cached is not None:
+                return cached
+            with chroma_errors("open collection"):
+                try:
+                    if col is None and self._ledger.swap_owed(name):
+                        self._finish_swap(name)  # a reindex's swap failed halfway: finish it now
+                    if col is None:
+                        col = self._client.get_collection(collection_name(name), embedding_function=None)
+                except NotFoundError as exc:
+                    _log.warning("rag_corpus_collection_missing", corpus=name, kept=self._remote)
+                    if self._remote:
+                        raise NotFound(
+                            f"corpus {name!r}: its vector collection is not on the ChromaDB server (another "
+                            "server, or the server lost its data); its document list is kept: point the node "
+                            f"at the right server, or run 'hearthnet rag reindex --corpus {name}' to rebuild "
+                            "it from its source documents"
+                        ) from exc
+                    self._forget_corpus(name)
+                    raise NotFound(
+                        f"corpus {name!r} does not exist: its vector collection is gone (e.g. a reindex "
+                        "was interrupted), so it was dropped; ingest its documents again"
+                    ) from exc
+            self._collections[name] = col
+            return col
+
+    def _forget_corpus(self, name: str) -> None:
+        """Remove a corpus from the ledger and the caches (caller holds the lock)."""
+        self._ledger.forget_corpus(name)
+        self._collections.pop(name, None)
+        self._keys.pop(name, None)
+        self._memory.forget(name)
+
+    def _forget_handle(self, name: str) -> None:
+        with self._lock:
+            self._collections.pop(name, None)
+
+    def create_corpus(self, name: str, *, embedding_model: str, dim: int) -> CorpusRecord:
+        """Create ``name`` (idempotent for the same model and dimension)."""
+        validate_corpus_name(name)
+        if not embedding_model or dim <= 0:
+            raise BadRequest("embedding_model must be non-empty and dim positive")
+        with self._lock:
+            row = self._ledger.corpus(name)
+            if row is not None:
+                if (row.embedding_model, row.dim) != (embedding_model, dim):
+                    raise BadRequest(
+                        f"corpus {name!r} was built with {row.embedding_model} (dim {row.dim}), not "
+                        f"{embedding_model} (dim {dim}); reindex it with `hearthnet rag reindex --corpus "
+                        f"{name}` or use another corpus"
+                    )
+                return self.info(name)
+            created = time.time()
+            settings = collection_settings(
+                name, embedding_model=embedding_model, dim=dim, created=created, hnsw=self._hnsw
+            )
+            with chroma_errors("create collection"):
+                col = self._client.get_or_create_collection(
+                    collection_name(name), **settings, embedding_function=None
+                )
+            got = col.metadata or {}
+            if (got.get("embedding_model"), got.get("dim")) != (embedding_model, dim):
+                raise BadRequest(
+                    f"collection for corpus {name!r} already exists with model {got.get('embedding_model')} "
+                    f"(dim {got.get('dim')}); reindex or use another corpus"
+                )
+            self._ledger.add_corpus(name, embedding_model, dim, created)
+            self._collections[name] = col
+            self._memory.created(name, dim)
+            return self.info(name)
+
+    def corpora(self) -> list[str]:
+        with self._lock:
+            return self._ledger.corpora()
+
+    def info(self, name: str) -> CorpusRecord:
+        validate_corpus_name(name)
+        with self._lock:
+            row = self._ledger.corpus(name)
+            if row is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            docs, chunks, text_bytes = self._ledger.sizes(name)
+            language = self._ledger.language_majority(name)
+        # Estimate (same in embedded and server mode): text + float32 vector +
+        # HNSW links (2 * max_neighbors int32 on level 0) + ~200 B metadata per chunk.
+        links = 2 * int(self._hnsw.get("max_neighbors", 16)) * 4
+        size = text_bytes + chunks * (row.dim * 4 + links + 200)
+        return CorpusRecord(
+            name=name,
+            docs=docs,
+            chunks=chunks,
+            size_bytes=size,
+            language_majority=language,
+            embedding_model=row.embedding_model,
+            dim=row.dim,
+            schema_version=row.schema_version,
+        )
+
+    # ----------------------------------------------------------------- documents
+
+    def has_document(self, name: str, doc_cid: str) -> bool:
+        self._collection(name)
+        with self._lock:
+            st = self._ledger.status(name, doc_cid)
+        return st is not None and st[0] == "complete"
+
+    def document_chunk_count(self, name: str, doc_cid: str) -> int:
+        self._collection(name)
+        with self._lock:
+            st = self._ledger.status(name, doc_cid)
+        return st[1] if st is not None and st[0] == "complete" else 0
+
+    def document_tokens(self, name: str, doc_cid: str) -> int:
+        """Estimated tokens indexed for a complete document (0 if absent)."""
+        self._collection(name)
+        with self._lock:
+            return self._ledger.tokens(name, doc_cid)
+
+    def documents(self, name: str) -> list[dict[str, Any]]:
+        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata, filename}``.
+
+        ``metadata`` is the caller's metadata given at ingest (what a reindex must keep).
+        """
+        return self._documents(name, None)
+
+    def document(self, name: str, doc_cid: str) -> dict[str, Any] | None:
+        """One complete document as in :meth:`documents`, or ``None``.
+
+        ``NotFound`` if the corpus's collection is missing (its chunks cannot
+        be answered, so "already ingested" would not be true).
+        """
+        self._collection(name)
+        found = self._documents(name, doc_cid)
+        return found[0] if found else None
+
+    def _documents(self, name: str, doc_cid: str | None) -> list[dict[str, Any]]:
+        validate_corpus_name(name)
+        with self._lock:
+            if self._ledger.corpus(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            rows = self._ledger.complete_documents(name, doc_cid)
+        out = []
+        for cid, title, language, chunks, tokens, meta, filename in rows:
+            # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
+            # a reindex can rebuild a corpus whose collection is missing on a ChromaDB server
+            metadata = metadata_json(meta)
+            out.append(
+                {
+                    "doc_cid": str(cid),
+                    "title": str(title),
+                    "language": language,
+                    "chunks": int(chunks),
+                    "tokens": int(tokens),
+                    "metadata": metadata if metadata is not None else self._old_metadata(name, str(cid)),
+                    "filename": filename,
+                }
+            )
+        return out
+
+    def _old_metadata(self, name: str, doc_cid: str) -> dict[str, Any]:
+        """Metadata of a row from before the ledger kept it: from a chunk, or none if the
+        collection is missing on a server (a reindex then rebuilds the document without it)."""
+        try:
+            col = self._collection(name)
+        except NotFound:
+            if not self._remote:
+                raise
+            _log.warning("rag_metadata_unrecoverable", corpus=name, doc_cid=doc_cid)
+            return {}
+        with chroma_errors("read document metadata"):
+            got = col.get(where={"doc_cid": doc_cid}, limit=1, include=["metadatas"])
+        metas = got.get("metadatas") or [{}]
+        out: dict[str, Any] = {}
+        for key, value in user_metadata((metas[0] if metas else None) or {}).items():
+            with contextlib.suppress(BadRequest):  # a field older versions let through (e.g. NaN)
+                out.update(check_extra_metadata({key: value}))
+        return out
+
+    def list_documents(
+        self, name: str, *, after: str = "", limit: int = 200
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of the corpus's complete documents by ``doc_cid`` (those after ``after``), and how
+        many it has in all: ``{doc_cid, title, filename, pages, chunks, language, ingested_by,
+        ingested_at}`` (``None`` where the ledger predates the field)."""
+        validate_corpus_name(name)
+        with self._lock:
+            if self._ledger.corpus(name) is None:
+                raise NotFound(f"corpus {name!r} does not exist")
+            return self._ledger.page(name, after=after, limit=limit)
+
+    def metadata_keys(self, name: str) -> frozenset[str] | None:
+        """The metadata keys the corpus's complete documents have, or ``None`` if unknown (a
+        document from before the ledger kept metadata).  From the ledger, cached until a
+        document of the corpus completes or goes."""
+        with self._lock:
+            if name in self._keys:
+                return self._keys[name]
+            keys: set[str] | None = set(CHUNK_KEYS)
+            for meta, has_file in self._ledger.metadata_of(name):
+                found = metadata_json(meta)
+                if found is None:
+                    keys = None
+                    break
+                assert keys is not None
+                keys.update(found)
+                if has_file:
+                    keys.add("doc_filename")
+            self._keys[name] = None if keys is None else frozenset(keys)
+            return self._keys[name]
+
+    # ----------------------------------------------------------------- the atomic write and delete
+
+    def _write_document(self, col: Any, doc: DocumentWrite) -> None:
+        """All of one document's chunks into ``col``, in writes of at most the batch size."""
+        for a in range(0, len(doc.ids), self._batch):
+            part = slice(a, a + self._batch)
+            self._write_batch(col, doc.ids[part], doc.vectors[part], doc.texts[part], doc.metadatas[part])
+
+    def _write_batch(
+        self, col: Any, ids: list[str], vecs: np.ndarray, docs: list[str], metas: list[Any]
+    ) -> None:
+        """One Chroma write (a seam for the crash test)."""
+        with chroma_errors("add chunks"):
+            col.upsert(ids=ids, embeddings=vecs, documents=docs, metadatas=metas)
+
+    def _delete_batch(self, col: Any, ids: list[str]) -> None:
+        """One Chroma delete (a seam for the crash test)."""
+        with chroma_errors("delete chunks"):
+            col.delete(ids=ids)
+
+    def add_document(
+        self,
+        name: str,
+        chunks: Sequence[Chunk],
+        embeddings: np.ndarray,
+        *,
+        source: DocumentSource | None = None,
+    ) -> None:
+        """Add all chunks of one document atomically; a no-op if it is already complete.
+
+        ``source`` (file name, pages, who asked) is kept in the ledger for ``rag.list_documents``.
+        """
+        col = self._collection(name)
+        doc = DocumentWrite.of(chunks, embeddings, self.info(name).dim)
+        doc_cid = doc.doc_cid
+        with self._lock:
+            st = self._ledger.status(name, doc_cid)
+            if st is not None and st[0] == "complete":
+                return
+            if doc_cid in self._pending.get(name, ()):
+                raise BadRequest(
+                    f"document {doc_cid} is being written to corpus {name!r} by another call; "
+                    "try again when it is done"
+                )
+            self._pending.setdefault(name, set()).add(doc_cid)  # ours until the finally below
+        try:
+            if st is not None:
+                # left by an undo that failed: its chunks (perhaps other ids) must not come back
+                self._purge(name, doc_cid)
+            with self._lock:
+                self._ledger.begin_write(name, doc, source or DocumentSource(), time.time())
+            self._write_document(col, doc)
+            with self._lock:
+                if not self._ledger.complete(name, doc_cid, time.time()):
+                    raise InternalError(f"document {doc_cid} left the ledger while it was being written")
+                self._keys.pop(name, None)
+                self._memory.changed(name)
+                self._memory.added(name, doc.ids, doc.vectors, doc.texts, doc.metadatas)
+        except BaseException as exc:
+            if isinstance(exc, CollectionGone):
+                self._forget_handle(name)
+            # Undo the partial document; a second failure while undoing must not hide the first
+            # (recover() finishes the job at the next start).
+            with contextlib.suppress(Exception):
+                self._purge(name, doc_cid)
+            if isinstance(exc, Exception):
+                full = out_of_space(self.root, exc, needed=doc.size)
+                if full is not None:
+                    raise full from exc
+            raise
+        finally:
+            with self._lock:
+                self._pending.get(name, set()).discard(doc_cid)
+        _log.info("rag_document_added", corpus=name, doc_cid=doc_cid, chunks=len(chunks))
+
+    def _purge(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
+        """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row.
+
+        ``announce``: a ``rag.delete``, whose event is still to be appended: a marker committed
+        with the ``deleting`` status says so until :meth:`deletion_announced`.
+        """
+        col = self._collection(name)
+        with self._lock:
+            self._ledger.begin_delete(name, doc_cid, announce=announce)
+            self._keys.pop(name, None)
+            self._memory.deleting(name, doc_cid)
+        with chroma_errors("delete chunks"):
+            found = col.get(where={"doc_cid": doc_cid}, include=[])
+        ids = list(found["ids"])
+        for a in range(0, len(ids), self._batch):
+            self._delete_batch(col, ids[a : a + self._batch])
+        with self._lock:
+            self._ledger.remove(name, doc_cid)
+        return len(ids)
+
+    def delete_document(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
+        """Remove a document wholly; returns the number of chunks removed (0 if absent).
+
+        Atomic like :meth:`add_document`: from the transaction that marks it
+        ``deleting`` no query sees it, and a kill midway is finished by
+        :meth:`recover`.  ``announce`` also records it in :meth:`pending_deletions`
+        in that transaction, for the caller to announce and then clear.
+        """
+        self._collection(name)
+        with self._lock:
+            if self._ledger.status(name, doc_cid) is None:
+                return 0
+            if doc_cid in self._pending.get(name, ()):
+                raise BadRequest(
+                    f"document {doc_cid} is being written to corpus {name!r}; delete it when that is done"
+                )
+        removed = self._purge(name, doc_cid, announce=announce)
+        _log.info("rag_document_deleted", corpus=name, doc_cid=doc_cid, chunks=removed)
+        return removed
+
+    def holds_source(self, doc_cid: str) -> bool:
+        """Whether any corpus of this store has (or is writing) ``doc_cid``: its source stays pinned."""
+        with self._lock:
+            return self._ledger.holds(doc_cid)
+
+    def pending_deletions(self) -> list[tuple[str, str]]:
+        """``(corpus, doc_cid)`` of deletes done (or finished by :meth:`recover`) but not yet announced."""
+        with self._lock:
+            return self._ledger.pending_deletions()
+
+    def deletion_announced(self, name: str, doc_cid: str) -> None:
+        with self._lock:
+            self._ledger.deletion_announced(name, doc_cid)
+
+    def recover(self) -> dict[str, int]:
+        """Delete chunks of documents not marked complete; returns chunks removed per corpus.
+
+        A corpus whose collection is gone (e.g. a reindex killed after dropping it)
+        is dropped from the ledger first; on a ChromaDB server it is kept as it
+        is (see :meth:`_collection`) and its unfinished documents wait for it.
+        """
+        from chromadb.errors import NotFoundError
+
+        with self._lock:
+            for name in self._ledger.swaps():
+                self._finish_swap(name)
+                _log.warning("rag_reindex_swap_finished", corpus=name)
+        for name in self.corpora():  # a rebuild that never reached its swap: the old corpus stands
+            with chroma_errors("drop an unfinished rebuild"), contextlib.suppress(NotFoundError):
+                self._client.delete_collection(staging_collection_name(name))
+        missing = set()
+        for name in self.corpora():
+            try:
+                self._collection(name)
+            except NotFound:
+                missing.add(name)
+        with self._lock:
+            rows = self._ledger.unfinished()
+            busy = {(c, d) for c, docs in self._pending.items() for d in docs}
+        out: dict[str, int] = {}
+        for corpus, doc_cid in rows:
+            if (corpus, doc_cid) in busy or corpus in missing:
+                continue
+            out[corpus] = out.get(corpus, 0) + self._purge(corpus, doc_cid)
+        return out
+
+    def close(self) -> None:
+        """Release the writer lock and the ledger (idempotent)."""
+        with self._lock:
+            self._collections.clear()
+            self._memory.clear()
+            self._ledger.close()
+            self._writer.release()
+
+    def __enter__(self) -> CorpusStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""The corpus swap of a reindex: a corpus rebuilt beside the old one, then put in its place, all
+or nothing (a part of :class:`~hearthnet.services.rag.store.store.CorpusStore`)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hearthnet.contracts.rag import validate_corpus_name
+from hearthnet.errors import BadRequest
+from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.search.memory import InMemoryCopies
+from hearthnet.services.rag.store.chroma import (
+    chroma_errors,
+    collection_name,
+    collection_settings,
+    staging_collection_name,
+)
+from hearthnet.services.rag.store.ledger import Ledger
+from hearthnet.services.rag.store.write import DocumentWrite, out_of_space
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from hearthnet.services.rag.store.store import CorpusRecord
+
+__all__ = ["CorpusSwap"]
+
+
+class CorpusSwap:
+    """:meth:`replace_corpus` and the swap's completion, for :class:`CorpusStore` (whose state and
+    write path it uses: the names below)."""
+
+    if TYPE_CHECKING:
+        root: Path
+        _lock: threading.RLock
+        _ledger: Ledger
+        _client: Any
+        _hnsw: dict[str, Any]
+        _pending: dict[str, set[str]]
+        _collections: dict[str, Any]
+        _keys: dict[str, frozenset[str] | None]
+        _memory: InMemoryCopies
+
+        def info(self, name: str) -> CorpusRecord: ...
+
+        def _write_document(self, col: Any, doc: DocumentWrite) -> None: ...
+
+    def replace_corpus(
+        self,
+        name: str,
+        *,
+        embedding_model: str,
+        dim: int,
+        documents: Sequence[tuple[Sequence[Chunk], np.ndarray]],
+    ) -> CorpusRecord:
+        """Rebuild ``name`` from ``documents`` (a reindex, perhaps with another model), all or nothing.
+
+        Creates the corpus if it does not exist (e.g. its collection was lost).
+
+        The new collection is written beside the old one, which keeps answering
+        queries meanwhile.  If anything fails while it is written (a full disk,
+        a ChromaDB error, a bad document), it is dropped and the corpus stays as
+        it was.  Then one ledger transaction records the new documents and
+        model together with a swap marker, and the old collection is replaced by
+        the new one; a crash before the marker leaves the old corpus, a crash
+        after it is finished by :meth:`recover` at the next start.
+        """
+        from chromadb.errors import NotFoundError
+
+        validate_corpus_name(name)
+        if not embedding_model or dim <= 0:
+            raise BadRequest("embedding_model must be non-empty and dim positive")
+        writes = [DocumentWrite.of(chunks, vectors, dim) for chunks, vectors in documents]
+        if len({w.doc_cid for w in writes}) != len(writes):
+            raise BadRequest("a document is listed twice")
+        staging = staging_collection_name(name)
+        created = time.time()
+        settings = collection_settings(
+            name, embedding_model=embedding_model, dim=dim, created=created, hnsw=self._hnsw
+        )
+        with chroma_errors("create the rebuilt collection"):
+            with contextlib.suppress(NotFoundError):
+                self._client.delete_collection(staging)
+            col = self._client.create_collection(staging, **settings, embedding_function=None)
+        try:
+            for w in writes:
+                self._write_document(col, w)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                self._client.delete_collection(staging)
+            if isinstance(exc, Exception):
+                full = out_of_space(self.root, exc, needed=sum(w.size for w in writes))
+                if full is not None:
+                    raise full from exc
+            raise
+        with self._lock:
+            self._ledger.replace(name, writes, embedding_model=embedding_model, dim=dim, created=created)
+            self._pending.pop(name, None)
+            self._collections.pop(name, None)
+            self._keys.pop(name, None)
+            self._memory.forget(name)
+            self._finish_swap(name)
+            # from memory: no query has to load the new copy from ChromaDB
+            self._memory.rebuilt(
+                name,
+                dim,
+                [i for w in writes for i in w.ids],
+                [w.vectors for w in writes],
+                [t for w in writes for t in w.texts],
+                [m for w in writes for m in w.metadatas],
+            )
+        return self.info(name)
+
+    def _finish_swap(self, name: str) -> None:
+        """Put the rebuilt collection of ``name`` in place of the old one (caller holds the lock)."""
+        from chromadb.errors import NotFoundError
+
+        with chroma_errors("swap in the rebuilt collection"):
+            try:
+                staged = self._client.get_collection(staging_collection_name(name), embedding_function=None)
+            except NotFoundError:
+                staged = None  # already renamed before a crash
+            if staged is not None:
+                with contextlib.suppress(NotFoundError):
+                    self._client.delete_collection(collection_name(name))
+                staged.modify(name=collection_name(name))
+        self._ledger.swap_done(name)
