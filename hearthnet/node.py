@@ -23,13 +23,14 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.peers import PeerManager
 from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
-from hearthnet.community.membership import Revocation
+from hearthnet.community.membership import Membership, Revocation
+from hearthnet.community.rules import default_rules
 from hearthnet.config import NodeConfig, shown_name
 from hearthnet.contracts import routing
 from hearthnet.contracts.rag import KEPT_LOCAL
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
-from hearthnet.events.rules import EventRules, default_rules
+from hearthnet.events.rules import EventRules
 from hearthnet.identity import Identity, load_identity
 from hearthnet.runtime.observability import process_figures
 from hearthnet.services.base import Service
@@ -52,8 +53,8 @@ class NodeParts:
     config: NodeConfig
     identity: Identity
     bus: CapabilityBus
-    event_log: EventLog
-    rules: EventRules
+    event_log: EventLog[Membership]
+    rules: EventRules[Membership]
     community: CommunityService
     extras: dict[str, Any] = field(default_factory=dict)
     corpus_listeners: list[Callable[[str], None]] = field(default_factory=list)
@@ -71,7 +72,7 @@ def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:
     return [p for p in peers if isinstance(p, dict)]
 
 
-def register_service_event_rules(rules: EventRules) -> None:
+def register_service_event_rules(rules: EventRules[Membership]) -> None:
     """Event types services emit must be accepted on every node, whatever it runs."""
     from hearthnet.contracts.rag_events import deleted_rule, ingested_rule
 
@@ -79,7 +80,7 @@ def register_service_event_rules(rules: EventRules) -> None:
     rules.register(deleted_rule())
 
 
-def community_rules() -> EventRules:
+def community_rules() -> EventRules[Membership]:
     """Every event type a node stores: the community's own and the services' (the same on every
     node, whatever it runs, or nodes would disagree about what to keep)."""
     rules = default_rules()
@@ -126,7 +127,7 @@ class Node:
         self.identity: Identity | None = None
         self.bus: CapabilityBus | None = None
         self.peers: PeerManager | None = None
-        self.event_log: EventLog | None = None
+        self.event_log: EventLog[Membership] | None = None
         self.community: CommunityService | None = None
         self.services: list[Service] = []
         self.front_doors: list[FrontDoor] = []
@@ -137,7 +138,7 @@ class Node:
     # trust -----------------------------------------------------------------
     def _level_of(self, node_id: str) -> Level | None:
         assert self.event_log is not None
-        return self.event_log.level_of(node_id)
+        return self.event_log.view(lambda m: m.level_of(node_id))
 
     def _own_revocation(self) -> Revocation | None:
         return self.community.own_revocation() if self.community is not None else None
@@ -149,14 +150,14 @@ class Node:
 
     def _admit(self, node_id: str) -> None:
         assert self.event_log is not None and self.identity is not None
-        revocation = self.event_log.revocation(node_id)
+        revocation = self.event_log.view(lambda m: m.revocation(node_id))
         if revocation is not None:
             # It has proven its key: show it the signed revocation, so it learns why.
             raise Revoked(
                 f"{node_id} was revoked from this community by {revocation.by}",
                 evidence=revocation.event.to_wire(),
             )
-        if self.event_log.level_of(node_id) is not None:
+        if self.event_log.view(lambda m: m.level_of(node_id)) is not None:
             return
         if self.event_log.membership().founder is None and node_id in self._bootstrap_ids:
             return  # we joined but have not synced yet: trust the inviter named in our token

@@ -87,7 +87,7 @@ def rag_service(parts: NodeParts) -> Service | None:
         ),
         append_event=append_event,
         find_event=find_event,
-        own_level=lambda: event_log.level_of(own_id),
+        own_level=lambda: event_log.view(lambda m: m.level_of(own_id)),
         corpus_changed=corpus_changed,
     )
 

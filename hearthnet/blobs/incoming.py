@@ -5,29 +5,51 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from hearthnet.blobs.disk import SYNCFS, disk_full_is_capacity, fsync_dir, intact, sync_filesystem, write_temp
 from hearthnet.blobs.manifest import verify_chunk
 
-if TYPE_CHECKING:
-    from hearthnet.blobs.store import BlobStore
-
-__all__ = ["INCOMING_GROUP", "IncomingChunks"]
+__all__ = ["INCOMING_GROUP", "ChunkSink", "IncomingChunks", "StagedChunk"]
 
 INCOMING_GROUP: Final = 16
 """Chunks an :class:`IncomingChunks` writes before making them durable together (4 MiB)."""
 
 
 @dataclass
-class _Staged:
+class StagedChunk:
+    """A verified chunk waiting in a temporary file for its group to be published."""
+
     chunk_id: str
     size: int
     dest: Path
     tmp: str | None
-    """Temporary file holding the bytes (``None``: an intact copy was already stored)."""
+    """Temporary file holding the bytes (``None``: an intact copy was already stored, or renamed)."""
+    renamed: bool = False
+    """Moved into place by :meth:`ChunkSink.publish_chunks`."""
+
+
+class ChunkSink(Protocol):
+    """What :class:`IncomingChunks` needs of the store it writes into (its public interface)."""
+
+    @property
+    def root(self) -> Path: ...
+
+    @property
+    def tmp_dir(self) -> Path: ...
+
+    def chunk_path(self, chunk_id: str) -> Path: ...
+
+    def hold(self, chunk_ids: list[str]) -> None: ...
+
+    def release(self, chunk_ids: list[str]) -> None: ...
+
+    def publish_chunks(self, staged: Sequence[StagedChunk]) -> set[Path]:
+        """Rename the group's files into place and index them; the directories renamed into."""
+        ...
 
 
 class IncomingChunks:
@@ -48,13 +70,13 @@ class IncomingChunks:
     :meth:`close` (``with`` does the latter).
     """
 
-    def __init__(self, store: BlobStore, group: int) -> None:
+    def __init__(self, store: ChunkSink, group: int) -> None:
         if group < 1:
             raise ValueError("group must be at least 1")
         self._store = store
         self._group = group
         self._lock = threading.Lock()
-        self._staged: list[_Staged] = []
+        self._staged: list[StagedChunk] = []
         self._renamed_dirs: set[Path] = set()
         self.added = 0
         """Chunks accepted so far (verified; durable after the next commit)."""
@@ -65,20 +87,19 @@ class IncomingChunks:
         """Verify ``data`` against ``chunk_id`` and stage it; a mismatch is ``BadRequest``."""
         store = self._store
         verify_chunk(chunk_id, data)
-        dest = store._chunk_path(chunk_id)
-        with store._lock:
-            store._inflight[chunk_id] += 1
+        dest = store.chunk_path(chunk_id)
+        store.hold([chunk_id])
         try:
             present = intact(dest, chunk_id)  # a damaged copy (even of the right size) is replaced
             tmp: str | None = None
             if not present:
                 with disk_full_is_capacity(store.root, len(data)):
-                    tmp = write_temp(store._tmp_dir, (data,), fsync=SYNCFS is None)
+                    tmp = write_temp(store.tmp_dir, (data,), fsync=SYNCFS is None)
         except BaseException:
-            store._release([chunk_id])
+            store.release([chunk_id])
             raise
         with self._lock:
-            self._staged.append(_Staged(chunk_id, len(data), dest, tmp))
+            self._staged.append(StagedChunk(chunk_id, len(data), dest, tmp))
             self.added += 1
             full = len(self._staged) >= self._group
         if full:
@@ -96,39 +117,15 @@ class IncomingChunks:
         finally:
             self._discard(staged)
 
-    def _publish(self, staged: list[_Staged]) -> None:
-        """Durable contents, then renames, then one index transaction (caller discards leftovers)."""
+    def _publish(self, staged: list[StagedChunk]) -> None:
+        """Durable contents, then the store's renames and index transaction (caller discards leftovers)."""
         store = self._store
         if SYNCFS is not None and any(item.tmp is not None for item in staged):
-            sync_filesystem(store._tmp_dir)
-        renamed: set[Path] = set()
-        fresh: list[Path] = []
-        with store._lock:  # renames are ordered against quarantine and delete
-            # the cache gives way to verified data only, as much as arrived (store.room_for_arrivals)
-            store.room_for_arrivals(sum(item.size for item in staged if item.tmp is not None))
-            try:
-                for item in staged:
-                    if item.tmp is None:
-                        continue
-                    parent = item.dest.parent
-                    if parent not in store._made_dirs:
-                        parent.mkdir(parents=True, exist_ok=True)  # ENOSPC here too: undone below
-                        store._made_dirs.add(parent)
-                    if not item.dest.exists():
-                        fresh.append(item.dest)
-                    os.replace(item.tmp, item.dest)
-                    item.tmp = None
-                    renamed.add(parent)
-                    self.written += 1
-                store._record_chunks([(item.chunk_id, item.size) for item in staged])
-            except BaseException:
-                # Files without index rows would look present to a resumed transfer (which then
-                # never sends them) yet lost to complete(): take back what this group added,
-                # whether a rename, a directory or the index write failed.
-                for path in fresh:
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-                raise
+            sync_filesystem(store.tmp_dir)
+        try:
+            renamed = store.publish_chunks(staged)
+        finally:
+            self.written += sum(1 for item in staged if item.renamed)
         with self._lock:
             self._renamed_dirs |= renamed
 
@@ -141,7 +138,7 @@ class IncomingChunks:
             return
         with disk_full_is_capacity(self._store.root, 0):
             if SYNCFS is not None:
-                sync_filesystem(self._store._tmp_dir)
+                sync_filesystem(self._store.tmp_dir)
             else:
                 for d in dirs:
                     fsync_dir(d)
@@ -152,12 +149,12 @@ class IncomingChunks:
             staged, self._staged = self._staged, []
         self._discard(staged)
 
-    def _discard(self, staged: list[_Staged]) -> None:
+    def _discard(self, staged: list[StagedChunk]) -> None:
         for item in staged:
             if item.tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(item.tmp)
-        self._store._release([item.chunk_id for item in staged])
+        self._store.release([item.chunk_id for item in staged])
 
     def __enter__(self) -> IncomingChunks:
         return self

@@ -241,3 +241,40 @@ def verify_chunk(chunk_id: str, data: bytes) -> None:
     actual = chunk_cid(data)
     if actual != chunk_id:
         raise BadRequest(f"chunk does not match its id: expected {chunk_id}, got {actual}")
+
+
+class ReassemblyCheck:
+    """Hashes the chunks of one manifest as they stream past, to spare re-reading them.
+
+    Feed every chunk in manifest order (:meth:`feed`); :meth:`matches` is true
+    only if exactly the manifest's chunks came, in order, each of its exact
+    length, and their concatenation hashes to ``doc_cid``.  Anything else
+    (a gap, a repeat, a resumed transfer) simply does not match, and
+    :meth:`BlobStore.complete` reads the stored chunks back instead.
+    """
+
+    __slots__ = ("_broken", "_hasher", "_manifest", "_next")
+
+    def __init__(self, manifest: Manifest) -> None:
+        self._manifest = manifest
+        self._hasher = CidHasher()
+        self._next = 0
+        self._broken = False
+
+    def feed(self, chunk_id: str, data: bytes) -> None:
+        """The next chunk that passed (its id is verified separately, when it is stored)."""
+        m, i = self._manifest, self._next
+        if self._broken or i >= len(m.chunks) or m.chunks[i] != chunk_id or len(data) != m.chunk_length(i):
+            self._broken = True
+            return
+        self._hasher.update(data)
+        self._next = i + 1
+
+    def matches(self, manifest: Manifest) -> bool:
+        """Whether exactly ``manifest``'s chunks were fed, in order, and hash to its ``doc_cid``."""
+        return (
+            not self._broken
+            and manifest == self._manifest
+            and self._next == len(manifest.chunks)
+            and self._hasher.cid() == manifest.doc_cid
+        )

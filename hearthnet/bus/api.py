@@ -1,15 +1,18 @@
-"""The bus as services and clients use it (a Protocol, so services never import the bus class)."""
+"""The bus as services and clients use it (Protocols, so services never import the bus class):
+:class:`BusAPI` for calls and registrations, :class:`PeerBus` for the services that also talk to
+peers beside calls (the community's gossip notices, its catalog of hosts)."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration, Version
+from hearthnet.bus.sightings import Sighting
 
 
 class CallStream(abc.ABC):
@@ -83,4 +86,43 @@ class BusAPI(Protocol):
         ``providers`` lists each node once (the one that would serve the params);
         this lists all of a node's registrations (e.g. one ``rag.query`` per corpus).
         """
+        ...
+
+
+NoticeCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
+"""``(peer, message)``: a notice a peer sent beside its calls."""
+PeerCallback = Callable[[str], Coroutine[Any, Any, None]]
+"""``(peer)``: a peer is up (its manifest is known)."""
+
+
+class PeerBus(BusAPI, Protocol):
+    """The bus with its peers, for services that talk to them beside calls."""
+
+    @property
+    def name(self) -> str:
+        """This node's name, as its manifest gives it."""
+        ...
+
+    def connected(self) -> list[str]:
+        """The peers with a link now."""
+        ...
+
+    def sighting(self, node_id: str) -> Sighting | None:
+        """When ``node_id`` was last connected, and the name it gave."""
+        ...
+
+    def spawn_for(self, peer: str, fn: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
+        """Run ``fn(*args)`` as a task of ``peer``'s link (ends with it; nothing if not connected)."""
+        ...
+
+    def notify(self, peer: str, message: dict[str, Any]) -> None:
+        """Send ``peer`` a notice, in its link's tasks (a peer that stopped reading holds up only itself)."""
+        ...
+
+    def on_notice(self, message_type: str, callback: NoticeCallback) -> None:
+        """Call ``callback`` with each notice of ``message_type`` a peer sends."""
+        ...
+
+    def on_peer_up(self, callback: PeerCallback) -> None:
+        """Call ``callback`` (in the peer's link's tasks) whenever a peer is up."""
         ...

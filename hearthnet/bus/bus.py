@@ -21,7 +21,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from hearthnet.bus.api import CallStream, ProviderInfo
+from hearthnet.bus.api import CallStream, NoticeCallback, PeerCallback, ProviderInfo
 from hearthnet.bus.context import CallContext, CallResult
 from hearthnet.bus.contexts import LocalCallContext, RemoteCallContext
 from hearthnet.bus.descriptors import (
@@ -35,7 +35,7 @@ from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manife
 from hearthnet.bus.registry import Registry
 from hearthnet.bus.router import Preference, Router
 from hearthnet.bus.session import IncomingCall, Liveness, OutgoingCall, PeerSession
-from hearthnet.bus.sightings import Sightings
+from hearthnet.bus.sightings import Sighting, Sightings
 from hearthnet.bus.stats import StatsBook
 from hearthnet.community.levels import Level
 from hearthnet.errors import (
@@ -176,6 +176,35 @@ class CapabilityBus:
 
     def on_control(self, message_type: str, callback: ControlCallback) -> None:
         self._control[message_type] = callback
+
+    # peers, beside calls (PeerBus) ------------------------------------------------------------
+    def connected(self) -> list[str]:
+        return list(self.sessions)
+
+    def sighting(self, node_id: str) -> Sighting | None:
+        return self.sightings.get(node_id)
+
+    def spawn_for(self, peer: str, fn: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
+        session = self.sessions.get(peer)
+        if session is not None:
+            session.spawn(fn, *args)
+
+    def notify(self, peer: str, message: dict[str, Any]) -> None:
+        session = self.sessions.get(peer)
+        if session is not None:
+            session.spawn(session.send_quiet, message)
+
+    def on_notice(self, message_type: str, callback: NoticeCallback) -> None:
+        async def notice(session: PeerSession, msg: dict[str, Any]) -> None:
+            await callback(session.peer_id, msg)
+
+        self._control[message_type] = notice
+
+    def on_peer_up(self, callback: PeerCallback) -> None:
+        async def up(session: PeerSession) -> None:
+            await callback(session.peer_id)
+
+        self._on_session_up.append(up)
 
     def on_session_up(self, callback: SessionCallback) -> None:
         self._on_session_up.append(callback)

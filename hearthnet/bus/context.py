@@ -8,7 +8,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.bus.descriptors import Version
+from hearthnet.bus.versions import Version
 from hearthnet.community.levels import Level
 
 

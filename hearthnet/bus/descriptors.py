@@ -1,54 +1,44 @@
-"""Capability descriptors and the ``X.Y`` compatibility rule."""
+"""Capability descriptors, registrations and params predicates (names and versions: :mod:`.versions`)."""
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.versions import (
+    MAX_TIMEOUT_SECONDS,
+    NAME_RE,
+    Version,
+    parse_capability_ref,
+    parse_version,
+    version_satisfies,
+)
 from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest
 
-if TYPE_CHECKING:
-    from hearthnet.bus.context import CallContext
+__all__ = [
+    "CapabilityDescriptor",
+    "Handler",
+    "HandlerResult",
+    "ParamsPredicate",
+    "Registration",
+    "Version",
+    "any_params",
+    "params_key_equals",
+    "parse_capability_ref",
+    "parse_version",
+    "shared_keys_equal",
+    "version_satisfies",
+]
 
-Version = tuple[int, int]
 ParamsPredicate = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 """``predicate(offered_params, requested_params) -> bool``."""
 
 HandlerResult = dict[str, Any] | tuple[dict[str, Any], dict[str, Any]]
-Handler = Callable[["CallContext"], Awaitable[HandlerResult]]
+Handler = Callable[[CallContext], Awaitable[HandlerResult]]
 """A handler returns ``output`` or ``(output, meta)``."""
-
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
-
-
-def parse_capability_ref(ref: str) -> tuple[str, Version]:
-    """``"rag.query@1.0"`` -> ``("rag.query", (1, 0))``; no version means ``1.0``."""
-    name, _, ver = ref.partition("@")
-    if not _NAME_RE.match(name):
-        raise BadRequest(f"not a capability name: {name!r:.80}")
-    return name, parse_version(ver) if ver else (1, 0)
-
-
-_VERSION_PART = re.compile(r"[0-9]{1,6}")
-_MAX_TIMEOUT_SECONDS = 24 * 3600.0
-
-
-@functools.lru_cache(maxsize=256)
-def parse_version(text: str) -> Version:
-    """``"X.Y"`` -> ``(X, Y)`` in ASCII digits (cached: every request has one; a bad one raises each time)."""
-    major, dot, minor = text.partition(".")
-    if not (dot and _VERSION_PART.fullmatch(major) and _VERSION_PART.fullmatch(minor)):
-        raise BadRequest(f"a version looks like X.Y, got {text!r:.20}")
-    return int(major), int(minor)
-
-
-def version_satisfies(offered: Version, wanted: Version) -> bool:
-    """``name@A.B`` is satisfied by ``X.Y`` iff ``X == A`` and ``Y >= B``."""
-    return offered[0] == wanted[0] and offered[1] >= wanted[1]
 
 
 def any_params(offered: Mapping[str, Any], requested: Mapping[str, Any]) -> bool:
@@ -88,12 +78,12 @@ class CapabilityDescriptor:
     description: str = ""
 
     def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
+        if not NAME_RE.match(self.name):
             raise BadRequest(f"not a capability name: {self.name!r}")
         if self.max_concurrent < 1:
             raise BadRequest("max_concurrent must be at least 1")
-        if not 0 < self.timeout_seconds <= _MAX_TIMEOUT_SECONDS:  # also false for nan
-            raise BadRequest(f"timeout_seconds must be in (0, {_MAX_TIMEOUT_SECONDS:g}]")
+        if not 0 < self.timeout_seconds <= MAX_TIMEOUT_SECONDS:  # also false for nan
+            raise BadRequest(f"timeout_seconds must be in (0, {MAX_TIMEOUT_SECONDS:g}]")
 
     @property
     def ref(self) -> str:

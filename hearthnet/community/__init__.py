@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from hearthnet.community.invite import InviteToken, decode_token, encode_token
     from hearthnet.community.levels import Level
     from hearthnet.community.membership import MemberInfo, Membership, community_id_for, derive_membership
+    from hearthnet.community.rules import MEMBERSHIP, MembershipModel, default_rules
 
 _HOME = {
     "InviteToken": "invite",
@@ -25,15 +26,21 @@ _HOME = {
     "Membership": "membership",
     "community_id_for": "membership",
     "derive_membership": "membership",
+    "MEMBERSHIP": "rules",
+    "MembershipModel": "rules",
+    "default_rules": "rules",
 }
 
 __all__ = [
+    "MEMBERSHIP",
     "InviteToken",
     "Level",
     "MemberInfo",
     "Membership",
+    "MembershipModel",
     "community_id_for",
     "decode_token",
+    "default_rules",
     "derive_membership",
     "encode_token",
 ]

@@ -236,7 +236,7 @@ class Membership:
         )
 
     # -- replay ------------------------------------------------------------
-    def apply(self, event: Event, rules: EventRules) -> bool:
+    def apply(self, event: Event, rules: EventRules[Membership]) -> bool:
         """Apply ``event`` if valid at this point; return False if it is ignored.
 
         Afterwards :attr:`needs_replay` tells whether the result is provisional
@@ -327,7 +327,7 @@ class Membership:
 def derive_membership(
     community_id: str,
     events_in_replay_order: Iterable[Event] | Callable[[], Iterable[Event]],
-    rules: EventRules,
+    rules: EventRules[Membership],
 ) -> Membership:
     """Replay the events from an empty community, again as long as restrictions require it.
 

@@ -3,7 +3,7 @@
 from hearthnet.events.envelope import SCHEMA_VERSION, Event, replay_key, sign_event
 from hearthnet.events.gossip import PullResult, lacking, parse_version_vector, pull
 from hearthnet.events.log import EventLog, IngestReport
-from hearthnet.events.rules import EventRule, EventRules, default_rules, require_fields
+from hearthnet.events.rules import EventRule, EventRules, LogState, Rank, StateModel, require_fields
 from hearthnet.events.ulid import is_ulid, new_ulid
 
 __all__ = [
@@ -13,8 +13,10 @@ __all__ = [
     "EventRule",
     "EventRules",
     "IngestReport",
+    "LogState",
     "PullResult",
-    "default_rules",
+    "Rank",
+    "StateModel",
     "is_ulid",
     "lacking",
     "new_ulid",

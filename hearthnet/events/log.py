@@ -8,9 +8,9 @@ belongs to the community, has valid data, does not equivocate, its author
 passes the monotone admission check at its replay position
 (:meth:`EventRules.admit`), and it continues the author's stored events
 without a gap (seq = held + 1, replaying after its predecessor).  Whether it
-*takes effect* is decided by replaying the stored set
-(:func:`derive_membership`).  Both are functions of the set of events, so
-every node holding the same set agrees.
+*takes effect* is decided by replaying the stored set into the state the rules'
+model derives (the community's membership, injected with the rules).  Both are
+functions of the set of events, so every node holding the same set agrees.
 """
 
 from __future__ import annotations
@@ -21,26 +21,15 @@ import itertools
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from hearthnet.community.levels import Level
-from hearthnet.community.membership import (
-    CREATED,
-    INVITED,
-    PROMOTED,
-    RESTRICTING,
-    Membership,
-    Revocation,
-    community_id_for,
-    derive_membership,
-)
 from hearthnet.errors import BadRequest, BusError, InternalError, SchemaMismatch, Unauthorized
 from hearthnet.events.envelope import Event, sign_event
 from hearthnet.events.gossip import DEFAULT_BATCH, MAX_BATCH, lacking, parse_version_vector
-from hearthnet.events.rules import EventRule, EventRules
+from hearthnet.events.rules import EventRule, EventRules, LogState
 from hearthnet.identity.keys import Identity
 
 __all__ = ["MAX_LAMPORT_STEP", "NO_COMMUNITY", "EventLog", "IngestReport"]
@@ -86,8 +75,6 @@ CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 """
 _STORE_VERSION = "2"  # 2: event ids are bound to (author, seq)
 _COLS = "body, signature"
-CUTOFF_TYPES = (*RESTRICTING, PROMOTED)
-"""Event types whose data carries ``cutoff_seq`` (a promotion's restricts nothing; kept for its shape)."""
 _KEY_CHUNK = 64  # keys read per author and query while merging a sync batch
 _WIRE_OVERHEAD = 32  # bytes a {body, sig} map adds around its two byte strings (upper bound)
 
@@ -101,11 +88,17 @@ class IngestReport:
     rejected: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-class EventLog:
-    """One community's event log in one SQLite file (WAL, synchronous=FULL)."""
+S = TypeVar("S", bound=LogState)
+T = TypeVar("T")
 
-    def __init__(self, path: Path, *, rules: EventRules) -> None:
+
+class EventLog(Generic[S]):
+    """One community's event log in one SQLite file (WAL, synchronous=FULL), replayed into the
+    state (``S``) that ``rules.model`` derives."""
+
+    def __init__(self, path: Path, *, rules: EventRules[S]) -> None:
         self._rules = rules
+        self._model = rules.model
         self._lock = threading.RLock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         try:
@@ -130,7 +123,7 @@ class EventLog:
         except BaseException:
             self._db.close()
             raise
-        self._membership: Membership | None = None
+        self._membership: S | None = None
 
     def _check_store_version(self, path: Path) -> None:
         """Refuse a file whose events older code wrote (their ids are not bound to author and seq)."""
@@ -177,10 +170,12 @@ class EventLog:
         with self._lock:
             community_id = self._community_id
             if community_id is None:
-                if event_type != CREATED or not isinstance(data.get("name"), str):
+                if event_type != self._model.founding_type or not isinstance(data.get("name"), str):
                     raise BadRequest(NO_COMMUNITY)
-                community_id = community_id_for(identity.node_id, data["name"])
-            membership = self._current() if self._community_id is not None else Membership(community_id)
+                community_id = self._model.community_id_for(identity.node_id, data["name"])
+            membership = (
+                self._current() if self._community_id is not None else self._model.empty(community_id)
+            )
             own = self._last_key.get(identity.node_id)
             event = sign_event(
                 identity,
@@ -292,24 +287,16 @@ class EventLog:
                 )
             )
 
-    def membership(self) -> Membership:
-        """The membership derived from all stored events (a copy; cached internally)."""
+    def membership(self) -> S:
+        """The state derived from all stored events (a copy; cached internally)."""
         with self._lock:
             return self._current().copy()
 
-    def level_of(self, node_id: str) -> Level | None:
-        """A member's current level, without copying the membership (the bus asks on every call)."""
+    def view(self, read: Callable[[S], T]) -> T:
+        """``read(state)`` on the current state, without copying it (the bus asks a level on every
+        call): ``read`` must not keep or change it."""
         with self._lock:
-            return self._current().level_of(node_id)
-
-    def is_revoked(self, node_id: str) -> bool:
-        with self._lock:
-            return self._current().is_revoked(node_id)
-
-    def revocation(self, node_id: str) -> Revocation | None:
-        """The revocation of ``node_id`` that took effect (who, when, the signed event), if any."""
-        with self._lock:
-            return self._current().revocation(node_id)
+            return read(self._current())
 
     def get(self, event_id: str) -> Event | None:
         with self._lock:
@@ -347,7 +334,7 @@ class EventLog:
 
         A local event gets one more than this or than its author's previous
         event, whichever is higher.  A revoked member's events never move the
-        clock, so they cannot push it to its limit (see ``Membership.clock``).
+        clock, so they cannot push it to its limit (see the state's ``clock``).
         """
         with self._lock:
             return 0 if self._community_id is None else self._current().clock()
@@ -356,7 +343,7 @@ class EventLog:
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> EventLog:
+    def __enter__(self) -> EventLog[S]:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -376,11 +363,11 @@ class EventLog:
     def _replay_iter(self) -> Iterator[Event]:
         return self._iter(f"SELECT {_COLS} FROM events ORDER BY lamport, event_id", ())
 
-    def _current(self) -> Membership:
+    def _current(self) -> S:
         if self._membership is None:
             if self._community_id is None:
                 raise BadRequest(NO_COMMUNITY)
-            self._membership = derive_membership(self._community_id, self._replay_iter, self._rules)
+            self._membership = self._model.derive(self._community_id, self._replay_iter, self._rules)
         return self._membership
 
     def _rederive(self) -> None:
@@ -391,7 +378,7 @@ class EventLog:
 
     def _with_cutoff(self, event_type: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
         target = data.get("node_id")
-        if event_type in CUTOFF_TYPES and "cutoff_seq" not in data and isinstance(target, str):
+        if event_type in self._model.cutoff_types and "cutoff_seq" not in data and isinstance(target, str):
             return {**data, "cutoff_seq": self._contig.get(target, 0)}
         return data
 
@@ -471,7 +458,7 @@ class EventLog:
         admissible.update(e.author for e, _ in valid if current.ever_level(e.author) is not None)
         named_by: dict[str, list[str]] = {}  # author -> whom its grants in this batch name
         for e, _ in valid:
-            if e.event_type in (INVITED, PROMOTED):
+            if e.event_type in self._model.grant_types:
                 named_by.setdefault(e.author, []).append(str(e.data.get("node_id")))
         named = {n for names in named_by.values() for n in names}
         frontier = list(admissible)
@@ -498,9 +485,7 @@ class EventLog:
                 rejected.append((ev.event_id, refusal.code, refusal.message))
         return kept
 
-    def _admit(
-        self, candidates: list[Event], rejected: list[tuple[str, str, str]]
-    ) -> tuple[list[Event], Membership]:
+    def _admit(self, candidates: list[Event], rejected: list[tuple[str, str, str]]) -> tuple[list[Event], S]:
         """Check candidates (replay order) at their positions; return accepted + new membership."""
         community_id = self._community_id
         assert community_id is not None
@@ -517,7 +502,7 @@ class EventLog:
                     first,
                 )
 
-            membership = derive_membership(community_id, prefix, self._rules)
+            membership = self._model.derive(community_id, prefix, self._rules)
             stored = self._iter(
                 f"SELECT {_COLS} FROM events WHERE (lamport, event_id) > (?, ?) ORDER BY lamport, event_id",
                 first,

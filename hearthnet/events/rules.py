@@ -1,4 +1,6 @@
-"""Who may emit which event type, and what its data must look like.
+"""Who may emit which event type, and what its data must look like; and what the log replays its
+events into.  The community's own types and its membership model are injected from above
+(:mod:`hearthnet.community.rules`): this layer knows no event type and no trust level.
 
 Event types are extensible: services register their own :class:`EventRule`.
 Every node of a community must register the same rules (including those of
@@ -8,8 +10,7 @@ Two checks use the same rules:
 
 * :meth:`EventRules.check` — *effective* validity at a point of the replay
   (current level, revocations, community state, and the known restrictions
-  that cover the event: see :mod:`hearthnet.community.membership`).  Used by
-  ``append_local`` and by membership derivation.
+  that cover the event).  Used by ``append_local`` and by the derivation.
 * :meth:`EventRules.admit` — *admission* for storage and replication, judged
   against the monotone admission view (highest level ever granted).  An event
   admitted by one node is admitted by every node holding at least the same
@@ -18,28 +19,92 @@ Two checks use the same rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, Self, TypeVar
 
-from hearthnet.community.levels import Level
-from hearthnet.community.membership import (
-    CREATED,
-    DEMOTED,
-    INVITED,
-    PROMOTED,
-    REVOKED,
-    Membership,
-    community_id_for,
-)
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
-from hearthnet.events.envelope import MAX_LAMPORT, Event
-from hearthnet.identity.keys import public_key_from_node_id
+from hearthnet.events.envelope import Event
 
-__all__ = ["EventRule", "EventRules", "default_rules", "require_fields"]
+__all__ = ["EventRule", "EventRules", "LogState", "Rank", "StateModel", "require_fields"]
 
-_MAX_NAME = 128
-_MAX_REASON = 1000
+
+class Rank(Protocol):
+    """A trust level as the rules compare it: ordered, with a name to show."""
+
+    @property
+    def label(self) -> str: ...
+
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+class LogState(Protocol):
+    """The state a log's events replay into (the community's membership): what the rules and the
+    log ask of it."""
+
+    @property
+    def community_id(self) -> str: ...
+
+    @property
+    def founder(self) -> str | None: ...
+
+    @property
+    def needs_replay(self) -> bool:
+        """The state is provisional: a restriction turned up, and only a full replay resolves it."""
+        ...
+
+    def standing(self, event: Event) -> tuple[bool, Rank | None]:
+        """``(revoked, level)`` of the event's author where the event replays."""
+        ...
+
+    def ever_level(self, node_id: str) -> Rank | None:
+        """The highest level ever granted (the monotone admission view)."""
+        ...
+
+    def is_effective(self, event_id: str) -> bool: ...
+
+    def clock(self) -> int:
+        """The highest Lamport time of an event whose author is in good standing."""
+        ...
+
+    def apply(self, event: Event, rules: Any) -> bool:
+        """Replay one more event; False if it takes no effect."""
+        ...
+
+    def copy(self) -> Self: ...
+
+
+S = TypeVar("S", bound=LogState)
+
+
+class StateModel(Protocol[S]):
+    """How a community's events fold into its state, and which types mean what to the log."""
+
+    @property
+    def founding_type(self) -> str:
+        """The one type a non-member may emit: it founds the community (and binds the log to it)."""
+        ...
+
+    @property
+    def cutoff_types(self) -> tuple[str, ...]:
+        """Types whose data carries ``cutoff_seq`` (the target's events up to it are what it saw)."""
+        ...
+
+    @property
+    def grant_types(self) -> tuple[str, ...]:
+        """Types that admit or raise a node (``data.node_id``): they make an author admissible."""
+        ...
+
+    def community_id_for(self, founder: str, name: str) -> str: ...
+
+    def empty(self, community_id: str) -> S: ...
+
+    def derive(
+        self,
+        community_id: str,
+        events: Iterable[Event] | Callable[[], Iterable[Event]],
+        rules: EventRules[S],
+    ) -> S: ...
 
 
 @dataclass(frozen=True)
@@ -55,17 +120,20 @@ class EventRule:
     """
 
     event_type: str
-    min_level: Level
+    min_level: Rank
     validate: Callable[[Mapping[str, Any]], None]
-    authorize: Callable[[Event, Level | None], None] | None = None
-    precondition: Callable[[Event, Membership], None] | None = None
+    authorize: Callable[[Event, Any], None] | None = None
+    """``(event, the author's level or None)``."""
+    precondition: Callable[[Event, Any], None] | None = None
+    """``(event, the state where it replays)``."""
     founding: bool = False
 
 
-class EventRules:
-    """A registry of :class:`EventRule` by event type."""
+class EventRules(Generic[S]):
+    """A registry of :class:`EventRule` by event type, with the model the log replays them into."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: StateModel[S]) -> None:
+        self.model = model
         self._rules: dict[str, EventRule] = {}
 
     def register(self, rule: EventRule) -> None:
@@ -86,10 +154,10 @@ class EventRules:
     def event_types(self) -> list[str]:
         return sorted(self._rules)
 
-    def check(self, event: Event, membership: Membership) -> None:
+    def check(self, event: Event, membership: S) -> None:
         """Raise unless ``event`` takes effect on top of ``membership``."""
         rule = self._common(event, membership)
-        level: Level | None = None
+        level: Rank | None = None
         if not rule.founding:
             revoked, level = membership.standing(event)
             if revoked:
@@ -105,10 +173,10 @@ class EventRules:
         if rule.precondition is not None:
             rule.precondition(event, membership)
 
-    def admit(self, event: Event, membership: Membership) -> None:
+    def admit(self, event: Event, membership: S) -> None:
         """Raise unless ``event`` may be stored and replicated (monotone admission)."""
         rule = self._common(event, membership)
-        level: Level | None = None
+        level: Rank | None = None
         if not rule.founding:
             level = membership.ever_level(event.author)
             if level is None:
@@ -121,7 +189,7 @@ class EventRules:
         if rule.authorize is not None:
             rule.authorize(event, level)
 
-    def _common(self, event: Event, membership: Membership) -> EventRule:
+    def _common(self, event: Event, membership: S) -> EventRule:
         if event.community_id != membership.community_id:
             raise BadRequest("event belongs to another community")
         return self.validate(event)
@@ -149,142 +217,3 @@ def require_fields(data: Mapping[str, Any], spec: Mapping[str, type]) -> None:
         value = data[name]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise BadRequest(f"data field {name!r} must be {kind.__name__}")
-
-
-def _node_id(value: str, what: str) -> None:
-    try:
-        public_key_from_node_id(value)
-    except BadRequest as exc:
-        raise BadRequest(f"{what}: {exc.message}") from exc
-
-
-def _level(value: str) -> Level:
-    if value not in ("member", "trusted", "anchor"):
-        raise BadRequest(f"level must be member, trusted or anchor, got {value!r:.20}")
-    return Level.parse(value)
-
-
-def _validate_created(data: Mapping[str, Any]) -> None:
-    require_fields(data, {"name": str, "founder": str})
-    if not 0 < len(data["name"]) <= _MAX_NAME:
-        raise BadRequest(f"community name must have 1..{_MAX_NAME} characters")
-    _node_id(data["founder"], "founder")
-
-
-def _cutoff(data: Mapping[str, Any]) -> None:
-    if not 0 <= data["cutoff_seq"] <= MAX_LAMPORT:
-        raise BadRequest("cutoff_seq must be an integer in [0, 2^53)")
-
-
-def _validate_invited(data: Mapping[str, Any]) -> None:
-    require_fields(data, {"node_id": str, "level": str})
-    _node_id(data["node_id"], "node_id")
-    _level(data["level"])
-
-
-def _validate_level_change(data: Mapping[str, Any]) -> None:
-    require_fields(data, {"node_id": str, "level": str, "cutoff_seq": int})
-    _node_id(data["node_id"], "node_id")
-    _level(data["level"])
-    _cutoff(data)
-
-
-def _validate_revoked(data: Mapping[str, Any]) -> None:
-    require_fields(data, {"node_id": str, "reason": str, "cutoff_seq": int})
-    _node_id(data["node_id"], "node_id")
-    _cutoff(data)
-    if len(data["reason"]) > _MAX_REASON:
-        raise BadRequest(f"revocation reason is limited to {_MAX_REASON} characters")
-
-
-# -- authorisation and preconditions --------------------------------------------
-def _authorize_created(event: Event, _level_: Level | None) -> None:
-    founder = event.data["founder"]
-    if founder != event.author:
-        raise Unauthorized("community.created must be signed by its founder")
-    if community_id_for(founder, event.data["name"]) != event.community_id:
-        raise Unauthorized("community id is not derived from the founder's key and name")
-
-
-def _precondition_created(event: Event, membership: Membership) -> None:
-    if membership.founder is not None:
-        raise BadRequest("the community already exists; only the first community.created counts")
-
-
-def _authorize_invited(event: Event, level: Level | None) -> None:
-    if (level is None or level < Level.ANCHOR) and _level(event.data["level"]) > Level.MEMBER:
-        raise Unauthorized("only an anchor may invite at level trusted or anchor")
-
-
-def _precondition_invited(event: Event, membership: Membership) -> None:
-    target = event.data["node_id"]
-    if membership.is_revoked(target):
-        raise Revoked(f"{target} was revoked; revocation is permanent")
-    level = membership.level_of(target)
-    if level is not None:
-        raise BadRequest(f"{target} is already a member ({level.label}); its level changes by promotion")
-
-
-def _current_level(target: str, membership: Membership) -> Level:
-    """The level of ``target``, which must be a current member (promotion, demotion, revocation)."""
-    level = membership.level_of(target)
-    if level is None:
-        if membership.is_revoked(target):
-            raise BadRequest(f"{target} is already revoked")
-        raise BadRequest(f"{target} is not a member of this community")
-    return level
-
-
-def _precondition_promoted(event: Event, membership: Membership) -> None:
-    target = event.data["node_id"]
-    level = _current_level(target, membership)
-    if _level(event.data["level"]) <= level:
-        raise BadRequest(f"{target} is {level.label}; a promotion must raise the level")
-
-
-def _precondition_demoted(event: Event, membership: Membership) -> None:
-    target = event.data["node_id"]
-    if target == membership.founder:
-        raise Unauthorized("the founder stays an anchor: its level cannot be lowered")
-    level = _current_level(target, membership)
-    if _level(event.data["level"]) >= level:
-        raise BadRequest(f"{target} is {level.label}; a demotion must lower the level")
-
-
-def _precondition_revoked(event: Event, membership: Membership) -> None:
-    target = event.data["node_id"]
-    if target == membership.founder:
-        raise Unauthorized("the founder cannot be revoked")
-    _current_level(target, membership)
-
-
-def default_rules() -> EventRules:
-    """Rules with the community event types registered."""
-    rules = EventRules()
-    rules.register(
-        EventRule(
-            CREATED,
-            Level.ANCHOR,
-            _validate_created,
-            authorize=_authorize_created,
-            precondition=_precondition_created,
-            founding=True,
-        )
-    )
-    rules.register(
-        EventRule(
-            INVITED,
-            Level.TRUSTED,
-            _validate_invited,
-            authorize=_authorize_invited,
-            precondition=_precondition_invited,
-        )
-    )
-    rules.register(
-        EventRule(PROMOTED, Level.ANCHOR, _validate_level_change, precondition=_precondition_promoted)
-    )
-    rules.register(
-        EventRule(DEMOTED, Level.ANCHOR, _validate_level_change, precondition=_precondition_demoted)
-    )
-    rules.register(EventRule(REVOKED, Level.ANCHOR, _validate_revoked, precondition=_precondition_revoked))
-    return rules

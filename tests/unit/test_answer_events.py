@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from hearthnet.community.rules import default_rules
 from hearthnet.contracts.rag import INGESTED
 from hearthnet.contracts.rag_events import ingested_rule
-from hearthnet.events import EventLog, default_rules
+from hearthnet.events import EventLog
 from hearthnet.events.rules import EventRules
 from hearthnet.identity import Identity
 from hearthnet.services.community.service import CommunityService

@@ -724,7 +724,7 @@ def test_a_chunk_vanishing_at_runtime_marks_its_blobs_incomplete(tmp_path: Path)
     with small_store(tmp_path / "b") as store:
         manifest = store.put_bytes(payload)
         usage = store.usage_bytes()
-        store._chunk_path(manifest.chunks[1]).unlink()
+        store.chunk_path(manifest.chunks[1]).unlink()
         with pytest.raises(NotFound):
             store.read_blob(manifest.doc_cid)
         assert not store.has_blob(manifest.doc_cid)
@@ -766,7 +766,7 @@ def test_complete_does_not_undo_a_quarantine_that_happens_meanwhile(
             data = real_read(cid)
             reads.append(cid)
             if len(reads) == len(manifest.chunks):  # read back whole; then a reader trips on bit rot
-                first = store._chunk_path(manifest.chunks[0])
+                first = store.chunk_path(manifest.chunks[0])
                 flip_bit(first, 3)
                 with pytest.raises(CorruptBlob):
                     real_read(manifest.chunks[0])
@@ -785,7 +785,7 @@ def test_a_same_size_damaged_chunk_is_rewritten_by_every_writer(tmp_path: Path) 
     src.write_bytes(payload)
     with small_store(tmp_path / "b") as store:
         manifest = store.put_file(src)
-        victim = store._chunk_path(manifest.chunks[1])
+        victim = store.chunk_path(manifest.chunks[1])
         flip_bit(victim, 100)
         store.put_file(src)  # re-importing repairs it
         assert store.read_blob(manifest.doc_cid) == payload
@@ -978,7 +978,7 @@ def test_a_made_up_manifest_for_a_damaged_pinned_blob_neither_costs_its_chunks_n
     s = BlobStore(tmp_path / "b", chunk_size=1024, clock=lambda: now[0])
     data = os.urandom(10 * 1024)
     real = s.put_bytes(data, pin=True)
-    s._chunk_path(real.chunks[3]).unlink()
+    s.chunk_path(real.chunks[3]).unlink()
     now[0] += 2 * 24 * 3600
     assert not s.check_held(real.doc_cid)
     parts = [os.urandom(2048) for _ in range(4)]
@@ -1116,7 +1116,7 @@ def test_a_disk_full_midway_through_a_group_leaves_no_chunk_file_without_its_row
     manifest = manifest_for_bytes(payload, SMALL)
     with small_store(tmp_path / "b") as store:
         store.put_manifest(manifest)
-        refused = store._chunk_path(manifest.chunks[1]).parent
+        refused = store.chunk_path(manifest.chunks[1]).parent
         real_mkdir = Path.mkdir
 
         def mkdir(self: Path, *args: object, **kwargs: object) -> None:
@@ -1131,7 +1131,7 @@ def test_a_disk_full_midway_through_a_group_leaves_no_chunk_file_without_its_row
                     incoming.add(cid, piece)
             finally:
                 incoming.commit()
-        assert not store._chunk_path(manifest.chunks[0]).exists()  # taken back with its group
+        assert not store.chunk_path(manifest.chunks[0]).exists()  # taken back with its group
         monkeypatch.setattr(Path, "mkdir", real_mkdir)
         assert store.missing_chunks(manifest) == list(manifest.chunks)  # a resumed transfer sends all
         with store.incoming(group=3) as incoming:

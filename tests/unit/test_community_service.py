@@ -16,8 +16,9 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.community import Level, decode_token
+from hearthnet.community.rules import default_rules
 from hearthnet.errors import BadRequest, Unauthorized
-from hearthnet.events import Event, EventLog, EventRule, EventRules, default_rules, pull, require_fields
+from hearthnet.events import Event, EventLog, EventRule, EventRules, pull, require_fields
 from hearthnet.identity import Identity
 from hearthnet.services.community import service as service_module
 from hearthnet.services.community.service import SYNC_BATCH, SYNC_MAX_BYTES, CommunityService
@@ -66,7 +67,10 @@ def _peer(
     anti_entropy_seconds: float = service_module.ANTI_ENTROPY_SECONDS,
 ) -> Peer:
     bus = CapabilityBus(
-        identity, level_of=level_of or log.level_of, community_id=lambda: log.community_id, name="n"
+        identity,
+        level_of=level_of or (lambda n: log.view(lambda m: m.level_of(n))),
+        community_id=lambda: log.community_id,
+        name="n",
     )
     service = None
     if with_service:
@@ -246,11 +250,11 @@ async def test_invite_checks_the_token_before_it_appends(tmp_path: Path) -> None
             await founder.bus.call(
                 "community.invite", input={"node_id": NEWBIE.node_id, "addresses": ["no port here"]}
             )
-        assert f_log.count() == before and f_log.level_of(NEWBIE.node_id) is None
+        assert f_log.count() == before and f_log.membership().level_of(NEWBIE.node_id) is None
         out = (await founder.bus.call("community.invite", input={"node_id": NEWBIE.node_id})).output
         token = decode_token(out["token"])
         assert token.addresses == ["[::1]:7000"] and token.invite_event_id == out["event_id"]
-        assert f_log.level_of(NEWBIE.node_id) is Level.MEMBER and f_log.count() == before + 1
+        assert f_log.membership().level_of(NEWBIE.node_id) is Level.MEMBER and f_log.count() == before + 1
 
 
 @pytest.mark.anyio
@@ -326,8 +330,8 @@ async def test_revoke_and_promote_refuse_an_id_that_is_not_a_member(tmp_path: Pa
                 await founder.bus.call(capability, input={"node_id": typo, **extra})
         with pytest.raises(BadRequest, match=f"^{typo} is not a member of this community$"):
             await founder.bus.call("member.demote", input={"node_id": typo, "level": "member"})
-        assert f_log.count() == before and not f_log.is_revoked(typo)
-        assert f_log.level_of(WRITER.node_id) is Level.MEMBER
+        assert f_log.count() == before and not f_log.membership().is_revoked(typo)
+        assert f_log.membership().level_of(WRITER.node_id) is Level.MEMBER
         await founder.bus.call("community.invite", input={"node_id": typo})  # still invitable
         await founder.bus.call("member.revoke", input={"node_id": WRITER.node_id})
         with pytest.raises(BadRequest, match="is already revoked"):
@@ -341,7 +345,7 @@ async def test_promote_only_raises_and_demote_only_lowers(tmp_path: Path) -> Non
         founder = _peer(FOUNDER, f_log)
         w = WRITER.node_id
         out = (await founder.bus.call("member.promote", input={"node_id": w, "level": "trusted"})).output
-        assert out["level"] == "trusted" and f_log.level_of(w) is Level.TRUSTED
+        assert out["level"] == "trusted" and f_log.membership().level_of(w) is Level.TRUSTED
         before = f_log.count()
         with pytest.raises(BadRequest, match=f"run 'hearthnet member demote {w} --level member'"):
             await founder.bus.call("member.promote", input={"node_id": w, "level": "member"})
@@ -353,9 +357,9 @@ async def test_promote_only_raises_and_demote_only_lowers(tmp_path: Path) -> Non
             await founder.bus.call("member.demote", input={"node_id": w})
         with pytest.raises(Unauthorized, match="the founder stays an anchor"):
             await founder.bus.call("member.demote", input={"node_id": FOUNDER.node_id, "level": "trusted"})
-        assert f_log.count() == before and f_log.level_of(w) is Level.TRUSTED
+        assert f_log.count() == before and f_log.membership().level_of(w) is Level.TRUSTED
         out = (await founder.bus.call("member.demote", input={"node_id": w, "level": "member"})).output
-        assert out["level"] == "member" and f_log.level_of(w) is Level.MEMBER
+        assert out["level"] == "member" and f_log.membership().level_of(w) is Level.MEMBER
         assert [e.event_type for e in f_log.replay()][-1] == "member.demoted"
         with pytest.raises(BadRequest, match=f"run 'hearthnet member revoke {w}'"):
             await founder.bus.call("member.demote", input={"node_id": w, "level": "member"})

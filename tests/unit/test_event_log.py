@@ -16,19 +16,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.community import Level, Membership, derive_membership
+from hearthnet.community.rules import MEMBERSHIP, default_rules
 from hearthnet.errors import BadRequest, SchemaMismatch
 from hearthnet.events import (
     Event,
     EventLog,
     EventRule,
     EventRules,
-    default_rules,
     lacking,
     pull,
     require_fields,
     sign_event,
 )
-from hearthnet.events import log as log_module
 from hearthnet.events.envelope import MAX_LAMPORT
 from hearthnet.events.log import MAX_LAMPORT_STEP
 from hearthnet.identity.keys import Identity
@@ -302,7 +301,7 @@ def test_a_member_cannot_squat_on_another_events_id(tmp_path: Path) -> None:
         with pytest.raises(BadRequest):
             Event.from_wire({"body": body, "sig": ALICE.sign(body)})
         assert pull(b, a.missing_for).accepted == 1
-        assert b.is_revoked(ALICE.node_id) and b.get(revocation.event_id) == revocation
+        assert b.membership().is_revoked(ALICE.node_id) and b.get(revocation.event_id) == revocation
 
 
 def _note(author: Identity, log: EventLog, lamport: int, seq: int, size: int = 10) -> Event:
@@ -340,7 +339,7 @@ def test_an_author_withholding_a_seq_cannot_stall_gossip(tmp_path: Path) -> None
         ]
         a.append_local(FOUNDER, "member.revoked", {"node_id": ALICE.node_id, "reason": "x"})
         assert pull(b, lambda vv: a.missing_for(vv, limit=2)).accepted == 4
-        assert all(b.get(e.event_id) == e for e in fresh) and b.is_revoked(ALICE.node_id)
+        assert all(b.get(e.event_id) == e for e in fresh) and b.membership().is_revoked(ALICE.node_id)
         # With seq 1 present the same events are stored, in one batch or after it
         first = _note_like_invite(a, seq=1)
         assert len(a.ingest([*gapped[5:], first, *gapped[:5]]).accepted) == 12
@@ -445,7 +444,7 @@ def count_replays(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         replays.append(args)
         return derive_membership(*args)
 
-    monkeypatch.setattr(log_module, "derive_membership", counted)
+    monkeypatch.setattr(MEMBERSHIP, "derive", counted)  # the model every log of default_rules() uses
     return replays
 
 

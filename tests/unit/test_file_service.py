@@ -356,7 +356,7 @@ async def test_fetch_refetches_a_chunk_that_vanished(tmp_path: Path) -> None:
         assert a is not None and good is not None
         manifest = a.store.put_bytes(payload)
         good.store.put_bytes(payload)
-        a.store._chunk_path(manifest.chunks[1]).unlink()
+        a.store.chunk_path(manifest.chunks[1]).unlink()
         result = await a.fetch(manifest.doc_cid)
         assert result == {"doc_cid": manifest.doc_cid, "source": n["good"].id, "chunks_fetched": 1}
         assert a.store.read_blob(manifest.doc_cid) == payload

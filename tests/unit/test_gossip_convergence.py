@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hearthnet.community import Level
+from hearthnet.community.rules import default_rules
 from hearthnet.errors import BusError
 from hearthnet.events import (
     Event,
     EventLog,
     EventRule,
     EventRules,
-    default_rules,
     pull,
     require_fields,
     sign_event,

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from hearthnet.community import Level, community_id_for, derive_membership
 from hearthnet.community.membership import Membership
+from hearthnet.community.rules import default_rules
 from hearthnet.errors import BadRequest, BusError, InvalidSignature, Revoked, Unauthorized
-from hearthnet.events import Event, EventLog, EventRule, default_rules, require_fields, sign_event
+from hearthnet.events import Event, EventLog, EventRule, require_fields, sign_event
 from hearthnet.identity.keys import Identity
 from hearthnet.wire.codec import pack, unpack_map
 

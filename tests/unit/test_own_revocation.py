@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from hearthnet.community.revocation import own_revocation
+from hearthnet.community.rules import default_rules
 from hearthnet.errors import BadRequest, Unauthorized
-from hearthnet.events import Event, EventLog, default_rules, sign_event
+from hearthnet.events import Event, EventLog, sign_event
 from hearthnet.identity.keys import Identity
 from hearthnet.services.community.notice import OwnRevocation
 
@@ -92,7 +93,7 @@ def test_a_revocation_that_continues_the_log_is_stored_in_it(anchor_log: EventLo
     assert notice.current() is None
     real = anchor_log.append_local(FOUNDER, "member.revoked", {"node_id": PHONE.node_id, "reason": "lost"})
     assert notice.learn(real) is True
-    assert phone.is_revoked(PHONE.node_id) and phone.get(real.event_id) == real
+    assert phone.membership().is_revoked(PHONE.node_id) and phone.get(real.event_id) == real
     assert not (tmp_path / "revoked.json").exists()  # the log holds it
     current = notice.current()
     assert current is not None and current.by == FOUNDER.node_id and current.reason == "lost"
@@ -115,7 +116,7 @@ def test_a_revocation_the_log_cannot_store_is_kept_in_the_home_across_restarts(
         notice.learn(_forged(TRUSTY, phone, PHONE.node_id))
     assert notice.current() is None and not path.exists()
     assert notice.learn(real) is True
-    assert phone.get(real.event_id) is None and not phone.is_revoked(PHONE.node_id)
+    assert phone.get(real.event_id) is None and not phone.membership().is_revoked(PHONE.node_id)
     current = notice.current()
     assert current is not None and current.by == ANCHOR.node_id and current.event == real
     again = OwnRevocation(PHONE.node_id, phone, path)

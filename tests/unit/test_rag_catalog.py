@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from hearthnet.community.rules import default_rules
 from hearthnet.contracts.rag import DELETED, INGESTED
 from hearthnet.contracts.rag_events import deleted_rule, ingested_rule, validate_deleted
 from hearthnet.errors import BadRequest
-from hearthnet.events import EventLog, default_rules
+from hearthnet.events import EventLog
 from hearthnet.identity.keys import Identity
 from hearthnet.services.rag.catalog import announced_hosts, documents_in_log, effective_ingest
 
@@ -43,7 +44,7 @@ def log(tmp_path: Path) -> Iterator[EventLog]:
 
 
 def hosts(log: EventLog) -> dict[str, dict[str, tuple[int, int]]]:
-    announced = announced_hosts(documents_in_log(log), lambda n: log.level_of(n) is not None)
+    announced = announced_hosts(documents_in_log(log), lambda n: log.membership().level_of(n) is not None)
     return {c: {h: (a.docs, a.chunks) for h, a in by.items()} for c, by in announced.items()}
 
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from hearthnet.community.rules import default_rules
 from hearthnet.contracts.rag import INGESTED
 from hearthnet.contracts.rag_events import ingested_rule, validate_ingested
 from hearthnet.errors import BadRequest
-from hearthnet.events import EventLog, default_rules
+from hearthnet.events import EventLog
 from hearthnet.identity.keys import Identity
 
 FOUNDER = Identity.from_seed(b"F" * 32)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import structlog
 
-from hearthnet.community.membership import Revocation
+from hearthnet.community.membership import Membership, Revocation
 from hearthnet.community.revocation import own_revocation
 from hearthnet.errors import BusError
 from hearthnet.events.envelope import Event
@@ -31,7 +31,7 @@ __all__ = ["OwnRevocation"]
 class OwnRevocation:
     """Where this node reads whether (by whom, when) it was revoked."""
 
-    def __init__(self, node_id: str, event_log: EventLog, path: Path | None) -> None:
+    def __init__(self, node_id: str, event_log: EventLog[Membership], path: Path | None) -> None:
         self._node_id = node_id
         self._log = event_log
         self._path = path
@@ -41,7 +41,7 @@ class OwnRevocation:
         """The log's revocation of this node when it holds one, else the one a peer showed."""
         if self._log.community_id is None:
             return None
-        return self._log.revocation(self._node_id) or self._shown
+        return self._log.view(lambda m: m.revocation(self._node_id)) or self._shown
 
     def learn(self, event: Event) -> bool:
         """Keep ``event`` (signature checked) if it revokes this node; True if that is news.
@@ -52,7 +52,7 @@ class OwnRevocation:
             return False
         shown = own_revocation(event, self._node_id, self._log.membership())
         self._log.ingest([event])  # stored when it continues its author's events held here
-        if self._log.is_revoked(self._node_id):
+        if self._log.view(lambda m: m.is_revoked(self._node_id)):
             return True
         if self._path is not None:
             _write_json(self._path, {"event": {k: _b64(v) for k, v in event.to_wire().items()}})

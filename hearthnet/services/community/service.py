@@ -35,13 +35,12 @@ from typing import Any
 import anyio
 import structlog
 
-from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.api import PeerBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
-from hearthnet.bus.session import PeerSession
 from hearthnet.community.invite import InviteToken, encode_token, validate_token
 from hearthnet.community.levels import Level
-from hearthnet.community.membership import Revocation
+from hearthnet.community.membership import Membership, Revocation
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.events.envelope import Event
 from hearthnet.events.gossip import parse_version_vector, refused_authors, with_skipped
@@ -75,8 +74,8 @@ class CommunityService:
         self,
         *,
         identity: Identity,
-        bus: CapabilityBus,
-        event_log: EventLog,
+        bus: PeerBus,
+        event_log: EventLog[Membership],
         addresses: Callable[[], list[str]],
         on_membership_changed: MembershipChanged,
         anti_entropy_seconds: float = ANTI_ENTROPY_SECONDS,
@@ -96,8 +95,8 @@ class CommunityService:
         self.rejected_by_peer: dict[str, int] = {}
         self.accepted_by_peer: dict[str, int] = {}
         self._on_stored: list[EventsStored] = []
-        bus.on_control("events_changed", self._on_events_changed)
-        bus.on_session_up(self._on_session_up)
+        bus.on_notice("events_changed", self._on_events_changed)
+        bus.on_peer_up(self._on_peer_up)
 
     # Service protocol ------------------------------------------------------------
     def registrations(self) -> list[Registration]:
@@ -159,8 +158,8 @@ class CommunityService:
         """
         while True:
             await anyio.sleep(self._anti_entropy_seconds)
-            for session in list(self._bus.sessions.values()):
-                session.spawn(self.pull_from, session.peer_id)
+            for peer in self._bus.connected():
+                self._bus.spawn_for(peer, self.pull_from, peer)
 
     def on_events(self, callback: EventsStored) -> None:
         """Call ``callback`` with every batch of events newly stored (e.g. to drop cached answers)."""
@@ -187,17 +186,17 @@ class CommunityService:
         return event
 
     async def broadcast_changed(self) -> None:
-        for session in list(self._bus.sessions.values()):
-            # in the session's own tasks: a peer that stopped reading holds up only itself
-            session.spawn(session.send_quiet, {"t": "events_changed"})
+        for peer in self._bus.connected():
+            # in the link's own tasks: a peer that stopped reading holds up only itself
+            self._bus.notify(peer, {"t": "events_changed"})
 
     # gossip -------------------------------------------------------------------------
-    async def _on_events_changed(self, session: PeerSession, msg: dict[str, Any]) -> None:
+    async def _on_events_changed(self, peer: str, msg: dict[str, Any]) -> None:
         # Never pull inside the link's reader task: it would wait on its own link.
-        session.spawn(self.pull_from, session.peer_id)
+        self._bus.spawn_for(peer, self.pull_from, peer)
 
-    async def _on_session_up(self, session: PeerSession) -> None:
-        await self.pull_from(session.peer_id)
+    async def _on_peer_up(self, peer: str) -> None:
+        await self.pull_from(peer)
 
     async def run(self) -> None:
         """The periodic anti-entropy round (pulls on notification run in each link's task group)."""

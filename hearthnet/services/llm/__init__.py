@@ -14,12 +14,7 @@ from hearthnet.contracts.llm import (
     validate_chat_input,
 )
 from hearthnet.services.llm.local import LocalChatBackend, LocalLlmConfig, LocalUnavailable
-from hearthnet.services.llm.openai_backend import (
-    ChatCompletion,
-    OpenAIChatBackend,
-    OpenAIChatConfig,
-    Usage,
-)
+from hearthnet.services.llm.openai_backend import ChatCompletion, OpenAIChatBackend, OpenAIChatConfig, Usage
 from hearthnet.services.llm.service import ChatBackend, LlmConfig, LlmService, chat_descriptor
 
 __all__ = [

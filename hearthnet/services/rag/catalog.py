@@ -26,10 +26,11 @@ from typing import Any
 
 import anyio
 
-from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.api import PeerBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
+from hearthnet.community.membership import Membership
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.rag import DELETED, INGESTED, validate_corpus_name
 from hearthnet.events.envelope import Event
@@ -66,18 +67,19 @@ def documents_in_effect(events: Iterable[Event], *, is_anchor: Callable[[str], b
     return held
 
 
-def documents_in_log(log: EventLog, author: str | None = None) -> dict[DocKey, Event]:
+def documents_in_log(log: EventLog[Membership], author: str | None = None) -> dict[DocKey, Event]:
     """:func:`documents_in_effect` over ``log`` (only ``author``'s ingests if given; blocking: SQLite
     and decoding)."""
     ingests = log.events_of_type(INGESTED, effective_only=True, author=author)
     deletes = log.events_of_type(DELETED, effective_only=True)
+    membership = log.membership()
     return documents_in_effect(
         heapq.merge(ingests, deletes, key=lambda e: e.key),
-        is_anchor=lambda node: log.level_of(node) == Level.ANCHOR,
+        is_anchor=lambda node: membership.level_of(node) == Level.ANCHOR,
     )
 
 
-def effective_ingest(log: EventLog, corpus: str, doc_cid: str, author: str) -> str | None:
+def effective_ingest(log: EventLog[Membership], corpus: str, doc_cid: str, author: str) -> str | None:
     """The id of ``author``'s ingest event of the document that is in effect (not deleted since)."""
     event = documents_in_log(log, author).get((corpus, doc_cid, author))
     return None if event is None else event.event_id
@@ -115,7 +117,7 @@ class RagCatalog:
 
     name = "rag_catalog"
 
-    def __init__(self, *, bus: CapabilityBus, event_log: EventLog) -> None:
+    def __init__(self, *, bus: PeerBus, event_log: EventLog[Membership]) -> None:
         self._bus = bus
         self._log = event_log
         self._limiter = anyio.CapacityLimiter(1)
@@ -156,7 +158,8 @@ class RagCatalog:
         with self._cache_lock:
             if self._cache is not None and self._cache[0] == count:
                 return self._cache[1]
-        announced = announced_hosts(documents_in_log(self._log), lambda n: self._log.level_of(n) is not None)
+        membership = self._log.membership()
+        announced = announced_hosts(documents_in_log(self._log), lambda n: membership.level_of(n) is not None)
         with self._cache_lock:
             self._cache = (count, announced)
         return announced
@@ -175,10 +178,10 @@ class RagCatalog:
         """Merge the log's announcements with what hosts advertise now (on the event loop: no I/O)."""
         own = self._bus.node_id
         advertised: dict[str, dict[str, dict[str, Any]]] = {}
-        for provider in self._bus.registry.all_capabilities():
+        for provider in self._bus.offers("rag.query", (1, 0)):
             d = provider.descriptor
             corpus = d.params.get("corpus")
-            if d.name == "rag.query" and d.version[0] == 1 and isinstance(corpus, str):
+            if isinstance(corpus, str):
                 advertised.setdefault(corpus, {})[provider.node_id] = dict(d.params)
         names = sorted(set(advertised) | set(announced)) if wanted is None else [wanted]
         out = []
@@ -199,8 +202,8 @@ class RagCatalog:
     def _host(
         self, node: str, params: dict[str, Any] | None, heard: AnnouncedHost | None, own: str
     ) -> dict[str, Any]:
-        online = node == own or node in self._bus.sessions
-        sighting = self._bus.sightings.get(node)
+        online = node == own or node in self._bus.connected()
+        sighting = self._bus.sighting(node)
         docs = heard.docs if heard else 0
         chunks = heard.chunks if heard else 0
         if params is not None:  # what the host says now beats what the log heard

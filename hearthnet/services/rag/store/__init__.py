@@ -10,8 +10,8 @@ from hearthnet.services.rag.store.chroma import (
     staging_collection_name,
 )
 from hearthnet.services.rag.store.corpus import LocalCorpus
-from hearthnet.services.rag.store.ledger import SCHEMA_VERSION
-from hearthnet.services.rag.store.store import CorpusRecord, CorpusStore
+from hearthnet.services.rag.store.ledger import SCHEMA_VERSION, CorpusRecord
+from hearthnet.services.rag.store.store import CorpusStore
 from hearthnet.services.rag.store.write import CHUNK_KEYS, DocumentSource
 
 __all__ = [

@@ -13,7 +13,8 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
 from hearthnet.services.rag.search.choice import search_here_or_in_thread
-from hearthnet.services.rag.store.store import CorpusRecord, CorpusStore
+from hearthnet.services.rag.store.ledger import CorpusRecord
+from hearthnet.services.rag.store.store import CorpusStore
 
 __all__ = ["LocalCorpus"]
 

@@ -23,7 +23,7 @@ from hearthnet.errors import BadRequest
 from hearthnet.runtime.sqlite_tx import transaction
 from hearthnet.services.rag.store.write import DocumentSource, DocumentWrite
 
-__all__ = ["SCHEMA_VERSION", "CorpusRow", "Ledger", "WriterLock"]
+__all__ = ["SCHEMA_VERSION", "CorpusRecord", "CorpusRow", "Ledger", "WriterLock"]
 
 SCHEMA_VERSION = 1
 
@@ -91,6 +91,20 @@ class CorpusRow:
     dim: int
     schema_version: int
     created_at: float
+
+
+@dataclass(frozen=True)
+class CorpusRecord:
+    """What the store knows about a corpus (counts from the ledger)."""
+
+    name: str
+    docs: int
+    chunks: int
+    size_bytes: int
+    language_majority: str | None
+    embedding_model: str
+    dim: int
+    schema_version: int
 
 
 class Ledger:

@@ -20,7 +20,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +39,7 @@ from hearthnet.services.rag.store.chroma import (
     open_client,
     staging_collection_name,
 )
-from hearthnet.services.rag.store.ledger import Ledger, WriterLock, metadata_json
+from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock, metadata_json
 from hearthnet.services.rag.store.queries import CorpusQueries
 from hearthnet.services.rag.store.swap import CorpusSwap
 from hearthnet.services.rag.store.write import (
@@ -55,20 +54,6 @@ __all__ = ["DEFAULT_ROOT", "CorpusRecord", "CorpusStore"]
 
 DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
 _log = structlog.get_logger("hearthnet.rag.store")
-
-
-@dataclass(frozen=True)
-class CorpusRecord:
-    """What the store knows about a corpus (counts from the ledger)."""
-
-    name: str
-    docs: int
-    chunks: int
-    size_bytes: int
-    language_majority: str | None
-    embedding_model: str
-    dim: int
-    schema_version: int
 
 
 class CorpusStore(CorpusQueries, CorpusSwap):

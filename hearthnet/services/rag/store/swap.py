@@ -21,13 +21,12 @@ from hearthnet.services.rag.store.chroma import (
     collection_settings,
     staging_collection_name,
 )
-from hearthnet.services.rag.store.ledger import Ledger
+from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger
 from hearthnet.services.rag.store.write import DocumentWrite, out_of_space
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from hearthnet.services.rag.store.store import CorpusRecord
 
 __all__ = ["CorpusSwap"]
 
