@@ -1,7 +1,11 @@
 """Composition root: config -> identity, stores, bus, peers, services, front doors.
 
 ``Node`` owns no protocol logic: it builds the parts, wires their callbacks,
-and runs them in one task group until cancelled.
+and runs them in one task group until cancelled.  Which services a node runs is
+decided here from its config (:func:`default_service_factories`), and which front
+doors it serves (:func:`default_front_door_factories`): each factory builds one
+from the node's parts, asking for what it needs by name, or returns ``None`` when
+the config turns it off.  Services never import each other.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -38,6 +43,7 @@ from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService
 
 if TYPE_CHECKING:
+    from hearthnet.blobs import BlobStore
     from hearthnet.frontends import FrontDoor
 
 log = structlog.get_logger("hearthnet.node")
@@ -48,7 +54,7 @@ FrontDoorFactory = Callable[["NodeParts"], "FrontDoor | None"]
 
 @dataclass
 class NodeParts:
-    """What a service factory may use to build its service."""
+    """What a factory may use to build its service or front door, each asked for by name."""
 
     config: NodeConfig
     identity: Identity
@@ -56,9 +62,23 @@ class NodeParts:
     event_log: EventLog[Membership]
     rules: EventRules[Membership]
     community: CommunityService
-    extras: dict[str, Any] = field(default_factory=dict)
     corpus_listeners: list[Callable[[str], None]] = field(default_factory=list)
     """Told a corpus name whenever this node's RAG service changes that corpus's documents."""
+    _blob_store: BlobStore | None = None
+
+    @property
+    def blob_store(self) -> BlobStore:
+        """The node's blob store, opened by whichever factory asks for it first (file, rag, ocr)."""
+        if self._blob_store is None:
+            from hearthnet.blobs import BlobStore
+
+            self._blob_store = BlobStore(self.config.blobs_dir, cap_bytes=self.config.blobs.cap_bytes)
+        return self._blob_store
+
+    def corpus_changed(self, corpus: str) -> None:
+        """Tell every listener (e.g. the answer cache) that a corpus's documents changed."""
+        for listener in self.corpus_listeners:
+            listener(corpus)
 
 
 def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:
@@ -88,10 +108,144 @@ def community_rules() -> EventRules[Membership]:
     return rules
 
 
-def default_service_factories() -> list[ServiceFactory]:
-    from hearthnet.node_services import service_factories
+# -- the services a node runs ---------------------------------------------------------------
+def file_service(parts: NodeParts) -> Service | None:
+    from hearthnet.services.file.service import FileService
 
-    return service_factories()
+    return FileService(bus=parts.bus, store=parts.blob_store)
+
+
+def embedding_service(parts: NodeParts) -> Service | None:
+    if not parts.config.embedding.enabled:
+        return None
+    from hearthnet.services.embedding.service import EmbeddingService
+
+    return EmbeddingService(parts.config.embedding)
+
+
+def rag_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.rag
+    if not cfg.enabled:
+        return None
+    from hearthnet.services.rag.catalog import effective_ingest
+    from hearthnet.services.rag.service import RagService, RagSettings
+    from hearthnet.services.rag.store import CorpusStore
+
+    community, event_log, own_id = parts.community, parts.event_log, parts.identity.node_id
+
+    async def append_event(event_type: str, data: dict[str, Any]) -> str:
+        return (await community.append(event_type, data)).event_id
+
+    def find_event(corpus: str, doc_cid: str) -> str | None:
+        # in effect: not cancelled by a later delete (a document deleted, then ingested again,
+        # must be announced again)
+        return effective_ingest(event_log, corpus, doc_cid, own_id)
+
+    return RagService(
+        bus=parts.bus,
+        store=CorpusStore(parts.config.rag_dir, server_url=cfg.chroma_url),
+        blobs=parts.blob_store,
+        settings=RagSettings(
+            embedding_model=cfg.embedding_model,
+            query_timeout_seconds=cfg.query_timeout_seconds,
+            embed_timeout_seconds=cfg.embed_timeout_seconds,
+            accept_new_corpora=cfg.accept_new_corpora,
+        ),
+        append_event=append_event,
+        find_event=find_event,
+        own_level=lambda: event_log.view(lambda m: m.level_of(own_id)),
+        corpus_changed=parts.corpus_changed,
+    )
+
+
+def rag_catalog_service(parts: NodeParts) -> Service | None:
+    """``rag.known_corpora`` on every node, RAG or not: the corpora of offline hosts are listed anywhere."""
+    from hearthnet.services.rag.catalog import RagCatalog
+
+    return RagCatalog(bus=parts.bus, event_log=parts.event_log)
+
+
+def ocr_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.ocr
+    if not cfg.enabled:
+        return None
+    from hearthnet.services.ocr.service import OcrService, OcrSettings
+
+    return OcrService(
+        bus=parts.bus,
+        blobs=parts.blob_store,
+        settings=OcrSettings(max_concurrent=cfg.max_concurrent, dpi=cfg.dpi),
+    )
+
+
+def llm_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.llm
+    if not cfg.enabled or (not cfg.openai and cfg.local is None):
+        return None
+    from hearthnet.services.llm.local import LocalLlmConfig
+    from hearthnet.services.llm.openai_backend import OpenAIChatConfig
+    from hearthnet.services.llm.service import LlmConfig, LlmService
+
+    openai = tuple(
+        OpenAIChatConfig(
+            base_url=o.base_url,
+            model=o.model,
+            context_tokens=o.context_tokens,
+            max_output_tokens=o.max_output_tokens,
+            api_key_env=o.api_key_env,
+            timeout_seconds=o.timeout_seconds,
+            call_timeout_seconds=o.call_timeout_seconds,
+            max_concurrent=o.max_concurrent,
+            prompt_format=o.prompt_format,
+            stream_usage=o.stream_usage,
+        )
+        for o in cfg.openai
+    )
+    local = None
+    if cfg.local is not None:
+        lc = cfg.local
+        local = LocalLlmConfig(
+            model_path=Path(lc.model_path).expanduser(),
+            model=lc.model,
+            context_tokens=lc.context_tokens,
+            max_output_tokens=lc.max_output_tokens,
+            threads=lc.threads,
+            port=lc.port,
+            timeout_seconds=lc.timeout_seconds,
+            call_timeout_seconds=lc.call_timeout_seconds,
+            start_timeout_seconds=lc.start_timeout_seconds,
+            prompt_format=lc.prompt_format,
+            log_path=parts.config.home / "logs" / "llm-local.log",
+        )
+    return LlmService(LlmConfig(openai=openai, local=local))
+
+
+def answer_service(parts: NodeParts) -> Service | None:
+    cfg = parts.config.answer
+    if not cfg.enabled:
+        return None
+    from hearthnet.answer.service import AnswerService
+
+    service = AnswerService(bus=parts.bus, config=cfg, sessions_path=parts.config.answer_path)
+    parts.community.on_events(service.events_stored)
+    parts.corpus_listeners.append(service.corpus_changed)
+    return service
+
+
+def default_service_factories() -> list[ServiceFactory]:
+    """The services a node runs beside ``node.*`` and the community's, each if its config allows."""
+    return [
+        file_service,
+        embedding_service,
+        rag_catalog_service,
+        rag_service,
+        ocr_service,
+        llm_service,
+        answer_service,
+    ]
+
+
+# -- the front doors it serves ---------------------------------------------------------------
 
 
 def control_door(parts: NodeParts) -> FrontDoor:

@@ -119,7 +119,7 @@ async def answer_node(
         if other is None
         else (OpenAIBackendConfig(base_url=other.url, model=OTHER, dim=DIM, max_tokens=256),)
     )
-    embedding = EmbeddingService(EmbeddingConfig(onnx=None, openai=openai), backends=backends)
+    embedding = EmbeddingService(EmbeddingConfig(in_process=False, openai=openai), backends=backends)
     answer = AnswerService(
         bus=bus, config=config or AnswerConfig(), sessions_path=root / "answer.sqlite3", clock=clock
     )

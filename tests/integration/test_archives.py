@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
+from hearthnet.config.archives import ArchiveConfig, ArchiveDefaults
 from hearthnet.errors import BadRequest, NotFound, Partition
 from hearthnet.services.rag.archives.archive import Archive
-from hearthnet.services.rag.archives.config import ArchiveConfig, ArchiveDefaults
 from hearthnet.services.rag.archives.search_tool import (
     FAILED,
     NO_ARCHIVES,

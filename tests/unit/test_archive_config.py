@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from hearthnet.config import config_from_mapping, load_config
-from hearthnet.errors import BadRequest
-from hearthnet.services.rag.archives.config import (
+from hearthnet.config.archives import (
     DEFAULT_CHROMADB_URL,
     DEFAULT_EMBEDDING_MODEL,
     DEFAULT_TEI_URL,
@@ -17,6 +16,7 @@ from hearthnet.services.rag.archives.config import (
     archive_defaults,
     normalize_url,
 )
+from hearthnet.errors import BadRequest
 
 COLLECTION = "repo_a1b2c3d4-e5f6-7890-abcd-ef1234567890"
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hearthnet.config.archives import ArchiveDefaults, archive_defaults
 from hearthnet.errors import BadRequest, NotFound, Partition
 from hearthnet.services.rag.archives.archive import map_metadata
-from hearthnet.services.rag.archives.config import ArchiveDefaults, archive_defaults
 from hearthnet.services.rag.archives.merge import ArchiveHit, merge_hits
 from hearthnet.services.rag.archives.search_tool import (
     FAILED,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
+import anyio
 import pytest
 
 from hearthnet.config import apply_env, config_from_mapping, default_config_text, load_config
 from hearthnet.errors import BadRequest
+from hearthnet.services.embedding import EmbeddingService
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,6 +49,24 @@ def test_environment_overrides(tmp_path: Path) -> None:
     assert config.rag.chroma_url == "http://127.0.0.1:8000"
     assert config.rag.query_timeout_seconds == 2.5
     assert config.rag.embed_timeout_seconds == 7.0 and config.embedding.timeout_seconds == 7.0
+
+
+def test_the_seeds_embed_timeout_reaches_server_models_without_their_own(tmp_path: Path) -> None:
+    """RAG_EMBED_TIMEOUT_SECONDS is read once, by the config: a ``[[embedding.openai]]`` table without
+    ``timeout_seconds`` takes ``[embedding] timeout_seconds`` (which it sets), one with its own keeps it."""
+    (tmp_path / "config.toml").write_text(
+        "[[embedding.openai]]\nbase_url = 'http://127.0.0.1:1'\nmodel = 'a'\ndim = 4\n"
+        "[[embedding.openai]]\nbase_url = 'http://127.0.0.1:1'\nmodel = 'b'\ndim = 4\ntimeout_seconds = 3\n"
+    )
+    config = load_config(tmp_path, env={"RAG_EMBED_TIMEOUT_SECONDS": "7"})
+    own = {o.model: o.timeout_seconds for o in config.embedding.openai}
+    assert own == {"a": None, "b": 3.0} and config.embedding.timeout_seconds == 7.0
+    service = EmbeddingService(replace(config.embedding, in_process=False))  # the servers alone
+    anyio.run(service.start)
+    try:
+        assert {b.model: b.timeout_seconds for b in service.backends} == {"a": 7.0, "b": 3.0}
+    finally:
+        anyio.run(service.stop)
 
 
 def test_link_liveness_settings_from_toml_and_environment(tmp_path: Path) -> None:

@@ -213,7 +213,7 @@ class _Ctx(CallContext):
 
 @pytest.mark.anyio
 async def test_service_registration_and_handler(model: OnnxModel) -> None:
-    service = EmbeddingService(EmbeddingConfig(onnx=None), backends=[OnnxEmbeddingBackend(model)])
+    service = EmbeddingService(EmbeddingConfig(in_process=False), backends=[OnnxEmbeddingBackend(model)])
     await service.start()
     try:
         (reg,) = service.registrations()
@@ -243,7 +243,7 @@ async def test_service_registration_and_handler(model: OnnxModel) -> None:
 
 @pytest.mark.anyio
 async def test_service_without_model_starts_and_says_why(tmp_path: Path) -> None:
-    service = EmbeddingService(EmbeddingConfig(model_dir=tmp_path / "empty"))
+    service = EmbeddingService(EmbeddingConfig(model_dir=str(tmp_path / "empty")))
     await service.start()
     assert service.registrations() == []
     health = service.health()

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hearthnet.errors import InternalError, Partition, Timeout
+from hearthnet.errors import BadRequest, InternalError, Partition, Timeout
 from hearthnet.services.embedding import OpenAIBackendConfig, OpenAIEmbeddingBackend
 
 DIM = 8
@@ -140,7 +140,7 @@ async def test_api_key_header_sent_when_configured(server: _Server) -> None:
 
 
 def test_missing_api_key_variable_is_a_config_error() -> None:
-    with pytest.raises(ValueError, match="HN_TEST_UNSET"):
+    with pytest.raises(BadRequest, match="HN_TEST_UNSET"):
         _backend("http://127.0.0.1:1", api_key_env="HN_TEST_UNSET", environ={})
 
 
@@ -186,13 +186,12 @@ async def test_bad_answers_are_internal_error(server: _Server, model: str, why: 
         await backend.aclose()
 
 
-def test_timeout_from_environment() -> None:
+def test_a_server_model_without_its_own_timeout_takes_the_embedding_tables() -> None:
+    """RAG_EMBED_TIMEOUT_SECONDS is read by the config only (``[embedding] timeout_seconds``)."""
     cfg = OpenAIBackendConfig(base_url="http://127.0.0.1:1", model="m", dim=4)
-    assert cfg.resolved_timeout({}) == 10.0
-    assert cfg.resolved_timeout({"RAG_EMBED_TIMEOUT_SECONDS": "2.5"}) == 2.5
-    with pytest.raises(ValueError, match="RAG_EMBED_TIMEOUT_SECONDS"):
-        cfg.resolved_timeout({"RAG_EMBED_TIMEOUT_SECONDS": "-1"})
+    assert OpenAIEmbeddingBackend(cfg).timeout_seconds == 10.0
+    assert OpenAIEmbeddingBackend(cfg, timeout_seconds=2.5).timeout_seconds == 2.5
     explicit = OpenAIBackendConfig(base_url="http://127.0.0.1:1", model="m", dim=4, timeout_seconds=3)
-    assert explicit.resolved_timeout({"RAG_EMBED_TIMEOUT_SECONDS": "2.5"}) == 3
-    with pytest.raises(ValueError, match="http"):
+    assert OpenAIEmbeddingBackend(explicit, timeout_seconds=2.5).timeout_seconds == 3
+    with pytest.raises(BadRequest, match="http"):
         OpenAIBackendConfig(base_url="ftp://x", model="m", dim=4)

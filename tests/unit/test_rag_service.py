@@ -172,7 +172,7 @@ async def node(
         if other is None
         else (OpenAIBackendConfig(base_url=other.url, model=OTHER, dim=DIM, max_tokens=256),)
     )
-    embedding = EmbeddingService(EmbeddingConfig(onnx=None, openai=openai), backends=backends)
+    embedding = EmbeddingService(EmbeddingConfig(in_process=False, openai=openai), backends=backends)
     store = CorpusStore(root / "rag")
     events: list[tuple[str, dict[str, Any]]] = []
     failures: list[BusError] = []

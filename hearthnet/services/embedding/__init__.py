@@ -3,6 +3,7 @@
 Callers outside this package use only the names exported here.
 """
 
+from hearthnet.config.embedding import EmbeddingConfig, OpenAIBackendConfig
 from hearthnet.contracts.embed import (
     CAPABILITY,
     ENCODING,
@@ -16,8 +17,8 @@ from hearthnet.contracts.embed import (
 from hearthnet.services.embedding.backend import EmbedBatch, EmbeddingBackend
 from hearthnet.services.embedding.model_files import ModelFiles, ModelUnavailable, find_model_files
 from hearthnet.services.embedding.onnx_backend import DEFAULT_MODEL_NAME, OnnxEmbeddingBackend, OnnxSettings
-from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig, OpenAIEmbeddingBackend
-from hearthnet.services.embedding.service import EmbeddingConfig, EmbeddingService, embed_descriptor
+from hearthnet.services.embedding.openai_backend import OpenAIEmbeddingBackend
+from hearthnet.services.embedding.service import EmbeddingService, embed_descriptor
 
 __all__ = [
     "CAPABILITY",

@@ -7,78 +7,29 @@ wrong-dimension answer -> ``InternalError``.  Never a zero vector.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import numpy as np
 
+from hearthnet.config.embedding import DEFAULT_TIMEOUT_SECONDS, OpenAIBackendConfig
 from hearthnet.errors import InternalError, Partition, Timeout
 from hearthnet.services.embedding.backend import EmbedBatch, l2_normalize
 
-__all__ = ["TIMEOUT_ENV", "OpenAIBackendConfig", "OpenAIEmbeddingBackend"]
-
-TIMEOUT_ENV = "RAG_EMBED_TIMEOUT_SECONDS"
-DEFAULT_TIMEOUT_SECONDS = 10.0
-
-
-@dataclass(frozen=True)
-class OpenAIBackendConfig:
-    """One remote model.  ``timeout_seconds=None`` reads ``RAG_EMBED_TIMEOUT_SECONDS`` (default 10 s)."""
-
-    base_url: str
-    model: str
-    dim: int
-    max_tokens: int = 512
-    """What the descriptor advertises to chunkers; the server's real window (TEI reports it in /info)."""
-    api_key_env: str | None = None
-    """Name of the environment variable holding the API key (sent as ``Authorization: Bearer``)."""
-    timeout_seconds: float | None = None
-    max_texts_per_request: int = 256
-
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"embedding base_url must be http(s)://..., got {self.base_url!r}")
-        if not self.model:
-            raise ValueError("embedding model name must not be empty")
-        if self.dim < 1 or self.max_tokens < 1 or self.max_texts_per_request < 1:
-            raise ValueError("dim, max_tokens and max_texts_per_request must be positive")
-        if self.timeout_seconds is not None and not self.timeout_seconds > 0:
-            raise ValueError("timeout_seconds must be positive")
-
-    def resolved_timeout(self, environ: Mapping[str, str] = os.environ) -> float:
-        if self.timeout_seconds is not None:
-            return self.timeout_seconds
-        raw = environ.get(TIMEOUT_ENV)
-        if raw is None or not raw.strip():
-            return DEFAULT_TIMEOUT_SECONDS
-        try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError(f"{TIMEOUT_ENV} must be a number of seconds, got {raw!r}") from None
-        if not (value > 0 and math.isfinite(value)):
-            raise ValueError(f"{TIMEOUT_ENV} must be a positive number of seconds, got {raw!r}")
-        return value
-
-    def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise ValueError(f"the embedding API key variable {self.api_key_env} is not set")
-        return key
+__all__ = ["OpenAIEmbeddingBackend"]
 
 
 class OpenAIEmbeddingBackend:
-    """A remote model as an :class:`~hearthnet.services.embedding.backend.EmbeddingBackend`."""
+    """A remote model as an :class:`~hearthnet.services.embedding.backend.EmbeddingBackend`;
+    ``timeout_seconds`` applies unless its config gives its own (``[embedding] timeout_seconds``)."""
 
     def __init__(
         self,
         config: OpenAIBackendConfig,
         *,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
         environ: Mapping[str, str] = os.environ,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
@@ -86,7 +37,7 @@ class OpenAIEmbeddingBackend:
         self.model = config.model
         self.dim = config.dim
         self.max_tokens = config.max_tokens
-        self._timeout = config.resolved_timeout(environ)
+        self._timeout = timeout_seconds if config.timeout_seconds is None else config.timeout_seconds
         headers = {"Content-Type": "application/json"}
         key = config.api_key(environ)
         if key is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import structlog
 
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.config.embedding import EmbeddingConfig
 from hearthnet.contracts.embed import (
     CAPABILITY,
     ENCODING,
@@ -23,32 +23,15 @@ from hearthnet.contracts.embed import (
     pack_vectors,
     validate_embed_input,
 )
-from hearthnet.errors import BusError, NotFound, Timeout
+from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.embedding.backend import EmbeddingBackend
-from hearthnet.services.embedding.model_files import CHROMA_CACHE_DIR, ModelUnavailable, find_model_files
+from hearthnet.services.embedding.model_files import ModelUnavailable, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxEmbeddingBackend, OnnxSettings
-from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig, OpenAIEmbeddingBackend
+from hearthnet.services.embedding.openai_backend import OpenAIEmbeddingBackend
 
-__all__ = ["EmbeddingConfig", "EmbeddingService", "embed_descriptor"]
+__all__ = ["EmbeddingService", "embed_descriptor"]
 
 log = structlog.get_logger("hearthnet.embedding")
-
-
-@dataclass(frozen=True)
-class EmbeddingConfig:
-    """What the node config decides about embeddings.
-
-    ``onnx=None`` disables the in-process model; ``model_dir`` pins where its
-    files are (otherwise: Python packages, then ChromaDB's cache).
-    """
-
-    onnx: OnnxSettings | None = field(default_factory=OnnxSettings)
-    model_dir: Path | None = None
-    chroma_cache_dir: Path = CHROMA_CACHE_DIR
-    extra_model_sha256: tuple[str, ...] = ()
-    extra_tokenizer_sha256: tuple[str, ...] = ()
-    openai: tuple[OpenAIBackendConfig, ...] = ()
-    max_concurrent: int = 16
 
 
 def embed_descriptor(
@@ -104,7 +87,7 @@ class EmbeddingService:
         backends: Sequence[EmbeddingBackend] = (),
     ) -> None:
         """``backends`` are used as given (tests, custom backends); ``config`` builds more at ``start``."""
-        self.config = config or EmbeddingConfig(onnx=None)
+        self.config = config or EmbeddingConfig(in_process=False)
         self._given = list(backends)
         self._backends: list[EmbeddingBackend] = []
         self._unavailable: dict[str, str] = {}
@@ -121,38 +104,34 @@ class EmbeddingService:
     async def start(self) -> None:
         cfg = self.config
         backends: list[EmbeddingBackend] = list(self._given)
-        if cfg.onnx is not None:
+        if cfg.in_process:
+            onnx = OnnxSettings() if cfg.threads is None else OnnxSettings(intra_op_threads=cfg.threads)
             try:
-                backends.append(await anyio.to_thread.run_sync(self._load_onnx, cfg.onnx))
+                backends.append(await anyio.to_thread.run_sync(self._load_onnx, onnx))
             except ModelUnavailable as exc:
-                self._unavailable[cfg.onnx.model_name] = exc.message
+                self._unavailable[onnx.model_name] = exc.message
                 log.warning(
                     "embedding model unavailable; embed.text not offered for it",
-                    model=cfg.onnx.model_name,
+                    model=onnx.model_name,
                     reason=exc.message,
                 )
         for oc in cfg.openai:
             try:
-                backends.append(OpenAIEmbeddingBackend(oc))
-            except ValueError as exc:
-                self._unavailable[oc.model] = str(exc)
-                log.warning("embedding backend misconfigured", model=oc.model, reason=str(exc))
+                backends.append(OpenAIEmbeddingBackend(oc, timeout_seconds=cfg.timeout_seconds))
+            except BadRequest as exc:
+                self._unavailable[oc.model] = exc.message
+                log.warning("embedding backend misconfigured", model=oc.model, reason=exc.message)
         models = [b.model for b in backends]
         dupes = {m for m in models if models.count(m) > 1}
         if dupes:
             for b in backends:
                 await b.aclose()
-            raise ValueError(f"two embedding backends serve the same model name: {sorted(dupes)}")
+            raise BadRequest(f"two embedding backends serve the same model name: {sorted(dupes)}")
         self._backends = backends
 
     def _load_onnx(self, settings: OnnxSettings) -> OnnxEmbeddingBackend:
-        cfg = self.config
-        files = find_model_files(
-            cfg.model_dir,
-            chroma_cache_dir=cfg.chroma_cache_dir,
-            extra_model_sha256=cfg.extra_model_sha256,
-            extra_tokenizer_sha256=cfg.extra_tokenizer_sha256,
-        )
+        model_dir = self.config.model_dir
+        files = find_model_files(Path(model_dir) if model_dir else None)
         log.info("embedding model loaded", model=settings.model_name, source=files.source)
         return OnnxEmbeddingBackend.load(files, settings)
 

@@ -1,8 +1,8 @@
 """Archives: external ChromaDB collections (made by another system) served as read-only corpora,
 and the seeds' ``search_archives`` tool over them.
 
-The names below load their module on first use: the node's config reads only
-``config`` (no HTTP client, no numpy) when it parses ``[[rag.archives]]``.
+Their settings are :mod:`hearthnet.config.archives`.  The names below load their module on
+first use (no HTTP client, no numpy until one is needed).
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ from hearthnet.runtime.lazy_exports import lazy_getattr
 if TYPE_CHECKING:
     from hearthnet.services.rag.archives.archive import Archive, archive_clause, map_metadata
     from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef
-    from hearthnet.services.rag.archives.config import (
-        LAYERS,
-        ArchiveConfig,
-        ArchiveDefaults,
-        archive_defaults,
-        normalize_url,
-        resolve_archive,
-    )
     from hearthnet.services.rag.archives.embed import embed_query
     from hearthnet.services.rag.archives.merge import ArchiveHit, Ranked, merge_hits
     from hearthnet.services.rag.archives.search_tool import (
@@ -41,12 +33,6 @@ _HOME = {
     "map_metadata": "archive",
     "ChromaHttpClient": "client",
     "CollectionRef": "client",
-    "LAYERS": "config",
-    "ArchiveConfig": "config",
-    "ArchiveDefaults": "config",
-    "archive_defaults": "config",
-    "normalize_url": "config",
-    "resolve_archive": "config",
     "embed_query": "embed",
     "ArchiveHit": "merge",
     "Ranked": "merge",
@@ -62,11 +48,8 @@ _HOME = {
 }
 
 __all__ = [
-    "LAYERS",
     "TOOL_NAME",
     "Archive",
-    "ArchiveConfig",
-    "ArchiveDefaults",
     "ArchiveHit",
     "ArchiveRef",
     "ArchiveSearch",
@@ -75,15 +58,12 @@ __all__ = [
     "Ranked",
     "SearchOutcome",
     "archive_clause",
-    "archive_defaults",
     "effective_archives",
     "embed_query",
     "format_json",
     "format_text",
     "map_metadata",
     "merge_hits",
-    "normalize_url",
-    "resolve_archive",
     "tool_schema",
 ]
 

@@ -25,9 +25,9 @@ import httpx
 import numpy as np
 import structlog
 
+from hearthnet.config.archives import ArchiveConfig
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Timeout
 from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef, QueryResult
-from hearthnet.services.rag.archives.config import ArchiveConfig
 from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
 from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 

@@ -30,9 +30,7 @@ import numpy.typing as npt
 import structlog
 
 from hearthnet.bus.api import BusAPI, ProviderInfo
-from hearthnet.errors import BadRequest, BusError, NotFound, Partition
-from hearthnet.services.rag.archives.archive import Archive, map_metadata
-from hearthnet.services.rag.archives.config import (
+from hearthnet.config.archives import (
     MAX_LABEL,
     MAX_TOP_K,
     ArchiveConfig,
@@ -41,6 +39,8 @@ from hearthnet.services.rag.archives.config import (
     check_server_url,
     normalize_url,
 )
+from hearthnet.errors import BadRequest, BusError, NotFound, Partition
+from hearthnet.services.rag.archives.archive import Archive, map_metadata
 from hearthnet.services.rag.archives.embed import embed_query
 from hearthnet.services.rag.archives.merge import ArchiveHit, Ranked, merge_hits
 from hearthnet.services.rag.corpus import Hit

@@ -1,0 +1,245 @@
+"""``[llm]``, its ``[[llm.openai]]`` tables and ``[llm.local]``: the chat models this node serves as
+``llm.chat``; ``HEARTHNET_LLM`` and ``HEARTHNET_LLM_*`` describe one more (or override one)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hearthnet.config.values import check_url, env_int, flag, get, integer, positive_float, seconds, table
+from hearthnet.errors import BadRequest
+
+__all__ = [
+    "KEYS",
+    "LLM_ENV",
+    "LOCAL_KEYS",
+    "OPENAI_KEYS",
+    "PROMPT_FORMATS",
+    "LlmConfig",
+    "LlmLocalConfig",
+    "LlmOpenAIConfig",
+    "llm_env",
+    "llm_from",
+]
+
+KEYS = frozenset({"enabled", "openai", "local"})
+OPENAI_KEYS = frozenset(
+    {
+        "base_url",
+        "model",
+        "api_key_env",
+        "context_tokens",
+        "max_output_tokens",
+        "timeout_seconds",
+        "call_timeout_seconds",
+        "max_concurrent",
+        "prompt_format",
+        "stream_usage",
+    }
+)
+LOCAL_KEYS = frozenset(
+    {
+        "model_path",
+        "model",
+        "context_tokens",
+        "max_output_tokens",
+        "threads",
+        "port",
+        "timeout_seconds",
+        "call_timeout_seconds",
+        "start_timeout_seconds",
+        "prompt_format",
+    }
+)
+PROMPT_FORMATS = ("chat", "plain")
+
+
+def _check_llm_model(
+    where: str,
+    *,
+    model: str,
+    context_tokens: int,
+    max_output_tokens: int,
+    prompt_format: str,
+    max_concurrent: int = 1,
+) -> None:
+    """The checks every chat model's settings share; errors name ``where`` and the key."""
+    if not model.strip() or len(model) > 200:
+        raise BadRequest(f"{where}.model must be 1..200 characters")
+    if not 1 <= max_output_tokens < context_tokens:
+        raise BadRequest(
+            f"{where}.max_output_tokens ({max_output_tokens}) must be at least 1 and below "
+            f"{where}.context_tokens ({context_tokens})"
+        )
+    if prompt_format not in PROMPT_FORMATS:
+        raise BadRequest(f"{where}.prompt_format must be chat or plain, got {prompt_format!r:.40}")
+    if not 1 <= max_concurrent <= 1024:
+        raise BadRequest(f"{where}.max_concurrent must be 1..1024, got {max_concurrent}")
+
+
+@dataclass(frozen=True)
+class LlmOpenAIConfig:
+    """One ``[[llm.openai]]`` table: a model on an OpenAI-compatible server."""
+
+    base_url: str
+    model: str
+    context_tokens: int = 8192
+    max_output_tokens: int = 1024
+    api_key_env: str | None = None
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 600.0
+    max_concurrent: int = 4
+    prompt_format: str = "chat"
+    stream_usage: bool = True
+
+    def __post_init__(self) -> None:
+        check_url(self.base_url, "llm.openai.base_url")
+        _check_llm_model(
+            "llm.openai",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+            max_concurrent=self.max_concurrent,
+        )
+
+
+@dataclass(frozen=True)
+class LlmLocalConfig:
+    """``[llm.local]``: a GGUF model served by llama-cpp-python in a child process."""
+
+    model_path: str
+    model: str = "local"
+    context_tokens: int = 2048
+    max_output_tokens: int = 256
+    threads: int | None = None
+    port: int = 0
+    timeout_seconds: float = 60.0
+    call_timeout_seconds: float = 300.0
+    start_timeout_seconds: float = 120.0
+    prompt_format: str = "plain"
+
+    def __post_init__(self) -> None:
+        _check_llm_model(
+            "llm.local",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+        )
+        if not 0 <= self.port <= 65535:
+            raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    enabled: bool = True
+    openai: tuple[LlmOpenAIConfig, ...] = ()
+    local: LlmLocalConfig | None = None
+
+    def __post_init__(self) -> None:
+        names = [o.model for o in self.openai] + ([self.local.model] if self.local else [])
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise BadRequest(
+                f"two llm models share the name {', '.join(dupes)}: give each its own model name"
+            )
+
+
+def llm_from(llm_s: Mapping[str, Any]) -> LlmConfig:
+    """``[llm]``, its ``[[llm.openai]]`` tables and ``[llm.local]``."""
+    openai = []
+    for raw in get(llm_s, "openai", list, [], "llm"):
+        b = table(raw, "llm.openai", OPENAI_KEYS)
+        where = "llm.openai"
+        for required in ("base_url", "model"):
+            if required not in b:
+                raise BadRequest(f"[[llm.openai]] in config.toml needs {required}")
+        openai.append(
+            LlmOpenAIConfig(
+                base_url=get(b, "base_url", str, None, where),
+                model=get(b, "model", str, None, where),
+                context_tokens=integer(b, "context_tokens", 8192, 2, where),
+                max_output_tokens=integer(b, "max_output_tokens", 1024, 1, where),
+                api_key_env=get(b, "api_key_env", str, None, where),
+                timeout_seconds=seconds(b, "timeout_seconds", 60.0, where, "llm.openai.timeout_seconds"),
+                call_timeout_seconds=seconds(
+                    b, "call_timeout_seconds", 600.0, where, "llm.openai.call_timeout_seconds"
+                ),
+                max_concurrent=integer(b, "max_concurrent", 4, 1, where),
+                prompt_format=get(b, "prompt_format", str, "chat", where),
+                stream_usage=get(b, "stream_usage", bool, True, where),
+            )
+        )
+    local = None
+    if "local" in llm_s:
+        b = table(llm_s["local"], "llm.local", LOCAL_KEYS)
+        where = "llm.local"
+        if "model_path" not in b:
+            raise BadRequest("[llm.local] in config.toml needs model_path (run 'make local-llm' to write it)")
+        local = LlmLocalConfig(
+            model_path=get(b, "model_path", str, None, where),
+            model=get(b, "model", str, "local", where),
+            context_tokens=integer(b, "context_tokens", 2048, 2, where),
+            max_output_tokens=integer(b, "max_output_tokens", 256, 1, where),
+            threads=integer(b, "threads", None, 1, where),
+            port=integer(b, "port", 0, 0, where),
+            timeout_seconds=seconds(b, "timeout_seconds", 60.0, where, "llm.local.timeout_seconds"),
+            call_timeout_seconds=seconds(
+                b, "call_timeout_seconds", 300.0, where, "llm.local.call_timeout_seconds"
+            ),
+            start_timeout_seconds=seconds(
+                b, "start_timeout_seconds", 120.0, where, "llm.local.start_timeout_seconds"
+            ),
+            prompt_format=get(b, "prompt_format", str, "plain", where),
+        )
+    return LlmConfig(enabled=get(llm_s, "enabled", bool, True, "llm"), openai=tuple(openai), local=local)
+
+
+LLM_ENV = (
+    "HEARTHNET_LLM_BASE_URL",
+    "HEARTHNET_LLM_MODEL",
+    "HEARTHNET_LLM_API_KEY_ENV",
+    "HEARTHNET_LLM_CONTEXT_TOKENS",
+    "HEARTHNET_LLM_MAX_OUTPUT_TOKENS",
+    "HEARTHNET_LLM_TIMEOUT_SECONDS",
+    "HEARTHNET_LLM_MAX_CONCURRENT",
+    "HEARTHNET_LLM_PROMPT_FORMAT",
+)
+"""One OpenAI-compatible model described by the environment (BASE_URL and MODEL required)."""
+
+
+def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
+    """``HEARTHNET_LLM`` and one model described by the ``HEARTHNET_LLM_*`` variables (:data:`LLM_ENV`)."""
+    if "HEARTHNET_LLM" in env:
+        llm = replace(llm, enabled=flag(env["HEARTHNET_LLM"], "HEARTHNET_LLM"))
+    given = [name for name in LLM_ENV if name in env]
+    if not given:
+        return llm
+    base_url, model = env.get("HEARTHNET_LLM_BASE_URL"), env.get("HEARTHNET_LLM_MODEL")
+    if not base_url or not model:
+        raise BadRequest(
+            f"{given[0]} describes an llm model: set HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL too"
+        )
+    check_url(base_url, "HEARTHNET_LLM_BASE_URL")
+    timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
+    try:
+        configured = next((o for o in llm.openai if o.model == model), None)
+        base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
+        entry = replace(
+            base,
+            base_url=base_url,
+            api_key_env=env.get("HEARTHNET_LLM_API_KEY_ENV") or base.api_key_env,
+            context_tokens=env_int(env, "HEARTHNET_LLM_CONTEXT_TOKENS", base.context_tokens, 2),
+            max_output_tokens=env_int(env, "HEARTHNET_LLM_MAX_OUTPUT_TOKENS", base.max_output_tokens, 1),
+            timeout_seconds=base.timeout_seconds
+            if timeout is None
+            else positive_float(timeout, "HEARTHNET_LLM_TIMEOUT_SECONDS"),
+            max_concurrent=env_int(env, "HEARTHNET_LLM_MAX_CONCURRENT", base.max_concurrent, 1),
+            prompt_format=env.get("HEARTHNET_LLM_PROMPT_FORMAT", base.prompt_format),
+        )
+    except BadRequest as exc:
+        raise BadRequest(f"{exc.message} (from the HEARTHNET_LLM_* variables)") from None
+    others = tuple(o for o in llm.openai if o.model != model)
+    return replace(llm, openai=(*others, entry))

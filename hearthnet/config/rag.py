@@ -1,0 +1,143 @@
+"""``[rag]`` and its ``[[rag.archives]]`` tables: the corpora this node hosts and the external
+archives it serves; ``HEARTHNET_RAG``, ``HEARTHNET_RAG_MODEL``, ``HEARTHNET_CHROMA_URL`` and the
+seeds' ``RAG_QUERY_TIMEOUT_SECONDS`` / ``RAG_EMBED_TIMEOUT_SECONDS`` override them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hearthnet.config.archives import (
+    ENV_CHROMADB_URL,
+    ArchiveConfig,
+    ArchiveDefaults,
+    check_server_url,
+    normalize_url,
+    resolve_archive,
+)
+from hearthnet.config.values import check_url, flag, get, positive_float, seconds, table
+from hearthnet.errors import BadRequest
+
+__all__ = ["ARCHIVE_KEYS", "KEYS", "MAX_ARCHIVES", "MAX_ARCHIVE_URLS", "RagConfig", "rag_env", "rag_from"]
+
+KEYS = frozenset(
+    {
+        "enabled",
+        "chroma_url",
+        "query_timeout_seconds",
+        "embed_timeout_seconds",
+        "accept_new_corpora",
+        "embedding_model",
+        "archives",
+        "archive_urls",
+    }
+)
+ARCHIVE_KEYS = frozenset({"name", "label", "collection_name", "chromadb_url", "embedding_model", "layer"})
+MAX_ARCHIVES = 64
+"""``[[rag.archives]]`` tables one node may serve."""
+MAX_ARCHIVE_URLS = 64
+
+
+@dataclass(frozen=True)
+class RagConfig:
+    enabled: bool = True
+    chroma_url: str | None = None
+    query_timeout_seconds: float = 5.0
+    embed_timeout_seconds: float = 10.0
+    accept_new_corpora: bool = True
+    embedding_model: str = "all-MiniLM-L6-v2"
+    archives: tuple[ArchiveConfig, ...] = ()
+    """External ChromaDB collections served read-only as corpora (``[[rag.archives]]``)."""
+    archive_urls: tuple[str, ...] = ()
+    """ChromaDB servers this node may ask for archives a call names (``search_archives``), besides
+    those of ``archives`` and ``DOCPROC_CHROMADB_URL``: see :attr:`allowed_archive_urls`."""
+    archive_defaults: ArchiveDefaults = field(default_factory=ArchiveDefaults)
+    """What an archive leaves out, after the seeds' environment variables (``RAG_DEFAULT_LAYER`` ...)."""
+
+    @property
+    def allowed_archive_urls(self) -> frozenset[str]:
+        """The allow-list, normalised: ``archive_urls`` and every configured archive's server."""
+        return frozenset(
+            normalize_url(u) for u in (*self.archive_urls, *(a.chromadb_url for a in self.archives))
+        )
+
+
+def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: ArchiveDefaults) -> RagConfig:
+    """``[rag]`` of config.toml (its keys checked by the caller)."""
+    return RagConfig(
+        enabled=get(rag_s, "enabled", bool, True, "rag"),
+        chroma_url=check_url(get(rag_s, "chroma_url", str, None, "rag"), "rag.chroma_url"),
+        query_timeout_seconds=seconds(rag_s, "query_timeout_seconds", 5.0, "rag"),
+        embed_timeout_seconds=seconds(rag_s, "embed_timeout_seconds", 10.0, "rag"),
+        accept_new_corpora=get(rag_s, "accept_new_corpora", bool, True, "rag"),
+        embedding_model=get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
+        archives=_archives(rag_s, defaults),
+        archive_urls=_archive_urls(rag_s, env),
+        archive_defaults=defaults,
+    )
+
+
+def rag_env(rag: RagConfig, env: Mapping[str, str], embed_timeout: float | None) -> RagConfig:
+    """The overrides of ``[rag]``; ``embed_timeout`` is ``RAG_EMBED_TIMEOUT_SECONDS`` if set."""
+    if "HEARTHNET_RAG" in env:
+        rag = replace(rag, enabled=flag(env["HEARTHNET_RAG"], "HEARTHNET_RAG"))
+    if "HEARTHNET_RAG_MODEL" in env:
+        rag = replace(rag, embedding_model=env["HEARTHNET_RAG_MODEL"])
+    if "HEARTHNET_CHROMA_URL" in env:
+        url = check_url(env["HEARTHNET_CHROMA_URL"] or None, "HEARTHNET_CHROMA_URL")
+        rag = replace(rag, chroma_url=url)
+    if "RAG_QUERY_TIMEOUT_SECONDS" in env:
+        timeout = positive_float(env["RAG_QUERY_TIMEOUT_SECONDS"], "RAG_QUERY_TIMEOUT_SECONDS")
+        rag = replace(rag, query_timeout_seconds=timeout)
+    if embed_timeout is not None:
+        rag = replace(rag, embed_timeout_seconds=embed_timeout)
+    return rag
+
+
+def _archives(rag_s: Mapping[str, Any], defaults: ArchiveDefaults) -> tuple[ArchiveConfig, ...]:
+    """``[[rag.archives]]``: each table strict, its left-out keys from ``defaults``; names unique."""
+    tables = get(rag_s, "archives", list, [], "rag")
+    if len(tables) > MAX_ARCHIVES:
+        raise BadRequest(f"[[rag.archives]] in config.toml has {len(tables)} tables; at most {MAX_ARCHIVES}")
+    out: list[ArchiveConfig] = []
+    for i, raw in enumerate(tables, start=1):
+        t = table(raw, "rag.archives", ARCHIVE_KEYS)
+        where = f"[[rag.archives]] #{i} in config.toml"
+        for required in ("name", "collection_name"):
+            if required not in t:
+                raise BadRequest(f"{where} needs {required}")
+        archive = resolve_archive(
+            name=get(t, "name", str, None, "rag.archives"),
+            collection_name=get(t, "collection_name", str, None, "rag.archives"),
+            label=get(t, "label", str, None, "rag.archives"),
+            chromadb_url=get(t, "chromadb_url", str, None, "rag.archives"),
+            embedding_model=get(t, "embedding_model", str, None, "rag.archives"),
+            layer=get(t, "layer", str, None, "rag.archives"),
+            defaults=defaults,
+            setting=where,
+        )
+        if any(a.name == archive.name for a in out):
+            raise BadRequest(
+                f"{where}: name {archive.name!r} is used by an earlier archive; names must differ"
+            )
+        out.append(archive)
+    return tuple(out)
+
+
+def _archive_urls(rag_s: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, ...]:
+    """``rag.archive_urls`` (each an http(s) URL), with ``DOCPROC_CHROMADB_URL`` when it is set."""
+    urls = get(rag_s, "archive_urls", list, [], "rag")
+    if len(urls) > MAX_ARCHIVE_URLS:
+        raise BadRequest(
+            f"rag.archive_urls in config.toml lists {len(urls)} URLs; at most {MAX_ARCHIVE_URLS}"
+        )
+    out = []
+    for i, url in enumerate(urls):
+        if not isinstance(url, str):
+            raise BadRequest(f"rag.archive_urls[{i}] in config.toml must be a string, got {url!r}")
+        out.append(check_server_url(url, f"rag.archive_urls[{i}] in config.toml"))
+    from_env = env.get(ENV_CHROMADB_URL, "").strip()
+    if from_env:
+        out.append(check_server_url(from_env, ENV_CHROMADB_URL))
+    return tuple(out)

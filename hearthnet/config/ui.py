@@ -1,0 +1,66 @@
+"""``[ui]``: the web UI the node serves (``specs/ui.md``); ``HEARTHNET_UI`` and
+``HEARTHNET_UI_LISTEN`` override it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hearthnet.config.values import flag, get, integer, parse_listen
+from hearthnet.errors import BadRequest
+
+__all__ = ["KEYS", "UI_DEFAULT_PORT", "UI_MAX_UPLOAD_BYTES", "UiConfig", "ui_env", "ui_from"]
+
+KEYS = frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"})
+UI_DEFAULT_PORT = 7780
+UI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    """The web UI served by the node (``specs/ui.md``)."""
+
+    enabled: bool = True
+    listen_host: str = "127.0.0.1"
+    listen_port: int = UI_DEFAULT_PORT
+    listen_explicit: bool = False
+    """``listen`` was given (file or environment): a taken port is an error, never the next one."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names, besides the listen address and loopback, that requests may name (DNS rebinding)."""
+    max_upload_bytes: int = UI_MAX_UPLOAD_BYTES
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise BadRequest("ui.listen port must be 0..65535")
+
+
+def ui_from(ui_s: Mapping[str, Any]) -> UiConfig:
+    listen = get(ui_s, "listen", str, None, "ui")
+    host, port = (
+        parse_listen(listen, "ui.listen in config.toml")
+        if listen is not None
+        else ("127.0.0.1", UI_DEFAULT_PORT)
+    )
+    hosts = get(ui_s, "allowed_hosts", list, [], "ui")
+    for h in hosts:
+        if not isinstance(h, str) or not h.strip() or any(c in h for c in " /:@"):
+            raise BadRequest(f"ui.allowed_hosts in config.toml must be host names, got {h!r}")
+    return UiConfig(
+        enabled=get(ui_s, "enabled", bool, True, "ui"),
+        listen_host=host,
+        listen_port=port,
+        listen_explicit=listen is not None,
+        allowed_hosts=tuple(h.strip().lower() for h in hosts),
+        max_upload_bytes=integer(ui_s, "max_upload_bytes", UI_MAX_UPLOAD_BYTES, 1, "ui"),
+    )
+
+
+def ui_env(ui: UiConfig, env: Mapping[str, str]) -> UiConfig:
+    """``HEARTHNET_UI`` and ``HEARTHNET_UI_LISTEN``."""
+    if "HEARTHNET_UI" in env:
+        ui = replace(ui, enabled=flag(env["HEARTHNET_UI"], "HEARTHNET_UI"))
+    if "HEARTHNET_UI_LISTEN" in env:
+        host, port = parse_listen(env["HEARTHNET_UI_LISTEN"], "HEARTHNET_UI_LISTEN")
+        ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)
+    return ui
