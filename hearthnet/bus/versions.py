@@ -15,6 +15,7 @@ __all__ = [
     "parse_capability_ref",
     "parse_version",
     "version_satisfies",
+    "version_text",
 ]
 
 Version = tuple[int, int]
@@ -46,3 +47,8 @@ def parse_version(text: str) -> Version:
 def version_satisfies(offered: Version, wanted: Version) -> bool:
     """``name@A.B`` is satisfied by ``X.Y`` iff ``X == A`` and ``Y >= B``."""
     return offered[0] == wanted[0] and offered[1] >= wanted[1]
+
+
+def version_text(v: Version) -> str:
+    """``(X, Y)`` -> ``"X.Y"``."""
+    return f"{v[0]}.{v[1]}"

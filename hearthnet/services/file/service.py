@@ -28,25 +28,23 @@ start and every ``GC_INTERVAL_S``.
 
 from __future__ import annotations
 
-import errno
-import functools
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any, Final
 
 import anyio
 import anyio.abc
 import structlog
 
-from hearthnet.blobs import BlobStore, Manifest, ReassemblyCheck, chunk_cid, is_cid
-from hearthnet.blobs.destination import destination_path
+from hearthnet.blobs import BlobStore, Manifest, ReassemblyCheck
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
-from hearthnet.errors import BadRequest, BusError, NotFound, ProtocolError, bus_error_in, unwrap_group
+from hearthnet.errors import BadRequest, NotFound, unwrap_group
+from hearthnet.services.file.inputs import check_length, cid_input
+from hearthnet.services.file.local import LocalFiles
 from hearthnet.wire.codec import pack
 
 log = structlog.get_logger("hearthnet.file")
@@ -65,30 +63,7 @@ GC_INTERVAL_S: Final = 600.0
 """Seconds between garbage collections of the blob store (stale leftovers, then the cap)."""
 
 
-_SOURCE_ERRORS: Final = frozenset(
-    {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
-)
-"""Errors of opening the file to import: the caller's path, not this node's disk."""
-
-
-def _absolute_path(path: str) -> Path:
-    """``path`` as given, if absolute: the node's working directory is not the caller's."""
-    if "\x00" in path:
-        raise BadRequest("input.path contains a NUL character")
-    p = Path(path)
-    if not p.is_absolute():
-        raise BadRequest(f"input.path must be an absolute path, got {path!r:.200}")
-    return p
-
-
-def _cid_input(inp: dict[str, Any], key: str) -> str:
-    value = inp.get(key)
-    if not isinstance(value, str) or not is_cid(value):
-        raise BadRequest(f"input.{key} must be a blake3:<hex> CID")
-    return value
-
-
-class FileService:
+class FileService(LocalFiles):
     name = "file"
 
     def __init__(
@@ -245,7 +220,7 @@ class FileService:
                     raise BadRequest("a put frame is {chunk_id, data}")
                 if chunk_id not in need:
                     raise BadRequest(f"chunk {chunk_id} was not asked for")
-                _check_length(manifest, chunk_id, data)
+                check_length(manifest, chunk_id, data)
                 need.discard(chunk_id)
                 if reassembly is not None:
                     reassembly.feed(chunk_id, data)
@@ -336,13 +311,13 @@ class FileService:
 
     async def _handle_read(self, ctx: CallContext) -> dict[str, Any]:
         if "chunk_id" in ctx.input:
-            chunk_id = _cid_input(ctx.input, "chunk_id")
+            chunk_id = cid_input(ctx.input, "chunk_id")
             if not ctx.is_local and await self._io(self.store.chunk_is_private, chunk_id):
                 raise NotFound(f"this node does not hold chunk {chunk_id}")  # as if it were not here
             data = await self._io(self.store.get_chunk, chunk_id)
             self.chunks_served += 1
             return {"chunk_id": chunk_id, "data": data}
-        doc_cid = _cid_input(ctx.input, "doc_cid")
+        doc_cid = cid_input(ctx.input, "doc_cid")
         skip_raw = ctx.input.get("skip", [])
         if not isinstance(skip_raw, list):
             raise BadRequest("input.skip must be a list of chunk ids")
@@ -425,229 +400,6 @@ class FileService:
             if len(infos) < _LIST_PAGE:
                 return out, False
             after = infos[-1].doc_cid
-
-    # local helpers -------------------------------------------------------------------
-    async def _handle_import(self, ctx: CallContext) -> dict[str, Any]:
-        path, pin, private = _import_input(ctx.input)
-        manifest, _ = await self._import(path, pin=pin, private=private)
-        return _imported(manifest)
-
-    async def _import(self, path: str, *, pin: bool, private: bool) -> tuple[Manifest, bool]:
-        """Store the file at ``path``; its manifest and whether the blob is new here."""
-        p = _absolute_path(path)
-        try:
-            imported: tuple[Manifest, bool] = await self._io(
-                lambda: self.store.import_file(p, pin=pin, private=private)
-            )
-        except OSError as exc:
-            if exc.filename != path and exc.errno not in _SOURCE_ERRORS:
-                raise  # the store's own disk, not the caller's file
-            raise BadRequest(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
-        return imported
-
-    async def _handle_export(self, ctx: CallContext) -> dict[str, Any]:
-        doc_cid = _cid_input(ctx.input, "doc_cid")
-        path = ctx.input.get("path")
-        if not isinstance(path, str):
-            raise BadRequest("input.path is required")
-        force = ctx.input.get("force", False)
-        if not isinstance(force, bool):
-            raise BadRequest("input.force must be true or false")
-        _absolute_path(path)  # no NUL, not relative
-        dest = destination_path(path)  # not ending in a separator
-        manifest: Manifest = await self._io(lambda: self.store.export(doc_cid, dest, force=force))
-        return {"doc_cid": doc_cid, "size": manifest.size, "path": path}
-
-    async def _take_back(self, doc_cid: str) -> None:
-        """Discard a blob an import created for a push that failed (the push's error is the one told)."""
-        try:
-            async with self._one_transfer_per_blob(doc_cid):
-                if await self._io(self.store.discard, doc_cid):
-                    log.info("import_taken_back", doc_cid=doc_cid)
-        except Exception:
-            log.warning("import_take_back_failed", doc_cid=doc_cid, exc_info=True)
-
-    async def _handle_push(self, ctx: CallContext) -> dict[str, Any]:
-        node = ctx.input.get("node")
-        if not isinstance(node, str):
-            raise BadRequest("input.node is required")
-        if "path" in ctx.input:
-            return await self._import_and_push(ctx, node)
-        doc_cid = _cid_input(ctx.input, "doc_cid")
-        return await self.push(doc_cid, node, progress=ctx.send)
-
-    async def _import_and_push(self, ctx: CallContext, node: str) -> dict[str, Any]:
-        """Import a file, push it to ``node``, pin it here once the push succeeded.
-
-        The import is unpinned until then; if the push fails (refused, the peer gone,
-        cancelled) a blob the import created is taken back, while one that was here
-        before, or that someone pinned meanwhile, stays.
-        """
-        path, pin, private = _import_input(ctx.input)
-        manifest, new = await self._import(path, pin=False, private=private)
-        try:
-            pushed = await self.push(manifest.doc_cid, node, progress=ctx.send)
-        except BaseException:
-            if new:
-                with anyio.CancelScope(shield=True):
-                    await self._take_back(manifest.doc_cid)
-            raise
-        if pin:
-            await self._io(self.store.pin, manifest.doc_cid)
-        return {**pushed, "imported": _imported(manifest)}
-
-    async def push(self, doc_cid: str, node: str, *, progress: Any = None) -> dict[str, Any]:
-        """Send a blob we hold to ``node`` (only the chunks it lacks)."""
-        manifest: Manifest = await self._io(self.store.get_manifest, doc_cid)
-        async with self._bus.stream(
-            "file.put", (1, 0), input={"manifest": manifest.to_wire()}, provider=node, timeout=self._timeout
-        ) as call:
-            need: list[str] | None = None
-            async for frame in call.frames():
-                raw = frame.get("need")
-                if not isinstance(raw, list):
-                    raise ProtocolError("file.put must first answer {need}")
-                need = [c for c in raw if isinstance(c, str)]
-                break
-            if need is None:
-                return dict((await call.result()).output)
-            wanted = set(need)
-            order: list[tuple[int, str]] = []
-            for index, chunk_id in enumerate(manifest.chunks):
-                if chunk_id in wanted:
-                    order.append((index, chunk_id))
-                    wanted.discard(chunk_id)
-            async with self._read_ahead(doc_cid, [c for _, c in order]) as chunks:
-                for (index, chunk_id), data in zip(order, chunks, strict=True):
-                    await call.send({"chunk_id": chunk_id, "data": await data})
-                    if progress is not None:
-                        await progress({"stage": "push", "current": index + 1, "total": len(manifest.chunks)})
-            await call.end_input()
-            result = await call.result()
-        return dict(result.output)
-
-    async def _handle_fetch(self, ctx: CallContext) -> dict[str, Any]:
-        doc_cid = _cid_input(ctx.input, "doc_cid")
-        hint = ctx.input.get("hint")
-        return await self.fetch(doc_cid, hint if isinstance(hint, str) else None, progress=ctx.send)
-
-    async def fetch(self, doc_cid: str, hint: str | None = None, *, progress: Any = None) -> dict[str, Any]:
-        """Make ``doc_cid`` local: ask the referring peer first, then other connected members."""
-        async with self._one_transfer_per_blob(doc_cid):
-            try:
-                return await self._fetch(doc_cid, hint, progress)
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await self._io(self.store.release_reservation, doc_cid)
-
-    async def _fetch(self, doc_cid: str, hint: str | None, progress: Any) -> dict[str, Any]:
-        if await self._io(self.store.check_held, doc_cid):
-            return {"doc_cid": doc_cid, "source": "local", "chunks_fetched": 0}
-        providers = [p.node_id for p in self._bus.providers("file.read") if not p.is_local]
-        order = ([hint] if hint in providers else []) + [p for p in providers if p != hint]
-        if not order:
-            raise NotFound(f"{doc_cid} is not here and no connected member serves file.read")
-        errors: list[BusError] = []
-        for node in order:
-            try:
-                fetched = await self._fetch_from(doc_cid, node, progress)
-                return {"doc_cid": doc_cid, "source": node, "chunks_fetched": fetched}
-            except BusError as exc:
-                err = exc
-            except BaseExceptionGroup as group:  # a peer's error seen through a task group
-                found = bus_error_in(group)
-                if found is None:
-                    raise
-                err = found
-            log.info("fetch_failed", doc_cid=doc_cid, peer=node, code=err.code)
-            errors.append(err)
-        # Prefer a real failure (partition, corrupt data) over "that peer did not have it".
-        real = [e for e in errors if not isinstance(e, NotFound)]
-        raise real[-1] if real else NotFound(f"no connected member holds {doc_cid}")
-
-    async def _fetch_from(self, doc_cid: str, node: str, progress: Any) -> int:
-        have: list[str] = []
-        existing = await self._io(self._known_chunks_of, doc_cid)
-        if existing:
-            have = existing
-        fetched = 0
-        manifest: Manifest | None = None
-        reassembly: ReassemblyCheck | None = None
-        indices_seen: set[int] = set()
-        async with (
-            self._chunk_writer() as write,
-            self._bus.stream(
-                "file.read",
-                (1, 0),
-                input={"doc_cid": doc_cid, "skip": have},
-                provider=node,
-                timeout=self._timeout,
-            ) as call,
-        ):
-            async for frame in call.frames():
-                if manifest is None:
-                    manifest = Manifest.from_wire(frame.get("manifest"))
-                    if manifest.doc_cid != doc_cid:
-                        raise ProtocolError("peer answered with the manifest of another document")
-                    # Makes room for the missing chunks (reserved until the fetch ends); replaces
-                    # an incomplete manifest left behind.
-                    await self._io(functools.partial(self.store.put_manifest, manifest, reserve=True))
-                    if not have:  # every chunk comes, in order: hash the document on the way
-                        reassembly = ReassemblyCheck(manifest)
-                    continue
-                chunk_id, data, index = frame.get("chunk_id"), frame.get("data"), frame.get("index")
-                if not isinstance(chunk_id, str) or not isinstance(data, bytes) or not isinstance(index, int):
-                    raise ProtocolError("a read frame is {index, chunk_id, data}")
-                if not 0 <= index < len(manifest.chunks) or manifest.chunks[index] != chunk_id:
-                    raise ProtocolError("peer sent a chunk that is not in the manifest at that index")
-                if index in indices_seen:  # at most one frame per index: the transfer is bounded
-                    raise ProtocolError(f"peer sent chunk {index} twice")
-                indices_seen.add(index)
-                _check_length(manifest, chunk_id, data)
-                if chunk_cid(data) != chunk_id:
-                    raise BadRequest(f"peer {node} sent a chunk that does not match its id")
-                if reassembly is not None:
-                    reassembly.feed(chunk_id, data)
-                await write(chunk_id, data)
-                fetched += 1
-                if progress is not None:
-                    await progress({"stage": "fetch", "current": index + 1, "total": len(manifest.chunks)})
-            await call.result()
-        if manifest is None:
-            raise ProtocolError(f"peer {node} ended file.read without a manifest")
-        used = manifest
-        await self._io(lambda: self.store.complete(doc_cid, manifest=used, reassembly=reassembly))
-        return fetched
-
-    def _known_chunks_of(self, doc_cid: str) -> list[str]:
-        try:
-            manifest = self.store.get_manifest(doc_cid)
-        except NotFound:
-            return []
-        missing = set(self.store.missing_chunks(manifest))
-        return [c for c in manifest.chunks if c not in missing]
-
-
-def _import_input(inp: dict[str, Any]) -> tuple[str, bool, bool]:
-    """``path``, ``pin`` (default true) and ``private`` (default false) of an import's input."""
-    path = inp.get("path")
-    if not isinstance(path, str):
-        raise BadRequest("input.path is required")
-    pin, private = inp.get("pin", True), inp.get("private", False)
-    if not isinstance(pin, bool) or not isinstance(private, bool):
-        raise BadRequest("input.pin and input.private must be true or false")
-    return path, pin, private
-
-
-def _imported(manifest: Manifest) -> dict[str, Any]:
-    return {"doc_cid": manifest.doc_cid, "size": manifest.size, "chunks": len(manifest.chunks)}
-
-
-def _check_length(manifest: Manifest, chunk_id: str, data: bytes) -> None:
-    """``BadRequest`` unless ``data`` has the length ``manifest`` gives the chunk ``chunk_id``."""
-    expected = manifest.length_of(chunk_id)
-    if len(data) != expected:
-        raise BadRequest(f"chunk {chunk_id} is {len(data)} bytes; the manifest makes it {expected}")
 
 
 async def _drain(ctx: CallContext) -> None:

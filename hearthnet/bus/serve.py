@@ -1,0 +1,238 @@
+"""The serving side of the bus: a call from a peer (or from this node) resolved to a local
+registration, checked against the caller's level, admitted within ``max_concurrent`` (else
+``capacity_exceeded`` with a retry hint), run under its deadline, its answer checked before it
+crosses the wire (a part of :class:`~hearthnet.bus.bus.CapabilityBus`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, overload
+
+import anyio
+import anyio.abc
+import structlog
+
+from hearthnet.bus.context import CallContext, CallResult
+from hearthnet.bus.contexts import RemoteCallContext
+from hearthnet.bus.descriptors import (
+    CapabilityDescriptor,
+    Registration,
+    Version,
+    parse_version,
+)
+from hearthnet.bus.registry import Registry
+from hearthnet.bus.router import Preference, Router
+from hearthnet.bus.session import IncomingCall, PeerSession
+from hearthnet.bus.stats import StatsBook
+from hearthnet.bus.versions import version_text
+from hearthnet.community.levels import Level
+from hearthnet.errors import (
+    BadRequest,
+    BusError,
+    CapacityExceeded,
+    InternalError,
+    NotFound,
+    ProtocolError,
+    SchemaMismatch,
+    Timeout,
+    Unauthorized,
+    bus_error_in,
+)
+from hearthnet.wire.codec import wire_shape_problem
+
+log = structlog.get_logger("hearthnet.bus")
+
+LevelOf = Callable[[str], Level | None]
+
+UNRESOLVED = "(unresolved)"
+"""``node.stats`` key of peers' calls refused before a capability was found (never the peer's own string)."""
+_UNSET = object()
+
+
+def _unsendable(ref: str, output: Any, meta: Any, trace_id: str) -> BusError | None:
+    """The error to answer instead of a handler's answer that the caller could not decode.
+
+    A map key that is not a string, or an answer that is not a map, is a bug in the
+    handler (``internal_error``, logged); a container or string over the wire limits
+    is too much (``bad_request``: ask for less).  Sent as it is, either would make the
+    caller close the whole link and fail every other call on it.
+    """
+    if not isinstance(output, dict) or not isinstance(meta, dict):
+        problem: tuple[str, str] | None = ("key", "the answer is not a map")
+    else:
+        problem = wire_shape_problem(output) or wire_shape_problem(meta)
+    if problem is None:
+        return None
+    kind, where = problem
+    if kind == "size":
+        return BadRequest(f"{ref} produced an answer this link cannot carry ({where}); ask for less")
+    log.error("answer_malformed", capability=ref, problem=where, trace_id=trace_id)
+    return InternalError(f"internal error in {ref}: its answer cannot cross the wire (trace_id={trace_id})")
+
+
+class Serving:
+    """Serving calls, for :class:`~hearthnet.bus.bus.CapabilityBus`."""
+
+    if TYPE_CHECKING:  # the bus's state (CapabilityBus sets it)
+        registry: Registry
+        router: Router
+        stats: StatsBook
+        sessions: dict[str, PeerSession]
+        _level_of: LevelOf
+        _kept_local: dict[str, list[dict[str, Any]]]
+        _preferences: dict[str, Preference]
+
+        @property
+        def node_id(self) -> str: ...
+
+    def _caller_level(self, node_id: str) -> Level | None:
+        if node_id == self.node_id:
+            return Level.ANCHOR  # the node's owner acting on their own node
+        return self._level_of(node_id)
+
+    def _resolve(
+        self, capability: str, version: Version, params: Mapping[str, Any], *, remote_caller: bool
+    ) -> Registration:
+        reg = self.registry.find_local(capability, version, params, remote_caller=remote_caller)
+        if reg is not None:
+            return reg
+        names = [r.descriptor for r in self.registry.local() if r.descriptor.name == capability]
+        if remote_caller:
+            names = [d for d in names if not d.local_only]
+        if names and not any(d.version[0] == version[0] and d.version[1] >= version[1] for d in names):
+            offered = ", ".join(d.ref for d in names)
+            raise SchemaMismatch(f"{capability}@{version_text(version)} not offered here (have {offered})")
+        raise NotFound(f"no provider of {capability}@{version_text(version)} for these params on this node")
+
+    async def _dispatch_remote(self, session: PeerSession, inc: IncomingCall) -> None:
+        req = inc.request
+        started = time.perf_counter()
+        ref = UNRESOLVED
+        error: BusError | None = None
+        result: CallResult | None = None
+        stats = None
+        try:
+            version = parse_version(req.version)
+            reg = self._resolve(req.capability, version, req.params, remote_caller=True)
+            ref = reg.descriptor.ref
+            stats = self.stats.get(ref)
+            level = self._caller_level(session.peer_id)
+            self._check_trust(reg.descriptor, level, session.peer_id)
+            assert level is not None
+            now = anyio.current_time()
+            ctx = RemoteCallContext(
+                inc,
+                version=version,
+                caller_level=level,
+                # the caller's deadline, but never longer than this capability's own timeout:
+                # a member must not hold a slot for an hour by asking for an hour
+                deadline=now + min(req.deadline_ms / 1000, reg.descriptor.timeout_seconds),
+            )
+            result = await self._invoke(reg, ctx, stats, incoming=inc, now=now)
+            if result is None:
+                return  # the caller cancelled: it expects no answer
+        except BusError as exc:
+            error = exc
+            if stats is None:  # refused before any capability was found: not under the peer's name
+                self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
+        if error is None and result is not None:
+            error = _unsendable(ref, result.output, result.meta, req.trace_id)
+        if error is None and result is not None:
+            try:
+                await session.send({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})
+                return
+            except ProtocolError as exc:  # the answer cannot be sent (e.g. larger than a frame)
+                error = BadRequest(
+                    f"{ref} produced an answer this link cannot carry: {exc.message}; ask for less"
+                )
+                log.warning("answer_not_sendable", capability=ref, reason=exc.message, trace_id=req.trace_id)
+            except BusError:
+                return  # the link is gone: nobody is waiting for the answer
+        if error is not None:
+            await session.send_quiet({"t": "error", "id": req.id, **error.to_wire()})
+
+    def _check_trust(self, d: CapabilityDescriptor, level: Level | None, caller: str) -> None:
+        if level is None:
+            raise Unauthorized(f"{caller} is not a member of this community")
+        if level < d.trust_required:
+            raise Unauthorized(
+                f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}"
+            )
+
+    @overload
+    async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult: ...
+
+    @overload
+    async def _invoke(
+        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall, now: float
+    ) -> CallResult | None: ...
+
+    async def _invoke(
+        self,
+        reg: Registration,
+        ctx: CallContext,
+        stats: Any,
+        *,
+        incoming: IncomingCall | None = None,
+        now: float | None = None,
+    ) -> CallResult | None:
+        """Run a handler under its concurrency limit and deadline; map every failure to a BusError.
+
+        One cancel scope carries both the deadline and, for a call from a peer,
+        the peer's ``cancel``; ``None`` means the peer cancelled.
+        """
+        d = reg.descriptor
+        now = anyio.current_time() if now is None else now
+        refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.waiter_memory)
+        if refusal is not None:
+            retry = stats.retry_after_ms()
+            stats.record(None, "capacity_exceeded")
+            if refusal.reason == "full":
+                why = f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls"
+            elif refusal.reason == "reserved":
+                why = (
+                    f"{d.ref}: its free slots are kept for callers refused earlier (limit {d.max_concurrent})"
+                )
+            else:
+                why = (
+                    f"{d.ref}: this caller already runs {refusal.held} of its fair share of "
+                    f"{refusal.share} concurrent calls while others wait (limit {d.max_concurrent})"
+                )
+            raise CapacityExceeded(why, retry_after_ms=retry)
+        started = time.perf_counter()
+        code: str | None = None
+        try:
+            if ctx.deadline <= now:
+                raise Timeout(f"deadline passed before {d.ref} started")
+            value: Any = _UNSET
+            if incoming is None:
+                scope = anyio.CancelScope(deadline=ctx.deadline)
+            else:  # the peer's session times it (one timer for all its calls)
+                scope = anyio.CancelScope()
+                incoming.enforce_deadline(scope, ctx.deadline)
+            with scope:
+                value = await reg.handler(ctx)
+            if value is _UNSET:
+                if incoming is not None and incoming.cancelled and not incoming.deadline_passed:
+                    code = "cancelled"
+                    return None
+                raise Timeout(f"{d.ref} did not finish within its deadline")
+            output, meta = value if isinstance(value, tuple) else (value, {})
+            meta = dict(meta)
+            meta.setdefault("ms", round((time.perf_counter() - started) * 1000, 3))
+            return CallResult(output, meta, self.node_id)
+        except BusError as exc:
+            code = exc.code
+            raise
+        except Exception as exc:
+            inner = bus_error_in(exc)
+            if inner is not None:  # a handler's own BusError, wrapped by its task group
+                code = inner.code
+                raise inner from None
+            code = "internal_error"
+            log.exception("handler_failed", capability=d.ref, trace_id=ctx.trace_id)
+            raise InternalError(f"internal error in {d.ref} (trace_id={ctx.trace_id})") from exc
+        finally:
+            stats.slots.give_back(ctx.caller)
+            stats.record((time.perf_counter() - started) * 1000, code)
