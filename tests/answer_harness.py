@@ -21,12 +21,12 @@ from hearthnet.blobs import BlobStore
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.community.levels import Level
 from hearthnet.config import AnswerConfig
+from hearthnet.config.embedding import OpenAIBackendConfig
 from hearthnet.contracts import routing
 from hearthnet.identity import Identity
 from hearthnet.services.base import Service
 from hearthnet.services.embedding import EmbeddingConfig, EmbeddingService, OnnxEmbeddingBackend
 from hearthnet.services.embedding.onnx_backend import OnnxModel
-from hearthnet.services.embedding.openai_backend import OpenAIBackendConfig
 from hearthnet.services.file.service import FileService
 from hearthnet.services.rag.service import RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore

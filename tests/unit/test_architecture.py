@@ -1,83 +1,269 @@
-"""Layering rules the architecture promises, checked on the source tree."""
+"""The shape ARCHITECTURE.md promises, checked on the source tree: the layer order (a lower layer
+never imports a higher one), no import circles, services never import each other, the bus, the
+transport and the wire know no capability, front doors and the composer reach services only
+through the bus (contracts and the client), and only the composition root builds the node.
+
+Every import counts, lazy ones inside functions and those made for the type checker alone: each
+is a dependency someone reading the module has to follow.  The checks are tested themselves on
+small synthetic trees, so that a rule that stopped finding anything would fail here.
+"""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import pytest
 
 import hearthnet
 
 PKG = Path(hearthnet.__file__).resolve().parent
-# lower layers never import higher ones
-LAYERS = ["identity", "wire", "transport", "blobs", "events", "community", "bus", "services", "answer"]
-SERVICE_NAMES = ["embedding", "rag", "file", "node", "community", "llm", "ocr"]
+
+LAYERS = [
+    "runtime",
+    "identity",
+    "blobs",
+    "wire",
+    "transport",
+    "events",
+    "community",
+    "bus",
+    "contracts",
+    "config",
+    "services",
+    "answer",
+    "frontends",
+]
+"""Low to high (ARCHITECTURE.md, "Layers"): a module never imports one of a higher layer.  Beside
+them: ``errors`` (the one error tree) below everything, ``client`` (the public face of
+``frontends.client``) with the front doors, ``node`` the composition root, ``testing`` and
+``demo`` above everything."""
+TOP = {"errors": -1, "client": LAYERS.index("frontends"), "testing": len(LAYERS), "demo": len(LAYERS) + 1}
+COMPOSITION_ROOT = "hearthnet.node"
+MAY_BUILD_A_NODE = {"hearthnet.frontends.cli.home", "hearthnet.testing", "hearthnet.demo.__main__"}
+"""Besides the composition root itself: ``hearthnet node run``, the test harness and the demo."""
+CAPABILITY_FAMILIES = ("embed", "rag", "llm", "file", "ocr", "answer", "rerank", "events", "member")
+CAPABILITY_BLIND = ("bus", "wire", "transport")
 
 
-def imports_of(path: Path) -> set[str]:
+# -- the import graph ---------------------------------------------------------------------------
+def module_name(path: Path, root: Path = PKG) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``path`` imports (``from pkg import sub`` names ``pkg.sub``)."""
     tree = ast.parse(path.read_text())
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-    return {m for m in found if m.startswith("hearthnet")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in known else node.module)
+    return {m for m in found if m in known}
 
 
-def test_rag_never_imports_the_embedding_service() -> None:
-    for path in (PKG / "services" / "rag").rglob("*.py"):
-        bad = [m for m in imports_of(path) if m.startswith("hearthnet.services.embedding")]
-        assert not bad, f"{path.name} imports {bad}: RAG must reach embed.text only through the bus"
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    """module -> the modules of the package it imports."""
+    paths = {module_name(p, root): p for p in root.rglob("*.py")}
+    known = set(paths)
+    return {name: imports_of(path, known) - {name} for name, path in paths.items()}
 
 
-def test_services_never_import_each_other() -> None:
-    for name in SERVICE_NAMES:
-        for path in (PKG / "services" / name).rglob("*.py"):
-            others = [
-                m
-                for m in imports_of(path)
-                if m.startswith("hearthnet.services.") and m.split(".")[2] not in (name, "base")
-            ]
-            assert not others, f"services/{name}/{path.name} imports {others}"
+def circles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
 
 
-def test_the_composer_reaches_services_only_through_the_bus() -> None:
-    for path in (PKG / "answer").rglob("*.py"):
-        bad = [
-            m
-            for m in imports_of(path)
-            if m.startswith("hearthnet.services") and m != "hearthnet.services.base"
-        ]
-        assert not bad, f"answer/{path.name} imports {bad}: the composer calls services through the bus"
+def layer_of(module: str) -> int | None:
+    """The rank of ``module``'s layer (``None``: the composition root, which may import anything)."""
+    parts = module.split(".")
+    if module == COMPOSITION_ROOT or len(parts) < 2:
+        return None
+    head = parts[1]
+    if head in LAYERS:
+        return LAYERS.index(head)
+    return TOP.get(head)
+
+
+def upward_imports(graph: Mapping[str, Iterable[str]]) -> list[tuple[str, str]]:
+    """``(importer, imported)`` where a module imports one of a higher layer."""
+    bad = []
+    for module, imported in sorted(graph.items()):
+        low = layer_of(module)
+        if low is None:
+            continue
+        for target in sorted(imported):
+            high = layer_of(target)
+            if high is not None and high > low:
+                bad.append((module, target))
+    return bad
+
+
+GRAPH = import_graph()
+
+
+# -- the rules ----------------------------------------------------------------------------------
+def test_every_module_belongs_to_a_layer() -> None:
+    unplaced = [m for m in GRAPH if m not in ("hearthnet", COMPOSITION_ROOT) and layer_of(m) is None]
+    assert not unplaced, f"modules outside every layer of ARCHITECTURE.md: {unplaced}"
+
+
+def test_there_is_no_import_circle() -> None:
+    assert circles(GRAPH) == []
 
 
 def test_lower_layers_never_import_higher_ones() -> None:
-    for i, layer in enumerate(LAYERS):
-        higher = [*LAYERS[i + 1 :], "node", "cli", "client", "control"]
-        for path in (PKG / layer).rglob("*.py"):
-            for module in imports_of(path):
-                parts = module.split(".")
-                if len(parts) > 1 and parts[1] in higher and parts[1] != layer:
-                    # community <-> events share the membership model; both sit below the bus.
-                    if {layer, parts[1]} == {"events", "community"}:
-                        continue
-                    raise AssertionError(f"{layer}/{path.name} imports higher layer {module}")
+    assert upward_imports(GRAPH) == []
 
 
-def test_front_doors_reach_services_only_through_the_bus() -> None:
-    for path in (PKG / "frontends").rglob("*.py"):
-        bad = [
+def test_only_the_composition_root_and_who_runs_a_node_import_it() -> None:
+    importers = sorted(m for m, imported in GRAPH.items() if COMPOSITION_ROOT in imported)
+    assert set(importers) <= MAY_BUILD_A_NODE, importers
+
+
+def test_services_never_import_each_other() -> None:
+    for module, imported in GRAPH.items():
+        parts = module.split(".")
+        if parts[:2] != ["hearthnet", "services"] or len(parts) < 3:
+            continue
+        others = [
             m
-            for m in imports_of(path)
-            if m.startswith(("hearthnet.services", "hearthnet.answer")) and m != "hearthnet.contracts.rag"
+            for m in imported
+            if m.startswith("hearthnet.services.") and m.split(".")[2] not in (parts[2], "base")
         ]
-        assert not bad, f"frontends/{path.name} imports {bad}: front doors call capabilities through the bus"
+        assert not others, f"{module} imports {others}: services reach each other through the bus"
 
 
-def test_nothing_below_the_front_doors_imports_them() -> None:
-    for layer in [*LAYERS, "node_services.py"]:
-        target = PKG / layer
-        paths = [target] if target.suffix == ".py" else list(target.rglob("*.py"))
-        for path in paths:
-            bad = [m for m in imports_of(path) if m.startswith("hearthnet.frontends")]
-            assert not bad, f"{path.relative_to(PKG)} imports the front doors: {bad}"
+@pytest.mark.parametrize(("wing", "why"), [("frontends", "front doors"), ("answer", "the composer")])
+def test_front_doors_and_the_composer_reach_services_only_through_the_bus(wing: str, why: str) -> None:
+    for module, imported in GRAPH.items():
+        if module.split(".")[1:2] != [wing] and not (wing == "frontends" and module == "hearthnet.client"):
+            continue
+        bad = sorted(
+            m for m in imported if m.startswith("hearthnet.services") and m != "hearthnet.services.base"
+        )
+        bad += sorted(m for m in imported if wing == "frontends" and m.startswith("hearthnet.answer"))
+        assert not bad, f"{module} imports {bad}: {why} call capabilities (contracts, the client, the bus)"
+
+
+def capability_strings(path: Path) -> list[str]:
+    """String constants of ``path``'s code (docstrings left out) that name a capability of a family."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and any(node.value.startswith(f"{family}.") for family in CAPABILITY_FAMILIES)
+    ]
+
+
+@pytest.mark.parametrize("layer", CAPABILITY_BLIND)
+def test_the_bus_transport_and_wire_know_no_capability(layer: str) -> None:
+    for path in (PKG / layer).rglob("*.py"):
+        named = capability_strings(path)
+        assert not named, f"{layer}/{path.name} names capabilities {named}: they belong to contracts/"
+        bad = [
+            m for m in GRAPH[module_name(path)] if m.startswith(("hearthnet.contracts", "hearthnet.services"))
+        ]
+        assert not bad, f"{layer}/{path.name} imports {bad}"
+
+
+# -- the rules find what they are for -------------------------------------------------------------
+def write_tree(root: Path, files: Mapping[str, str]) -> Path:
+    """A synthetic ``hearthnet`` package under ``root`` with ``files`` (path -> source)."""
+    pkg = root / "hearthnet"
+    for rel, source in files.items():
+        path = pkg / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for parent in [path.parent, *path.parent.parents]:
+            if parent == root:
+                break
+            (parent / "__init__.py").touch()
+        path.write_text(source)
+    return pkg
+
+
+def test_a_circle_added_back_is_found(tmp_path: Path) -> None:
+    pkg = write_tree(
+        tmp_path,
+        {
+            "bus/context.py": "from hearthnet.bus.descriptors import Version\n",
+            "bus/descriptors.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from hearthnet.bus.context import CallContext\n",
+            "bus/router.py": "def choose():\n    from hearthnet.bus import context\n",
+            "wire/frames.py": "import hearthnet.errors\n",
+            "errors.py": "",
+        },
+    )
+    graph = import_graph(pkg)
+    assert circles(graph) == [["hearthnet.bus.context", "hearthnet.bus.descriptors"]]
+    assert graph["hearthnet.bus.router"] == {"hearthnet.bus.context"}  # a lazy import counts too
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_an_upward_import_is_found(tmp_path: Path) -> None:
+    pkg = write_tree(
+        tmp_path,
+        {
+            "events/rules.py": "from hearthnet.community.membership import Membership\n",
+            "community/membership.py": "from hearthnet.events.rules import EventRules\n",
+            "services/rag/service.py": "from hearthnet.contracts.rag import MAX_K\n",
+            "contracts/rag.py": "",
+        },
+    )
+    assert upward_imports(import_graph(pkg)) == [("hearthnet.events.rules", "hearthnet.community.membership")]
+
+
+def test_a_capability_named_below_the_contracts_is_found(tmp_path: Path) -> None:
+    pkg = write_tree(
+        tmp_path,
+        {"bus/predicates.py": '"""Predicates of rag.ingest."""\n_P = {"rag.ingest": None}\nX = "node_id"\n'},
+    )
+    assert capability_strings(pkg / "bus" / "predicates.py") == ["rag.ingest"]
