@@ -316,7 +316,7 @@ class Composer:
         )
         # What llm.chat checks against its window is the whole prompt's estimate.  A newline
         # ends every run the estimate counts, so the system message's estimate is its head's
-        # plus its lines' (tests/unit/test_answer_budget.py): the prompt is summed from the
+        # plus its lines' (tests/unit/answer/test_budget.py): the prompt is summed from the
         # parts costed above, never counted again (on a 40-chunk prompt that took milliseconds).
         fixed = REPLY_OVERHEAD + MESSAGE_OVERHEAD + history_tokens + question_tokens
         head = estimate_tokens(context_head(cfg)) if with_context and kept else 0

@@ -27,22 +27,16 @@ class MallocSettings:
     """glibc malloc knobs for a node (measurements in ``specs/node.md``).
 
     ``arenas``: threads that allocate at the same time otherwise get arenas of
-    their own, up to eight per core, and each keeps the memory freed into it
-    (a node under 200 rag.query callers grew 370 -> 481 MB by default,
-    327 -> 359 MB with two arenas).
+    their own, up to eight per core, and each keeps the memory freed into it.
 
     ``mmap_threshold`` and ``trim_threshold``: glibc adjusts both as the
     process runs; with buffers of a blob chunk's size (256 KiB) read in worker
     threads and freed on the event loop it can settle where each such buffer
-    is given back to the kernel and faulted in again, page by page.  A node
-    sending a blob then took ~170 page faults and ~1.4 ms of CPU per chunk,
-    against ~0.2 and ~0.95 ms with the thresholds fixed.  The mmap threshold
-    must also exceed the largest buffer an embedding inference allocates and
-    frees (attention scores of two 256-token rows: 6 MiB; one 512-token row:
-    12 MiB), and the trim threshold what one inference frees at once: at 2 and
-    8 MiB each inference took ~10,000 page faults per chunk and embedding ran
-    10-20 % slower than at these values.  The price is up to 32 MiB of free
-    heap kept per arena.
+    is given back to the kernel and faulted in again, page by page.  The mmap
+    threshold must also exceed the largest buffer an embedding inference
+    allocates and frees (attention scores of two 256-token rows: 6 MiB; one
+    512-token row: 12 MiB), and the trim threshold what one inference frees at
+    once.  The price is up to 32 MiB of free heap kept per arena.
     """
 
     arenas: int = 2

@@ -3,10 +3,9 @@
 ``anyio.to_thread.run_sync`` passes through the event loop three times a call
 (a checkpoint, its limiter's checkpoint, the result) and hands the job to its
 thread through a ``queue.Queue`` (a lock and a condition a job).  A query
-crosses to a thread twice (the embedding batch, the store search); measured
-here, a hop costs 74-120 us that way and 53-74 us through an executor, and
-each pass through the loop is another 25-40 us once the caches are cold after
-an embedding.  :class:`WorkerThreads` submits to its own ``ThreadPoolExecutor``
+crosses to a thread twice (the embedding batch, the store search), so each
+hop and each pass through the loop counts (figures in ``specs/embedding.md``).
+:class:`WorkerThreads` submits to its own ``ThreadPoolExecutor``
 (at most ``threads`` at once, the rest wait in its queue, first come first
 served) and awaits the future: one pass.
 

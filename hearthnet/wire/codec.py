@@ -201,8 +201,8 @@ def _shape_problem(value: Any, limits: MsgLimits) -> tuple[str, str] | None:
 
 
 def _surely_fine(value: Any, limits: MsgLimits) -> bool:
-    """The quick pass: only exact builtin types, leaves checked in place (a rag.query answer in
-    ~36 us); ``False`` means "look closer" (:func:`_shape_problem`), not necessarily a problem."""
+    """The quick pass: only exact builtin types, leaves checked in place; ``False`` means "look
+    closer" (:func:`_shape_problem`), not necessarily a problem."""
     max_map, max_array, max_bin = limits.max_map_len, limits.max_array_len, limits.max_bin_len
     short = limits.max_str_len // 4  # a str this long is within the limit whatever it holds
     stack = [value]

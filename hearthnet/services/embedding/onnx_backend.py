@@ -32,11 +32,8 @@ MAX_TOKENS = 256
 
 
 INLINE_TOKENIZE_CHARS = 256
-"""Up to this much text (a typical query) is tokenized on the event loop.
-
-Measured: 60 µs at 64 chars, 210 µs at 256 chars, less than a thread hop;
-longer inputs go to a worker thread.
-"""
+"""Up to this much text (a typical query) is tokenized on the event loop, where it costs less than a
+thread hop (``specs/embedding.md``); longer inputs go to a worker thread."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class OnnxSettings:
 
     model_name: str = DEFAULT_MODEL_NAME
     intra_op_threads: int = 1
-    """Threads inside one inference.  Measured: two 1-thread inferences side by side beat one 2-thread one."""
+    """Threads inside one inference: two 1-thread inferences side by side beat one 2-thread one."""
     inference_threads: int = 2
     """Concurrent inferences (the one CapacityLimiter); set to the number of cores you give the embedder."""
     max_batch_items: int = 32
@@ -53,7 +50,7 @@ class OnnxSettings:
     """Padded tokens (rows x longest row) per micro-batch.  Batching long chunks is slower on CPU, batching
     short queries is much faster: 512 lets 32 queries share a batch but at most two full-window chunks."""
     enable_mem_arena: bool = False
-    """onnxruntime's CPU arena keeps every batch shape's peak (2.25 GB vs 1.6 GB at batch 64): off."""
+    """onnxruntime's CPU arena keeps every batch shape's peak (``specs/embedding.md``): off."""
     max_tokens: int = MAX_TOKENS
     allow_spinning: bool = False
     """Idle intra-op threads spin by default; on a shared 2-core box spinning steals CPU from the rest."""

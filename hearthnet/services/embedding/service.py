@@ -171,5 +171,5 @@ def _timeout_for(backend: EmbeddingBackend) -> float:
     if isinstance(backend, OpenAIEmbeddingBackend):
         requests = -(-MAX_TEXTS // backend.config.max_texts_per_request)
         return backend.timeout_seconds * requests + 5.0
-    # 256 full-window texts at the measured ~20 chunks/s take ~13 s alone; leave room for sharing the CPU.
+    # 256 full-window texts take seconds alone (specs/embedding.md); leave room for sharing the CPU.
     return 60.0

@@ -55,7 +55,7 @@ WRITE_QUEUE = 4
 READ_AHEAD = 3
 """Chunks a sender reads (and verifies) ahead of the one it is sending."""
 WRITERS = 3
-"""Chunks of one put hashed and written at once (file creation dominates here: ~0.2-0.4 ms each)."""
+"""Chunks of one put hashed and written at once (file creation dominates: ``specs/blobs.md``)."""
 LIST_BUDGET: Final = 512 * 1024
 """Encoded bytes of ``blobs`` entries in one ``file.list`` answer (half the default 1 MiB frame)."""
 _LIST_PAGE: Final = 1024

@@ -2,7 +2,7 @@
 
 No ``llm.chat`` provider is registered here, so answers are extractive (what
 ``make demo`` shows by default); generated answers are in
-``test_answer_generated.py``.
+``answer/test_generated.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Text extraction with pypdf spends about two thirds of its time splitting page
 content streams into ``(operands, operator)`` pairs, one byte at a time through
-``BytesIO`` (~25 ms of ~40 ms per page of ``de_geotopo_lecture_notes.pdf``).
+``BytesIO`` (figures in ``specs/rag.md``).
 :func:`parse_operations` does the common tokens - numbers, plain names,
 strings without escapes or nesting, hex strings without spaces, flat arrays of
 these, operators, comments - with one regular expression, builds the same
@@ -16,7 +16,7 @@ result is always pypdf's.
 
 Inside :func:`text_only` (around ``extract_text()``) drawing-only operations
 are skipped without building their operands; pypdf's extractor ignores them,
-so the text is the same.  ``tests/unit/test_pdf_content.py`` checks both modes
+so the text is the same.  ``tests/unit/services/rag/ingest/test_pdf_content.py`` checks both modes
 against pypdf on every content stream of the shared PDFs, edge cases and
 generated streams.
 

@@ -16,16 +16,14 @@ Rules (one regex pass, additive over whitespace-separated pieces):
 * a CJK ideograph or kana character costs 1 (BERT splits CJK per
   character);
 * a Hangul syllable costs 3: the uncased tokenizer decomposes it (NFD) into
-  its 2-3 letters (jamo), which are mostly separate pieces (measured 2.0-2.6
-  tokens per syllable on Korean sentences; costed at 1, ~97 % of Korean chunks
-  came out over the window);
+  its 2-3 letters (jamo), which are mostly separate pieces;
 * a letter of any other script (Arabic, Cyrillic, Greek, Hebrew, Indic, ...)
   costs 1 per character, because the vocabulary has few multi-character
   pieces for them;
 * every other non-space character (punctuation, symbols) costs 1.
 
 Calibration against the real tokenizer on the shared PDFs is in
-``specs/rag.md`` and enforced by ``tests/unit/test_chunker.py``.
+``specs/rag.md`` and enforced by ``tests/unit/services/rag/ingest/test_chunk.py``.
 """
 
 from __future__ import annotations
