@@ -90,6 +90,7 @@ class RerankServer:
         self.in_flight = 0
         self.peak_in_flight = 0
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -97,6 +98,16 @@ class RerankServer:
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
+
+            def setup(self) -> None:
+                super().setup()
+                with owner._lock:
+                    owner._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with owner._lock:
+                    owner._connections.discard(self.connection)
+                super().finish()
 
             def do_GET(self) -> None:
                 if self.path == "/health":
@@ -262,9 +273,17 @@ class RerankServer:
         self._thread.start()
 
     def close(self) -> None:
+        """Stop as a server process does: no new connections, and the open ones (kept alive) closed."""
         self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by its handler
         self._thread.join(timeout=5)
 
     def __enter__(self) -> RerankServer:
