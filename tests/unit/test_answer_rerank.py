@@ -13,6 +13,7 @@ import pytest
 
 from hearthnet.answer.rerank import choose_reranker
 from hearthnet.bus.api import ProviderInfo
+from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.config import AnswerConfig
@@ -22,6 +23,7 @@ from hearthnet.services.llm import LlmConfig, LlmService, OpenAIChatConfig
 from hearthnet.services.rerank import RerankServerConfig, RerankService
 from tests.answer_harness import AnswerNode, answer_node, linked, new_bus
 from tests.openai_chat_server import CONTEXT_LINE, OpenAIChatServer
+from tests.polling import wait_until
 from tests.rerank_server import MODEL as RERANKER
 from tests.rerank_server import RerankServer, overlap_score
 
@@ -62,7 +64,7 @@ async def mesh(
     reranker: RerankServer | None,
     config: AnswerConfig = ALL,
     extra: list[Registration] | None = None,
-) -> AsyncIterator[AnswerNode]:
+) -> AsyncIterator[tuple[AnswerNode, CapabilityBus]]:
     """The demo node (corpus ``house``), and a peer serving ``llm.chat`` and ``rerank.text``."""
     peer = new_bus()
     llm = LlmService(LlmConfig(openai=(OpenAIChatConfig(base_url=chat.url, model=CHAT),)))
@@ -79,7 +81,7 @@ async def mesh(
             await n.ingest("house", "heating_handbook.pdf")
             await n.ingest("house", "garden_and_seeds.pdf")
             async with linked(n.bus, peer):
-                yield n
+                yield n, peer
     finally:
         await rerank.stop()
         await llm.stop()
@@ -102,7 +104,7 @@ def prompt_order(chat: OpenAIChatServer) -> list[str]:
 async def test_the_reranker_puts_the_chunk_it_scores_highest_first_in_the_prompt_and_sources(
     tmp_path: Path, minilm: OnnxModel, chat: OpenAIChatServer, reranker: RerankServer
 ) -> None:
-    async with mesh(tmp_path, minilm, chat, reranker) as n:
+    async with mesh(tmp_path, minilm, chat, reranker) as (n, _):
         ranked = await dense(n)
         last = ranked[-1]  # what the dense search ranks last
         reranker.boost = {last["text"]: 1.0}
@@ -135,7 +137,7 @@ async def test_the_similarity_threshold_stays_on_the_cosine(
     tmp_path: Path, minilm: OnnxModel, chat: OpenAIChatServer, reranker: RerankServer
 ) -> None:
     config = AnswerConfig(similarity_threshold=0.3)
-    async with mesh(tmp_path, minilm, chat, reranker, config) as n:
+    async with mesh(tmp_path, minilm, chat, reranker, config) as (n, _):
         ranked = await dense(n)
         above = [c for c in ranked if c["score"] >= 0.3]
         below = [c for c in ranked if c["score"] < 0.3]
@@ -151,7 +153,7 @@ async def test_the_similarity_threshold_stays_on_the_cosine(
 async def test_with_the_reranker_down_the_answer_comes_in_retrieval_order_and_says_so(
     tmp_path: Path, minilm: OnnxModel, chat: OpenAIChatServer, reranker: RerankServer
 ) -> None:
-    async with mesh(tmp_path, minilm, chat, reranker) as n:
+    async with mesh(tmp_path, minilm, chat, reranker) as (n, _):
         ids = [c["metadata"]["chunk_id"] for c in await dense(n)]
         reranker.close()
         first = (await n.ask(BOILER)).output
@@ -170,7 +172,7 @@ async def test_a_slow_reranker_is_given_up_at_rerank_timeout_seconds(
 ) -> None:
     config = AnswerConfig(similarity_threshold=0.0, rerank_timeout_seconds=0.5)
     reranker.mode = "stall"
-    async with mesh(tmp_path, minilm, chat, reranker, config) as n:
+    async with mesh(tmp_path, minilm, chat, reranker, config) as (n, _):
         ids = [c["metadata"]["chunk_id"] for c in await dense(n)]
         out = (await n.ask(BOILER)).output
     assert out["meta"]["rerank"] == "failed" and out["meta"]["rerank_error"] == "timeout"
@@ -186,7 +188,7 @@ async def test_a_provider_that_answers_the_wrong_number_of_scores_is_a_failure(
         return {"scores": [1.0]}
 
     broken = Registration(CapabilityDescriptor("rerank.text", params={"model": "broken"}), short)
-    async with mesh(tmp_path, minilm, chat, None, extra=[broken]) as n:
+    async with mesh(tmp_path, minilm, chat, None, extra=[broken]) as (n, _):
         ids = [c["metadata"]["chunk_id"] for c in await dense(n)]
         out = (await n.ask(BOILER)).output
     assert out["meta"]["rerank"] == "failed" and out["meta"]["rerank_error"] == "internal_error"
@@ -197,14 +199,14 @@ async def test_a_provider_that_answers_the_wrong_number_of_scores_is_a_failure(
 async def test_without_a_reachable_reranker_or_with_rerank_off_nothing_is_asked(
     tmp_path: Path, minilm: OnnxModel, chat: OpenAIChatServer, reranker: RerankServer
 ) -> None:
-    async with mesh(tmp_path, minilm, chat, None) as n:
+    async with mesh(tmp_path, minilm, chat, None) as (n, _):
         none = (await n.ask(BOILER)).output
     assert none["meta"]["rerank"] == "none" and "rerank" not in none["meta"]["debug"]
     for config in (
         AnswerConfig(similarity_threshold=0.0, rerank=False),
         AnswerConfig(similarity_threshold=0.0, rerank_model="not-served-anywhere"),
     ):
-        async with mesh(tmp_path / str(len(reranker.requests)), minilm, chat, reranker, config) as n:
+        async with mesh(tmp_path / str(len(reranker.requests)), minilm, chat, reranker, config) as (n, _):
             off = (await n.ask(BOILER)).output
         assert off["meta"]["rerank"] == "none"
     assert reranker.requests == []
@@ -215,7 +217,7 @@ async def test_only_the_first_rerank_candidates_are_reordered(
     tmp_path: Path, minilm: OnnxModel, chat: OpenAIChatServer, reranker: RerankServer
 ) -> None:
     config = AnswerConfig(similarity_threshold=0.0, rerank_candidates=2, rerank_model=RERANKER)
-    async with mesh(tmp_path, minilm, chat, reranker, config) as n:
+    async with mesh(tmp_path, minilm, chat, reranker, config) as (n, _):
         ranked = await dense(n)
         ids = [c["metadata"]["chunk_id"] for c in ranked]
         reranker.boost = {ranked[1]["text"]: 1.0, ranked[-1]["text"]: 2.0}
@@ -224,6 +226,23 @@ async def test_only_the_first_rerank_candidates_are_reordered(
     assert prompt_order(chat) == [ids[1], ids[0], *ids[2:]]  # the last stays last: not a candidate
     assert reranker.requests == [("/rerank", RERANKER, 2)]
     assert out["meta"]["debug"]["chunks"][2]["rerank"] is None
+
+
+@pytest.mark.anyio
+async def test_the_reranker_is_part_of_the_cache_key(
+    tmp_path: Path, minilm: OnnxModel, chat: OpenAIChatServer, reranker: RerankServer
+) -> None:
+    async with mesh(tmp_path, minilm, chat, reranker) as (n, peer):
+        first = (await n.ask(BOILER)).output
+        cached = (await n.ask(BOILER)).output
+        peer.unregister("rerank.text", {"model": RERANKER})
+        await wait_until(lambda: not n.bus.offers("rerank.text"))
+        without = (await n.ask(BOILER)).output
+    assert (first["meta"]["rerank"], first["meta"]["cache"]) == ("used", "miss")
+    assert (cached["meta"]["rerank"], cached["meta"]["cache"]) == ("used", "hit")
+    # an answer ordered by a reranker is not served once that reranker is gone
+    assert (without["meta"]["rerank"], without["meta"]["cache"]) == ("none", "miss")
+    assert len(reranker.requests) == 1
 
 
 def offer(model: str, local: bool, node: str = "n1") -> ProviderInfo:
