@@ -27,6 +27,7 @@ from hearthnet.services.rag.archives.config import (
     normalize_url,
     resolve_archive,
 )
+from hearthnet.services.rerank.config import RerankConfig, rerank_config, rerank_from_env
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME
 
 CONFIG_FILE = "config.toml"
@@ -355,8 +356,20 @@ class AnswerConfig:
     context_line: str = DEFAULT_CONTEXT_LINE
     no_context_prompt: str = DEFAULT_NO_CONTEXT_PROMPT
     extractive_header: str = DEFAULT_EXTRACTIVE_HEADER
+    rerank: bool = True
+    """Reorder the chunks with a ``rerank.text`` provider when one is reachable."""
+    rerank_model: str | None = None
+    """The ``rerank.text`` model to use; unset: a reachable one (this node's first, then by name)."""
+    rerank_candidates: int = 50
+    """The best chunks after merge and threshold that the reranker orders (the rest follow unchanged)."""
+    rerank_timeout_seconds: float = 10.0
 
     def __post_init__(self) -> None:
+        if not 1 <= self.rerank_candidates <= 256:
+            raise BadRequest(
+                "answer.rerank_candidates must be in 1..256 (rerank.text's limit), "
+                f"got {self.rerank_candidates}"
+            )
         if not 0.0 <= self.similarity_threshold <= 1.0:
             raise BadRequest(f"answer.similarity_threshold must be in 0..1, got {self.similarity_threshold}")
         if not 0.0 <= self.temperature <= 2.0:
@@ -444,6 +457,7 @@ class NodeConfig:
     llm: LlmConfig = field(default_factory=LlmConfig)
     ui: UiConfig = field(default_factory=UiConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
     log_level: str = "info"
     log: LogConfig = field(default_factory=LogConfig)
 
@@ -503,7 +517,20 @@ def log_path(home: Path) -> Path:
 
 _KNOWN: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"name", "log_level", "network", "embedding", "rag", "blobs", "log", "llm", "answer", "ui", "ocr"}
+        {
+            "name",
+            "log_level",
+            "network",
+            "embedding",
+            "rag",
+            "blobs",
+            "log",
+            "llm",
+            "answer",
+            "ui",
+            "ocr",
+            "rerank",
+        }
     ),
     "network": frozenset(
         {
@@ -769,6 +796,7 @@ def config_from_mapping(
     )
     answer = _answer_config(_table(top.get("answer", {}), "answer"))
     llm = _llm_config(_table(top.get("llm", {}), "llm"))
+    rerank = rerank_config(top.get("rerank", {}))
     ui = _ui_config(_table(top.get("ui", {}), "ui"))
     ocr_s = _table(top.get("ocr", {}), "ocr")
     ocr = OcrConfig(
@@ -788,6 +816,7 @@ def config_from_mapping(
         llm=llm,
         ui=ui,
         ocr=ocr,
+        rerank=rerank,
         log_level=check_log_level(_get(top, "log_level", str, "info", "config"), "log_level"),
         log=log,
     )
@@ -1050,6 +1079,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         llm=llm,
         ui=ui,
         ocr=ocr,
+        rerank=rerank_from_env(config.rerank, env),
     )
 
 

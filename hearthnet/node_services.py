@@ -141,6 +141,16 @@ def llm_service(parts: NodeParts) -> Service | None:
     return LlmService(LlmConfig(openai=openai, local=local))
 
 
+def rerank_service(parts: NodeParts) -> Service | None:
+    """``rerank.text`` for each ``[[rerank.servers]]`` table: only when one is configured."""
+    cfg = parts.config.rerank
+    if not cfg.enabled or not cfg.servers:
+        return None
+    from hearthnet.services.rerank.service import RerankService
+
+    return RerankService(cfg.servers)
+
+
 def answer_service(parts: NodeParts) -> Service | None:
     cfg = parts.config.answer
     if not cfg.enabled:
@@ -175,5 +185,6 @@ def service_factories() -> list[ServiceFactory]:
         rag_service,
         ocr_service,
         llm_service,
+        rerank_service,
         answer_service,
     ]

@@ -31,6 +31,7 @@ from hearthnet.answer.extractive import extract
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
 from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
+from hearthnet.answer.rerank import choose_reranker, rerank
 from hearthnet.answer.retrieve import (
     MAX_K,
     CorpusResult,
@@ -150,6 +151,7 @@ class Composer:
         if choice is not None and choice.max_output_tokens is not None:
             max_tokens = min(max_tokens, choice.max_output_tokens)
         temperature = cfg.temperature if ask.temperature is None else ask.temperature
+        reranker = None if ask.no_rag else choose_reranker(self._bus, cfg)
         key = CacheKey.of(
             ask.question,
             ask.session,
@@ -158,6 +160,7 @@ class Composer:
             choice.model if choice else None,
             max_tokens,
             temperature,
+            reranker,
         )
         cached = self._cache.get(key) if ask.cache else None
         if cached is not None:
@@ -180,6 +183,9 @@ class Composer:
         ):
             rag, hits = "skipped", []
         ranked, merged_by = merge([h for h in hits if h.score >= cfg.similarity_threshold])
+        ranked, reranking = await rerank(
+            self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
+        )
         turns = await self._history(ask.session) if ask.session else []
         # Retrieval that answered (even with nothing above the threshold) frames the answer in the
         # documents; skipped or failed retrieval leaves a plain conversation.
@@ -230,6 +236,7 @@ class Composer:
             "retrieve_ms": round(retrieve_ms, 1),
             "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1),
         }
+        reranking.add_to(meta, debug)
         output: dict[str, Any] = {
             "answer": checked.text,
             "citations": [
@@ -243,7 +250,7 @@ class Composer:
         }
         if ask.session:
             await self._record(ask.session, ask.question, checked.text, checked.cited, mode)
-        if rag in ("used", "skipped") and "llm_error" not in meta:
+        if rag in ("used", "skipped") and "llm_error" not in meta and reranking.status != "failed":
             self._cache.put(key, {**output, "meta": {**meta, "debug": debug}})
         total_ms = (time.perf_counter() - started) * 1000
         if ask.debug:
@@ -257,6 +264,7 @@ class Composer:
             cited=len(checked.cited),
             citations_removed=checked.removed,
             llm_error=meta.get("llm_error"),
+            rerank=reranking.status,
             ms=round(total_ms, 1),
         )
         return output

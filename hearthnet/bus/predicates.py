@@ -38,6 +38,7 @@ _PREDICATES: dict[str, ParamsPredicate] = {
     "rag.ingest": ingest_predicate,
     # the model decides; its window and answer length are advertised, not asked for
     "llm.chat": params_key_equals("model"),
+    "rerank.text": params_key_equals("model"),
 }
 
 

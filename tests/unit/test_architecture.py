@@ -10,7 +10,7 @@ import hearthnet
 PKG = Path(hearthnet.__file__).resolve().parent
 # lower layers never import higher ones
 LAYERS = ["identity", "wire", "transport", "blobs", "events", "community", "bus", "services", "answer"]
-SERVICE_NAMES = ["embedding", "rag", "file", "node", "community", "llm", "ocr"]
+SERVICE_NAMES = ["embedding", "rag", "file", "node", "community", "llm", "ocr", "rerank"]
 
 
 def imports_of(path: Path) -> set[str]:
