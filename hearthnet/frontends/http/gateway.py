@@ -406,6 +406,7 @@ class GatewayCall(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
         gone = False
+        finished = False
         outcome: dict[str, Any] | None = None
         failure: BusError | None = None
 
@@ -446,6 +447,7 @@ class GatewayCall(Response):
             tg.start_soon(until_closing)
             try:
                 outcome = await self._producer(emit)
+                finished = True
             except Exception as exc:
                 failure = bus_error_in(exc)
                 if failure is None:
@@ -454,8 +456,8 @@ class GatewayCall(Response):
             tg.cancel_scope.cancel()
         if gone:
             return
-        if failure is None and outcome is None and not started:
-            failure = Partition("the node is stopping")
+        if not finished and failure is None:  # cut short: the node is stopping
+            failure = Partition("the node is stopping: the answer was cut short")
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             try:
                 if not started:
