@@ -225,7 +225,7 @@ async def test_over_http_errors_are_tool_errors_with_the_bus_code(
         assert no_tool.is_error and text_of(no_tool).startswith("not_found: no tool")
         # a server the node's allow-list does not name is never asked: the seed's "no archives"
         outside = rag_config(chroma)
-        outside["archives"][0]["chromadb_url"] = "http://10.0.0.1:8000"
+        outside["archives"][0]["chromadb_url"] = "http://127.0.0.1:1"  # loopback, but not allowed
         refused = await session.call_tool("search_archives", {"query": QUERY, "rag_config": outside})
         assert not refused.is_error and text_of(refused) == "Keine Archive verfügbar."
 
