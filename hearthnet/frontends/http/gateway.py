@@ -11,64 +11,43 @@ through :class:`~hearthnet.frontends.http.policy.GatedBus` with that level.
   extra ``hearthnet`` field (the last chunk's, when streamed).
 
 A request's model is looked up before anything runs (``404 model_not_found``).  Bus errors
-become OpenAI errors with the status of :data:`STATUS`; a ``Retry-After`` comes from the
-error's ``retry_after_ms``.  An error before the first chunk of a stream is an ordinary error
-answer; after it, an ``error`` event ends the stream.
+become OpenAI errors with the status of :data:`.gateway_answers.STATUS`; a ``Retry-After``
+comes from the error's ``retry_after_ms``.  An error before the first chunk of a stream is an
+ordinary error answer; after it, an ``error`` event ends the stream.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import anyio
-import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
 
-from hearthnet.errors import (
-    BadRequest,
-    BusError,
-    InternalError,
-    NotFound,
-    Partition,
-    Unauthorized,
-    bus_error_in,
-)
+from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
 from hearthnet.frontends.corpora import requested_corpora, searchable_corpora
 from hearthnet.frontends.http import openai_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, GatedCalls, openai_error_body
+from hearthnet.frontends.http.gateway_answers import (
+    Chunks,
+    Emit,
+    GatewayCall,
+    ModelNotFound,
+    Producer,
+    error_response,
+    json_response,
+)
 from hearthnet.frontends.http.policy import GatedBus
 
-__all__ = ["STATUS", "GatewayState", "build", "mesh_models", "routes"]
-
-log = structlog.get_logger("hearthnet.ui")
-
-STATUS: Final[Mapping[str, int]] = {
-    "bad_request": 400,
-    "schema_mismatch": 400,
-    "unauthorized": 403,
-    "revoked": 403,
-    "not_found": 404,
-    "not_implemented": 501,
-    "timeout": 504,
-    "partition": 503,
-    "capacity_exceeded": 429,
-    "rate_limited": 429,
-    "invalid_signature": 502,
-    "expired": 410,
-    "internal_error": 500,
-}
-"""The HTTP status each bus error is answered with by the gateway."""
+__all__ = ["GatewayState", "build", "mesh_models", "routes"]
 
 
 @dataclass
@@ -78,38 +57,6 @@ class GatewayState:
     closing: anyio.Event
     started: int
     """When this node started (Unix seconds): the ``created`` of its models."""
-
-
-def error_response(exc: BusError) -> Response:
-    status = STATUS.get(exc.code, 500)
-    headers = {}
-    if exc.retry_after_ms is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-    message = exc.message if status < 500 or exc.code != "internal_error" else exc.message[:300]
-    return Response(
-        openai_error_body(status, message, _code(exc)),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
-
-
-def _code(exc: BusError) -> str:
-    if isinstance(exc, _ModelNotFound):
-        return "model_not_found"
-    return exc.code
-
-
-class _ModelNotFound(NotFound):
-    pass
-
-
-def _json(document: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(document, ensure_ascii=False, separators=(",", ":")),
-        status_code=status,
-        media_type="application/json",
-    )
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -182,15 +129,15 @@ async def mesh_models(state: GatewayState, caller: Caller) -> list[dict[str, Any
 
 
 async def _models(state: GatewayState, request: Request, caller: Caller) -> Response:
-    return _json({"object": "list", "data": await mesh_models(state, caller)})
+    return json_response({"object": "list", "data": await mesh_models(state, caller)})
 
 
 async def _model(state: GatewayState, request: Request, caller: Caller) -> Response:
     wanted = request.path_params["model"]
     for entry in await mesh_models(state, caller):
         if entry["id"] == wanted:
-            return _json(entry)
-    raise _ModelNotFound(f"the model {wanted[:200]!r} does not exist in this mesh (GET /v1/models)")
+            return json_response(entry)
+    raise ModelNotFound(f"the model {wanted[:200]!r} does not exist in this mesh (GET /v1/models)")
 
 
 async def _require_model(state: GatewayState, caller: Caller, model: str, kind: str) -> None:
@@ -198,7 +145,7 @@ async def _require_model(state: GatewayState, caller: Caller, model: str, kind: 
         if entry["id"] == model and kind in entry["hearthnet"]["kinds"]:
             return
     what = "chat" if kind == "chat" else "embedding"
-    raise _ModelNotFound(f"no {what} model {model[:200]!r} in this mesh (GET /v1/models lists them)")
+    raise ModelNotFound(f"no {what} model {model[:200]!r} in this mesh (GET /v1/models lists them)")
 
 
 # -- embeddings -------------------------------------------------------------------------------
@@ -212,7 +159,7 @@ async def _embeddings(state: GatewayState, request: Request, caller: Caller) -> 
             input={"texts": req.texts, "normalize": True},
         )
     except NotFound as exc:
-        raise _ModelNotFound(
+        raise ModelNotFound(
             f"no embedding model {req.model[:200]!r} in this mesh (GET /v1/models lists them)"
         ) from exc
     vectors = shapes.decode_embeddings(result.output, len(req.texts))
@@ -222,7 +169,7 @@ async def _embeddings(state: GatewayState, request: Request, caller: Caller) -> 
             f"{req.dimensions} cannot be served (leave dimensions out)"
         )
     tokens = result.meta.get("tokens")
-    return _json(
+    return json_response(
         shapes.embeddings_response(
             req.model,
             vectors,
@@ -233,10 +180,6 @@ async def _embeddings(state: GatewayState, request: Request, caller: Caller) -> 
 
 
 # -- chat -------------------------------------------------------------------------------------
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
-Producer = Callable[[Emit], Awaitable[dict[str, Any] | None]]
-
-
 async def _chat(state: GatewayState, request: Request, caller: Caller) -> Response:
     req = shapes.parse_chat(await _body(request))
     await _require_model(state, caller, req.model, "chat")
@@ -264,7 +207,7 @@ def _llm_producer(
                 str(out.get("finish_reason") or "stop"),
                 shapes.usage_of(out.get("usage")),
             )
-        chunks = _Chunks(emit, cid, created, req.model, req.include_usage)
+        chunks = Chunks(emit, cid, created, req.model, req.include_usage)
         async with state.bus.stream(caller.level, "llm.chat", params=params, input=req.llm_input()) as call:
             await call.end_input()
             async for frame in call.frames():
@@ -341,7 +284,7 @@ def _rag_producer(
                 _rag_usage(out),
                 _extension(out),
             )
-        chunks = _Chunks(emit, cid, created, req.model, req.include_usage)
+        chunks = Chunks(emit, cid, created, req.model, req.include_usage)
         async with state.bus.stream(caller.level, "answer.ask", input=inp) as call:
             await call.end_input()
             async for frame in call.frames():
@@ -359,121 +302,6 @@ def _content(out: Mapping[str, Any]) -> str:
     message = out.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     return content if isinstance(content, str) else ""
-
-
-class _Chunks:
-    """Writes a streamed completion's chunks: the role with the first text, then the texts, the
-    finish, and the usage chunk when it was asked for."""
-
-    def __init__(self, emit: Emit, cid: str, created: int, model: str, include_usage: bool) -> None:
-        self._emit = emit
-        self._head = (cid, created, model)
-        self._usage = include_usage
-        self.sent_text = False
-
-    async def text(self, delta: str) -> None:
-        body: dict[str, Any] = {"content": delta}
-        if not self.sent_text:
-            body = {"role": "assistant", "content": delta}
-            self.sent_text = True
-        await self._emit(shapes.chunk(*self._head, body, with_usage=self._usage))
-
-    async def finish(
-        self, reason: str, usage: dict[str, int] | None, extension: dict[str, Any] | None = None
-    ) -> None:
-        if not self.sent_text:
-            await self.text("")
-        await self._emit(shapes.chunk(*self._head, {}, reason, with_usage=self._usage, extension=extension))
-        if self._usage:
-            zero = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-            await self._emit(shapes.chunk(*self._head, None, usage=usage or zero, with_usage=True))
-
-
-class GatewayCall(Response):
-    """Runs a producer within the request: a JSON answer, or (``stream``) server-sent chunks ended
-    by ``[DONE]``.  Headers wait for the first chunk, so an error before it is an ordinary error
-    answer.  The producer is cancelled when the client goes away or the node stops; with it goes
-    its bus call, and the model server's stream behind it."""
-
-    def __init__(self, producer: Producer, closing: anyio.Event, stream: bool) -> None:
-        # No Response.__init__: it would add a content-length of 0.
-        self.status_code = 200
-        self.background = None
-        self._producer = producer
-        self._closing = closing
-        self._stream = stream
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-        gone = False
-        finished = False
-        outcome: dict[str, Any] | None = None
-        failure: BusError | None = None
-
-        async def emit(doc: dict[str, Any]) -> None:
-            nonlocal started
-            if not started:
-                started = True
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-type", b"text/event-stream; charset=utf-8"),
-                            (b"cache-control", b"no-store"),
-                            (b"x-accel-buffering", b"no"),
-                        ],
-                    }
-                )
-            data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
-            await send(
-                {"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True}
-            )
-
-        async with anyio.create_task_group() as tg:
-
-            async def until_gone() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                tg.cancel_scope.cancel()
-
-            async def until_closing() -> None:
-                await self._closing.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(until_gone)
-            tg.start_soon(until_closing)
-            try:
-                outcome = await self._producer(emit)
-                finished = True
-            except Exception as exc:
-                failure = bus_error_in(exc)
-                if failure is None:
-                    log.error("gateway_failed", error=type(exc).__name__)
-                    failure = InternalError("the gateway failed on this request")
-            tg.cancel_scope.cancel()
-        if gone:
-            return
-        if not finished and failure is None:  # cut short: the node is stopping
-            failure = Partition("the node is stopping: the answer was cut short")
-        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-            try:
-                if not started:
-                    answer = error_response(failure) if failure is not None else _json(outcome)
-                    await answer(scope, receive, send)
-                    return
-                if failure is not None:
-                    error = json.loads(
-                        openai_error_body(STATUS.get(failure.code, 500), failure.message, failure.code)
-                    )
-                    await emit(error)
-                elif self._stream:
-                    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            except OSError:
-                pass
 
 
 # -- the application --------------------------------------------------------------------------
