@@ -614,6 +614,7 @@ def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
     from hearthnet.cli_data import register_data_commands
     from hearthnet.cli_llm import register_llm_commands
     from hearthnet.cli_logs import register_logs_command
+    from hearthnet.cli_mcp import register_mcp_command
     from hearthnet.cli_ui import register_ui_commands
 
     return [
@@ -622,6 +623,7 @@ def _extra_commands() -> list[Callable[[Any, argparse.ArgumentParser], None]]:
         register_llm_commands,
         register_ask_commands,
         register_ui_commands,
+        register_mcp_command,
     ]
 
 

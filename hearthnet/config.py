@@ -422,10 +422,16 @@ class UiConfig:
     allowed_hosts: tuple[str, ...] = ()
     """Host names, besides the listen address and loopback, that requests may name (DNS rebinding)."""
     max_upload_bytes: int = UI_MAX_UPLOAD_BYTES
+    api_requests_per_minute: int = 600
+    """Requests one API key may make to the gateway and MCP routes, on average (a token bucket)."""
+    api_burst: int = 60
+    """Requests one API key may make at once before the per-minute rate applies."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise BadRequest("ui.listen port must be 0..65535")
+        if not 1 <= self.api_requests_per_minute <= 1_000_000 or not 1 <= self.api_burst <= 100_000:
+            raise BadRequest("ui.api_requests_per_minute must be 1..1000000 and ui.api_burst 1..100000")
 
 
 @dataclass(frozen=True)
@@ -593,7 +599,9 @@ _KNOWN: dict[str, frozenset[str]] = {
             "prompt_format",
         }
     ),
-    "ui": frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"}),
+    "ui": frozenset(
+        {"enabled", "listen", "allowed_hosts", "max_upload_bytes", "api_requests_per_minute", "api_burst"}
+    ),
     "ocr": frozenset({"enabled", "max_concurrent", "dpi"}),
 }
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -989,6 +997,8 @@ def _ui_config(table: Mapping[str, Any]) -> UiConfig:
         listen_explicit=listen is not None,
         allowed_hosts=tuple(h.strip().lower() for h in hosts),
         max_upload_bytes=_int(table, "max_upload_bytes", UI_MAX_UPLOAD_BYTES, 1, "ui"),
+        api_requests_per_minute=_int(table, "api_requests_per_minute", 600, 1, "ui"),
+        api_burst=_int(table, "api_burst", 60, 1, "ui"),
     )
 
 

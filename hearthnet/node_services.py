@@ -99,6 +99,21 @@ def rag_catalog_service(parts: NodeParts) -> Service | None:
     return RagCatalog(bus=parts.bus, event_log=parts.event_log)
 
 
+def archive_tool_service(parts: NodeParts) -> Service | None:
+    """``rag.search_archives`` for this node's front doors (MCP, the gateway, the composer)."""
+    from hearthnet.services.rag.archives.service import ArchiveToolService
+
+    cfg = parts.config.rag
+    return ArchiveToolService(
+        bus=parts.bus,
+        archives=cfg.archives,
+        allowed_urls=sorted(cfg.allowed_archive_urls),
+        defaults=cfg.archive_defaults,
+        query_timeout=cfg.query_timeout_seconds,
+        embed_timeout=cfg.embed_timeout_seconds,
+    )
+
+
 def llm_service(parts: NodeParts) -> Service | None:
     cfg = parts.config.llm
     if not cfg.enabled or (not cfg.openai and cfg.local is None):
@@ -183,6 +198,7 @@ def service_factories() -> list[ServiceFactory]:
         embedding_service,
         rag_catalog_service,
         rag_service,
+        archive_tool_service,
         ocr_service,
         llm_service,
         rerank_service,

@@ -1,4 +1,5 @@
-"""Front doors: the ways people and programs reach a node (control socket, web UI, CLI).
+"""Front doors: the ways people and programs reach a node (control socket, CLI, web UI, the
+OpenAI-compatible gateway and MCP).
 
 Each is started by ``node.py`` from :func:`front_door_factories`, after the services, and
 reaches them only through the bus.  Policy they share (which node hosts a corpus) lives in
