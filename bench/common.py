@@ -9,7 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,40 @@ class Metric:
     ours_min: float | None = None
     ours_max: float | None = None
     note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PeerMetric:
+    """One figure of ours beside what a user would otherwise run (the peer), both from the same run.
+
+    ``ours = None`` means not measured (``note`` says why); ``peer = None`` means the target is
+    absolute and there is no peer.  ``ratio`` is ours / peer.
+    """
+
+    issue: str
+    name: str
+    unit: str
+    ours: float | None
+    peer: float | None
+    peer_name: str
+    target: str
+    passed: bool | None
+    ours_min: float | None = None
+    ours_max: float | None = None
+    peer_min: float | None = None
+    peer_max: float | None = None
+    note: str = ""
+    ratio: float | None = field(init=False)
+    kind: str = field(init=False, default="peer")
+
+    def __post_init__(self) -> None:
+        ratio = None
+        if self.ours is not None and self.peer:
+            ratio = round(self.ours / self.peer, 3)
+        object.__setattr__(self, "ratio", ratio)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

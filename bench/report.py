@@ -1,6 +1,6 @@
-"""Render benchmark results: a Markdown table and the rag.query latency plot.
+"""Render benchmark results: the peers and floors tables in Markdown and the rag.query latency plot.
 
-python -m bench.report [bench/results/latest.json]   # prints the table again
+python -m bench.report [bench/results/latest.json]   # prints the tables again
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ def _num(x: float | None) -> str:
     if abs(x) >= 10:
         return f"{x:.1f}"
     return f"{x:.3g}" if abs(x) < 1 else f"{x:.2f}"
+
+
+def is_peer(m: Mapping[str, Any]) -> bool:
+    """A row of the peers table (``PeerMetric``), or a peers benchmark that failed to run."""
+    return m.get("kind") == "peer"
 
 
 def _miss(m: Mapping[str, Any]) -> str:
@@ -62,12 +67,52 @@ def _clause_miss(m: Mapping[str, Any], clause: str) -> str | None:
     return None
 
 
+def _with_range(value: float, lo: float | None, hi: float | None, unit: str) -> str:
+    text = f"{_num(value)} {unit}"
+    if lo is not None and hi is not None:
+        text += f" ({_num(lo)}-{_num(hi)})"
+    return text
+
+
+def peers_table(metrics: Iterable[Mapping[str, Any]]) -> str:
+    """Ours beside what a user would otherwise run: metric, ours, peer, ratio, target, result."""
+    rows = [
+        "| metric | ours: median (min-max) | peer: median (min-max) | ratio | target | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in metrics:
+        if not is_peer(m):
+            continue
+        if m.get("failed"):
+            rows.append(
+                f"| {m['name']}: **failed to run** | - | - | - | - | FAIL: {m.get('note', '')[:200]} |"
+            )
+            continue
+        name = m["name"] + (f" — {m['note']}" if m.get("note") else "")
+        if m.get("ours") is None:
+            rows.append(f"| {name} | not measured | - | - | {m['target']} | not measured |")
+            continue
+        ours = _with_range(m["ours"], m.get("ours_min"), m.get("ours_max"), m["unit"])
+        peer = "-"
+        if m.get("peer") is not None:
+            peer = _with_range(m["peer"], m.get("peer_min"), m.get("peer_max"), m["unit"])
+            peer += f" ({m['peer_name']})"
+        ratio = "-" if m.get("ratio") is None else f"{m['ratio']:.2f}x"
+        passed = m.get("passed")
+        result = "reported" if passed is None else ("pass" if passed else f"**FAIL**, {_miss(m)}")
+        rows.append(f"| {name} | {ours} | {peer} | {ratio} | {m['target']} | {result} |")
+    return "\n".join(rows)
+
+
 def markdown_table(metrics: Iterable[Mapping[str, Any]]) -> str:
+    """Ours beside a floor measured in the same run (the rows that are not against a peer)."""
     rows = [
         "| benchmark | metric | ours: median (min-max) | floor | ratio | target | result |",
         "|---|---|---|---|---|---|---|",
     ]
     for m in metrics:
+        if is_peer(m):
+            continue
         if m.get("failed"):
             rows.append(
                 f"| {m['issue']} | **failed to run** | - | - | - | - | FAIL: {m.get('note', '')[:200]} |"
@@ -127,7 +172,7 @@ def plot_rag_latency(plot: Mapping[str, Any], out: Path) -> Path | None:
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS / "latest.json"
     data = json.loads(path.read_text())
-    print(markdown_table(data["metrics"]))
+    print(peers_table(data["metrics"]) + "\n\n" + markdown_table(data["metrics"]))
 
 
 if __name__ == "__main__":

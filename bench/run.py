@@ -3,8 +3,10 @@
     python -m bench.run [--quick] [--only bus,rag]
 
 A benchmark that raises is reported as failed (with its error) and the others
-still run.  Every figure is a median of repeated rounds with min-max, beside a
-floor measured in the same run (see ``specs/benchmarks.md``).
+still run.  Every figure is a median of repeated rounds with min-max, beside
+what a user would otherwise run (a peer, ``bench.peers_*``) or a floor, measured
+in the same run (see ``specs/benchmarks.md``).  ``latest.md`` shows the peers
+table above the floors table.
 """
 
 from __future__ import annotations
@@ -18,9 +20,23 @@ import traceback
 from typing import Any
 
 from bench.common import cpu_ticks, machine, steal_pct
-from bench.report import RESULTS, markdown_table, plot_rag_latency
+from bench.report import RESULTS, markdown_table, peers_table, plot_rag_latency
 
-BENCHMARKS = ("bus", "blobs", "embed", "rag", "answer", "scifact", "ocr", "load", "fuzz", "ui")
+BENCHMARKS = (
+    "bus",
+    "peers_bus",
+    "blobs",
+    "embed",
+    "rag",
+    "peers_rag",
+    "answer",
+    "peers_answer",
+    "scifact",
+    "ocr",
+    "load",
+    "fuzz",
+    "ui",
+)
 
 
 def _now() -> str:
@@ -65,6 +81,8 @@ def main() -> None:
                     "note": f"{type(exc).__name__}: {exc}",
                 }
             ]
+            if name.startswith("peers_"):
+                rows[0]["kind"] = "peer"
             entry["ok"] = False
             entry["error"] = f"{type(exc).__name__}: {exc}"
         entry["seconds"] = round(time.perf_counter() - t0, 1)
@@ -91,7 +109,12 @@ def main() -> None:
         except Exception as exc:
             print(f"   (no plot: {type(exc).__name__}: {exc})", flush=True)
     m = doc["machine"]
-    table = markdown_table(metrics)
+    table = (
+        "## Against peers (what a user would otherwise run, same run)\n\n"
+        + peers_table(metrics)
+        + "\n\n## Against floors (the physical limit of each path, same run)\n\n"
+        + markdown_table(metrics)
+    )
     header = (
         f"# Benchmarks ({'quick' if args.quick else 'full'} run)\n\n"
         f"{started} - {doc['finished']}; {m['cores']} cores, 1-min load {m['load_avg_1m']} at the end, "

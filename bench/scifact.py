@@ -12,6 +12,11 @@ Floor, same run: brute-force exact cosine search in this process over the same
 documents, embedded with the same model (int8 all-MiniLM-L6-v2, mean pooling,
 truncation 256, title + abstract in one text) — 0.6468 on the full corpus.
 
+Peer, same run: the LangChain-style pipeline of ``bench.peers_rag`` indexes the
+same documents with its own chunking (1,000 / 200 characters) into chromadb in
+this process and answers the same queries (k = 20 chunks, deduplicated to the
+first 10 documents, scored the same way).
+
 ``--quick`` uses the documents relevant to 50 test queries plus 500 others
 (and only those 50 queries); both ours and the floor search that same subset.
 
@@ -33,7 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import SHARED_DATA, Metric, machine, median_range, node_like_process, percentile
+from bench.common import (
+    SHARED_DATA,
+    Metric,
+    PeerMetric,
+    machine,
+    median_range,
+    node_like_process,
+    percentile,
+)
 
 DATA = SHARED_DATA / "scifact"
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
@@ -164,7 +177,7 @@ async def _ask_all(home: Path, texts: list[str], k: int) -> tuple[list[list[str]
     return ranked, lat
 
 
-def run(quick: bool = False) -> list[Metric]:
+def run(quick: bool = False) -> list[Metric | PeerMetric]:
     node_like_process()
     from hearthnet.testing import LocalMesh
 
@@ -208,11 +221,27 @@ def run(quick: bool = False) -> list[Metric]:
             what="asker to see the scifact corpus",
         )
         ranked, lat = asyncio.run(_ask_all(asker.home, qtexts, 20))
+        from bench.peers_rag import langchain_scifact
+
+        t0 = time.perf_counter()
+        peer, peer_chunks = langchain_scifact([docs[i] for i in idx], queries, qrels, Path(tmp) / "peer")
+        peer_s = time.perf_counter() - t0
     ours = float(np.mean([ndcg_at_10(r, qrels[qid]) for r, (qid, _) in zip(ranked, queries, strict=True)]))
     label = f"{len(idx)} docs, {len(queries)} queries" + (" (quick subset)" if quick else "")
     p50, lo, _ = median_range(lat)
     target_ok = ours >= TARGET_NDCG if not quick else ours >= floor - 0.005
     return [
+        PeerMetric(
+            "scifact",
+            f"SciFact nDCG@10, rag.query from another node vs the LangChain-style pipeline ({label})",
+            "nDCG@10",
+            round(ours, 4),
+            round(peer, 4),
+            "LangChain-style",
+            "(reported)",
+            None,
+            note=f"chunks: ours {chunks}, peer {peer_chunks} (peer indexed and queried in {peer_s:.0f} s)",
+        ),
         Metric(
             "scifact",
             f"SciFact nDCG@10 via rag.query from another node ({label})",

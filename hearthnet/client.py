@@ -7,6 +7,17 @@
         print(out.output["chunks"])
 """
 
+from hearthnet.frontends.client.client import ANSWER_GRACE_SECONDS as ANSWER_GRACE_SECONDS
+from hearthnet.frontends.client.client import CAPACITY_RETRY_SECONDS as CAPACITY_RETRY_SECONDS
+from hearthnet.frontends.client.client import KEEP_IDLE_SECONDS as KEEP_IDLE_SECONDS
+from hearthnet.frontends.client.client import MAX_KEPT as MAX_KEPT
+from hearthnet.frontends.client.client import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
+from hearthnet.frontends.client.client import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
 from hearthnet.frontends.client.client import AsyncClient, BusError, CallResult, Client, resolve_home
+from hearthnet.frontends.client.client import StreamedCall as StreamedCall
+from hearthnet.frontends.client.client import plain_output as plain_output
+from hearthnet.frontends.client.client import retry_wait as retry_wait
 
 __all__ = ["AsyncClient", "BusError", "CallResult", "Client", "resolve_home"]
+"""The public names (``tests/unit/test_public_api.py``); the module's other names of before this
+was a face (``plain_output``, ``retry_wait``, ``StreamedCall``, the constants) stay importable."""

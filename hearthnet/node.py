@@ -2,10 +2,11 @@
 
 ``Node`` owns no protocol logic: it builds the parts, wires their callbacks,
 and runs them in one task group until cancelled.  Which services a node runs is
-decided here from its config (:func:`default_service_factories`), and which front
-doors it serves (:func:`default_front_door_factories`): each factory builds one
-from the node's parts, asking for what it needs by name, or returns ``None`` when
-the config turns it off.  Services never import each other.
+decided here from its config (:func:`default_service_factories`); what sits above
+the services (the answer composer, the front doors) is given to it by whoever runs
+the node (``hearthnet node run``), as more factories.  Each factory builds one from
+the node's parts, asking for what it needs by name, or returns ``None`` when the
+config turns it off.  Services never import each other.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import anyio.abc
@@ -29,9 +30,9 @@ from hearthnet.bus.peers import PeerManager
 from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Membership, Revocation
-from hearthnet.community.rules import default_rules
 from hearthnet.config import NodeConfig, shown_name
 from hearthnet.contracts import routing
+from hearthnet.contracts.events import community_rules
 from hearthnet.contracts.rag import KEPT_LOCAL
 from hearthnet.errors import BadRequest, BusError, Revoked, Unauthorized
 from hearthnet.events.log import EventLog
@@ -44,12 +45,22 @@ from hearthnet.services.node.service import NodeService
 
 if TYPE_CHECKING:
     from hearthnet.blobs import BlobStore
-    from hearthnet.frontends import FrontDoor
 
 log = structlog.get_logger("hearthnet.node")
 
+
+class FrontDoor(Protocol):
+    """A server the node runs in its task group (the control socket, the web UI): ``run`` reports
+    started once it accepts.  The doors are given to :class:`Node` from above (``hearthnet node
+    run``): the node knows none of them."""
+
+    name: str
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None: ...
+
+
 ServiceFactory = Callable[["NodeParts"], Service | None]
-FrontDoorFactory = Callable[["NodeParts"], "FrontDoor | None"]
+FrontDoorFactory = Callable[["NodeParts"], FrontDoor | None]
 
 
 @dataclass
@@ -90,22 +101,6 @@ def read_bootstrap(config: NodeConfig) -> list[dict[str, Any]]:
         raise BadRequest(f"{config.bootstrap_path} is unreadable: {exc}") from exc
     peers = data.get("peers", []) if isinstance(data, dict) else []
     return [p for p in peers if isinstance(p, dict)]
-
-
-def register_service_event_rules(rules: EventRules[Membership]) -> None:
-    """Event types services emit must be accepted on every node, whatever it runs."""
-    from hearthnet.contracts.rag_events import deleted_rule, ingested_rule
-
-    rules.register(ingested_rule())
-    rules.register(deleted_rule())
-
-
-def community_rules() -> EventRules[Membership]:
-    """Every event type a node stores: the community's own and the services' (the same on every
-    node, whatever it runs, or nodes would disagree about what to keep)."""
-    rules = default_rules()
-    register_service_event_rules(rules)
-    return rules
 
 
 # -- the services a node runs ---------------------------------------------------------------
@@ -165,6 +160,21 @@ def rag_catalog_service(parts: NodeParts) -> Service | None:
     return RagCatalog(bus=parts.bus, event_log=parts.event_log)
 
 
+def archive_tool_service(parts: NodeParts) -> Service | None:
+    """``rag.search_archives`` for this node's front doors (MCP, the gateway, the composer)."""
+    from hearthnet.services.rag.archives.service import ArchiveToolService
+
+    cfg = parts.config.rag
+    return ArchiveToolService(
+        bus=parts.bus,
+        archives=cfg.archives,
+        allowed_urls=sorted(cfg.allowed_archive_urls),
+        defaults=cfg.archive_defaults,
+        query_timeout=cfg.query_timeout_seconds,
+        embed_timeout=cfg.embed_timeout_seconds,
+    )
+
+
 def ocr_service(parts: NodeParts) -> Service | None:
     cfg = parts.config.ocr
     if not cfg.enabled:
@@ -220,16 +230,14 @@ def llm_service(parts: NodeParts) -> Service | None:
     return LlmService(LlmConfig(openai=openai, local=local))
 
 
-def answer_service(parts: NodeParts) -> Service | None:
-    cfg = parts.config.answer
-    if not cfg.enabled:
+def rerank_service(parts: NodeParts) -> Service | None:
+    """``rerank.text`` for each ``[[rerank.servers]]`` table: only when one is configured."""
+    cfg = parts.config.rerank
+    if not cfg.enabled or not cfg.servers:
         return None
-    from hearthnet.answer.service import AnswerService
+    from hearthnet.services.rerank.service import RerankService
 
-    service = AnswerService(bus=parts.bus, config=cfg, sessions_path=parts.config.answer_path)
-    parts.community.on_events(service.events_stored)
-    parts.corpus_listeners.append(service.corpus_changed)
-    return service
+    return RerankService(cfg.servers)
 
 
 def default_service_factories() -> list[ServiceFactory]:
@@ -239,32 +247,11 @@ def default_service_factories() -> list[ServiceFactory]:
         embedding_service,
         rag_catalog_service,
         rag_service,
+        archive_tool_service,
         ocr_service,
         llm_service,
-        answer_service,
+        rerank_service,
     ]
-
-
-# -- the front doors it serves ---------------------------------------------------------------
-
-
-def control_door(parts: NodeParts) -> FrontDoor:
-    from hearthnet.frontends.control.server import ControlServer
-
-    return ControlServer(parts.config.control_socket, parts.bus)
-
-
-def ui_door(parts: NodeParts) -> FrontDoor | None:
-    if not parts.config.ui.enabled:
-        return None
-    from hearthnet.frontends.http.server import UiServer
-
-    return UiServer(parts.config, parts.bus)
-
-
-def default_front_door_factories() -> list[FrontDoorFactory]:
-    """The servers among the front doors, started after the services in this order."""
-    return [control_door, ui_door]
 
 
 class Node:
@@ -444,7 +431,7 @@ class Node:
             service = factory(parts)
             if service is not None:
                 self.services.append(service)
-        doors = self._door_factories if self._door_factories is not None else default_front_door_factories()
+        doors = self._door_factories or []
         self.front_doors = [d for d in (make(parts) for make in doors) if d is not None]
         try:
             async with anyio.create_task_group() as tg:

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import structlog
 
+from hearthnet.answer.archives import retrieve_archives
 from hearthnet.answer.budget import context_room, pack
 from hearthnet.answer.cache import AnswerCache, CacheKey
 from hearthnet.answer.citations import check_citations, sources
@@ -25,6 +26,7 @@ from hearthnet.answer.extractive import extract
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
 from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
+from hearthnet.answer.rerank import choose_reranker, rerank
 from hearthnet.answer.retrieve import (
     CorpusResult,
     Reachable,
@@ -36,6 +38,7 @@ from hearthnet.answer.retrieve import (
 )
 from hearthnet.bus.api import BusAPI
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts.answer import MAX_CORPORA
 from hearthnet.contracts.llm import MESSAGE_OVERHEAD, REPLY_OVERHEAD, estimate_tokens
 from hearthnet.contracts.rag import MAX_K
 from hearthnet.errors import BusError
@@ -45,8 +48,6 @@ __all__ = ["Ask", "Composer", "ModelChoice", "choose_model", "should_skip"]
 log = structlog.get_logger("hearthnet.answer")
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-MAX_CORPORA = 64
-"""Most corpora one ask queries (asked for by name, or all reachable ones)."""
 MAX_ANSWER_CHARS = 200_000
 """Most characters of generated text kept from one ``llm.chat`` stream (a provider that never stops)."""
 NO_PASSAGE = "(no passage of the documents matches the question)"
@@ -64,6 +65,18 @@ class Ask:
     cache: bool = True
     max_tokens: int | None = None
     temperature: float | None = None
+    archives: tuple[Mapping[str, Any], ...] = ()
+    """Archives to search besides the corpora (the seeds' ``rag_config.archives`` entries)."""
+    history: tuple[Turn, ...] | None = None
+    """Earlier turns given by the caller (instead of a session's)."""
+    model: str | None = None
+    """The ``llm.chat`` model asked for (else ``[answer] model``, else the largest window)."""
+
+    @property
+    def cacheable(self) -> bool:
+        """Archives change without telling this node, and given history is the caller's: neither
+        kind of answer is cached."""
+        return self.cache and not self.archives and self.history is None
 
 
 @dataclass(frozen=True)
@@ -136,15 +149,16 @@ class Composer:
         cfg = self._config
         reachable = reachable_corpora(self._bus)
         left_out = 0
-        if ask.corpora is None:
+        if ask.corpora is None and not ask.archives:
             names, left_out = default_corpora(reachable, MAX_CORPORA)
-        else:
-            names = list(ask.corpora)
-        choice = choose_model(self._bus, cfg.model)
+        else:  # archives named alone search only themselves, as the seeds' rag_config does
+            names = list(ask.corpora or ())
+        choice = choose_model(self._bus, ask.model or cfg.model)
         max_tokens = ask.max_tokens or cfg.max_tokens
         if choice is not None and choice.max_output_tokens is not None:
             max_tokens = min(max_tokens, choice.max_output_tokens)
         temperature = cfg.temperature if ask.temperature is None else ask.temperature
+        reranker = None if ask.no_rag else choose_reranker(self._bus, cfg)
         key = CacheKey.of(
             ask.question,
             ask.session,
@@ -153,8 +167,9 @@ class Composer:
             choice.model if choice else None,
             max_tokens,
             temperature,
+            reranker,
         )
-        cached = self._cache.get(key) if ask.cache else None
+        cached = self._cache.get(key) if ask.cacheable else None
         if cached is not None:
             return await self._replay(ask, cached, send, started)
 
@@ -162,10 +177,10 @@ class Composer:
         results: dict[str, CorpusResult] = {}
         if ask.no_rag:
             rag = "skipped"
-        elif not names:
+        elif not names and not ask.archives:
             rag = "unavailable"
         else:
-            results = await self._retrieve(ask.question, names, reachable, send)
+            results = await self._retrieve(ask.question, names, reachable, send, ask.archives)
             rag = overall_status(results)
         retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
         hits = [h for r in results.values() for h in r.hits]
@@ -175,7 +190,13 @@ class Composer:
         ):
             rag, hits = "skipped", []
         ranked, merged_by = merge([h for h in hits if h.score >= cfg.similarity_threshold])
-        turns = await self._history(ask.session) if ask.session else []
+        ranked, reranking = await rerank(
+            self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
+        )
+        if ask.history is not None:
+            turns = list(ask.history)
+        else:
+            turns = await self._history(ask.session) if ask.session else []
         # Retrieval that answered (even with nothing above the threshold) frames the answer in the
         # documents; skipped or failed retrieval leaves a plain conversation.
         with_context = rag in ("used", "partial")
@@ -197,10 +218,11 @@ class Composer:
         if choice is not None:
             llm_started = time.perf_counter()
             try:
-                answer_text, first = await self._generate(
+                answer_text, first, usage = await self._generate(
                     choice, selection, ask.question, max_tokens, temperature, send, deadline
                 )
                 mode = "generated"
+                meta["usage"] = usage
                 ttft_ms = None if first is None else (first - llm_started) * 1000
             except _NoToken as exc:  # nothing was streamed yet: the documents still answer
                 meta["llm_error"] = exc.code
@@ -225,6 +247,7 @@ class Composer:
             "retrieve_ms": round(retrieve_ms, 1),
             "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1),
         }
+        reranking.add_to(meta, debug)
         output: dict[str, Any] = {
             "answer": checked.text,
             "citations": [
@@ -238,7 +261,12 @@ class Composer:
         }
         if ask.session:
             await self._record(ask.session, ask.question, checked.text, checked.cited, mode)
-        if rag in ("used", "skipped") and "llm_error" not in meta:
+        if (
+            ask.cacheable
+            and rag in ("used", "skipped")
+            and "llm_error" not in meta
+            and reranking.status != "failed"
+        ):
             self._cache.put(key, {**output, "meta": {**meta, "debug": debug}})
         total_ms = (time.perf_counter() - started) * 1000
         if ask.debug:
@@ -252,29 +280,68 @@ class Composer:
             cited=len(checked.cited),
             citations_removed=checked.removed,
             llm_error=meta.get("llm_error"),
+            rerank=reranking.status,
             ms=round(total_ms, 1),
         )
         return output
 
     # steps --------------------------------------------------------------------------
     async def _retrieve(
-        self, question: str, names: Sequence[str], reachable: Mapping[str, Reachable], send: Send
+        self,
+        question: str,
+        names: Sequence[str],
+        reachable: Mapping[str, Reachable],
+        send: Send,
+        archives: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, CorpusResult]:
+        """The corpora and the archives, searched at once under one deadline."""
         cfg = self._config
         targets = [Target(c, min(reachable[c].k if c in reachable else MAX_K, cfg.top_k_max)) for c in names]
-        await send({"stage": "retrieve", "corpora": {c: "pending" for c in names}})
+        found: dict[str, CorpusResult] = {}
+        shown: dict[str, str] = {c: "pending" for c in names}
+        await send({"stage": "retrieve", "corpora": dict(shown)})
 
         async def progress(results: dict[str, CorpusResult]) -> None:
-            await send({"stage": "retrieve", "corpora": {c: r.status for c, r in results.items()}})
+            shown.update({c: r.status for c, r in results.items()})
+            await send({"stage": "retrieve", "corpora": dict(shown)})
 
-        return await retrieve(
-            self._bus,
-            question,
-            targets,
-            timeout=cfg.retrieval_timeout_seconds,
-            models={c: r.embedding_model for c, r in reachable.items()},
-            on_change=progress,
-        )
+        async def corpora() -> None:
+            found.update(
+                await retrieve(
+                    self._bus,
+                    question,
+                    targets,
+                    timeout=cfg.retrieval_timeout_seconds,
+                    models={c: r.embedding_model for c, r in reachable.items()},
+                    on_change=progress,
+                )
+            )
+
+        refused: list[BusError] = []
+
+        async def from_archives() -> None:
+            try:
+                answered = await retrieve_archives(
+                    self._bus,
+                    question,
+                    archives,
+                    k=min(MAX_K, cfg.top_k_max),
+                    timeout=cfg.retrieval_timeout_seconds,
+                )
+            except BusError as exc:  # a malformed rag_config: fails the ask, after the corpora settle
+                refused.append(exc)
+                return
+            found.update(answered)
+            await progress(answered)
+
+        async with anyio.create_task_group() as tg:
+            if targets:
+                tg.start_soon(corpora)
+            if archives:
+                tg.start_soon(from_archives)
+        if refused:
+            raise refused[0]
+        return found
 
     def _select(
         self,
@@ -354,8 +421,9 @@ class Composer:
         temperature: float,
         send: Send,
         deadline: float,
-    ) -> tuple[str, float | None]:
-        """Stream ``llm.chat``'s deltas to ``send``; the whole text and when its first token came.
+    ) -> tuple[str, float | None, dict[str, Any] | None]:
+        """Stream ``llm.chat``'s deltas to ``send``; the whole text, when its first token came, and
+        the model's ``usage``.
 
         A failure before the first token raises :class:`_NoToken` (the caller
         falls back to an extractive answer); after it, the ``BusError`` itself.
@@ -394,11 +462,13 @@ class Composer:
             raise
         message = result.output.get("message")
         content = message.get("content") if isinstance(message, dict) else message
+        usage = result.output.get("usage")
+        usage = dict(usage) if isinstance(usage, dict) else None
         if not parts and isinstance(content, str) and content:
             text = content[:MAX_ANSWER_CHARS]  # a provider that answered without streaming
             await send({"delta": text})
-            return text, time.perf_counter()
-        return "".join(parts), first
+            return text, time.perf_counter(), usage
+        return "".join(parts), first, usage
 
     async def _extract(self, question: str, context: Sequence[Hit], send: Send) -> tuple[str, str]:
         """The extractive answer's text (sent line by line) and how its sentences were ranked."""

@@ -28,13 +28,14 @@ import anyio
 import structlog
 
 from hearthnet.answer.cache import AnswerCache
-from hearthnet.answer.compose import MAX_CORPORA, Ask, Composer
+from hearthnet.answer.compose import Ask, Composer
 from hearthnet.answer.prompt import Turn
 from hearthnet.answer.sessions import SessionStore, validate_session_id, validate_title
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.config import AnswerConfig
+from hearthnet.contracts.answer import MAX_CORPORA
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.rag import DELETED, INGESTED
 from hearthnet.errors import BadRequest, Unauthorized
@@ -52,7 +53,25 @@ MAX_ANSWER_TOKENS = 65_536
 SESSIONS_PAGE = 100
 SESSIONS_MAX_PAGE = 1000
 _CORPUS = re.compile(r"[a-z0-9-]{1,64}")
-_ASK_KEYS = {"question", "corpora", "session", "no_rag", "debug", "cache", "max_tokens", "temperature"}
+_ASK_KEYS = {
+    "question",
+    "corpora",
+    "session",
+    "no_rag",
+    "debug",
+    "cache",
+    "max_tokens",
+    "temperature",
+    "archives",
+    "history",
+    "model",
+}
+MAX_ARCHIVES = 16
+"""Archives one ask may name (``rag.search_archives``'s own limit)."""
+MAX_HISTORY_TURNS = 200
+MAX_HISTORY_CHARS = 400_000
+"""Characters of given history in all (``llm.chat``'s own limit on a prompt)."""
+MAX_MODEL_NAME = 256
 
 
 def _flag(inp: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -101,6 +120,20 @@ def parse_ask(inp: Mapping[str, Any], config: AnswerConfig) -> Ask:
         ):
             raise BadRequest("input.temperature must be a number in 0..2")
         temperature = float(temperature)
+    archives = _archives(inp.get("archives"))
+    history = _history(inp.get("history"))
+    if history is not None and session is not None:
+        raise BadRequest("input.history and input.session exclude each other: a session keeps its own turns")
+    if inp.get("no_rag") is True and archives:
+        raise BadRequest("input.archives cannot be searched with no_rag")
+    model = inp.get("model")
+    if model is not None and (
+        not isinstance(model, str)
+        or not model.strip()
+        or len(model) > MAX_MODEL_NAME
+        or not model.isprintable()
+    ):
+        raise BadRequest(f"input.model must be a model name of 1..{MAX_MODEL_NAME} printable characters")
     return Ask(
         question=question,
         corpora=corpora,
@@ -110,7 +143,43 @@ def parse_ask(inp: Mapping[str, Any], config: AnswerConfig) -> Ask:
         cache=_flag(inp, "cache", True),
         max_tokens=max_tokens,
         temperature=temperature,
+        archives=archives,
+        history=history,
+        model=model,
     )
+
+
+def _archives(raw: Any) -> tuple[Mapping[str, Any], ...]:
+    """``input.archives``: the seeds' ``rag_config.archives`` entries, checked for shape here and
+    field by field by ``rag.search_archives``."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_ARCHIVES:
+        raise BadRequest(f"input.archives must be a list of 1..{MAX_ARCHIVES} archives (rag_config.archives)")
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise BadRequest(f"input.archives[{i}] must be an object with a name")
+    return tuple(raw)
+
+
+def _history(raw: Any) -> tuple[Turn, ...] | None:
+    """``input.history``: earlier ``{question, answer}`` turns, oldest first."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_HISTORY_TURNS:
+        raise BadRequest(f"input.history must be a list of at most {MAX_HISTORY_TURNS} turns")
+    turns: list[Turn] = []
+    size = 0
+    for i, entry in enumerate(raw):
+        question = entry.get("question") if isinstance(entry, dict) else None
+        answer = entry.get("answer") if isinstance(entry, dict) else None
+        if not isinstance(question, str) or not isinstance(answer, str):
+            raise BadRequest(f"input.history[{i}] must be {{question, answer}} strings")
+        size += len(question) + len(answer)
+        turns.append(Turn(question, answer))
+    if size > MAX_HISTORY_CHARS:
+        raise BadRequest(f"input.history holds {size} characters; at most {MAX_HISTORY_CHARS}")
+    return tuple(turns)
 
 
 class AnswerService:

@@ -19,6 +19,7 @@ from hearthnet.config.node import (
     log_path,
 )
 from hearthnet.config.rag import RagConfig
+from hearthnet.config.rerank import RerankConfig, RerankServerConfig
 from hearthnet.config.ui import UI_DEFAULT_PORT, UI_MAX_UPLOAD_BYTES, UiConfig
 from hearthnet.config.values import check_name, parse_listen, shown_name, toml_string
 
@@ -38,6 +39,8 @@ __all__ = [
     "OcrConfig",
     "OpenAIBackendConfig",
     "RagConfig",
+    "RerankConfig",
+    "RerankServerConfig",
     "UiConfig",
     "apply_env",
     "check_name",

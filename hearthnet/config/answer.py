@@ -73,8 +73,20 @@ class AnswerConfig:
     context_line: str = DEFAULT_CONTEXT_LINE
     no_context_prompt: str = DEFAULT_NO_CONTEXT_PROMPT
     extractive_header: str = DEFAULT_EXTRACTIVE_HEADER
+    rerank: bool = True
+    """Reorder the chunks with a ``rerank.text`` provider when one is reachable."""
+    rerank_model: str | None = None
+    """The ``rerank.text`` model to use; unset: a reachable one (this node's first, then by name)."""
+    rerank_candidates: int = 50
+    """The best chunks after merge and threshold that the reranker orders (the rest follow unchanged)."""
+    rerank_timeout_seconds: float = 10.0
 
     def __post_init__(self) -> None:
+        if not 1 <= self.rerank_candidates <= 256:
+            raise BadRequest(
+                "answer.rerank_candidates must be in 1..256 (rerank.text's limit), "
+                f"got {self.rerank_candidates}"
+            )
         if not 0.0 <= self.similarity_threshold <= 1.0:
             raise BadRequest(f"answer.similarity_threshold must be in 0..1, got {self.similarity_threshold}")
         if not 0.0 <= self.temperature <= 2.0:

@@ -1,9 +1,9 @@
 """The node's configuration as one :class:`NodeConfig`: built-in defaults < ``<home>/config.toml`` <
 environment (``HEARTHNET_*``, and the seeds' ``RAG_*`` names).  Each table family has its module
 (:mod:`.network`, :mod:`.embedding`, :mod:`.rag` with :mod:`.archives`, :mod:`.llm`,
-:mod:`.answer`, :mod:`.ui`); the small ones (``[blobs]``, ``[log]``, ``[ocr]``) and the top level
-are here.  The ``local`` preset (the default written by ``hearthnet init``) listens on 127.0.0.1
-with an ephemeral port, which is what tests and the demo want.
+:mod:`.answer`, :mod:`.ui`, :mod:`.rerank`); the small ones (``[blobs]``, ``[log]``, ``[ocr]``)
+and the top level are here.  The ``local`` preset (the default written by ``hearthnet init``)
+listens on 127.0.0.1 with an ephemeral port, which is what tests and the demo want.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from hearthnet.config.network import KEYS as NETWORK_KEYS
 from hearthnet.config.network import NetworkConfig, network_env, network_from
 from hearthnet.config.rag import KEYS as RAG_KEYS
 from hearthnet.config.rag import RagConfig, rag_env, rag_from
+from hearthnet.config.rerank import RerankConfig, rerank_config, rerank_from_env
 from hearthnet.config.ui import KEYS as UI_KEYS
 from hearthnet.config.ui import UiConfig, ui_env, ui_from
 from hearthnet.config.values import (
@@ -58,7 +59,20 @@ CONFIG_FILE = "config.toml"
 
 KEYS: dict[str, frozenset[str]] = {
     "": frozenset(
-        {"name", "log_level", "network", "embedding", "rag", "blobs", "log", "llm", "answer", "ui", "ocr"}
+        {
+            "name",
+            "log_level",
+            "network",
+            "embedding",
+            "rag",
+            "blobs",
+            "log",
+            "llm",
+            "answer",
+            "ui",
+            "ocr",
+            "rerank",
+        }
     ),
     "network": NETWORK_KEYS,
     "embedding": EMBEDDING_KEYS,
@@ -70,7 +84,8 @@ KEYS: dict[str, frozenset[str]] = {
     "ui": UI_KEYS,
     "ocr": frozenset({"enabled", "max_concurrent", "dpi"}),
 }
-"""The keys each top-level table of config.toml may hold (nested tables: their family's module)."""
+"""The keys each top-level table of config.toml may hold (nested tables, and ``[rerank]`` whole:
+their family's module)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +138,7 @@ class NodeConfig:
     llm: LlmConfig = field(default_factory=LlmConfig)
     ui: UiConfig = field(default_factory=UiConfig)
     ocr: OcrConfig = field(default_factory=OcrConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
     log_level: str = "info"
     log: LogConfig = field(default_factory=LogConfig)
 
@@ -212,6 +228,7 @@ def config_from_mapping(
             max_concurrent=integer(ocr_s, "max_concurrent", 1, 1, "ocr"),
             dpi=integer(ocr_s, "dpi", 200, 50, "ocr"),
         ),
+        rerank=rerank_config(top.get("rerank", {})),
         log_level=check_log_level(get(top, "log_level", str, "info", "config"), "log_level"),
         log=LogConfig(
             file=get(log_s, "file", bool, True, "log"),
@@ -251,6 +268,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
         llm=llm_env(config.llm, env),
         ui=ui_env(config.ui, env),
         ocr=ocr,
+        rerank=rerank_from_env(config.rerank, env),
     )
 
 

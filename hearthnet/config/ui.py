@@ -12,7 +12,9 @@ from hearthnet.errors import BadRequest
 
 __all__ = ["KEYS", "UI_DEFAULT_PORT", "UI_MAX_UPLOAD_BYTES", "UiConfig", "ui_env", "ui_from"]
 
-KEYS = frozenset({"enabled", "listen", "allowed_hosts", "max_upload_bytes"})
+KEYS = frozenset(
+    {"enabled", "listen", "allowed_hosts", "max_upload_bytes", "api_requests_per_minute", "api_burst"}
+)
 UI_DEFAULT_PORT = 7780
 UI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 
@@ -29,10 +31,16 @@ class UiConfig:
     allowed_hosts: tuple[str, ...] = ()
     """Host names, besides the listen address and loopback, that requests may name (DNS rebinding)."""
     max_upload_bytes: int = UI_MAX_UPLOAD_BYTES
+    api_requests_per_minute: int = 600
+    """Requests one API key may make to the gateway and MCP routes, on average (a token bucket)."""
+    api_burst: int = 60
+    """Requests one API key may make at once before the per-minute rate applies."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise BadRequest("ui.listen port must be 0..65535")
+        if not 1 <= self.api_requests_per_minute <= 1_000_000 or not 1 <= self.api_burst <= 100_000:
+            raise BadRequest("ui.api_requests_per_minute must be 1..1000000 and ui.api_burst 1..100000")
 
 
 def ui_from(ui_s: Mapping[str, Any]) -> UiConfig:
@@ -53,6 +61,8 @@ def ui_from(ui_s: Mapping[str, Any]) -> UiConfig:
         listen_explicit=listen is not None,
         allowed_hosts=tuple(h.strip().lower() for h in hosts),
         max_upload_bytes=integer(ui_s, "max_upload_bytes", UI_MAX_UPLOAD_BYTES, 1, "ui"),
+        api_requests_per_minute=integer(ui_s, "api_requests_per_minute", 600, 1, "ui"),
+        api_burst=integer(ui_s, "api_burst", 60, 1, "ui"),
     )
 
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from hearthnet.bus.descriptors import ParamsPredicate
 from hearthnet.bus.router import Preference
-from hearthnet.contracts import llm, rag
+from hearthnet.contracts import llm, rag, rerank
 
 __all__ = ["install"]
 
@@ -21,7 +21,7 @@ class _RuleTaker(Protocol):
 
 def install(bus: _RuleTaker) -> None:
     """Give ``bus`` the remote-provider rules of every family."""
-    for capability, predicate in {**rag.PREDICATES, **llm.PREDICATES}.items():
+    for capability, predicate in {**rag.PREDICATES, **llm.PREDICATES, **rerank.PREDICATES}.items():
         bus.register_predicate(capability, predicate)
     for capability, preference in rag.PREFERENCES.items():
         bus.register_preference(capability, preference)

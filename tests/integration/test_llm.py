@@ -116,8 +116,8 @@ def test_the_cli_chat_prints_the_answer_and_json_has_usage(mesh: LocalMesh, serv
 
 def test_failures_are_one_line_with_their_code(mesh: LocalMesh, server: OpenAIChatServer) -> None:
     b = mesh.nodes["b"]
-    server.mode = "busy"
-    proc = b.cli("llm", "chat", "hello", check=False)
+    server.mode = "busy"  # the client retries a refusal within the call's deadline, then reports it
+    proc = b.cli("llm", "chat", "hello", "--timeout", "3", check=False)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("hearthnet: capacity_exceeded:") and proc.stderr.count("\n") == 1
     server.mode = "normal"

@@ -121,11 +121,19 @@ def debug_lines(meta: Mapping[str, Any]) -> list[str]:
                 f"debug: corpus {shown(str(corpus))}: {shown(str(info.get('status')))}, "
                 f"{info.get('hits')} hits in {info.get('ms')} ms"
             )
+    reranked = debug.get("rerank")
+    if isinstance(reranked, Mapping):
+        error = f" ({shown(str(meta.get('rerank_error')))})" if meta.get("rerank_error") else ""
+        lines.append(
+            f"debug: rerank {shown(str(meta.get('rerank')))}{error} by {shown(str(reranked.get('model')))} "
+            f"in {reranked.get('ms')} ms"
+        )
     for i, c in enumerate(debug.get("chunks") or [], start=1):
         if isinstance(c, Mapping):
+            rerank = f" rerank {c.get('rerank')}" if "rerank" in c else ""
             lines.append(
                 f"debug: context {i}: {shown(str(c.get('chunk_id')))} ({shown(str(c.get('corpus')))}) "
-                f"score {c.get('score')} fused {c.get('fused')}"
+                f"score {c.get('score')} fused {c.get('fused')}{rerank}"
             )
     return lines
 

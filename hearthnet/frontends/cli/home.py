@@ -134,8 +134,8 @@ def _report_existing_home(args: argparse.Namespace, home: Path) -> None:
 
 # -- community create, join ------------------------------------------------------------------
 def _open_log(home: Path) -> Any:
+    from hearthnet.contracts.events import community_rules
     from hearthnet.events.log import EventLog
-    from hearthnet.node import community_rules
 
     return EventLog(home / "events.sqlite3", rules=community_rules())
 
@@ -212,8 +212,10 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     # stealing the core the next embedding needs (specs/node.md); 2^4 cycles, then sleep.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     tune_malloc()
+    from hearthnet.answer.hosting import answer_service
     from hearthnet.config import load_config
-    from hearthnet.node import Node
+    from hearthnet.frontends.doors import front_door_factories
+    from hearthnet.node import Node, default_service_factories
     from hearthnet.runtime.observability import configure_logging, shutdown_logging
 
     config = load_config(args.home)
@@ -224,7 +226,12 @@ def cmd_node_run(args: argparse.Namespace) -> None:
         max_bytes=config.log.max_bytes,
         backups=config.log.backups,
     )
-    node = Node(config)
+    # the composer and the front doors sit above the node's services: given to it from here
+    node = Node(
+        config,
+        factories=[*default_service_factories(), answer_service],
+        front_doors=front_door_factories(),
+    )
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:

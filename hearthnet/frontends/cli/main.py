@@ -26,6 +26,7 @@ from hearthnet.frontends.cli.home import add_community, add_init, add_join, add_
 from hearthnet.frontends.cli.ingest import add_ingest
 from hearthnet.frontends.cli.llm import add_llm
 from hearthnet.frontends.cli.logs import add_logs
+from hearthnet.frontends.cli.mcp import add_mcp
 from hearthnet.frontends.cli.node import add_call, add_events, add_status
 from hearthnet.frontends.cli.output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, one_line
 from hearthnet.frontends.cli.ui import add_ui
@@ -66,6 +67,7 @@ COMMANDS: tuple[AddCommand, ...] = (
     add_ask,
     add_sessions,
     add_ui,
+    add_mcp,
 )
 """Every top-level command, in the order ``hearthnet --help`` lists them."""
 

@@ -104,7 +104,10 @@ def cmd_token_create(args: argparse.Namespace) -> None:
     emit(
         args,
         {**token.to_json(), "token": secret, "link": link},
-        lambda: print(f"{token.id}  {token.name}  {token.level.label}\n{link}{note}"),
+        lambda: print(
+            f"{token.id}  {token.name}  {token.level.label}\n{link}{note}\n\n"
+            f"API key (OpenAI-compatible gateway /v1, MCP /mcp): {secret}"
+        ),
     )
 
 

@@ -1,5 +1,7 @@
 """Where corpora live, the rules every front door follows: which node hosts a corpus (and takes a
-new document), whom to ask about one, what to say when none answers, and every corpus in the mesh.
+new document), whom to ask about one, what to say when none answers, every corpus in the mesh, and
+which of them a caller of the gateway or MCP may search (``personal`` is the node owner's alone:
+a person naming it is refused, and "every corpus" for a person leaves it out).
 
 Written against :class:`~hearthnet.contracts.base.Caller`, what the control-socket client
 (:class:`AsyncClient`) and the node's bus (the web UI's) both are, so the CLI and the web UI
@@ -9,16 +11,19 @@ share one policy.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import anyio
 
+from hearthnet.contracts.answer import MAX_CORPORA
 from hearthnet.contracts.base import Caller
-from hearthnet.contracts.rag import PERSONAL, RagClient, host_label
-from hearthnet.errors import BadRequest, BusError, NotFound, Partition
+from hearthnet.contracts.rag import PERSONAL, RagClient, host_label, validate_corpus_name
+from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Unauthorized
 
 __all__ = [
+    "MAX_CORPORA",
+    "Calls",
     "corpus_host",
     "explain_unreachable",
     "hosted_here_or_there",
@@ -26,6 +31,8 @@ __all__ = [
     "known_hosts",
     "list_corpora_of",
     "rag_hosts",
+    "requested_corpora",
+    "searchable_corpora",
     "seen_text",
 ]
 
@@ -167,3 +174,43 @@ async def list_corpora_of(
         for node in nodes:
             tg.start_soon(ask, node)
     return [(node, answers[node]) for node in nodes]
+
+
+# -- what a caller of the gateway or MCP may search ------------------------------------------
+class Calls(Caller, Protocol):
+    """Capability calls as one caller of the gateway or MCP makes them (its level applied by the
+    front door)."""
+
+    @property
+    def owner(self) -> bool:
+        """The node's owner, who alone may search ``personal``."""
+        ...
+
+    @property
+    def key(self) -> str:
+        """Whose chats these are: ``owner``, or the API key's token id."""
+        ...
+
+
+def requested_corpora(calls: Calls, names: Sequence[Any]) -> list[str]:
+    """Corpus names a caller gave, checked (``bad_request``), ``personal`` refused to a person."""
+    if len(names) > MAX_CORPORA:
+        raise BadRequest(f"at most {MAX_CORPORA} corpora")
+    checked = sorted({validate_corpus_name(c) for c in names})
+    if PERSONAL in checked and not calls.owner:
+        raise Unauthorized("the personal corpus is the node owner's; this API key cannot search it")
+    return checked
+
+
+async def searchable_corpora(calls: Calls) -> list[str]:
+    """Every corpus of the mesh this caller may search (``rag.query`` registrations, from
+    ``node.status``), at most ``MAX_CORPORA``."""
+    status = (await calls.call("node.status")).output
+    names = {
+        str(c["params"]["corpus"])
+        for c in status.get("capabilities", [])
+        if c.get("capability") == "rag.query@1.0" and isinstance((c.get("params") or {}).get("corpus"), str)
+    }
+    if not calls.owner:
+        names.discard(PERSONAL)
+    return sorted(names)[:MAX_CORPORA]

@@ -29,7 +29,7 @@ from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import CAPABILITY_LEVELS, GatedBus
 from hearthnet.frontends.http.responses import Emit, EventStream, error_response, json_body, json_response
-from hearthnet.frontends.http.security import COOKIE, Guard
+from hearthnet.frontends.http.security import COOKIE, ASGIApp, Guard
 from hearthnet.frontends.http.sessions import SessionCache
 from hearthnet.frontends.http.tokens import SESSION_SECONDS, Session
 
@@ -170,8 +170,9 @@ async def _live(state: UiState, request: Request, session: Session) -> Response:
     return EventStream(produce, state.closing)
 
 
-def build_app(state: UiState, routes: list[BaseRoute]) -> Guard:
-    """The application, ``routes`` (of the library, mesh and ask modules) included."""
+def build_app(state: UiState, routes: list[BaseRoute], programs: ASGIApp | None = None) -> Guard:
+    """The application, ``routes`` (of the library, mesh and ask modules) included; ``programs``
+    (the gateway and MCP behind their bearer door) serves ``/v1/*`` and ``/mcp``."""
 
     def page(render: Callable[[Session, str], str]) -> Callable[[Request], Awaitable[Response]]:
         return api(state, _page(render))
@@ -199,6 +200,7 @@ def build_app(state: UiState, routes: list[BaseRoute]) -> Guard:
         listen_host=state.config.listen_host,
         allowed_hosts=state.config.allowed_hosts,
         login_page=lambda: login,
+        programs=programs,
     )
 
 

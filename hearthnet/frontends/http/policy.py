@@ -1,9 +1,11 @@
-"""Who may do what through the web UI: the allow-list of capabilities, each with its minimum level.
+"""Who may do what through the node's HTTP server: the allow-list of capabilities, each with its
+minimum level.
 
-The UI calls the node's bus in-process, where every call runs as the node itself (anchor on
-its own services).  This allow-list is therefore the security boundary between a person's
-login and the node: a capability that is not listed is never called, and one that is listed
-is called only by a login of at least its level.  The node's owner is the only anchor.
+The web UI, the OpenAI-compatible gateway and the MCP server call the node's bus in-process,
+where every call runs as the node itself (anchor on its own services).  This allow-list is
+therefore the security boundary between a person's login or API key and the node: a capability
+that is not listed is never called, and one that is listed is called only by a login or key of
+at least its level.  The node's owner is the only anchor.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {
     "file.list": M,
     "file.fetch": M,  # copies a cited blob into this node's cache to show it
     "file.read": M,
-    # asking
+    # asking (the gateway and MCP too)
+    "embed.text": M,
+    "llm.chat": M,
+    "rag.search_archives": M,  # asks only the ChromaDB servers the node's allow-list names
     "answer.ask": M,
     "answer.sessions": M,
     "answer.session.get": M,
@@ -53,14 +58,14 @@ CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {
     "member.demote": A,
     "member.revoke": A,
 }
-"""Every capability the web UI may call, with the lowest login level that may call it."""
+"""Every capability the HTTP front doors may call, with the lowest login or key level that may call it."""
 
 
 def check(level: Level, capability: str) -> None:
     """``Unauthorized`` unless a login of ``level`` may call ``capability`` through the UI."""
     needed = CAPABILITY_LEVELS.get(capability)
     if needed is None:
-        raise Unauthorized(f"the web UI does not call {capability}")
+        raise Unauthorized(f"the node's HTTP server does not call {capability}")
     if level < needed:
         article = "an" if needed.label[0] in "aeiou" else "a"
         raise Unauthorized(f"{capability} needs {article} {needed.label} login; this one is {level.label}")

@@ -14,6 +14,9 @@ uploads stream through it.  In order:
    be in ``X-CSRF-Token``, else ``403``.
 4. Every answer carries the Content-Security-Policy (no inline script), ``nosniff``, no
    referrer, no framing, and ``Cache-Control: no-store`` unless the route set its own.
+
+The programs' routes (``/v1/*``, ``/mcp``) pass the Host check, then go to their own door
+(``bearer.BearerDoor``): an API key, never the session cookie, lets a request in there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from hearthnet.frontends.http.bearer import is_bearer_path
 from hearthnet.frontends.http.sessions import SessionCache
 
 __all__ = ["COOKIE", "CSP", "Guard"]
@@ -109,8 +113,10 @@ class Guard:
         listen_host: str = "127.0.0.1",
         allowed_hosts: Iterable[str] = (),
         login_page: Callable[[], bytes],
+        programs: ASGIApp | None = None,
     ) -> None:
         self.app = app
+        self._programs = programs
         self._sessions = sessions
         self._port = port
         self._names, self._any_ip = allowed_names(listen_host, allowed_hosts)
@@ -140,6 +146,9 @@ class Guard:
             return
         path: str = scope["path"]
         method: str = scope["method"]
+        if self._programs is not None and is_bearer_path(path):
+            await self._programs(scope, receive, send_secured)
+            return
         session = await self._sessions.lookup(cookie_value(headers.get(b"cookie", b"").decode("latin-1")))
         scope["hn.session"] = session
         public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)

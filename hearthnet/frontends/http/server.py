@@ -34,6 +34,7 @@ from hearthnet.frontends.http.jobs import Jobs
 from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import GatedBus
+from hearthnet.frontends.http.programs import build_programs
 from hearthnet.frontends.http.sessions import SessionCache
 from hearthnet.frontends.http.tokens import TokenStore
 
@@ -160,8 +161,11 @@ class UiServer:
             node_name=self._config.name,
             port=lambda: self.port,
         )
+        programs = build_programs(self._bus, store, cfg, self._config.name, state.closing)
         app = build_app(
-            state, [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)]
+            state,
+            [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],
+            programs.app,
         )
         server = _Server(
             uvicorn.Config(
@@ -179,6 +183,7 @@ class UiServer:
             async with anyio.create_task_group() as tg:
                 state.jobs.attach(tg)
                 tg.start_soon(state.watcher.run)
+                await tg.start(programs.mcp.serve)
 
                 async def serve() -> None:
                     try:

@@ -263,6 +263,15 @@ class TokenStore:
             ).fetchall()
         return {r[0]: Session(r[0], r[1], r[2], Level.parse(r[3]), bool(r[4]), r[5], r[6]) for r in rows}
 
+    def bearer_tokens(self) -> dict[str, TokenInfo]:
+        """Every token usable as an ``Authorization: Bearer`` key, by its hash: the person tokens
+        not revoked (an owner link works once, in a browser, and never as a key)."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_TOKEN_COLUMNS}, hash FROM tokens WHERE one_time = 0 AND revoked IS NULL"
+            ).fetchall()
+        return {str(r[-1]): _token(r[:-1]) for r in rows}
+
     def end_session(self, key: str) -> None:
         with self._lock, transaction(self._db):
             self._db.execute("DELETE FROM sessions WHERE hash = ?", (key,))

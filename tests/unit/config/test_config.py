@@ -325,6 +325,9 @@ def test_ui_defaults_to_loopback_7780_with_the_next_free_port(tmp_path: Path) ->
     )
     explicit = config_from_mapping(tmp_path, {"ui": {"listen": "127.0.0.1:7780"}})
     assert explicit.ui.listen_explicit  # named: a taken port is an error, not the next one
+    assert (cfg.ui.api_requests_per_minute, cfg.ui.api_burst) == (600, 60)
+    rated = config_from_mapping(tmp_path, {"ui": {"api_requests_per_minute": 30, "api_burst": 5}})
+    assert (rated.ui.api_requests_per_minute, rated.ui.api_burst) == (30, 5)
 
 
 def test_ui_table_is_strict(tmp_path: Path) -> None:
@@ -336,6 +339,9 @@ def test_ui_table_is_strict(tmp_path: Path) -> None:
         ({"allowed_hosts": ["ok.lan", "bad host"]}, "allowed_hosts"),
         ({"allowed_hosts": "ok.lan"}, "allowed_hosts"),
         ({"max_upload_bytes": 0}, "max_upload_bytes"),
+        ({"api_requests_per_minute": 0}, "api_requests_per_minute"),
+        ({"api_burst": 0}, "api_burst"),
+        ({"api_burst": 1.5}, "api_burst"),
     ):
         with pytest.raises(BadRequest, match=words):
             config_from_mapping(tmp_path, {"ui": table})

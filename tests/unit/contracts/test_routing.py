@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hearthnet.bus.descriptors import ParamsPredicate
 from hearthnet.bus.router import Preference
-from hearthnet.contracts import llm, rag, routing
+from hearthnet.contracts import llm, rag, rerank, routing
 
 
 class _Taker:
@@ -22,10 +22,10 @@ class _Taker:
 def test_install_gives_every_family_rule() -> None:
     taker = _Taker()
     routing.install(taker)
-    assert taker.predicates == {**rag.PREDICATES, **llm.PREDICATES}
+    assert taker.predicates == {**rag.PREDICATES, **llm.PREDICATES, **rerank.PREDICATES}
     assert taker.preferences == rag.PREFERENCES
     assert "rag.ingest" in taker.predicates
-    assert "llm.chat" in taker.predicates
+    assert "llm.chat" in taker.predicates and "rerank.text" in taker.predicates
 
 
 def test_the_bus_knows_no_rule_until_given() -> None:

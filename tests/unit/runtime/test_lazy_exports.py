@@ -11,7 +11,13 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "package", ["hearthnet.transport", "hearthnet.community", "hearthnet.services.rag.archives"]
+    "package",
+    [
+        "hearthnet.transport",
+        "hearthnet.community",
+        "hearthnet.services.rag.archives",
+        "hearthnet.services.rerank",
+    ],
 )
 def test_every_exported_name_resolves_and_an_unknown_one_is_an_attribute_error(package: str) -> None:
     module = importlib.import_module(package)

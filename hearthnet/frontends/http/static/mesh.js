@@ -29,7 +29,7 @@
       return;
     }
     names = {};
-    for (const n of data.nodes) if (n.name) names[n.node_id] = n.name;
+    for (const n of [...data.nodes, ...data.revoked]) if (n.name) names[n.node_id] = n.name;  // events name former members too
     const body = document.querySelector("#nodes tbody");
     body.replaceChildren(...data.nodes.map((n) => nodeRow(n, data)), ...data.revoked.map(revokedRow));
     const caps = document.getElementById("capabilities");

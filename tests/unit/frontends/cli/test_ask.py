@@ -153,3 +153,32 @@ def test_debug_lines_show_timings_tokens_corpora_and_chunks() -> None:
         "debug: context 1: c\\u001b1 (house) score 0.57 fused 0.57",
     ]
     assert debug_lines({}) == ["debug: the node sent no debug details"]
+
+
+def test_debug_lines_show_the_rerank_step_and_each_chunks_rerank_score() -> None:
+    debug = {
+        "retrieve_ms": 12.6,
+        "ttft_ms": None,
+        "total_ms": 80.1,
+        "rerank": {"model": "bge\x1b", "ms": 9.5, "chunks": 2},
+        "chunks": [
+            {"chunk_id": "c2", "corpus": "house", "score": 0.31, "fused": 0.31, "rerank": 0.97},
+            {"chunk_id": "c1", "corpus": "house", "score": 0.57, "fused": 0.57, "rerank": 0.12},
+        ],
+    }
+    used = debug_lines({"rag": "used", "merge": "score", "rerank": "used", "debug": debug})
+    assert used[1:] == [
+        "debug: rerank used by bge\\u001b in 9.5 ms",
+        "debug: context 1: c2 (house) score 0.31 fused 0.31 rerank 0.97",
+        "debug: context 2: c1 (house) score 0.57 fused 0.57 rerank 0.12",
+    ]
+    failed = {
+        "rag": "used",
+        "rerank": "failed",
+        "rerank_error": "partition",
+        "debug": {**debug, "chunks": [{"chunk_id": "c1", "corpus": "house", "score": 0.57, "fused": 0.57}]},
+    }
+    assert debug_lines(failed)[1:] == [
+        "debug: rerank failed (partition) by bge\\u001b in 9.5 ms",
+        "debug: context 1: c1 (house) score 0.57 fused 0.57",
+    ]

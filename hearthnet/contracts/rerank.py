@@ -1,0 +1,73 @@
+"""The ``rerank.text@1.0`` contract: input shape, limits, the checked request and the
+remote-provider predicate (the model decides).
+
+Pure code (no I/O): the service checks every call with :func:`validate_rerank_input`
+before any server is asked; a caller may check its request with the same function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
+from hearthnet.errors import BadRequest
+
+__all__ = [
+    "CAPABILITY",
+    "MAX_QUERY_CHARS",
+    "MAX_TEXTS",
+    "MAX_TEXT_CHARS",
+    "PREDICATE",
+    "PREDICATES",
+    "VERSION",
+    "RerankRequest",
+    "validate_rerank_input",
+]
+
+CAPABILITY = "rerank.text"
+VERSION = (1, 0)
+MAX_QUERY_CHARS = 8192
+MAX_TEXTS = 256
+MAX_TEXT_CHARS = 8192
+_INPUT_KEYS = frozenset({"query", "texts"})
+
+PREDICATE: ParamsPredicate = params_key_equals("model")
+"""A provider fits when it serves the model asked for (a caller that names none takes any)."""
+PREDICATES: Mapping[str, ParamsPredicate] = {CAPABILITY: PREDICATE}
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    """A checked ``rerank.text`` input: the query and the texts to score against it, in order."""
+
+    query: str
+    texts: tuple[str, ...]
+
+
+def validate_rerank_input(input: Mapping[str, Any]) -> RerankRequest:
+    """``input`` -> a :class:`RerankRequest`, or ``BadRequest`` naming the field that is wrong."""
+    if not isinstance(input, Mapping):
+        raise BadRequest("rerank.text input must be a map {query, texts}")
+    unknown = sorted(str(k)[:40] for k in input if k not in _INPUT_KEYS)
+    if unknown:
+        raise BadRequest(f"unknown rerank.text input field(s): {', '.join(unknown[:8])}")
+    query = input.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise BadRequest("input.query must be a non-empty string")
+    if len(query) > MAX_QUERY_CHARS:
+        raise BadRequest(f"input.query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
+    texts = input.get("texts")
+    if not isinstance(texts, list | tuple):
+        raise BadRequest(f"input.texts must be a list of 1..{MAX_TEXTS} strings")
+    if not 1 <= len(texts) <= MAX_TEXTS:
+        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{MAX_TEXTS} per call")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
+        if len(text) > MAX_TEXT_CHARS:
+            raise BadRequest(
+                f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, cut it"
+            )
+    return RerankRequest(query=query, texts=tuple(texts))

@@ -1,0 +1,202 @@
+"""How the gateway answers: bus errors as OpenAI errors, and a call run within its request.
+
+:class:`GatewayCall` answers JSON, or server-sent ``chat.completion.chunk``s ended by
+``[DONE]`` (:class:`Chunks` writes them).  Its headers wait for the first chunk, so an error
+before it is an ordinary error answer; after it, one ``error`` event ends the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+import anyio
+import structlog
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from hearthnet.errors import BusError, InternalError, NotFound, Partition, bus_error_in
+from hearthnet.frontends.http import openai_shapes as shapes
+from hearthnet.frontends.http.bearer import openai_error_body
+
+__all__ = [
+    "STATUS",
+    "Chunks",
+    "Emit",
+    "GatewayCall",
+    "ModelNotFound",
+    "Producer",
+    "error_response",
+    "json_response",
+]
+
+log = structlog.get_logger("hearthnet.ui")
+
+STATUS: Final[Mapping[str, int]] = {
+    "bad_request": 400,
+    "schema_mismatch": 400,
+    "unauthorized": 403,
+    "revoked": 403,
+    "not_found": 404,
+    "not_implemented": 501,
+    "timeout": 504,
+    "partition": 503,
+    "capacity_exceeded": 429,
+    "rate_limited": 429,
+    "invalid_signature": 502,
+    "expired": 410,
+    "internal_error": 500,
+}
+"""The HTTP status each bus error is answered with by the gateway."""
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+Producer = Callable[[Emit], Awaitable[dict[str, Any] | None]]
+
+
+def error_response(exc: BusError) -> Response:
+    status = STATUS.get(exc.code, 500)
+    headers = {}
+    if exc.retry_after_ms is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
+    message = exc.message if status < 500 or exc.code != "internal_error" else exc.message[:300]
+    return Response(
+        openai_error_body(status, message, _code(exc)),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def _code(exc: BusError) -> str:
+    if isinstance(exc, ModelNotFound):
+        return "model_not_found"
+    return exc.code
+
+
+class ModelNotFound(NotFound):
+    """An unknown model: ``404`` with code ``model_not_found``."""
+
+
+def json_response(document: Any, status: int = 200) -> Response:
+    return Response(
+        json.dumps(document, ensure_ascii=False, separators=(",", ":")),
+        status_code=status,
+        media_type="application/json",
+    )
+
+
+class Chunks:
+    """Writes a streamed completion's chunks: the role with the first text, then the texts, the
+    finish, and the usage chunk when it was asked for."""
+
+    def __init__(self, emit: Emit, cid: str, created: int, model: str, include_usage: bool) -> None:
+        self._emit = emit
+        self._head = (cid, created, model)
+        self._usage = include_usage
+        self.sent_text = False
+
+    async def text(self, delta: str) -> None:
+        body: dict[str, Any] = {"content": delta}
+        if not self.sent_text:
+            body = {"role": "assistant", "content": delta}
+            self.sent_text = True
+        await self._emit(shapes.chunk(*self._head, body, with_usage=self._usage))
+
+    async def finish(
+        self, reason: str, usage: dict[str, int] | None, extension: dict[str, Any] | None = None
+    ) -> None:
+        if not self.sent_text:
+            await self.text("")
+        await self._emit(shapes.chunk(*self._head, {}, reason, with_usage=self._usage, extension=extension))
+        if self._usage:
+            zero = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+            await self._emit(shapes.chunk(*self._head, None, usage=usage or zero, with_usage=True))
+
+
+class GatewayCall(Response):
+    """Runs a producer within the request: a JSON answer, or (``stream``) server-sent chunks ended
+    by ``[DONE]``.  Headers wait for the first chunk, so an error before it is an ordinary error
+    answer.  The producer is cancelled when the client goes away or the node stops; with it goes
+    its bus call, and the model server's stream behind it."""
+
+    def __init__(self, producer: Producer, closing: anyio.Event, stream: bool) -> None:
+        # No Response.__init__: it would add a content-length of 0.
+        self.status_code = 200
+        self.background = None
+        self._producer = producer
+        self._closing = closing
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+        gone = False
+        finished = False
+        outcome: dict[str, Any] | None = None
+        failure: BusError | None = None
+
+        async def emit(doc: dict[str, Any]) -> None:
+            nonlocal started
+            if not started:
+                started = True
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", b"text/event-stream; charset=utf-8"),
+                            (b"cache-control", b"no-store"),
+                            (b"x-accel-buffering", b"no"),
+                        ],
+                    }
+                )
+            data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+            await send(
+                {"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True}
+            )
+
+        async with anyio.create_task_group() as tg:
+
+            async def until_gone() -> None:
+                nonlocal gone
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone = True
+                tg.cancel_scope.cancel()
+
+            async def until_closing() -> None:
+                await self._closing.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(until_gone)
+            tg.start_soon(until_closing)
+            try:
+                outcome = await self._producer(emit)
+                finished = True
+            except Exception as exc:
+                failure = bus_error_in(exc)
+                if failure is None:
+                    log.error("gateway_failed", error=type(exc).__name__)
+                    failure = InternalError("the gateway failed on this request")
+            tg.cancel_scope.cancel()
+        if gone:
+            return
+        if not finished and failure is None:  # cut short: the node is stopping
+            failure = Partition("the node is stopping: the answer was cut short")
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            try:
+                if not started:
+                    answer = error_response(failure) if failure is not None else json_response(outcome)
+                    await answer(scope, receive, send)
+                    return
+                if failure is not None:
+                    error = json.loads(
+                        openai_error_body(STATUS.get(failure.code, 500), failure.message, failure.code)
+                    )
+                    await emit(error)
+                elif self._stream:
+                    await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                pass

@@ -1,0 +1,141 @@
+"""``rerank.text@1.0``: one registration per configured reranking model (a cross-encoder server).
+
+Input ``{query, texts: 1..256 strings}``; output ``{scores: [float]}``, one per
+text in the input's order (higher is more relevant; the model's scale, not a
+cosine); meta ``{model, ms, requests}``.  The params predicate matches on the
+model name.  Neither the query nor the texts are ever logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import anyio
+import structlog
+
+from hearthnet.bus.context import CallContext
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.config.rerank import RerankServerConfig
+from hearthnet.contracts.rerank import CAPABILITY, MAX_TEXTS, PREDICATE, VERSION, validate_rerank_input
+from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.services.rerank.backend import RerankBackend, RerankResult
+
+__all__ = ["RerankService", "Reranker", "make_handler", "rerank_descriptor"]
+
+log = structlog.get_logger("hearthnet.rerank")
+
+
+class Reranker(Protocol):
+    """What the handler needs of a model: its settings and the scores of some texts."""
+
+    model: str
+    config: RerankServerConfig
+
+    async def score(self, query: str, texts: Sequence[str]) -> RerankResult: ...
+
+    async def aclose(self) -> None: ...
+
+
+def rerank_descriptor(backend: Reranker) -> CapabilityDescriptor:
+    cfg = backend.config
+    requests = -(-MAX_TEXTS // cfg.max_texts)
+    waves = -(-requests // cfg.max_concurrent)
+    return CapabilityDescriptor(
+        name=CAPABILITY,
+        version=VERSION,
+        params={"model": backend.model},
+        max_concurrent=cfg.max_concurrent,
+        # the largest call: its requests go out max_concurrent at a time, each may take timeout_seconds
+        timeout_seconds=cfg.timeout_seconds * waves + 5.0,
+        idempotent=True,  # no side effects: a refused call may go to another provider
+        description=f"{backend.model}: relevance of passages to a query ({cfg.protocol} server)",
+    )
+
+
+def make_handler(backend: Reranker) -> Handler:
+    async def handle(ctx: CallContext) -> tuple[dict[str, Any], dict[str, Any]]:
+        started = time.perf_counter()
+        wanted = ctx.params.get("model")
+        if wanted is not None and wanted != backend.model:
+            raise NotFound(f"rerank model {wanted!r:.80} is not served here (this provider: {backend.model})")
+        request = validate_rerank_input(ctx.input)
+        with anyio.move_on_after(ctx.remaining()) as scope:
+            result = await backend.score(request.query, request.texts)
+        if scope.cancelled_caught:
+            raise Timeout(
+                f"reranking {len(request.texts)} texts with {backend.model} passed the call's deadline"
+            )
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        log.info(
+            "rerank.text",
+            trace_id=ctx.trace_id,
+            model=backend.model,
+            texts=len(request.texts),
+            requests=result.requests,
+            ms=ms,
+        )
+        return {"scores": result.scores}, {"model": backend.model, "ms": ms, "requests": result.requests}
+
+    return handle
+
+
+class RerankService:
+    """Serves ``rerank.text`` for each configured server whose settings could be used."""
+
+    name = "rerank"
+
+    def __init__(
+        self, servers: Sequence[RerankServerConfig] = (), *, backends: Sequence[Reranker] = ()
+    ) -> None:
+        """``backends`` are used as given (tests, custom backends); ``servers`` build more at ``start``."""
+        self._servers = tuple(servers)
+        self._given = list(backends)
+        self._backends: list[Reranker] = []
+        self._unavailable: dict[str, str] = {}
+
+    @property
+    def backends(self) -> list[Reranker]:
+        return list(self._backends)
+
+    async def start(self) -> None:
+        backends: list[Reranker] = list(self._given)
+        for server in self._servers:
+            try:
+                backends.append(RerankBackend(server))
+            except BadRequest as exc:  # the API key variable is not set
+                self._unavailable[server.model] = exc.message
+                log.warning("rerank server misconfigured", model=server.model, reason=exc.message)
+        models = [b.model for b in backends]
+        dupes = sorted({m for m in models if models.count(m) > 1})
+        if dupes:
+            for b in backends:
+                await b.aclose()
+            raise BadRequest(f"two rerank servers serve the same model name: {', '.join(dupes)}")
+        self._backends = backends
+
+    def registrations(self) -> list[Registration]:
+        return [
+            Registration(
+                descriptor=rerank_descriptor(backend),
+                handler=make_handler(backend),
+                predicate=PREDICATE,
+            )
+            for backend in self._backends
+        ]
+
+    async def stop(self) -> None:
+        backends, self._backends = self._backends, []
+        for backend in backends:
+            try:
+                await backend.aclose()
+            except (OSError, BusError) as exc:
+                log.warning("rerank backend close failed", model=backend.model, error=type(exc).__name__)
+
+    def health(self) -> dict[str, Any]:
+        models = [
+            {"model": b.model, "protocol": b.config.protocol, "max_texts": b.config.max_texts}
+            for b in self._backends
+        ]
+        return {"ok": bool(self._backends), "models": models, "unavailable": dict(self._unavailable)}
