@@ -375,11 +375,12 @@ def test_the_events_command_pages_through_the_whole_log(
     import json
 
     from hearthnet.frontends import cli
+    from hearthnet.frontends.cli import node as events_command
 
     a, _, _ = nodes(mesh)
     whole = a.cli_json("call", "events.list", "--input", '{"limit": 5000}')["output"]
     assert whole["next"] is None and len(whole["events"]) >= 3
-    monkeypatch.setattr(cli, "EVENTS_PAGE", 2)
+    monkeypatch.setattr(events_command, "EVENTS_PAGE", 2)
     assert cli.main(["events", "--home", str(a.home), "--json"]) == 0
     paged = json.loads(capsys.readouterr().out)["events"]
     assert [e["event_id"] for e in paged] == [e["event_id"] for e in whole["events"]]
