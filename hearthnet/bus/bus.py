@@ -30,6 +30,7 @@ from hearthnet.bus.descriptors import (
     Version,
     parse_version,
 )
+from hearthnet.bus.flow import loop_time
 from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
 from hearthnet.bus.predicates import preference_for
 from hearthnet.bus.registry import Registry
@@ -327,7 +328,7 @@ class CapabilityBus:
             level = self._caller_level(session.peer_id)
             self._check_trust(reg.descriptor, level, session.peer_id)
             assert level is not None
-            now = anyio.current_time()
+            now = loop_time()
             ctx = RemoteCallContext(
                 inc,
                 version=version,
@@ -390,7 +391,7 @@ class CapabilityBus:
         the peer's ``cancel``; ``None`` means the peer cancelled.
         """
         d = reg.descriptor
-        now = anyio.current_time() if now is None else now
+        now = loop_time() if now is None else now
         refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.waiter_memory)
         if refusal is not None:
             retry = stats.retry_after_ms()
@@ -416,7 +417,7 @@ class CapabilityBus:
             if incoming is None:
                 scope = anyio.CancelScope(deadline=ctx.deadline)
             else:  # the peer's session times it (one timer for all its calls)
-                scope = anyio.CancelScope()
+                scope = incoming.session.new_scope()
                 incoming.enforce_deadline(scope, ctx.deadline)
             with scope:
                 value = await reg.handler(ctx)
@@ -425,9 +426,13 @@ class CapabilityBus:
                     code = "cancelled"
                     return None
                 raise Timeout(f"{d.ref} did not finish within its deadline")
-            output, meta = value if isinstance(value, tuple) else (value, {})
-            meta = dict(meta)
-            meta.setdefault("ms", round((time.perf_counter() - started) * 1000, 3))
+            if type(value) is tuple:
+                output, meta = value
+                meta = dict(meta)
+                if "ms" not in meta:
+                    meta["ms"] = round((time.perf_counter() - started) * 1000, 3)
+            else:
+                output, meta = value, {"ms": round((time.perf_counter() - started) * 1000, 3)}
             return CallResult(output, meta, self.node_id)
         except BusError as exc:
             code = exc.code
@@ -485,6 +490,8 @@ class CapabilityBus:
             candidates = [c for c in candidates if c.is_local]
             if not candidates:
                 raise NotFound(f"{capability} for params {dict(params)} is only served by this node itself")
+        if len(candidates) == 1:
+            return candidates  # whatever its health or load, it is the only one to try
         local_saturated = False
         for c in candidates:
             if c.is_local:
@@ -519,7 +526,7 @@ class CapabilityBus:
         after it nothing, while a slow but healthy provider keeps its whole deadline.
         """
         params_d, input_d = dict(params or {}), dict(input or {})
-        now = anyio.current_time()
+        now = loop_time()
         candidates = self._candidates(capability, version, params_d, provider, now=now)
         budget = timeout if timeout is not None else candidates[0].descriptor.timeout_seconds
         deadline = now + budget
@@ -530,7 +537,7 @@ class CapabilityBus:
                 last is None
                 or last.code not in _RETRYABLE
                 or not candidates[attempt - 1].descriptor.idempotent  # the one that may have run it
-                or anyio.current_time() >= deadline
+                or loop_time() >= deadline
             ):
                 break
             if attempt + 1 < len(candidates) and _hedgeable(cand):
@@ -696,7 +703,7 @@ class CapabilityBus:
         started = time.perf_counter()
         call: OutgoingCall | None = None
         try:
-            remaining = deadline - anyio.current_time()
+            remaining = deadline - loop_time()
             call = await session.request(
                 capability,
                 _version_text(version),

@@ -234,7 +234,11 @@ class Link:
         """The next message from the peer (see the module docstring for errors)."""
         frames = self._frames
         if frames:  # fast path: no await between popping and opening keeps frames in order
-            return await self._open(frames.popleft())
+            try:
+                return unpack_map(self._session.open(frames.popleft()))
+            except ProtocolError:
+                await self._abort()
+                raise
         async with self._recv_lock:
             while not frames:
                 if self._closed:
