@@ -12,6 +12,8 @@ future.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from typing import Generic, TypeVar
 
 import anyio
@@ -19,12 +21,36 @@ import anyio
 T = TypeVar("T")
 
 
+class _ThisThread(threading.local):
+    loop: asyncio.AbstractEventLoop | None = None
+
+
+_this_thread = _ThisThread()
+os.register_at_fork(after_in_child=lambda: setattr(_this_thread, "loop", None))
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop running this code, or ``None`` (another backend, or none).
+
+    ``asyncio.get_running_loop()`` asks the kernel for the process id on every call
+    (Python 3.11, to notice a fork); a thread runs one loop at a time, so the loop
+    last seen in this thread is still the one while it runs (a forked child forgets it).
+    """
+    loop = _this_thread.loop
+    if loop is not None and loop.is_running():
+        return loop
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    _this_thread.loop = loop
+    return loop
+
+
 def loop_time() -> float:
     """``anyio.current_time()``, read straight from the running asyncio loop when there is one."""
-    try:
-        return asyncio.get_running_loop().time()
-    except RuntimeError:
-        return anyio.current_time()
+    loop = running_loop()
+    return anyio.current_time() if loop is None else loop.time()
 
 
 class Wakeup:
@@ -51,13 +77,12 @@ class Wakeup:
     async def wait(self) -> None:
         if self._set:
             return
-        try:
-            future = asyncio.get_running_loop().create_future()
-        except RuntimeError:  # not on asyncio
+        loop = running_loop()
+        if loop is None:  # not on asyncio
             self._event = anyio.Event()
             await self._event.wait()
             return
-        self._future = future
+        future = self._future = loop.create_future()
         await future
 
 

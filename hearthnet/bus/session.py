@@ -143,6 +143,7 @@ class OutgoingCall:
     """Our side of a call we made to the peer."""
 
     __slots__ = (
+        "__weakref__",
         "capability",
         "consumed",
         "frames_rx",
@@ -154,7 +155,6 @@ class OutgoingCall:
         "session",
         "stream",
         "timer_seq",
-        "__weakref__",
     )
 
     def __init__(self, id: int, session: PeerSession, stream: bool, capability: str = "") -> None:

@@ -34,7 +34,7 @@ from hearthnet.transport.handshake import (
 )
 from hearthnet.transport.session import TAG_LEN, Session
 from hearthnet.transport.tcp_stream import connect_tcp
-from hearthnet.wire.codec import pack, unpack_map
+from hearthnet.wire.codec import Packer, pack, unpack_map
 from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER, FrameDecoder, encode_frame
 
 __all__ = [
@@ -91,6 +91,7 @@ class Link:
         self._stream = stream
         self._try_write: Callable[[bytes], bool] | None = getattr(stream, "try_write", None)
         self._session = session
+        self._pack = Packer().pack
         self._decoder = decoder
         self._frames = frames  # received, still encrypted; opened lazily in order
         self._max_payload = max_frame - TAG_LEN
@@ -158,7 +159,7 @@ class Link:
         stopped reading is ended by closing the link (the session's liveness
         check does, see :attr:`write_blocked_since`).
         """
-        payload = pack(message)
+        payload = self._pack(message)
         if len(payload) > self._max_payload:
             raise ProtocolError(
                 f"message of {len(payload)} bytes exceeds the link's maximum of {self._max_payload}"

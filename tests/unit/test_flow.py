@@ -88,3 +88,28 @@ async def test_loop_time_is_the_clock_of_anyio_deadlines() -> None:
     after = anyio.current_time()
     assert before - 1e-3 <= now <= after + 1e-3
     assert math.isfinite(now)
+
+
+def test_running_loop_is_the_loop_running_now_in_this_thread() -> None:
+    """Each new loop in a thread is seen (not the last one cached), and another thread sees its own."""
+    import asyncio
+    import threading
+
+    from hearthnet.bus.flow import running_loop
+
+    async def check() -> bool:
+        return running_loop() is asyncio.get_running_loop()
+
+    assert running_loop() is None
+    assert anyio.run(check) and anyio.run(check)  # a second loop, same thread
+    seen: list[bool] = []
+    worker = threading.Thread(target=lambda: seen.append(anyio.run(check)))
+    worker.start()
+    worker.join()
+    assert seen == [True]
+    assert running_loop() is None  # the last loop here has stopped
+
+    async def under_trio() -> bool:
+        return running_loop() is None
+
+    assert anyio.run(under_trio, backend="trio")
