@@ -239,7 +239,9 @@ class IncomingCall:
         "input_rx",
         "input_tx",
         "output_credit",
+        "ref",
         "request",
+        "running",
         "scope",
         "session",
         "timer_seq",
@@ -249,7 +251,13 @@ class IncomingCall:
         self.request = request
         self.session = session
         self.scope: anyio.CancelScope | None = None
-        """The scope the handler runs in (set by the dispatcher); a ``cancel`` message cancels it."""
+        """The scope the handler runs in: its worker's (set by the worker), or one the dispatcher
+        gives :meth:`enforce_deadline`.  While :attr:`running`, a ``cancel`` or the deadline
+        cancels it."""
+        self.running = False
+        """The handler is running in :attr:`scope` (only then may the scope be cancelled for it)."""
+        self.ref = request.capability
+        """What the dispatcher calls the capability (``name@X.Y``), for the answer to a cut call."""
         self.cancelled = False
         """The caller sent ``cancel``."""
         self.deadline_passed = False
@@ -271,16 +279,34 @@ class IncomingCall:
 
     def cancel(self) -> None:
         self.cancelled = True
-        if self.scope is not None:
+        if self.running:
+            assert self.scope is not None
             self.scope.cancel()
 
     def enforce_deadline(self, scope: anyio.CancelScope, deadline: float) -> None:
         """Run the handler in ``scope``: a ``cancel`` from the caller or ``deadline``
         (``anyio.current_time()`` scale) cancels it; one timer per session keeps the time."""
         self.scope = scope
+        self.start(deadline)
+
+    def start(self, deadline: float) -> None:
+        """The handler starts now in :attr:`scope` (its worker's, unless :meth:`enforce_deadline`
+        gave another); a ``cancel`` or ``deadline`` cancels that scope until :meth:`stop`.
+
+        A worker's scope serves call after call and is left, and a new one made, only when
+        it was cancelled: a call costs no cancel scope of its own.  A handler cut short in
+        the worker's scope raises the backend's cancellation out of the dispatcher; the
+        worker catches it at the scope and runs the session's ``on_cut`` for the call.
+        """
+        self.running = True
         if self.cancelled:
-            scope.cancel()
+            assert self.scope is not None
+            self.scope.cancel()
         self.session._add_timer(deadline, self)
+
+    def stop(self) -> None:
+        """The handler has ended: nothing may cancel the worker's scope for this call any more."""
+        self.running = False
 
     async def send_frame(self, data: dict[str, Any]) -> None:
         if self.output_credit is None:
@@ -306,6 +332,7 @@ class IncomingCall:
 
 
 Dispatcher = Callable[["PeerSession", IncomingCall], Awaitable[None]]
+"""Serves one call from the peer (answering it); ``on_cut`` answers one whose handler was cut short."""
 ControlHandler = Callable[["PeerSession", dict[str, Any]], Awaitable[None]]
 
 
@@ -319,11 +346,13 @@ class PeerSession:
         dispatcher: Dispatcher,
         on_control: ControlHandler,
         liveness: Liveness | None = None,
+        on_cut: Dispatcher | None = None,
     ) -> None:
         self.link = link
         self.liveness = liveness or Liveness()
         self.peer_id = link.peer_id
         self._dispatcher = dispatcher
+        self._on_cut = on_cut
         self._on_control = on_control
         self._ids = itertools.count(1)
         self.outgoing: dict[int, OutgoingCall] = {}
@@ -525,7 +554,8 @@ class PeerSession:
                         Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
                     )
                     self.spawn(self.send_quiet, {"t": "cancel", "id": call.id})
-                elif call.scope is not None:
+                elif call.running:
+                    assert call.scope is not None
                     call.deadline_passed = True
                     call.scope.cancel()
             self._next_timer = heap[0][0] if heap else math.inf
@@ -614,19 +644,31 @@ class PeerSession:
         return None
 
     async def _worker(self) -> None:
-        """Serve the peer's calls one after another until the session ends (it cancels us)."""
+        """Serve the peer's calls one after another until the session ends (it cancels us).
+
+        Calls run in the worker's cancel scope (see :meth:`IncomingCall.start`); once it
+        has been cancelled for a call, the worker leaves it, has that call answered by
+        ``on_cut`` if it was cut short, and goes on in a new scope.
+        """
         work, dispatch = self._work, self._dispatcher
         while True:
-            if not work:
-                wake = Wakeup()
-                self._parked.append(wake)
-                await wake.wait()
-                continue
-            inc = work.popleft()
-            try:
-                await dispatch(self, inc)
-            finally:
-                self.incoming.pop(inc.request.id, None)
+            inc: IncomingCall | None = None
+            with self.new_scope() as scope:
+                while not scope.cancel_called:
+                    if not work:
+                        wake = Wakeup()
+                        self._parked.append(wake)
+                        await wake.wait()
+                        continue
+                    inc = work.popleft()
+                    inc.scope = scope
+                    try:
+                        await dispatch(self, inc)
+                    finally:
+                        inc.running = False
+                        self.incoming.pop(inc.request.id, None)
+            if scope.cancelled_caught and inc is not None and self._on_cut is not None:
+                await self._on_cut(self, inc)  # its handler was cut short: no answer went out
 
 
 def _deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:

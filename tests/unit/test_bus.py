@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from hearthnet.bus.bus import CapabilityBus
@@ -554,6 +555,56 @@ async def test_deadline_travels_and_yields_timeout() -> None:
         assert anyio.current_time() - t0 < 1.0
         with anyio.fail_after(2):
             await cancelled.wait()  # the provider stopped working on it too
+
+
+@pytest.mark.anyio
+async def test_a_handler_cut_short_leaves_its_worker_serving_the_next_calls_whole() -> None:
+    """A peer's calls share their worker's cancel scope until one is cut short (deadline or
+    cancel): the cut call is answered (timeout) or not (cancelled), counted, and the calls
+    after it on the same worker run uncancelled, through their own awaits."""
+    cut: list[str] = []
+
+    async def gate(ctx: CallContext) -> dict[str, Any]:
+        if ctx.input.get("hang"):
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cut.append("cut")
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()  # a scope left cancelled would stop us here
+        return {"n": ctx.input.get("n")}
+
+    async def swallow(ctx: CallContext) -> dict[str, Any]:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            return {"late": True}  # a handler that ignores its cancellation (a bug)
+        raise AssertionError
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.gate", gate))
+        b.register(reg("test.swallow", swallow, timeout_seconds=0.2))
+        await announce(b)
+        with anyio.fail_after(10):
+            with pytest.raises(Timeout):
+                await a.call("test.gate", input={"hang": True}, timeout=0.2)
+            assert [(await a.call("test.gate", input={"n": n})).output["n"] for n in range(20)] == list(
+                range(20)
+            )
+            with anyio.move_on_after(0.1):  # the caller gives up: the provider is told to cancel
+                await a.call("test.gate", input={"hang": True}, timeout=30)
+            await wait_until(lambda: len(cut) == 2)
+            assert (await a.call("test.gate", input={"n": 7})).output == {"n": 7}
+            assert (await a.call("test.swallow")).output == {"late": True}
+            assert (await a.call("test.gate", input={"n": 8})).output == {"n": 8}
+        stats = b.stats.snapshot()["test.gate@1.0"]
+        await wait_until(lambda: b.stats.snapshot()["test.gate@1.0"]["calls"] == 24)
+        stats = b.stats.snapshot()["test.gate@1.0"]
+        assert stats["errors_by_code"] == {"timeout": 1, "cancelled": 1}
+        assert stats["in_flight"] == 0
+        assert b.sessions[a.node_id].workers <= 2
 
 
 @pytest.mark.anyio
