@@ -101,7 +101,7 @@ def _unpackable(obj: Any, exc: Exception) -> ProtocolError:
     return ProtocolError(f"value cannot be sent: {problem}")
 
 
-def unpack_map(data: bytes, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+def unpack_map(data: bytes | memoryview, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Decode exactly one msgpack map with string keys, within ``limits``.
 
     Depth: a value nested ``d`` deep has at least ``d`` map or array headers, each
