@@ -137,7 +137,37 @@ def _hedgeable(cand: ProviderInfo) -> bool:
 
 
 def _version_text(v: Version) -> str:
-    return f"{v[0]}.{v[1]}"
+    text = _VERSION_TEXTS.get(v)
+    if text is None:
+        text = f"{v[0]}.{v[1]}"
+        _remember(_VERSION_TEXTS, v, text)
+    return text
+
+
+_VERSION_TEXTS: dict[Version, str] = {}
+_REMEMBERED = 256
+"""Entries a lookup cache holds before it starts afresh (names and params come from peers too)."""
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= _REMEMBERED:
+        cache.clear()
+    cache[key] = value
+
+
+def _lookup_key(
+    capability: str, version: Version, params: Mapping[str, Any], extra: Any
+) -> tuple[Any, ...] | None:
+    """A key for caching a lookup of these arguments, or ``None`` (not cached).
+
+    Only params whose values are all text: two such params are equal exactly when
+    their items are, so a predicate cannot tell apart what the key holds together.
+    """
+    items = tuple(params.items())
+    for _, value in items:
+        if type(value) is not str:
+            return None
+    return capability, version, extra, items
 
 
 class CapabilityBus:
@@ -171,6 +201,10 @@ class CapabilityBus:
         self._peer_ready: dict[str, anyio.Event] = {}
         self._peer_faults: dict[str, dict[str, int]] = {}
         self._kept_local: dict[str, list[dict[str, Any]]] = {}
+        # Lookups repeated on every call, kept per (capability, version, params, ...) while the
+        # registry's version (and the kept-local rules) stay as they were: see _lookup_key.
+        self._eligible_seen: dict[tuple[Any, ...], tuple[int, list[ProviderInfo]]] = {}
+        self._resolved_seen: dict[tuple[Any, ...], tuple[int, Registration]] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -330,8 +364,14 @@ class CapabilityBus:
     def _resolve(
         self, capability: str, version: Version, params: Mapping[str, Any], *, remote_caller: bool
     ) -> Registration:
+        key = _lookup_key(capability, version, params, remote_caller)
+        seen = self._resolved_seen.get(key) if key is not None else None
+        if seen is not None and seen[0] == self.registry.version:
+            return seen[1]
         reg = self.registry.find_local(capability, version, params, remote_caller=remote_caller)
         if reg is not None:
+            if key is not None:
+                _remember(self._resolved_seen, key, (self.registry.version, reg))
             return reg
         names = [r.descriptor for r in self.registry.local() if r.descriptor.name == capability]
         if remote_caller:
@@ -502,6 +542,7 @@ class CapabilityBus:
         (a query of the personal corpus): a peer advertising it gets nothing.
         """
         self._kept_local.setdefault(capability, []).append(dict(params))
+        self._eligible_seen.clear()
 
     def _is_kept_local(self, capability: str, params: Mapping[str, Any]) -> bool:
         kept = self._kept_local.get(capability)
@@ -518,6 +559,30 @@ class CapabilityBus:
         *,
         now: float,
     ) -> list[ProviderInfo]:
+        candidates = self._eligible(capability, version, params, provider)
+        if len(candidates) == 1:
+            return candidates  # whatever its health or load, it is the only one to try
+        local_saturated = False
+        for c in candidates:
+            if c.is_local:
+                stats = self.stats.get(c.descriptor.ref)
+                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
+        return self.router.order(
+            candidates,
+            capability,
+            now=now,
+            local_saturated=local_saturated,
+            preference=preference_for(capability),
+        )
+
+    def _eligible(
+        self, capability: str, version: Version, params: Mapping[str, Any], provider: str | None
+    ) -> list[ProviderInfo]:
+        """The providers a call may go to, in the registry's order (not yet by health or load)."""
+        key = _lookup_key(capability, version, params, provider)
+        seen = self._eligible_seen.get(key) if key is not None else None
+        if seen is not None and seen[0] == self.registry.version:
+            return seen[1]
         candidates = self.registry.providers(capability, version, params)
         if provider is not None:
             candidates = [c for c in candidates if c.node_id == provider]
@@ -535,20 +600,9 @@ class CapabilityBus:
             candidates = [c for c in candidates if c.is_local]
             if not candidates:
                 raise NotFound(f"{capability} for params {dict(params)} is only served by this node itself")
-        if len(candidates) == 1:
-            return candidates  # whatever its health or load, it is the only one to try
-        local_saturated = False
-        for c in candidates:
-            if c.is_local:
-                stats = self.stats.get(c.descriptor.ref)
-                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
-        return self.router.order(
-            candidates,
-            capability,
-            now=now,
-            local_saturated=local_saturated,
-            preference=preference_for(capability),
-        )
+        if key is not None:
+            _remember(self._eligible_seen, key, (self.registry.version, candidates))
+        return candidates
 
     async def call(
         self,

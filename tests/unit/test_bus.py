@@ -209,6 +209,42 @@ async def test_two_hosts_of_one_corpus_send_callers_to_the_one_with_more_chunks(
 
 
 @pytest.mark.anyio
+async def test_routing_follows_every_change_of_providers_and_rules_between_calls() -> None:
+    """Lookups repeated on every call are remembered only while nothing they depend on changed."""
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        by_corpus = params_key_equals("corpus")
+        b.register(reg("test.q", echo, params={"corpus": "family"}, predicate=by_corpus))
+        await announce(b)
+        family = {"corpus": "family"}
+        for _ in range(2):
+            assert (await a.call("test.q", params=family)).provider == b.node_id
+        a.register(reg("test.q", echo, params={"corpus": "family"}, predicate=by_corpus))
+        assert (await a.call("test.q", params=family)).provider == a.node_id  # local now preferred
+        a.unregister("test.q", family)
+        assert (await a.call("test.q", params=family)).provider == b.node_id
+        with pytest.raises(NotFound):  # another value of the same key is looked up afresh
+            await a.call("test.q", params={"corpus": "work"})
+        b.register(reg("test.q", echo, params={"corpus": "work"}, predicate=by_corpus))
+        await wait_until(lambda: len(a.providers("test.q", params={"corpus": "work"})) == 1)
+        assert (await a.call("test.q", params={"corpus": "work"})).provider == b.node_id
+        a.keep_local("test.q", family)
+        with pytest.raises(NotFound, match="only served by this node"):
+            await a.call("test.q", params=family)
+        b.unregister("test.q", {"corpus": "work"})
+        await wait_until(lambda: not a.providers("test.q", params={"corpus": "work"}))
+        with pytest.raises(NotFound):
+            await a.call("test.q", params={"corpus": "work"})
+        # params that are not all text are looked up every time: 1 and True are equal in Python
+        b.register(reg("test.n", echo, params={"n": 1}, predicate=lambda o, r: type(r["n"]) is type(o["n"])))
+        await wait_until(lambda: len(a.providers("test.n", params={"n": 1})) == 1)
+        assert (await a.call("test.n", params={"n": 1})).provider == b.node_id
+        with pytest.raises(NotFound):
+            await a.call("test.n", params={"n": True})
+
+
+@pytest.mark.anyio
 async def test_trust_level_enforced_for_remote_callers() -> None:
     async with mesh(2, [Level.MEMBER, Level.ANCHOR]) as m:
         _ALL.extend(m.buses)
