@@ -111,15 +111,16 @@ class OneShot(Generic[T]):
     """A value (or an exception) delivered exactly once; later deliveries are ignored.
 
     Any number of tasks may wait; a waiter is made only when one waits before
-    the outcome is known.
+    the outcome is known (the first one on asyncio: a bare future).
     """
 
-    __slots__ = ("_done", "_error", "_value", "_waiters")
+    __slots__ = ("_done", "_error", "_future", "_value", "_waiters")
 
     def __init__(self) -> None:
         self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._future: asyncio.Future[None] | None = None
         self._waiters: list[Wakeup] | None = None
 
     @property
@@ -147,6 +148,9 @@ class OneShot(Generic[T]):
 
     def _finish(self) -> None:
         self._done = True
+        future = self._future
+        if future is not None and not future.done():  # done: its waiter was cancelled
+            future.set_result(None)
         waiters, self._waiters = self._waiters, None
         if waiters is not None:
             for waiter in waiters:
@@ -154,12 +158,17 @@ class OneShot(Generic[T]):
 
     async def wait(self) -> T:
         if not self._done:
-            waiter = Wakeup()
-            if self._waiters is None:
-                self._waiters = [waiter]
+            loop = running_loop() if self._future is None else None
+            if loop is not None:
+                future = self._future = loop.create_future()
+                await future
             else:
-                self._waiters.append(waiter)
-            await waiter.wait()
+                waiter = Wakeup()
+                if self._waiters is None:
+                    self._waiters = [waiter]
+                else:
+                    self._waiters.append(waiter)
+                await waiter.wait()
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
