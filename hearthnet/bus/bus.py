@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, overload
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -30,13 +30,14 @@ from hearthnet.bus.descriptors import (
     Version,
     parse_version,
 )
+from hearthnet.bus.flow import loop_time
 from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
 from hearthnet.bus.predicates import preference_for
 from hearthnet.bus.registry import Registry
 from hearthnet.bus.router import Router
 from hearthnet.bus.session import IncomingCall, Liveness, OutgoingCall, PeerSession
 from hearthnet.bus.sightings import Sightings
-from hearthnet.bus.stats import StatsBook
+from hearthnet.bus.stats import CapabilityStats, StatsBook
 from hearthnet.community.levels import Level
 from hearthnet.errors import (
     BadRequest,
@@ -100,6 +101,30 @@ def _unsendable(ref: str, output: Any, meta: Any, trace_id: str) -> BusError | N
     return InternalError(f"internal error in {ref}: its answer cannot cross the wire (trace_id={trace_id})")
 
 
+def _answer(value: Any, started: float) -> tuple[Any, dict[str, Any]]:
+    """A handler's return value as ``(output, meta)``; ``meta.ms`` is its time unless it gave one."""
+    if isinstance(value, tuple):
+        output, given = value
+        meta = dict(given)
+        if "ms" not in meta:
+            meta["ms"] = round((time.perf_counter() - started) * 1000, 3)
+        return output, meta
+    return value, {"ms": round((time.perf_counter() - started) * 1000, 3)}
+
+
+def _handler_failure(
+    exc: Exception, d: CapabilityDescriptor, trace_id: str
+) -> tuple[BusError, BaseException | None]:
+    """The error a caller gets for a handler that raised ``exc``, and its cause to chain: a
+    BusError wrapped by a task group comes out as itself; anything else is logged (call this in
+    the ``except`` block) and becomes ``internal_error``."""
+    inner = bus_error_in(exc)
+    if inner is not None:
+        return inner, None
+    log.exception("handler_failed", capability=d.ref, trace_id=trace_id)
+    return InternalError(f"internal error in {d.ref} (trace_id={trace_id})"), exc
+
+
 HEDGE_AFTER = 0.5
 """Share of the time left when a remote attempt of an idempotent call started after which,
 still unanswered, the next provider is tried beside it."""
@@ -112,7 +137,37 @@ def _hedgeable(cand: ProviderInfo) -> bool:
 
 
 def _version_text(v: Version) -> str:
-    return f"{v[0]}.{v[1]}"
+    text = _VERSION_TEXTS.get(v)
+    if text is None:
+        text = f"{v[0]}.{v[1]}"
+        _remember(_VERSION_TEXTS, v, text)
+    return text
+
+
+_VERSION_TEXTS: dict[Version, str] = {}
+_REMEMBERED = 256
+"""Entries a lookup cache holds before it starts afresh (names and params come from peers too)."""
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= _REMEMBERED:
+        cache.clear()
+    cache[key] = value
+
+
+def _lookup_key(
+    capability: str, version: Version, params: Mapping[str, Any], extra: Any
+) -> tuple[Any, ...] | None:
+    """A key for caching a lookup of these arguments, or ``None`` (not cached).
+
+    Only params whose values are all text: two such params are equal exactly when
+    their items are, so a predicate cannot tell apart what the key holds together.
+    """
+    items = tuple(params.items())
+    for _, value in items:
+        if type(value) is not str:
+            return None
+    return capability, version, extra, items
 
 
 class CapabilityBus:
@@ -146,6 +201,10 @@ class CapabilityBus:
         self._peer_ready: dict[str, anyio.Event] = {}
         self._peer_faults: dict[str, dict[str, int]] = {}
         self._kept_local: dict[str, list[dict[str, Any]]] = {}
+        # Lookups repeated on every call, kept per (capability, version, params, ...) while the
+        # registry's version (and the kept-local rules) stay as they were: see _lookup_key.
+        self._eligible_seen: dict[tuple[Any, ...], tuple[int, list[ProviderInfo]]] = {}
+        self._resolved_seen: dict[tuple[Any, ...], tuple[int, Registration]] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -185,7 +244,11 @@ class CapabilityBus:
     async def attach(self, link: Link) -> None:
         """Serve one authenticated link until it closes (run it in a task)."""
         session = PeerSession(
-            link, dispatcher=self._dispatch_remote, on_control=self._handle_control, liveness=self.liveness
+            link,
+            dispatcher=self._dispatch_remote,
+            on_control=self._handle_control,
+            liveness=self.liveness,
+            on_cut=self._answer_cut,
         )
         old = self.sessions.get(link.peer_id)
         self.sessions[link.peer_id] = session
@@ -301,8 +364,14 @@ class CapabilityBus:
     def _resolve(
         self, capability: str, version: Version, params: Mapping[str, Any], *, remote_caller: bool
     ) -> Registration:
+        key = _lookup_key(capability, version, params, remote_caller)
+        seen = self._resolved_seen.get(key) if key is not None else None
+        if seen is not None and seen[0] == self.registry.version:
+            return seen[1]
         reg = self.registry.find_local(capability, version, params, remote_caller=remote_caller)
         if reg is not None:
+            if key is not None:
+                _remember(self._resolved_seen, key, (self.registry.version, reg))
             return reg
         names = [r.descriptor for r in self.registry.local() if r.descriptor.name == capability]
         if remote_caller:
@@ -317,47 +386,56 @@ class CapabilityBus:
         started = time.perf_counter()
         ref = UNRESOLVED
         error: BusError | None = None
-        result: CallResult | None = None
+        answer: tuple[dict[str, Any], dict[str, Any]] | None = None
         stats = None
         try:
             version = parse_version(req.version)
             reg = self._resolve(req.capability, version, req.params, remote_caller=True)
-            ref = reg.descriptor.ref
+            d = reg.descriptor
+            ref = inc.ref = d.ref
             stats = self.stats.get(ref)
             level = self._caller_level(session.peer_id)
-            self._check_trust(reg.descriptor, level, session.peer_id)
+            self._check_trust(d, level, session.peer_id)
             assert level is not None
-            now = anyio.current_time()
+            now = loop_time()
             ctx = RemoteCallContext(
                 inc,
                 version=version,
                 caller_level=level,
                 # the caller's deadline, but never longer than this capability's own timeout:
                 # a member must not hold a slot for an hour by asking for an hour
-                deadline=now + min(req.deadline_ms / 1000, reg.descriptor.timeout_seconds),
+                deadline=now + min(req.deadline_ms / 1000, d.timeout_seconds),
             )
-            result = await self._invoke(reg, ctx, stats, incoming=inc, now=now)
-            if result is None:
-                return  # the caller cancelled: it expects no answer
+            answer = await self._run_remote(reg, ctx, stats, inc, now)
         except BusError as exc:
             error = exc
             if stats is None:  # refused before any capability was found: not under the peer's name
                 self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
-        if error is None and result is not None:
-            error = _unsendable(ref, result.output, result.meta, req.trace_id)
-        if error is None and result is not None:
-            try:
-                await session.send({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})
-                return
-            except ProtocolError as exc:  # the answer cannot be sent (e.g. larger than a frame)
-                error = BadRequest(
-                    f"{ref} produced an answer this link cannot carry: {exc.message}; ask for less"
-                )
-                log.warning("answer_not_sendable", capability=ref, reason=exc.message, trace_id=req.trace_id)
-            except BusError:
-                return  # the link is gone: nobody is waiting for the answer
+        if answer is not None:
+            output, meta = answer
+            error = _unsendable(ref, output, meta, req.trace_id)
+            if error is None:
+                try:
+                    await session.send({"t": "done", "id": req.id, "output": output, "meta": meta})
+                    return
+                except ProtocolError as exc:  # the answer cannot be sent (e.g. larger than a frame)
+                    error = BadRequest(
+                        f"{ref} produced an answer this link cannot carry: {exc.message}; ask for less"
+                    )
+                    log.warning(
+                        "answer_not_sendable", capability=ref, reason=exc.message, trace_id=req.trace_id
+                    )
+                except BusError:
+                    return  # the link is gone: nobody is waiting for the answer
         if error is not None:
             await session.send_quiet({"t": "error", "id": req.id, **error.to_wire()})
+
+    async def _answer_cut(self, session: PeerSession, inc: IncomingCall) -> None:
+        """Answer a peer's call whose handler its deadline or its caller's ``cancel`` cut short."""
+        if inc.cancelled and not inc.deadline_passed:
+            return  # the caller cancelled: it expects no answer
+        error = Timeout(f"{inc.ref} did not finish within its deadline")
+        await session.send_quiet({"t": "error", "id": inc.request.id, **error.to_wire()})
 
     def _check_trust(self, d: CapabilityDescriptor, level: Level | None, caller: str) -> None:
         if level is None:
@@ -367,79 +445,91 @@ class CapabilityBus:
                 f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}"
             )
 
-    @overload
-    async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult: ...
+    def _admit(self, d: CapabilityDescriptor, stats: CapabilityStats, caller: str, now: float) -> None:
+        """Take one of the capability's slots for ``caller`` or raise ``capacity_exceeded``."""
+        refusal = stats.slots.take(caller, d.max_concurrent, now, remember=stats.waiter_memory)
+        if refusal is None:
+            return
+        retry = stats.retry_after_ms()
+        stats.record(None, "capacity_exceeded")
+        if refusal.reason == "full":
+            why = f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls"
+        elif refusal.reason == "reserved":
+            why = f"{d.ref}: its free slots are kept for callers refused earlier (limit {d.max_concurrent})"
+        else:
+            why = (
+                f"{d.ref}: this caller already runs {refusal.held} of its fair share of "
+                f"{refusal.share} concurrent calls while others wait (limit {d.max_concurrent})"
+            )
+        raise CapacityExceeded(why, retry_after_ms=retry)
 
-    @overload
-    async def _invoke(
-        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall, now: float
-    ) -> CallResult | None: ...
-
-    async def _invoke(
-        self,
-        reg: Registration,
-        ctx: CallContext,
-        stats: Any,
-        *,
-        incoming: IncomingCall | None = None,
-        now: float | None = None,
-    ) -> CallResult | None:
-        """Run a handler under its concurrency limit and deadline; map every failure to a BusError.
-
-        One cancel scope carries both the deadline and, for a call from a peer,
-        the peer's ``cancel``; ``None`` means the peer cancelled.
-        """
+    async def _invoke(self, reg: Registration, ctx: CallContext, stats: CapabilityStats) -> CallResult:
+        """Run a handler of this node's own call under its concurrency limit and deadline (its
+        own cancel scope); map every failure to a BusError."""
         d = reg.descriptor
-        now = anyio.current_time() if now is None else now
-        refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.waiter_memory)
-        if refusal is not None:
-            retry = stats.retry_after_ms()
-            stats.record(None, "capacity_exceeded")
-            if refusal.reason == "full":
-                why = f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls"
-            elif refusal.reason == "reserved":
-                why = (
-                    f"{d.ref}: its free slots are kept for callers refused earlier (limit {d.max_concurrent})"
-                )
-            else:
-                why = (
-                    f"{d.ref}: this caller already runs {refusal.held} of its fair share of "
-                    f"{refusal.share} concurrent calls while others wait (limit {d.max_concurrent})"
-                )
-            raise CapacityExceeded(why, retry_after_ms=retry)
+        now = loop_time()
+        self._admit(d, stats, ctx.caller, now)
         started = time.perf_counter()
         code: str | None = None
         try:
             if ctx.deadline <= now:
                 raise Timeout(f"deadline passed before {d.ref} started")
             value: Any = _UNSET
-            if incoming is None:
-                scope = anyio.CancelScope(deadline=ctx.deadline)
-            else:  # the peer's session times it (one timer for all its calls)
-                scope = anyio.CancelScope()
-                incoming.enforce_deadline(scope, ctx.deadline)
-            with scope:
+            with anyio.CancelScope(deadline=ctx.deadline):
                 value = await reg.handler(ctx)
             if value is _UNSET:
-                if incoming is not None and incoming.cancelled and not incoming.deadline_passed:
-                    code = "cancelled"
-                    return None
                 raise Timeout(f"{d.ref} did not finish within its deadline")
-            output, meta = value if isinstance(value, tuple) else (value, {})
-            meta = dict(meta)
-            meta.setdefault("ms", round((time.perf_counter() - started) * 1000, 3))
+            output, meta = _answer(value, started)
             return CallResult(output, meta, self.node_id)
         except BusError as exc:
             code = exc.code
             raise
         except Exception as exc:
-            inner = bus_error_in(exc)
-            if inner is not None:  # a handler's own BusError, wrapped by its task group
-                code = inner.code
-                raise inner from None
-            code = "internal_error"
-            log.exception("handler_failed", capability=d.ref, trace_id=ctx.trace_id)
-            raise InternalError(f"internal error in {d.ref} (trace_id={ctx.trace_id})") from exc
+            error, cause = _handler_failure(exc, d, ctx.trace_id)
+            code = error.code
+            raise error from cause
+        finally:
+            stats.slots.give_back(ctx.caller)
+            stats.record((time.perf_counter() - started) * 1000, code)
+
+    async def _run_remote(
+        self,
+        reg: Registration,
+        ctx: CallContext,
+        stats: CapabilityStats,
+        inc: IncomingCall,
+        now: float,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run the handler of a peer's call as :meth:`_invoke` does, in its worker's cancel scope.
+
+        The session's timer keeps the deadline and the peer's ``cancel`` cuts the handler
+        short (:meth:`IncomingCall.start`): the cancellation then leaves this method and the
+        worker's scope, and :meth:`_answer_cut` answers.  Returns ``(output, meta)``.
+        """
+        d = reg.descriptor
+        self._admit(d, stats, ctx.caller, now)
+        started = time.perf_counter()
+        code: str | None = None
+        try:
+            if ctx.deadline <= now:
+                raise Timeout(f"deadline passed before {d.ref} started")
+            inc.start(ctx.deadline)
+            try:
+                value = await reg.handler(ctx)
+            finally:
+                inc.stop()
+            return _answer(value, started)
+        except BusError as exc:
+            code = exc.code
+            raise
+        except Exception as exc:
+            error, cause = _handler_failure(exc, d, ctx.trace_id)
+            code = error.code
+            raise error from cause
+        except BaseException:
+            if inc.cancelled or inc.deadline_passed:  # cut short here, answered by _answer_cut
+                code = "cancelled" if inc.cancelled and not inc.deadline_passed else "timeout"
+            raise
         finally:
             stats.slots.give_back(ctx.caller)
             stats.record((time.perf_counter() - started) * 1000, code)
@@ -452,6 +542,7 @@ class CapabilityBus:
         (a query of the personal corpus): a peer advertising it gets nothing.
         """
         self._kept_local.setdefault(capability, []).append(dict(params))
+        self._eligible_seen.clear()
 
     def _is_kept_local(self, capability: str, params: Mapping[str, Any]) -> bool:
         kept = self._kept_local.get(capability)
@@ -468,6 +559,30 @@ class CapabilityBus:
         *,
         now: float,
     ) -> list[ProviderInfo]:
+        candidates = self._eligible(capability, version, params, provider)
+        if len(candidates) == 1:
+            return candidates  # whatever its health or load, it is the only one to try
+        local_saturated = False
+        for c in candidates:
+            if c.is_local:
+                stats = self.stats.get(c.descriptor.ref)
+                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
+        return self.router.order(
+            candidates,
+            capability,
+            now=now,
+            local_saturated=local_saturated,
+            preference=preference_for(capability),
+        )
+
+    def _eligible(
+        self, capability: str, version: Version, params: Mapping[str, Any], provider: str | None
+    ) -> list[ProviderInfo]:
+        """The providers a call may go to, in the registry's order (not yet by health or load)."""
+        key = _lookup_key(capability, version, params, provider)
+        seen = self._eligible_seen.get(key) if key is not None else None
+        if seen is not None and seen[0] == self.registry.version:
+            return seen[1]
         candidates = self.registry.providers(capability, version, params)
         if provider is not None:
             candidates = [c for c in candidates if c.node_id == provider]
@@ -485,18 +600,9 @@ class CapabilityBus:
             candidates = [c for c in candidates if c.is_local]
             if not candidates:
                 raise NotFound(f"{capability} for params {dict(params)} is only served by this node itself")
-        local_saturated = False
-        for c in candidates:
-            if c.is_local:
-                stats = self.stats.get(c.descriptor.ref)
-                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
-        return self.router.order(
-            candidates,
-            capability,
-            now=now,
-            local_saturated=local_saturated,
-            preference=preference_for(capability),
-        )
+        if key is not None:
+            _remember(self._eligible_seen, key, (self.registry.version, candidates))
+        return candidates
 
     async def call(
         self,
@@ -519,7 +625,7 @@ class CapabilityBus:
         after it nothing, while a slow but healthy provider keeps its whole deadline.
         """
         params_d, input_d = dict(params or {}), dict(input or {})
-        now = anyio.current_time()
+        now = loop_time()
         candidates = self._candidates(capability, version, params_d, provider, now=now)
         budget = timeout if timeout is not None else candidates[0].descriptor.timeout_seconds
         deadline = now + budget
@@ -530,7 +636,7 @@ class CapabilityBus:
                 last is None
                 or last.code not in _RETRYABLE
                 or not candidates[attempt - 1].descriptor.idempotent  # the one that may have run it
-                or anyio.current_time() >= deadline
+                or loop_time() >= deadline
             ):
                 break
             if attempt + 1 < len(candidates) and _hedgeable(cand):
@@ -696,7 +802,7 @@ class CapabilityBus:
         started = time.perf_counter()
         call: OutgoingCall | None = None
         try:
-            remaining = deadline - anyio.current_time()
+            remaining = deadline - loop_time()
             call = await session.request(
                 capability,
                 _version_text(version),

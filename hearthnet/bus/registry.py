@@ -28,6 +28,8 @@ class Registry:
         # order of `_remote`; rebuilt when a manifest comes or goes (every call looks here)
         self._remote_by_name: dict[str, list[tuple[str, list[CapabilityDescriptor]]]] = {}
         self.changed = 0  # bumped on every local change, to re-announce
+        self.version = 0
+        """Bumped on every change, local or remote: a lookup cached at one version holds until the next."""
 
     # local -----------------------------------------------------------------
     def add_local(self, registration: Registration) -> None:
@@ -39,6 +41,7 @@ class Registry:
         ]
         self._local.append(registration)
         self.changed += 1
+        self.version += 1
 
     def remove_local(self, name: str, params: Mapping[str, Any]) -> None:
         self._local = [
@@ -47,6 +50,7 @@ class Registry:
             if not (r.descriptor.name == name and dict(r.descriptor.params) == dict(params))
         ]
         self.changed += 1
+        self.version += 1
 
     def local(self) -> list[Registration]:
         return list(self._local)
@@ -95,6 +99,7 @@ class Registry:
             for name, descriptors in by_name.items():
                 index.setdefault(name, []).append((node_id, descriptors))
         self._remote_by_name = index
+        self.version += 1
 
     def remote_nodes(self) -> dict[str, Manifest]:
         return {n: r.manifest for n, r in self._remote.items()}
