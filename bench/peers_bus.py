@@ -23,6 +23,12 @@ Targets (the issue's, same run): calls/s with 32 in flight (64 B) >= 1.0x NATS,
 p50 with one in flight (64 B) <= 1.0x NATS.  NATS with TLS is given beside each
 figure in its note: our link is always encrypted.
 
+Reported beside them with 32 in flight: CPU time per call of every process of
+each side (ours: this process and the node; NATS: this process, nats-server and
+the responder), from ``/proc`` (Linux).  When other jobs leave these processes
+less than two cores, calls/s follows the CPU each side gets over its CPU per
+call, so this is the figure that says how a side fares on a busy machine.
+
     python -m bench.peers_bus [--quick]
 """
 
@@ -33,6 +39,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import os
 import shutil
 import ssl
 import subprocess
@@ -184,12 +191,46 @@ class Cell:
     p99: float
     cps: float
     refused: int
+    cpu_us: float | None = None
+    """CPU time of every process of the side per call answered (None: not measured)."""
 
 
-async def drive(call: Callable[[], Awaitable[None]], in_flight: int, seconds: float) -> Cell:
-    """``in_flight`` workers call one after another for ``seconds``; every answered call is timed."""
+def cpu_seconds(pids: list[int]) -> float | None:
+    """User and system CPU seconds these processes have used so far (``None`` off Linux)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def child_pids(*needles: str) -> list[int]:
+    """Children of this process whose command line contains every one of ``needles``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == os.getpid() and all(n in cmdline for n in needles):
+            found.append(int(entry.name))
+    return found
+
+
+async def drive(
+    call: Callable[[], Awaitable[None]], in_flight: int, seconds: float, pids: list[int] | None = None
+) -> Cell:
+    """``in_flight`` workers call one after another for ``seconds``; every answered call is timed,
+    and with ``pids`` the CPU those processes used meanwhile is divided among the calls."""
     lat: list[float] = []
     refused = 0
+    cpu_before = cpu_seconds(pids) if pids else None
     stop = anyio.current_time() + seconds
 
     async def worker() -> None:
@@ -213,7 +254,11 @@ async def drive(call: Callable[[], Awaitable[None]], in_flight: int, seconds: fl
     elapsed = time.perf_counter() - t0
     if not lat:
         raise RuntimeError(f"no call was answered in {seconds} s ({refused} refused)")
-    return Cell(percentile(lat, 0.5), percentile(lat, 0.99), len(lat) / elapsed, refused)
+    cpu_after = cpu_seconds(pids) if pids else None
+    cpu_us = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu_us = (cpu_after - cpu_before) / len(lat) * 1e6
+    return Cell(percentile(lat, 0.5), percentile(lat, 0.99), len(lat) / elapsed, refused, cpu_us)
 
 
 async def _measure(
@@ -228,6 +273,13 @@ async def _measure(
         "nats_tls": await nats.connect(urls["nats_tls"], tls=tls, allow_reconnect=False),
     }
     out: dict[tuple[str, int, int], list[Cell]] = {}
+    # every process of each side; this process runs every client, one cell at a time
+    assert server.process is not None
+    pids = {
+        "ours": [os.getpid(), server.process.pid],
+        "nats": [os.getpid(), *child_pids("nats-server", "ports-plain"), *child_pids(urls["nats"])],
+        "nats_tls": [os.getpid(), *child_pids("nats-server", "ports-tls"), *child_pids(urls["nats_tls"])],
+    }
     try:
         async with member_bus(server, mesh.nodes["bench"].home) as bus:
             calls: dict[tuple[str, int], Callable[[], Awaitable[None]]] = {}
@@ -260,7 +312,7 @@ async def _measure(
                     order = SYSTEMS[turn % 3 :] + SYSTEMS[: turn % 3]
                     turn += 1
                     for system in order:
-                        cell = await drive(calls[system, size], n, seconds)
+                        cell = await drive(calls[system, size], n, seconds, pids[system])
                         out.setdefault((system, size, n), []).append(cell)
     finally:
         for nc in clients.values():
@@ -312,7 +364,39 @@ def metrics(results: dict[tuple[str, int, int], list[Cell]]) -> list[PeerMetric]
                         note=note,
                     )
                 )
+            if n == 32:
+                rows.append(_cpu_row(results, size, n))
     return rows
+
+
+def _cpu_row(results: dict[tuple[str, int, int], list[Cell]], size: int, n: int) -> PeerMetric:
+    """CPU per call of every process of each side, or a row saying it was not measured."""
+    name = f"bus echo CPU per call (all processes of a side), {n} in flight, {_size(size)} payload"
+    cpu: dict[str, list[float]] = {}
+    for system in SYSTEMS:
+        values = [c.cpu_us for c in results[system, size, n]]
+        if any(v is None for v in values):
+            return PeerMetric("bus", name, "us", None, None, "NATS", "(reported)", None, note="no /proc here")
+        cpu[system] = [v for v in values if v is not None]
+    o, p, t = (median_range(cpu[system]) for system in SYSTEMS)
+    return PeerMetric(
+        "bus",
+        name,
+        "us",
+        round(o[0], 1),
+        round(p[0], 1),
+        "NATS",
+        "(reported)",
+        None,
+        round(o[1], 1),
+        round(o[2], 1),
+        round(p[1], 1),
+        round(p[2], 1),
+        note=(
+            f"NATS with TLS {t[0]:.1f} us (ours {o[0] / t[0]:.2f}x); ours: client and node, "
+            "NATS: client, nats-server and responder"
+        ),
+    )
 
 
 def run(quick: bool = False) -> list[PeerMetric]:

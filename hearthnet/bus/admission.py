@@ -60,6 +60,10 @@ class Slots:
         ``remember()`` (called only when ``caller`` becomes or stays a waiter)
         is how many seconds from now it stays one.
         """
+        if not self._waiting and self.total < limit:  # the common case: nobody waits, a slot is free
+            self.held[caller] = self.held.get(caller, 0) + 1
+            self.total += 1
+            return None
         mine, share, reason = self._judge(caller, limit, now)
         if reason is not None:
             if mine < share:  # owed a slot: wait for one, in order of first refusal

@@ -80,6 +80,10 @@ class CapabilityBus(Serving, Calling):
         self._peer_faults: dict[str, dict[str, int]] = {}
         self._kept_local: dict[str, list[dict[str, Any]]] = {}
         self._preferences: dict[str, Preference] = {}
+        # Lookups repeated on every call, kept per (capability, version, params, ...) while the
+        # registry's version (and the kept-local rules) stay as they were: see registry.lookup_key.
+        self._eligible_seen: dict[tuple[Any, ...], tuple[int, list[ProviderInfo]]] = {}
+        self._resolved_seen: dict[tuple[Any, ...], tuple[int, Registration]] = {}
         self._manifest_seq = 0
         self._announced = -1
         self._announce_event = anyio.Event()
@@ -157,7 +161,11 @@ class CapabilityBus(Serving, Calling):
     async def attach(self, link: Link) -> None:
         """Serve one authenticated link until it closes (run it in a task)."""
         session = PeerSession(
-            link, dispatcher=self._dispatch_remote, on_control=self._handle_control, liveness=self.liveness
+            link,
+            dispatcher=self._dispatch_remote,
+            on_control=self._handle_control,
+            liveness=self.liveness,
+            on_cut=self._answer_cut,
         )
         old = self.sessions.get(link.peer_id)
         self.sessions[link.peer_id] = session

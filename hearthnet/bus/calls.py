@@ -23,7 +23,8 @@ from hearthnet.bus.descriptors import (
     Registration,
     Version,
 )
-from hearthnet.bus.registry import Registry
+from hearthnet.bus.flow import loop_time
+from hearthnet.bus.registry import Registry, lookup_key, remember
 from hearthnet.bus.router import Preference, Router
 from hearthnet.bus.session import OutgoingCall, PeerSession
 from hearthnet.bus.stats import StatsBook
@@ -68,6 +69,7 @@ class Calling:
         sessions: dict[str, PeerSession]
         _kept_local: dict[str, list[dict[str, Any]]]
         _preferences: dict[str, Preference]
+        _eligible_seen: dict[tuple[Any, ...], tuple[int, list[ProviderInfo]]]
 
         @property
         def node_id(self) -> str: ...
@@ -85,6 +87,7 @@ class Calling:
         (a query of the personal corpus): a peer advertising it gets nothing.
         """
         self._kept_local.setdefault(capability, []).append(dict(params))
+        self._eligible_seen.clear()
 
     def _is_kept_local(self, capability: str, params: Mapping[str, Any]) -> bool:
         kept = self._kept_local.get(capability)
@@ -101,6 +104,30 @@ class Calling:
         *,
         now: float,
     ) -> list[ProviderInfo]:
+        candidates = self._eligible(capability, version, params, provider)
+        if len(candidates) == 1:
+            return candidates  # whatever its health or load, it is the only one to try
+        local_saturated = False
+        for c in candidates:
+            if c.is_local:
+                stats = self.stats.get(c.descriptor.ref)
+                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
+        return self.router.order(
+            candidates,
+            capability,
+            now=now,
+            local_saturated=local_saturated,
+            preference=self._preferences.get(capability),
+        )
+
+    def _eligible(
+        self, capability: str, version: Version, params: Mapping[str, Any], provider: str | None
+    ) -> list[ProviderInfo]:
+        """The providers a call may go to, in the registry's order (not yet by health or load)."""
+        key = lookup_key(capability, version, params, provider)
+        seen = self._eligible_seen.get(key) if key is not None else None
+        if seen is not None and seen[0] == self.registry.version:
+            return seen[1]
         candidates = self.registry.providers(capability, version, params)
         if provider is not None:
             candidates = [c for c in candidates if c.node_id == provider]
@@ -118,18 +145,9 @@ class Calling:
             candidates = [c for c in candidates if c.is_local]
             if not candidates:
                 raise NotFound(f"{capability} for params {dict(params)} is only served by this node itself")
-        local_saturated = False
-        for c in candidates:
-            if c.is_local:
-                stats = self.stats.get(c.descriptor.ref)
-                local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
-        return self.router.order(
-            candidates,
-            capability,
-            now=now,
-            local_saturated=local_saturated,
-            preference=self._preferences.get(capability),
-        )
+        if key is not None:
+            remember(self._eligible_seen, key, (self.registry.version, candidates))
+        return candidates
 
     async def call(
         self,
@@ -152,7 +170,7 @@ class Calling:
         after it nothing, while a slow but healthy provider keeps its whole deadline.
         """
         params_d, input_d = dict(params or {}), dict(input or {})
-        now = anyio.current_time()
+        now = loop_time()
         candidates = self._candidates(capability, version, params_d, provider, now=now)
         budget = timeout if timeout is not None else candidates[0].descriptor.timeout_seconds
         deadline = now + budget
@@ -163,7 +181,7 @@ class Calling:
                 last is None
                 or last.code not in _RETRYABLE
                 or not candidates[attempt - 1].descriptor.idempotent  # the one that may have run it
-                or anyio.current_time() >= deadline
+                or loop_time() >= deadline
             ):
                 break
             if attempt + 1 < len(candidates) and _hedgeable(cand):
@@ -329,7 +347,7 @@ class Calling:
         started = time.perf_counter()
         call: OutgoingCall | None = None
         try:
-            remaining = deadline - anyio.current_time()
+            remaining = deadline - loop_time()
             call = await session.request(
                 capability,
                 version_text(version),

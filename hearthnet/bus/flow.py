@@ -1,12 +1,89 @@
-"""Small async primitives for flow control and one-shot results."""
+"""Small async primitives for flow control, one-shot results and waking a parked task.
+
+On asyncio (the node runs on asyncio or uvloop) a waiter is a bare future of the
+running loop: a call's answer or a parked worker is woken with one
+``set_result``, where an ``anyio.Event`` costs a backend look-up, two objects
+and a loop-bound lock per wait, several times the rest of a trivial call's
+bookkeeping.  On any other backend the same classes use ``anyio.Event``.
+Cancellation is unchanged: anyio's cancel scopes cancel a task waiting on any
+future.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 from typing import Generic, TypeVar
 
 import anyio
 
 T = TypeVar("T")
+
+
+class _ThisThread(threading.local):
+    loop: asyncio.AbstractEventLoop | None = None
+
+
+_this_thread = _ThisThread()
+os.register_at_fork(after_in_child=lambda: setattr(_this_thread, "loop", None))
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The asyncio loop running this code, or ``None`` (another backend, or none).
+
+    ``asyncio.get_running_loop()`` asks the kernel for the process id on every call
+    (Python 3.11, to notice a fork); a thread runs one loop at a time, so the loop
+    last seen in this thread is still the one while it runs (a forked child forgets it).
+    """
+    loop = _this_thread.loop
+    if loop is not None and loop.is_running():
+        return loop
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    _this_thread.loop = loop
+    return loop
+
+
+def loop_time() -> float:
+    """``anyio.current_time()``, read straight from the running asyncio loop when there is one."""
+    loop = running_loop()
+    return anyio.current_time() if loop is None else loop.time()
+
+
+class Wakeup:
+    """One task waits (:meth:`wait`) until another calls :meth:`set`; later sets are no-ops."""
+
+    __slots__ = ("_event", "_future", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._future: asyncio.Future[None] | None = None
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        if self._set:
+            return
+        self._set = True
+        future = self._future
+        if future is not None:
+            if not future.done():  # done: its waiter was cancelled
+                future.set_result(None)
+        elif self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        loop = running_loop()
+        if loop is None:  # not on asyncio
+            self._event = anyio.Event()
+            await self._event.wait()
+            return
+        future = self._future = loop.create_future()
+        await future
 
 
 class Credit:
@@ -31,18 +108,24 @@ class Credit:
 
 
 class OneShot(Generic[T]):
-    """A value (or an exception) delivered exactly once; later deliveries are ignored."""
+    """A value (or an exception) delivered exactly once; later deliveries are ignored.
 
-    __slots__ = ("_error", "_event", "_value")
+    Any number of tasks may wait; a waiter is made only when one waits before
+    the outcome is known (the first one on asyncio: a bare future).
+    """
+
+    __slots__ = ("_done", "_error", "_future", "_value", "_waiters")
 
     def __init__(self) -> None:
-        self._event = anyio.Event()
+        self._done = False
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._future: asyncio.Future[None] | None = None
+        self._waiters: list[Wakeup] | None = None
 
     @property
     def done(self) -> bool:
-        return self._event.is_set()
+        return self._done
 
     @property
     def error(self) -> BaseException | None:
@@ -50,21 +133,42 @@ class OneShot(Generic[T]):
         return self._error
 
     def set(self, value: T) -> bool:
-        if self._event.is_set():
+        if self._done:
             return False
         self._value = value
-        self._event.set()
+        self._finish()
         return True
 
     def fail(self, error: BaseException) -> bool:
-        if self._event.is_set():
+        if self._done:
             return False
         self._error = error
-        self._event.set()
+        self._finish()
         return True
 
+    def _finish(self) -> None:
+        self._done = True
+        future = self._future
+        if future is not None and not future.done():  # done: its waiter was cancelled
+            future.set_result(None)
+        waiters, self._waiters = self._waiters, None
+        if waiters is not None:
+            for waiter in waiters:
+                waiter.set()
+
     async def wait(self) -> T:
-        await self._event.wait()
+        if not self._done:
+            loop = running_loop() if self._future is None else None
+            if loop is not None:
+                future = self._future = loop.create_future()
+                await future
+            else:
+                waiter = Wakeup()
+                if self._waiters is None:
+                    self._waiters = [waiter]
+                else:
+                    self._waiters.append(waiter)
+                await waiter.wait()
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]

@@ -17,6 +17,31 @@ from hearthnet.bus.descriptors import (
 )
 from hearthnet.bus.manifest import Manifest
 
+REMEMBERED = 256
+"""Entries a lookup cache holds before it starts afresh (names and params come from peers too)."""
+
+
+def remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """Keep ``value`` under ``key`` in a lookup cache of at most :data:`REMEMBERED` entries."""
+    if len(cache) >= REMEMBERED:
+        cache.clear()
+    cache[key] = value
+
+
+def lookup_key(
+    capability: str, version: Version, params: Mapping[str, Any], extra: Any
+) -> tuple[Any, ...] | None:
+    """A key for caching a lookup of these arguments, or ``None`` (not cached).
+
+    Only params whose values are all text: two such params are equal exactly when
+    their items are, so a predicate cannot tell apart what the key holds together.
+    """
+    items = tuple(params.items())
+    for _, value in items:
+        if type(value) is not str:
+            return None
+    return capability, version, extra, items
+
 
 @dataclass
 class RemoteNode:
@@ -34,12 +59,15 @@ class Registry:
         # order of `_remote`; rebuilt when a manifest comes or goes (every call looks here)
         self._remote_by_name: dict[str, list[tuple[str, list[CapabilityDescriptor]]]] = {}
         self.changed = 0  # bumped on every local change, to re-announce
+        self.version = 0
+        """Bumped on every change, local or remote: a lookup cached at one version holds until the next."""
         self._predicates: dict[str, ParamsPredicate] = {}
         """How a remote provider's params fit a call, by capability (default: every key equal)."""
 
     def use_predicate(self, name: str, predicate: ParamsPredicate) -> None:
         """Match remote providers of ``name`` with ``predicate`` (a local one brings its own)."""
         self._predicates[name] = predicate
+        self.version += 1
 
     # local -----------------------------------------------------------------
     def add_local(self, registration: Registration) -> None:
@@ -51,6 +79,7 @@ class Registry:
         ]
         self._local.append(registration)
         self.changed += 1
+        self.version += 1
 
     def remove_local(self, name: str, params: Mapping[str, Any]) -> None:
         self._local = [
@@ -59,6 +88,7 @@ class Registry:
             if not (r.descriptor.name == name and dict(r.descriptor.params) == dict(params))
         ]
         self.changed += 1
+        self.version += 1
 
     def local(self) -> list[Registration]:
         return list(self._local)
@@ -107,6 +137,7 @@ class Registry:
             for name, descriptors in by_name.items():
                 index.setdefault(name, []).append((node_id, descriptors))
         self._remote_by_name = index
+        self.version += 1
 
     def remote_nodes(self) -> dict[str, Manifest]:
         return {n: r.manifest for n, r in self._remote.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -21,10 +21,11 @@ from hearthnet.bus.descriptors import (
     Version,
     parse_version,
 )
-from hearthnet.bus.registry import Registry
+from hearthnet.bus.flow import loop_time
+from hearthnet.bus.registry import Registry, lookup_key, remember
 from hearthnet.bus.router import Preference, Router
 from hearthnet.bus.session import IncomingCall, PeerSession
-from hearthnet.bus.stats import StatsBook
+from hearthnet.bus.stats import CapabilityStats, StatsBook
 from hearthnet.bus.versions import version_text
 from hearthnet.community.levels import Level
 from hearthnet.errors import (
@@ -71,6 +72,30 @@ def _unsendable(ref: str, output: Any, meta: Any, trace_id: str) -> BusError | N
     return InternalError(f"internal error in {ref}: its answer cannot cross the wire (trace_id={trace_id})")
 
 
+def _answer(value: Any, started: float) -> tuple[Any, dict[str, Any]]:
+    """A handler's return value as ``(output, meta)``; ``meta.ms`` is its time unless it gave one."""
+    if isinstance(value, tuple):
+        output, given = value
+        meta = dict(given)
+        if "ms" not in meta:
+            meta["ms"] = round((time.perf_counter() - started) * 1000, 3)
+        return output, meta
+    return value, {"ms": round((time.perf_counter() - started) * 1000, 3)}
+
+
+def _handler_failure(
+    exc: Exception, d: CapabilityDescriptor, trace_id: str
+) -> tuple[BusError, BaseException | None]:
+    """The error a caller gets for a handler that raised ``exc``, and its cause to chain: a
+    BusError wrapped by a task group comes out as itself; anything else is logged (call this in
+    the ``except`` block) and becomes ``internal_error``."""
+    inner = bus_error_in(exc)
+    if inner is not None:
+        return inner, None
+    log.exception("handler_failed", capability=d.ref, trace_id=trace_id)
+    return InternalError(f"internal error in {d.ref} (trace_id={trace_id})"), exc
+
+
 class Serving:
     """Serving calls, for :class:`~hearthnet.bus.bus.CapabilityBus`."""
 
@@ -82,6 +107,7 @@ class Serving:
         _level_of: LevelOf
         _kept_local: dict[str, list[dict[str, Any]]]
         _preferences: dict[str, Preference]
+        _resolved_seen: dict[tuple[Any, ...], tuple[int, Registration]]
 
         @property
         def node_id(self) -> str: ...
@@ -94,8 +120,14 @@ class Serving:
     def _resolve(
         self, capability: str, version: Version, params: Mapping[str, Any], *, remote_caller: bool
     ) -> Registration:
+        key = lookup_key(capability, version, params, remote_caller)
+        seen = self._resolved_seen.get(key) if key is not None else None
+        if seen is not None and seen[0] == self.registry.version:
+            return seen[1]
         reg = self.registry.find_local(capability, version, params, remote_caller=remote_caller)
         if reg is not None:
+            if key is not None:
+                remember(self._resolved_seen, key, (self.registry.version, reg))
             return reg
         names = [r.descriptor for r in self.registry.local() if r.descriptor.name == capability]
         if remote_caller:
@@ -110,47 +142,56 @@ class Serving:
         started = time.perf_counter()
         ref = UNRESOLVED
         error: BusError | None = None
-        result: CallResult | None = None
+        answer: tuple[dict[str, Any], dict[str, Any]] | None = None
         stats = None
         try:
             version = parse_version(req.version)
             reg = self._resolve(req.capability, version, req.params, remote_caller=True)
-            ref = reg.descriptor.ref
+            d = reg.descriptor
+            ref = inc.ref = d.ref
             stats = self.stats.get(ref)
             level = self._caller_level(session.peer_id)
-            self._check_trust(reg.descriptor, level, session.peer_id)
+            self._check_trust(d, level, session.peer_id)
             assert level is not None
-            now = anyio.current_time()
+            now = loop_time()
             ctx = RemoteCallContext(
                 inc,
                 version=version,
                 caller_level=level,
                 # the caller's deadline, but never longer than this capability's own timeout:
                 # a member must not hold a slot for an hour by asking for an hour
-                deadline=now + min(req.deadline_ms / 1000, reg.descriptor.timeout_seconds),
+                deadline=now + min(req.deadline_ms / 1000, d.timeout_seconds),
             )
-            result = await self._invoke(reg, ctx, stats, incoming=inc, now=now)
-            if result is None:
-                return  # the caller cancelled: it expects no answer
+            answer = await self._run_remote(reg, ctx, stats, inc, now)
         except BusError as exc:
             error = exc
             if stats is None:  # refused before any capability was found: not under the peer's name
                 self.stats.get(ref).record((time.perf_counter() - started) * 1000, exc.code)
-        if error is None and result is not None:
-            error = _unsendable(ref, result.output, result.meta, req.trace_id)
-        if error is None and result is not None:
-            try:
-                await session.send({"t": "done", "id": req.id, "output": result.output, "meta": result.meta})
-                return
-            except ProtocolError as exc:  # the answer cannot be sent (e.g. larger than a frame)
-                error = BadRequest(
-                    f"{ref} produced an answer this link cannot carry: {exc.message}; ask for less"
-                )
-                log.warning("answer_not_sendable", capability=ref, reason=exc.message, trace_id=req.trace_id)
-            except BusError:
-                return  # the link is gone: nobody is waiting for the answer
+        if answer is not None:
+            output, meta = answer
+            error = _unsendable(ref, output, meta, req.trace_id)
+            if error is None:
+                try:
+                    await session.send({"t": "done", "id": req.id, "output": output, "meta": meta})
+                    return
+                except ProtocolError as exc:  # the answer cannot be sent (e.g. larger than a frame)
+                    error = BadRequest(
+                        f"{ref} produced an answer this link cannot carry: {exc.message}; ask for less"
+                    )
+                    log.warning(
+                        "answer_not_sendable", capability=ref, reason=exc.message, trace_id=req.trace_id
+                    )
+                except BusError:
+                    return  # the link is gone: nobody is waiting for the answer
         if error is not None:
             await session.send_quiet({"t": "error", "id": req.id, **error.to_wire()})
+
+    async def _answer_cut(self, session: PeerSession, inc: IncomingCall) -> None:
+        """Answer a peer's call whose handler its deadline or its caller's ``cancel`` cut short."""
+        if inc.cancelled and not inc.deadline_passed:
+            return  # the caller cancelled: it expects no answer
+        error = Timeout(f"{inc.ref} did not finish within its deadline")
+        await session.send_quiet({"t": "error", "id": inc.request.id, **error.to_wire()})
 
     def _check_trust(self, d: CapabilityDescriptor, level: Level | None, caller: str) -> None:
         if level is None:
@@ -160,79 +201,93 @@ class Serving:
                 f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}"
             )
 
-    @overload
-    async def _invoke(self, reg: Registration, ctx: CallContext, stats: Any) -> CallResult: ...
+    def _admit(self, d: CapabilityDescriptor, stats: CapabilityStats, caller: str, now: float) -> None:
+        """Take one of the capability's slots for ``caller`` or raise ``capacity_exceeded``."""
+        refusal = stats.slots.take(caller, d.max_concurrent, now, remember=stats.waiter_memory)
+        if refusal is None:
+            return
+        retry = stats.retry_after_ms()
+        stats.record(None, "capacity_exceeded")
+        if refusal.reason == "full":
+            why = f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls"
+        elif refusal.reason == "reserved":
+            why = f"{d.ref}: its free slots are kept for callers refused earlier (limit {d.max_concurrent})"
+        else:
+            why = (
+                f"{d.ref}: this caller already runs {refusal.held} of its fair share of "
+                f"{refusal.share} concurrent calls while others wait (limit {d.max_concurrent})"
+            )
+        raise CapacityExceeded(why, retry_after_ms=retry)
 
-    @overload
-    async def _invoke(
-        self, reg: Registration, ctx: CallContext, stats: Any, *, incoming: IncomingCall, now: float
-    ) -> CallResult | None: ...
-
-    async def _invoke(
-        self,
-        reg: Registration,
-        ctx: CallContext,
-        stats: Any,
-        *,
-        incoming: IncomingCall | None = None,
-        now: float | None = None,
-    ) -> CallResult | None:
-        """Run a handler under its concurrency limit and deadline; map every failure to a BusError.
-
-        One cancel scope carries both the deadline and, for a call from a peer,
-        the peer's ``cancel``; ``None`` means the peer cancelled.
-        """
+    async def _invoke(self, reg: Registration, ctx: CallContext, stats: CapabilityStats) -> CallResult:
+        """Run a handler of this node's own call under its concurrency limit and deadline (its
+        own cancel scope); map every failure to a BusError."""
         d = reg.descriptor
-        now = anyio.current_time() if now is None else now
-        refusal = stats.slots.take(ctx.caller, d.max_concurrent, now, remember=stats.waiter_memory)
-        if refusal is not None:
-            retry = stats.retry_after_ms()
-            stats.record(None, "capacity_exceeded")
-            if refusal.reason == "full":
-                why = f"{d.ref} is at its limit of {d.max_concurrent} concurrent calls"
-            elif refusal.reason == "reserved":
-                why = (
-                    f"{d.ref}: its free slots are kept for callers refused earlier (limit {d.max_concurrent})"
-                )
-            else:
-                why = (
-                    f"{d.ref}: this caller already runs {refusal.held} of its fair share of "
-                    f"{refusal.share} concurrent calls while others wait (limit {d.max_concurrent})"
-                )
-            raise CapacityExceeded(why, retry_after_ms=retry)
+        now = loop_time()
+        self._admit(d, stats, ctx.caller, now)
         started = time.perf_counter()
         code: str | None = None
         try:
             if ctx.deadline <= now:
                 raise Timeout(f"deadline passed before {d.ref} started")
             value: Any = _UNSET
-            if incoming is None:
-                scope = anyio.CancelScope(deadline=ctx.deadline)
-            else:  # the peer's session times it (one timer for all its calls)
-                scope = anyio.CancelScope()
-                incoming.enforce_deadline(scope, ctx.deadline)
-            with scope:
+            with anyio.CancelScope(deadline=ctx.deadline):
                 value = await reg.handler(ctx)
             if value is _UNSET:
-                if incoming is not None and incoming.cancelled and not incoming.deadline_passed:
-                    code = "cancelled"
-                    return None
                 raise Timeout(f"{d.ref} did not finish within its deadline")
-            output, meta = value if isinstance(value, tuple) else (value, {})
-            meta = dict(meta)
-            meta.setdefault("ms", round((time.perf_counter() - started) * 1000, 3))
+            output, meta = _answer(value, started)
             return CallResult(output, meta, self.node_id)
         except BusError as exc:
             code = exc.code
             raise
         except Exception as exc:
-            inner = bus_error_in(exc)
-            if inner is not None:  # a handler's own BusError, wrapped by its task group
-                code = inner.code
-                raise inner from None
-            code = "internal_error"
-            log.exception("handler_failed", capability=d.ref, trace_id=ctx.trace_id)
-            raise InternalError(f"internal error in {d.ref} (trace_id={ctx.trace_id})") from exc
+            error, cause = _handler_failure(exc, d, ctx.trace_id)
+            code = error.code
+            raise error from cause
         finally:
             stats.slots.give_back(ctx.caller)
             stats.record((time.perf_counter() - started) * 1000, code)
+
+    async def _run_remote(
+        self,
+        reg: Registration,
+        ctx: CallContext,
+        stats: CapabilityStats,
+        inc: IncomingCall,
+        now: float,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run the handler of a peer's call as :meth:`_invoke` does, in its worker's cancel scope.
+
+        The session's timer keeps the deadline and the peer's ``cancel`` cuts the handler
+        short (:meth:`IncomingCall.start`): the cancellation then leaves this method and the
+        worker's scope, and :meth:`_answer_cut` answers.  Returns ``(output, meta)``.
+        """
+        d = reg.descriptor
+        self._admit(d, stats, ctx.caller, now)
+        started = time.perf_counter()
+        code: str | None = None
+        try:
+            if ctx.deadline <= now:
+                raise Timeout(f"deadline passed before {d.ref} started")
+            inc.start(ctx.deadline)
+            try:
+                value = await reg.handler(ctx)
+            finally:
+                inc.stop()
+            return _answer(value, started)
+        except BusError as exc:
+            code = exc.code
+            raise
+        except Exception as exc:
+            error, cause = _handler_failure(exc, d, ctx.trace_id)
+            code = error.code
+            raise error from cause
+        except BaseException:
+            if inc.cancelled or inc.deadline_passed:  # cut short here, answered by _answer_cut
+                code = "cancelled" if inc.cancelled and not inc.deadline_passed else "timeout"
+            raise
+        finally:
+            stats.slots.give_back(ctx.caller)
+            stats.record((time.perf_counter() - started) * 1000, code)
+
+    # calling ----------------------------------------------------------------------

@@ -33,7 +33,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -42,7 +42,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from hearthnet.bus.context import CallResult
-from hearthnet.bus.flow import Credit, OneShot
+from hearthnet.bus.flow import Credit, OneShot, Wakeup, loop_time
 from hearthnet.errors import (
     BusError,
     CapacityExceeded,
@@ -60,6 +60,9 @@ log = structlog.get_logger("hearthnet.bus.session")
 WINDOW = 16
 MAX_INCOMING_PER_PEER = 256
 _MAX_DEADLINE_MS = 3_600_000
+_FRESH_BATCH = 256
+"""Fresh timer entries gathered before those of calls still pending move into the heap."""
+_TimerEntry = tuple[float, int, int, bool]
 
 
 @dataclass(frozen=True)
@@ -74,82 +77,106 @@ class Liveness:
             raise ValueError("keepalive_seconds must be positive and dead_after_seconds at least twice it")
 
 
-@dataclass
 class Request:
     """A decoded ``req`` message."""
 
-    id: int
-    capability: str
-    version: str
-    params: dict[str, Any]
-    input: dict[str, Any]
-    deadline_ms: int
-    trace_id: str
-    stream: bool
+    __slots__ = ("capability", "deadline_ms", "id", "input", "params", "stream", "trace_id", "version")
+
+    def __init__(
+        self,
+        id: int,
+        capability: str,
+        version: str,
+        params: dict[str, Any],
+        input: dict[str, Any],
+        deadline_ms: int,
+        trace_id: str,
+        stream: bool,
+    ) -> None:
+        self.id = id
+        self.capability = capability
+        self.version = version
+        self.params = params
+        self.input = input
+        self.deadline_ms = deadline_ms
+        self.trace_id = trace_id
+        self.stream = stream
+
+    def __repr__(self) -> str:
+        return f"Request(id={self.id}, capability={self.capability!r}, version={self.version!r})"
 
     @classmethod
     def parse(cls, msg: dict[str, Any]) -> Request:
-        try:
-            rid = msg["id"]
-            params = msg.get("params") or {}
-            inp = msg.get("input") or {}
-            deadline = msg.get("deadline_ms", 10_000)
-            if not isinstance(rid, int) or isinstance(rid, bool):
-                raise ProtocolError("request id must be an integer")
-            if not isinstance(params, dict) or not isinstance(inp, dict):
-                raise ProtocolError("params and input must be maps")
-            if (
-                not isinstance(deadline, int | float)
-                or isinstance(deadline, bool)
-                or not math.isfinite(deadline)
-            ):
-                raise ProtocolError("deadline_ms must be a number")
-            capability, version, trace_id = (
-                msg["capability"],
-                msg.get("version", "1.0"),
-                msg.get("trace_id", ""),
-            )
-            if (
-                not isinstance(capability, str)
-                or not isinstance(version, str)
-                or not isinstance(trace_id, str)
-            ):
-                raise ProtocolError("capability, version and trace_id must be strings")
-            return cls(
-                id=rid,
-                capability=capability,
-                version=version,
-                params=params,
-                input=inp,
-                deadline_ms=int(min(max(deadline, 0), _MAX_DEADLINE_MS)),
-                trace_id=trace_id[:64],
-                stream=bool(msg.get("stream", False)),
-            )
-        except KeyError as exc:
-            raise ProtocolError(f"request lacks field {exc.args[0]!r}") from exc
+        """Check a peer's ``req`` map field by field (``ProtocolError`` names what is wrong)."""
+        get = msg.get
+        rid = get("id")
+        capability = get("capability")
+        if rid is None or capability is None:
+            raise ProtocolError(f"request lacks field {'id' if rid is None else 'capability'!r}")
+        if type(rid) is not int:  # msgpack gives exact ints; a bool is not an id
+            raise ProtocolError("request id must be an integer")
+        params = get("params") or {}
+        inp = get("input") or {}
+        if type(params) is not dict or type(inp) is not dict:
+            raise ProtocolError("params and input must be maps")
+        deadline = get("deadline_ms", 10_000)
+        kind = type(deadline)
+        if kind is not int and (kind is not float or not math.isfinite(deadline)):
+            raise ProtocolError("deadline_ms must be a number")
+        version = get("version", "1.0")
+        trace_id = get("trace_id", "")
+        if type(capability) is not str or type(version) is not str or type(trace_id) is not str:
+            raise ProtocolError("capability, version and trace_id must be strings")
+        return cls(
+            rid,
+            capability,
+            version,
+            params,
+            inp,
+            int(min(max(deadline, 0), _MAX_DEADLINE_MS)),
+            trace_id[:64],
+            bool(get("stream", False)),
+        )
 
 
-@dataclass
 class OutgoingCall:
     """Our side of a call we made to the peer."""
 
-    id: int
-    session: PeerSession
-    stream: bool
-    capability: str = ""
-    result: OneShot[CallResult] = field(default_factory=OneShot)
-    input_credit: Credit | None = None
-    """Input frames the handler lets us send (streamed calls only)."""
-    frames_tx: MemoryObjectSendStream[dict[str, Any]] | None = None
-    frames_rx: MemoryObjectReceiveStream[dict[str, Any]] | None = None
-    consumed: int = 0
-    gave_up: bool = False
-    """The peer said nothing of this call by its give-up time (the session's timer ended it)."""
+    __slots__ = (
+        "__weakref__",
+        "capability",
+        "consumed",
+        "frames_rx",
+        "frames_tx",
+        "gave_up",
+        "id",
+        "input_credit",
+        "result",
+        "session",
+        "stream",
+        "timer_seq",
+    )
 
-    def __post_init__(self) -> None:
-        if self.stream:
+    def __init__(self, id: int, session: PeerSession, stream: bool, capability: str = "") -> None:
+        self.id = id
+        self.session = session
+        self.stream = stream
+        self.capability = capability
+        self.result: OneShot[CallResult] = OneShot()
+        self.input_credit: Credit | None = None
+        """Input frames the handler lets us send (streamed calls only)."""
+        self.frames_tx: MemoryObjectSendStream[dict[str, Any]] | None = None
+        self.frames_rx: MemoryObjectReceiveStream[dict[str, Any]] | None = None
+        self.consumed = 0
+        self.gave_up = False
+        """The peer said nothing of this call by its give-up time (the session's timer ended it)."""
+        self.timer_seq = -1
+        if stream:
             self.input_credit = Credit(WINDOW)
             self.frames_tx, self.frames_rx = anyio.create_memory_object_stream[dict[str, Any]](WINDOW)
+
+    def __repr__(self) -> str:
+        return f"OutgoingCall(id={self.id}, capability={self.capability!r}, done={self.result.done})"
 
     def finish(self, value: CallResult | BaseException) -> None:
         """End the call with its answer or an error; the session forgets it (later answers are dropped)."""
@@ -198,7 +225,6 @@ class OutgoingCall:
             self.session.spawn(self.session.send_quiet, {"t": "cancel", "id": self.id})
 
 
-@dataclass
 class IncomingCall:
     """The peer's call being served here.
 
@@ -206,39 +232,81 @@ class IncomingCall:
     a plain call costs no more than its request and its answer.
     """
 
-    request: Request
-    session: PeerSession
-    scope: anyio.CancelScope | None = None
-    """The scope the handler runs in (set by the dispatcher); a ``cancel`` message cancels it."""
-    cancelled: bool = False
-    """The caller sent ``cancel``."""
-    deadline_passed: bool = False
-    """The call's deadline came before its answer (the session's timer cancelled the scope)."""
-    output_credit: Credit | None = None
-    input_tx: MemoryObjectSendStream[dict[str, Any] | None] | None = None
-    input_rx: MemoryObjectReceiveStream[dict[str, Any] | None] | None = None
-    consumed: int = 0
+    __slots__ = (
+        "cancelled",
+        "consumed",
+        "deadline_passed",
+        "input_rx",
+        "input_tx",
+        "output_credit",
+        "ref",
+        "request",
+        "running",
+        "scope",
+        "session",
+        "timer_seq",
+    )
 
-    def __post_init__(self) -> None:
-        if self.request.stream:
+    def __init__(self, request: Request, session: PeerSession) -> None:
+        self.request = request
+        self.session = session
+        self.scope: anyio.CancelScope | None = None
+        """The scope the handler runs in: its worker's (set by the worker), or one the dispatcher
+        gives :meth:`enforce_deadline`.  While :attr:`running`, a ``cancel`` or the deadline
+        cancels it."""
+        self.running = False
+        """The handler is running in :attr:`scope` (only then may the scope be cancelled for it)."""
+        self.ref = request.capability
+        """What the dispatcher calls the capability (``name@X.Y``), for the answer to a cut call."""
+        self.cancelled = False
+        """The caller sent ``cancel``."""
+        self.deadline_passed = False
+        """The call's deadline came before its answer (the session's timer cancelled the scope)."""
+        self.output_credit: Credit | None = None
+        self.input_tx: MemoryObjectSendStream[dict[str, Any] | None] | None = None
+        self.input_rx: MemoryObjectReceiveStream[dict[str, Any] | None] | None = None
+        self.consumed = 0
+        self.timer_seq = -1
+        if request.stream:
             self.output_credit = Credit(WINDOW)
             # WINDOW input frames plus the end marker
             self.input_tx, self.input_rx = anyio.create_memory_object_stream[dict[str, Any] | None](
                 WINDOW + 1
             )
 
+    def __repr__(self) -> str:
+        return f"IncomingCall({self.request!r}, cancelled={self.cancelled})"
+
     def cancel(self) -> None:
         self.cancelled = True
-        if self.scope is not None:
+        if self.running:
+            assert self.scope is not None
             self.scope.cancel()
 
     def enforce_deadline(self, scope: anyio.CancelScope, deadline: float) -> None:
         """Run the handler in ``scope``: a ``cancel`` from the caller or ``deadline``
         (``anyio.current_time()`` scale) cancels it; one timer per session keeps the time."""
         self.scope = scope
+        self.start(deadline)
+
+    def start(self, deadline: float) -> None:
+        """The handler starts now in :attr:`scope` (its worker's, unless :meth:`enforce_deadline`
+        gave another); a ``cancel`` or ``deadline`` cancels that scope until :meth:`stop`.
+
+        A worker's scope serves call after call and is left, and a new one made, only when
+        it was cancelled: a call costs no cancel scope of its own.  A handler cut short in
+        the worker's scope raises the backend's cancellation out of the dispatcher; the
+        worker catches it at the scope and runs the session's ``on_cut`` for the call.
+        """
+        self.running = True
         if self.cancelled:
-            scope.cancel()
+            assert self.scope is not None
+            self.scope.cancel()
         self.session._add_timer(deadline, self)
+
+    def stop(self) -> None:
+        """The handler has ended: nothing may cancel the worker's scope for this call any more."""
+        self.running = False
 
     async def send_frame(self, data: dict[str, Any]) -> None:
         if self.output_credit is None:
@@ -264,6 +332,7 @@ class IncomingCall:
 
 
 Dispatcher = Callable[["PeerSession", IncomingCall], Awaitable[None]]
+"""Serves one call from the peer (answering it); ``on_cut`` answers one whose handler was cut short."""
 ControlHandler = Callable[["PeerSession", dict[str, Any]], Awaitable[None]]
 
 
@@ -277,11 +346,13 @@ class PeerSession:
         dispatcher: Dispatcher,
         on_control: ControlHandler,
         liveness: Liveness | None = None,
+        on_cut: Dispatcher | None = None,
     ) -> None:
         self.link = link
         self.liveness = liveness or Liveness()
         self.peer_id = link.peer_id
         self._dispatcher = dispatcher
+        self._on_cut = on_cut
         self._on_control = on_control
         self._ids = itertools.count(1)
         self.outgoing: dict[int, OutgoingCall] = {}
@@ -289,20 +360,28 @@ class PeerSession:
         self._tg: anyio.abc.TaskGroup | None = None
         # Calls from the peer are served by pooled worker tasks: handing a call to a
         # waiting worker costs a fraction of spawning a task for it.  Calls wait in
-        # `_work`; an idle worker parks on an event in `_parked`.  Every queued call
+        # `_work`; an idle worker parks on a wakeup in `_parked`.  Every queued call
         # has a worker that will look at the queue: a parked one woken for it, a new
         # one, or one that finishes a call and takes the next before parking.
         self._work: deque[IncomingCall] = deque()
-        self._parked: list[anyio.Event] = []
+        self._parked: list[Wakeup] = []
         self.workers = 0
-        # Deadlines of calls both ways in one heap of (time, tiebreak, call) served by one
-        # timer task, instead of a timed cancel scope per call: when to give up on our
-        # calls, when to stop the peer's.  Entries of finished calls are skipped when they
-        # come up (and pruned when they pile up).
-        self._timers: list[tuple[float, int, OutgoingCall | IncomingCall]] = []
+        # Deadlines of calls both ways, served by one timer task instead of a timed cancel
+        # scope per call: when to give up on our calls, when to stop the peer's.  An entry
+        # is (time, seq, call id, ours?) and names its call only by id and seq, so a
+        # finished call is never kept alive by it.  New entries go to `_fresh` (an append);
+        # only those still pending when `_fresh` fills up or the timer task wakes move
+        # into the heap `_timers`, where finished ones are skipped when they come up (and
+        # pruned when they pile up).  Most calls end long before their deadline and never
+        # reach the heap.
+        self._timers: list[_TimerEntry] = []
+        self._fresh: list[_TimerEntry] = []
         self._timer_seq = itertools.count()
         self._next_timer = math.inf
+        """When the timer task wakes next; -inf once it has been told to look again."""
         self._timers_changed = anyio.Event()
+        self.new_scope: Callable[[], anyio.CancelScope] = anyio.CancelScope
+        """Makes a cancel scope; once the session runs, the backend's own class (no look-up)."""
         self.closed = anyio.Event()
         self.close_reason: str = ""
         self.manifest_seen = False
@@ -369,6 +448,7 @@ class PeerSession:
     # reading -----------------------------------------------------------------
     async def run(self) -> None:
         """Read until the link closes; then fail every pending call with ``partition``."""
+        self.new_scope = type(anyio.CancelScope())  # what anyio.CancelScope() would dispatch to
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -376,8 +456,9 @@ class PeerSession:
                 tg.start_soon(self._run_timers)
                 try:
                     while True:
-                        msg = await self.link.receive()
-                        await self._route(msg)
+                        pending = self._route(await self.link.receive())
+                        if pending is not None:
+                            await pending
                 except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                     self.close_reason = self.close_reason or "closed"
                 except ProtocolError as exc:
@@ -428,28 +509,44 @@ class PeerSession:
                 self.spawn(self.send_quiet, {"t": "keepalive"})
             await anyio.sleep(max(min(keepalive - quiet, dead_after - silent, dead_after - blocked), 0.01))
 
-    def _pending(self, call: OutgoingCall | IncomingCall) -> bool:
-        if isinstance(call, OutgoingCall):
-            return self.outgoing.get(call.id) is call
-        return self.incoming.get(call.request.id) is call  # the peer may reuse an id later
+    def _live(self, entry: _TimerEntry) -> OutgoingCall | IncomingCall | None:
+        """The call a timer entry was made for, if it is still pending (the peer may reuse an id)."""
+        _, seq, rid, ours = entry
+        call = (self.outgoing if ours else self.incoming).get(rid)
+        return call if call is not None and call.timer_seq == seq else None
 
     def _add_timer(self, when: float, call: OutgoingCall | IncomingCall) -> None:
-        heap = self._timers
-        if len(heap) > 1024 and len(heap) > 4 * (len(self.outgoing) + len(self.incoming)):
-            heap[:] = [entry for entry in heap if self._pending(entry[2])]
-            heapq.heapify(heap)
-        heapq.heappush(heap, (when, next(self._timer_seq), call))
+        seq = call.timer_seq = next(self._timer_seq)
+        if isinstance(call, OutgoingCall):
+            self._fresh.append((when, seq, call.id, True))
+        else:
+            self._fresh.append((when, seq, call.request.id, False))
         if when < self._next_timer:
+            self._next_timer = -math.inf  # the timer task looks again before it sleeps
             self._timers_changed.set()
+        elif len(self._fresh) >= _FRESH_BATCH:
+            self._absorb()
+
+    def _absorb(self) -> None:
+        """Move the fresh entries of calls still pending into the heap; prune it if mostly stale."""
+        heap, live = self._timers, self._live
+        for entry in self._fresh:
+            if live(entry) is not None:
+                heapq.heappush(heap, entry)
+        self._fresh.clear()
+        if len(heap) > 1024 and len(heap) > 4 * (len(self.outgoing) + len(self.incoming)):
+            heap[:] = [entry for entry in heap if live(entry) is not None]
+            heapq.heapify(heap)
 
     async def _run_timers(self) -> None:
         """Fail our unanswered calls with ``timeout`` and cancel the peer's calls at their times."""
         heap = self._timers
         while True:
-            now = anyio.current_time()
+            now = loop_time()
+            self._absorb()
             while heap and heap[0][0] <= now:
-                call = heapq.heappop(heap)[2]
-                if not self._pending(call):
+                call = self._live(heapq.heappop(heap))
+                if call is None:
                     continue
                 if isinstance(call, OutgoingCall):
                     call.gave_up = True
@@ -457,7 +554,8 @@ class PeerSession:
                         Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
                     )
                     self.spawn(self.send_quiet, {"t": "cancel", "id": call.id})
-                elif call.scope is not None:
+                elif call.running:
+                    assert call.scope is not None
                     call.deadline_passed = True
                     call.scope.cancel()
             self._next_timer = heap[0][0] if heap else math.inf
@@ -470,18 +568,19 @@ class PeerSession:
         if self._tg is not None and not self.closed.is_set():
             self._tg.start_soon(fn, *args)
 
-    async def _route(self, msg: dict[str, Any]) -> None:
+    def _route(self, msg: dict[str, Any]) -> Awaitable[None] | None:
+        """Deliver one message; what must still be awaited (a control handler, a refusal) is returned."""
         t = msg.get("t")
         rid = msg.get("id")
         if t == "req":
-            await self._on_request(msg)
-        elif t in ("done", "error", "frame", "credit_in"):
-            call = self.outgoing.get(rid) if isinstance(rid, int) else None
+            return self._on_request(msg)
+        if t == "done" or t == "error" or t == "frame" or t == "credit_in":
+            call = self.outgoing.get(rid) if type(rid) is int else None
             if call is None:
-                return  # late answer to a call we already gave up on
+                return None  # late answer to a call we already gave up on
             if t == "done":
                 output, meta = msg.get("output"), msg.get("meta") or {}
-                if not isinstance(output, dict) or not isinstance(meta, dict):
+                if type(output) is not dict or type(meta) is not dict:
                     raise ProtocolError("done needs map output and meta")
                 call.finish(CallResult(output, meta, self.peer_id))
             elif t == "error":
@@ -498,7 +597,7 @@ class PeerSession:
         elif t in ("in", "in_end", "cancel", "credit_out"):
             inc = self.incoming.get(rid) if isinstance(rid, int) else None
             if inc is None:
-                return
+                return None
             if t == "in":
                 data = msg.get("data")
                 if not isinstance(data, dict) or inc.input_tx is None:
@@ -515,23 +614,26 @@ class PeerSession:
             elif inc.output_credit is not None:
                 inc.output_credit.grant(_credit_amount(msg))
         elif t == "keepalive":
-            return  # its arrival already counted as a sign of life
+            return None  # its arrival already counted as a sign of life
         elif isinstance(t, str):
-            await self._on_control(self, msg)
+            return self._on_control(self, msg)
         else:
             raise ProtocolError("message without a type")
+        return None
 
-    async def _on_request(self, msg: dict[str, Any]) -> None:
+    def _on_request(self, msg: dict[str, Any]) -> Awaitable[None] | None:
+        """Queue the peer's call for a worker, or return the refusal to send (too many in flight)."""
         req = Request.parse(msg)
-        if req.id in self.incoming:
+        incoming = self.incoming
+        if req.id in incoming:
             raise ProtocolError("request id reused while in flight")
-        if len(self.incoming) >= MAX_INCOMING_PER_PEER:
+        if len(incoming) >= MAX_INCOMING_PER_PEER:
             self.refused_calls += 1
             err = CapacityExceeded("too many calls in flight from this peer", retry_after_ms=50)
-            await self.send_quiet({"t": "error", "id": req.id, **err.to_wire()})
-            return
+            # awaited by the reader: a peer that floods us is slowed down by its own refusals
+            return self.send_quiet({"t": "error", "id": req.id, **err.to_wire()})
         inc = IncomingCall(req, self)
-        self.incoming[req.id] = inc
+        incoming[req.id] = inc
         self._work.append(inc)
         if self._parked:
             self._parked.pop().set()  # that worker takes this call (or one queued before it)
@@ -539,21 +641,34 @@ class PeerSession:
             assert self._tg is not None
             self.workers += 1  # about one per call in flight at most (specs/bus.md: worker pool)
             self._tg.start_soon(self._worker)
+        return None
 
     async def _worker(self) -> None:
-        """Serve the peer's calls one after another until the session ends (it cancels us)."""
+        """Serve the peer's calls one after another until the session ends (it cancels us).
+
+        Calls run in the worker's cancel scope (see :meth:`IncomingCall.start`); once it
+        has been cancelled for a call, the worker leaves it, has that call answered by
+        ``on_cut`` if it was cut short, and goes on in a new scope.
+        """
         work, dispatch = self._work, self._dispatcher
         while True:
-            if not work:
-                wake = anyio.Event()
-                self._parked.append(wake)
-                await wake.wait()
-                continue
-            inc = work.popleft()
-            try:
-                await dispatch(self, inc)
-            finally:
-                self.incoming.pop(inc.request.id, None)
+            inc: IncomingCall | None = None
+            with self.new_scope() as scope:
+                while not scope.cancel_called:
+                    if not work:
+                        wake = Wakeup()
+                        self._parked.append(wake)
+                        await wake.wait()
+                        continue
+                    inc = work.popleft()
+                    inc.scope = scope
+                    try:
+                        await dispatch(self, inc)
+                    finally:
+                        inc.running = False
+                        self.incoming.pop(inc.request.id, None)
+            if scope.cancelled_caught and inc is not None and self._on_cut is not None:
+                await self._on_cut(self, inc)  # its handler was cut short: no answer went out
 
 
 def _deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:

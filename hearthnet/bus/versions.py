@@ -50,5 +50,14 @@ def version_satisfies(offered: Version, wanted: Version) -> bool:
 
 
 def version_text(v: Version) -> str:
-    """``(X, Y)`` -> ``"X.Y"``."""
-    return f"{v[0]}.{v[1]}"
+    """``(X, Y)`` -> ``"X.Y"`` (remembered: every call sends one)."""
+    text = _VERSION_TEXTS.get(v)
+    if text is None:
+        text = f"{v[0]}.{v[1]}"
+        if len(_VERSION_TEXTS) >= 256:  # versions come from peers too: start afresh
+            _VERSION_TEXTS.clear()
+        _VERSION_TEXTS[v] = text
+    return text
+
+
+_VERSION_TEXTS: dict[Version, str] = {}

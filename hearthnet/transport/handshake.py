@@ -56,7 +56,8 @@ __all__ = [
     "transcript_digest",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""2: an established frame carries a batch of length-prefixed messages (1: one message)."""
 HANDSHAKE_LABEL = b"hearthnet/handshake/v1"
 ROLE_RESPONDER = b"responder"
 ROLE_INITIATOR = b"initiator"

@@ -1,9 +1,12 @@
 """An authenticated, encrypted, framed link over any anyio byte stream.
 
 Layers, bottom up: bytes -> frames (:class:`~hearthnet.wire.frames.FrameDecoder`,
-size cap) -> AEAD (:class:`~hearthnet.transport.session.Session`) -> one msgpack
-map per frame.  :func:`initiate_link` and :func:`accept_link` run the handshake
-of :mod:`hearthnet.transport.handshake` over a stream; :func:`open_link` adds a
+size cap) -> AEAD (:class:`~hearthnet.transport.session.Session`) -> a batch of
+length-prefixed messages (:func:`~hearthnet.wire.frames.split_batch`) -> one
+msgpack map per message.  Messages queued together are sealed together, so a
+burst of small messages costs one encryption per write, not one per message.
+:func:`initiate_link` and :func:`accept_link` run the handshake of
+:mod:`hearthnet.transport.handshake` over a stream; :func:`open_link` adds a
 TCP connect.  Errors a caller sees:
 
 * ``send``: ``ProtocolError`` if the message cannot be encoded or exceeds the
@@ -34,10 +37,19 @@ from hearthnet.transport.handshake import (
 )
 from hearthnet.transport.session import TAG_LEN, Session
 from hearthnet.transport.tcp_stream import connect_tcp
-from hearthnet.wire.codec import pack, unpack_map
-from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER, FrameDecoder, encode_frame
+from hearthnet.wire.codec import Packer, pack, unpack_map
+from hearthnet.wire.frames import (
+    DEFAULT_MAX_FRAME,
+    HEADER,
+    HEADER_LEN,
+    FrameDecoder,
+    encode_batch,
+    encode_frame,
+    split_batch,
+)
 
 __all__ = [
+    "BATCH_BYTES",
     "HANDSHAKE_MAX_FRAME",
     "RECEIVE_SIZE",
     "Admit",
@@ -56,7 +68,11 @@ RECEIVE_SIZE = 1 << 20
 HANDSHAKE_MAX_FRAME = 16 * 1024
 """Largest frame buffered before the peer has proven its key (handshake messages are ~200 bytes)."""
 LINGER_BATCH = 16
-"""A lingering burst is written every this many frames (see :meth:`Link.send`)."""
+"""A lingering burst is written every this many messages (see :meth:`Link.send`)."""
+BATCH_BYTES = 64 * 1024
+"""Plaintext bytes of queued messages sealed into one frame, at most (a larger message goes
+alone): enough to share one encryption among hundreds of small messages, small enough that
+the peer need not wait for a long frame before it can start on its first message."""
 _OK = {"ok": True}
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 
@@ -91,9 +107,17 @@ class Link:
         self._stream = stream
         self._try_write: Callable[[bytes], bool] | None = getattr(stream, "try_write", None)
         self._session = session
+        self._pack = Packer().pack
         self._decoder = decoder
         self._frames = frames  # received, still encrypted; opened lazily in order
-        self._max_payload = max_frame - TAG_LEN
+        self._messages: deque[memoryview] = deque()  # opened, not yet decoded, in order
+        self._max_message = max_frame - TAG_LEN - HEADER_LEN
+        self._batch_limit = max(1, min(BATCH_BYTES, max_frame - TAG_LEN))
+        # Queued messages in batches of plaintext pieces (length, message, length, ...),
+        # each batch at most `_batch_limit` bytes unless one message alone is larger; a
+        # writer seals them (counter order = write order) into `_out`.
+        self._batches: list[list[bytes]] = []
+        self._batch_size = 0  # bytes in the last batch
         self._out: list[bytes] = []  # sealed frames waiting for a writer, in counter order
         self._queued = 0
         self._flushed = 0
@@ -140,11 +164,12 @@ class Link:
         return max(0.0, now - since)
 
     async def send(self, message: dict[str, Any], *, linger: bool = False) -> None:
-        """Encode, seal and queue one message, and see that it is written; safe from many tasks at once.
+        """Encode and queue one message, and see that it is written; safe from many tasks at once.
 
-        Sealing and queueing happen without an await, so counter order equals
-        queue order, and whoever writes takes everything queued in one write,
-        which coalesces bursts from concurrent senders.  With ``linger`` (the
+        Whoever writes seals everything queued (messages queued together share
+        one sealed frame) and writes it in one write, without an await between
+        sealing and writing, so counter order equals write order; this
+        coalesces bursts from concurrent senders.  With ``linger`` (the
         caller expects other sends right behind this one, e.g. many calls in
         flight) the first such sender lets the other ready tasks run for one
         turn of the event loop and then writes what they queued; the others
@@ -158,16 +183,22 @@ class Link:
         stopped reading is ended by closing the link (the session's liveness
         check does, see :attr:`write_blocked_since`).
         """
-        payload = pack(message)
-        if len(payload) > self._max_payload:
-            raise ProtocolError(
-                f"message of {len(payload)} bytes exceeds the link's maximum of {self._max_payload}"
-            )
+        payload = self._pack(message)
+        size = len(payload)
+        if size > self._max_message:
+            raise ProtocolError(f"message of {size} bytes exceeds the link's maximum of {self._max_message}")
         if self._closed:
             raise Partition(f"link to {self.peer_id} is closed")
-        sealed = self._session.seal(payload)
-        self._out.append(HEADER.pack(len(sealed)))
-        self._out.append(sealed)
+        size += HEADER_LEN
+        if self._batches and self._batch_size + size <= self._batch_limit:
+            batch = self._batches[-1]
+            self._batch_size += size
+        else:
+            batch = []
+            self._batches.append(batch)
+            self._batch_size = size
+        batch.append(HEADER.pack(size - HEADER_LEN))
+        batch.append(payload)
         self._queued += 1
         if not linger:
             await self._flush(self._queued)
@@ -182,19 +213,36 @@ class Link:
                 self._lingering = False
         await self._flush(self._queued)
 
+    def _seal_queued(self) -> bytes:
+        """Seal every queued batch into a frame and return all frames not yet written."""
+        out, seal, batches = self._out, self._session.seal, self._batches
+        if not out and len(batches) == 1:  # the common case: one batch, nothing left over
+            sealed = seal(b"".join(batches[0]))
+            batches.clear()
+            return HEADER.pack(len(sealed)) + sealed
+        for batch in batches:
+            sealed = seal(b"".join(batch))
+            out.append(HEADER.pack(len(sealed)))
+            out.append(sealed)
+        batches.clear()
+        data = b"".join(out)
+        out.clear()
+        return data
+
     async def _flush(self, ticket: int) -> None:
-        """Write every queued frame unless frame number ``ticket`` has been written already."""
+        """Write every queued message unless message number ``ticket`` has been written already."""
         if self._flushed >= ticket:
             return
         if self._try_write is not None and not self._closed and not self._send_lock.locked():
             # Nobody is writing and the kernel has room: write without waiting (tcp_stream.py).
-            if self._try_write(b"".join(self._out)):
-                self._out.clear()
+            data = self._seal_queued()
+            if self._try_write(data):
                 self._flushed = self._queued
                 self.last_sent = time.monotonic()
                 if getattr(self._stream, "write_pending", False):
                     await self._drain()  # the kernel took part: the rest must not be lost on close
                 return
+            self._out.append(data)  # sealed: written next, by the writer below
         # The frames are sealed: once queued they must be written whole or the link
         # is corrupt, so neither the wait for the lock nor the write may be given up
         # halfway by the caller's cancellation.  A write stalled by a peer that
@@ -205,8 +253,7 @@ class Link:
                     return  # a concurrent sender wrote our frame with its own
                 if self._closed:
                     raise Partition(f"link to {self.peer_id} is closed")
-                data = b"".join(self._out)
-                self._out.clear()
+                data = self._seal_queued()
                 upto = self._queued
                 await self._watched(self._stream.send(data))
                 self._flushed = upto
@@ -232,11 +279,21 @@ class Link:
 
     async def receive(self) -> dict[str, Any]:
         """The next message from the peer (see the module docstring for errors)."""
-        frames = self._frames
-        if frames:  # fast path: no await between popping and opening keeps frames in order
-            return await self._open(frames.popleft())
-        async with self._recv_lock:
-            while not frames:
+        messages, frames = self._messages, self._frames
+        while True:
+            # No await between taking a frame or message and decoding it keeps them in order.
+            try:
+                if messages:
+                    return unpack_map(messages.popleft())
+                if frames:
+                    messages.extend(split_batch(self._session.open(frames.popleft())))
+                    continue
+            except ProtocolError:
+                await self._abort()
+                raise
+            async with self._recv_lock:
+                if messages or frames:
+                    continue  # another receiver read meanwhile
                 if self._closed:
                     raise Partition(f"link to {self.peer_id} is closed")
                 if self._eof:
@@ -258,30 +315,26 @@ class Link:
                 except ProtocolError:
                     await self._abort()
                     raise
-            return await self._open(frames.popleft())
-
-    async def _open(self, frame: bytes) -> dict[str, Any]:
-        try:
-            return unpack_map(self._session.open(frame))
-        except ProtocolError:
-            await self._abort()
-            raise
 
     async def aclose(self) -> None:
         """Close the link; idempotent."""
         if self._closed:
             return
         self._closed = True
-        self._frames.clear()
-        self._out.clear()
+        self._clear()
         await _close_stream(self._stream)
 
     async def _abort(self) -> None:
         if not self._closed:
             self._closed = True
-            self._frames.clear()
-            self._out.clear()
+            self._clear()
             await anyio.aclose_forcefully(self._stream)
+
+    def _clear(self) -> None:
+        self._frames.clear()
+        self._messages.clear()
+        self._batches.clear()
+        self._out.clear()
 
     async def __aenter__(self) -> Link:
         return self
@@ -355,11 +408,11 @@ async def initiate_link(
             session = Session(keys.send_key, keys.recv_key)
             first = await _read_frame(stream, decoder, frames)
             try:
-                welcome = unpack_map(session.open(first))
+                welcome = split_batch(session.open(first))
             except ProtocolError:
                 raise_if_refusal(unpack_map(first))  # a plaintext {error, message} refusal
                 raise
-            if welcome != _OK:
+            if len(welcome) != 1 or unpack_map(welcome[0]) != _OK:
                 raise ProtocolError("responder's first encrypted message is not {ok: true}")
     except TimeoutError:
         await anyio.aclose_forcefully(stream)
@@ -413,7 +466,7 @@ async def accept_link(
                 raise
             keys = hs.session_keys()
             session = Session(keys.send_key, keys.recv_key)
-            await _write(stream, session.seal(pack(_OK)))
+            await _write(stream, session.seal(encode_batch([pack(_OK)])))
             decoder.set_max_frame(max_frame)
     except TimeoutError:
         await anyio.aclose_forcefully(stream)

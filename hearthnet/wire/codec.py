@@ -8,6 +8,7 @@ would recurse on without end, and maps all msgpack failures to ``ProtocolError``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,29 @@ DEFAULT_LIMITS = MsgLimits()
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 """The whole numbers a value may hold: 64-bit signed, what every msgpack implementation reads."""
 
+_CONTAINER_BYTES = bytes(1 if 0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF else 0 for b in range(256))
+"""``translate`` table: 1 for every byte that can open a msgpack map or array (fixmap, fixarray,
+array 16/32, map 16/32), 0 for the rest."""
+_COUNT_DEPTH_UP_TO = 2048
+"""Messages up to this size are measured by counting such bytes (see :func:`unpack_map`)."""
+
+
+def _unpacker(limits: MsgLimits) -> Any:
+    return functools.partial(
+        msgpack.unpackb,
+        raw=False,
+        strict_map_key=True,
+        use_list=True,
+        max_bin_len=limits.max_bin_len,
+        max_str_len=limits.max_str_len,
+        max_array_len=limits.max_array_len,
+        max_map_len=limits.max_map_len,
+        max_ext_len=limits.max_ext_len,
+    )
+
+
+_DEFAULT_UNPACK = _unpacker(DEFAULT_LIMITS)
+
 
 def pack(obj: Any) -> bytes:
     """Encode ``obj`` (maps, lists, str, bytes, ints, floats, bools, None).
@@ -48,33 +72,54 @@ def pack(obj: Any) -> bytes:
     try:
         return msgpack.packb(obj, use_bin_type=True, strict_types=False)  # type: ignore[no-any-return]
     except (TypeError, ValueError, OverflowError) as exc:
-        problem = value_problem(obj, max_depth=1 << 30)
-        if problem is None:  # msgpack's own nesting limit (~5,000 levels)
-            problem = f"the value is nested too deeply ({type(exc).__name__})"
-        raise ProtocolError(f"value cannot be sent: {problem}") from exc
+        raise _unpackable(obj, exc) from exc
 
 
-def unpack_map(data: bytes, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, Any]:
-    """Decode exactly one msgpack map with string keys, within ``limits``."""
+class Packer:
+    """:func:`pack` with a reused msgpack packer: half the cost for small messages.
+
+    Not thread-safe (one per link, used by the event loop's thread only).
+    """
+
+    __slots__ = ("_pack",)
+
+    def __init__(self) -> None:
+        self._pack = msgpack.Packer(use_bin_type=True, strict_types=False).pack
+
+    def pack(self, obj: Any) -> bytes:
+        """As :func:`pack` (the packer starts afresh after a failure)."""
+        try:
+            return self._pack(obj)  # type: ignore[no-any-return]
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise _unpackable(obj, exc) from exc
+
+
+def _unpackable(obj: Any, exc: Exception) -> ProtocolError:
+    problem = value_problem(obj, max_depth=1 << 30)
+    if problem is None:  # msgpack's own nesting limit (~5,000 levels)
+        problem = f"the value is nested too deeply ({type(exc).__name__})"
+    return ProtocolError(f"value cannot be sent: {problem}")
+
+
+def unpack_map(data: bytes | memoryview, *, limits: MsgLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """Decode exactly one msgpack map with string keys, within ``limits``.
+
+    Depth: a value nested ``d`` deep has at least ``d`` map or array headers, each
+    starting with a byte that can open one, so a small message with no more such
+    bytes than the limit allows is within it without walking the decoded value.
+    """
+    unpack = _DEFAULT_UNPACK if limits is DEFAULT_LIMITS else _unpacker(limits)
     try:
-        obj = msgpack.unpackb(
-            data,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            max_bin_len=limits.max_bin_len,
-            max_str_len=limits.max_str_len,
-            max_array_len=limits.max_array_len,
-            max_map_len=limits.max_map_len,
-            max_ext_len=limits.max_ext_len,
-        )
+        obj = unpack(data)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise ProtocolError(f"malformed msgpack: {type(exc).__name__}") from exc
     except (ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise ProtocolError(f"malformed msgpack: {type(exc).__name__}") from exc
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise ProtocolError(f"a wire message must be a map, got {type(obj).__name__}")
-    if nested_deeper(obj, limits.max_depth):
+    if (
+        len(data) > _COUNT_DEPTH_UP_TO or bytes(data).translate(_CONTAINER_BYTES).count(1) > limits.max_depth
+    ) and nested_deeper(obj, limits.max_depth):
         raise ProtocolError(f"malformed msgpack: a message nested more than {limits.max_depth} levels deep")
     return obj
 
@@ -159,7 +204,7 @@ def wire_shape_problem(value: Any, *, limits: MsgLimits = DEFAULT_LIMITS) -> tup
     not build itself (a handler's answer) before sending it.  Quick passes; the place
     is worked out only when there is a problem.
     """
-    if _surely_fine(value, limits) and not nested_deeper(value, limits.max_depth - 1):
+    if _surely_fine(value, limits):
         return None
     return _shape_problem(value, limits)
 
@@ -201,38 +246,45 @@ def _shape_problem(value: Any, limits: MsgLimits) -> tuple[str, str] | None:
 
 
 def _surely_fine(value: Any, limits: MsgLimits) -> bool:
-    """The quick pass: only exact builtin types, leaves checked in place; ``False`` means "look
-    closer" (:func:`_shape_problem`), not necessarily a problem."""
+    """The quick pass: only exact builtin types, leaves checked in place, one level at a time
+    (nesting counted as it goes); ``False`` means "look closer" (:func:`_shape_problem`), not
+    necessarily a problem."""
     max_map, max_array, max_bin = limits.max_map_len, limits.max_array_len, limits.max_bin_len
     short = limits.max_str_len // 4  # a str this long is within the limit whatever it holds
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        subs: Iterable[Any]
-        if kind is dict:
-            if len(item) > max_map:
-                return False
-            for key in item:
-                if type(key) is not str or len(key) > short:
-                    return False
-            subs = item.values()
-        elif kind is list:
-            if len(item) > max_array:
-                return False
-            subs = item
-        else:
+    levels_left = limits.max_depth - 1  # ``value`` sits one level inside its message
+    level = [value]
+    while level:
+        if levels_left <= 0:
             return False
-        for sub in subs:
-            t = type(sub)
-            if t is str:
-                if len(sub) > short:
+        levels_left -= 1
+        deeper: list[Any] = []
+        for item in level:
+            kind = type(item)
+            subs: Iterable[Any]
+            if kind is dict:
+                if len(item) > max_map:
                     return False
-            elif t is dict or t is list:
-                stack.append(sub)
-            elif t is bytes:
-                if len(sub) > max_bin:
+                for key in item:
+                    if type(key) is not str or len(key) > short:
+                        return False
+                subs = item.values()
+            elif kind is list:
+                if len(item) > max_array:
                     return False
-            elif t is not int and t is not float and t is not bool and sub is not None:
+                subs = item
+            else:
                 return False
+            for sub in subs:
+                t = type(sub)
+                if t is str:
+                    if len(sub) > short:
+                        return False
+                elif t is dict or t is list:
+                    deeper.append(sub)
+                elif t is bytes:
+                    if len(sub) > max_bin:
+                        return False
+                elif t is not int and t is not float and t is not bool and sub is not None:
+                    return False
+        level = deeper
     return True

@@ -1,7 +1,9 @@
 """Length-prefixed frames: a 4-byte big-endian length, then that many bytes.
 
 The decoder is incremental and pure: feed it whatever bytes arrived, take out
-the complete frames.  A declared length over ``max_frame`` raises
+the complete frames.  Inside an established link's sealed frame, the
+plaintext is a batch of messages framed the same way (:func:`encode_batch`,
+:func:`split_batch`).  A declared length over ``max_frame`` raises
 ``ProtocolError`` *before* anything is buffered for it, so a hostile length
 never becomes an allocation.
 """
@@ -74,3 +76,38 @@ class FrameDecoder:
         if buf is held and offset:
             del held[:offset]
         return frames
+
+
+def encode_batch(messages: list[bytes]) -> bytes:
+    """The plaintext of one sealed frame: each message as a 4-byte big-endian length and its bytes."""
+    parts: list[bytes] = []
+    for message in messages:
+        parts.append(HEADER.pack(len(message)))
+        parts.append(message)
+    return b"".join(parts)
+
+
+def split_batch(plain: bytes) -> list[memoryview]:
+    """The messages of a sealed frame's plaintext (views into it), in order.
+
+    At least one message, none empty, every declared length within what is left and
+    nothing left over; anything else is a ``ProtocolError``.
+    """
+    size = len(plain)
+    view = memoryview(plain)
+    if size > HEADER_LEN and HEADER.unpack_from(plain)[0] == size - HEADER_LEN:
+        return [view[HEADER_LEN:]]  # one message, the common case for a lone call
+    messages: list[memoryview] = []
+    offset = 0
+    while offset < size:
+        if size - offset < HEADER_LEN:
+            raise ProtocolError("a sealed frame ends inside a message length")
+        (length,) = HEADER.unpack_from(plain, offset)
+        start = offset + HEADER_LEN
+        offset = start + length
+        if length == 0 or offset > size:
+            raise ProtocolError("a message in a sealed frame is empty or runs past its end")
+        messages.append(view[start:offset])
+    if not messages:
+        raise ProtocolError("a sealed frame holds no message")
+    return messages

@@ -23,7 +23,7 @@ from hearthnet.identity import Identity, load_identity
 from hearthnet.testing import LocalMesh, member_bus, wait_for
 from hearthnet.transport import open_link
 from hearthnet.wire.codec import pack
-from hearthnet.wire.frames import HEADER
+from hearthnet.wire.frames import HEADER, encode_batch
 
 from .conftest import NO_MODELS, event_ids, log_records, node_stats, port_of, report
 
@@ -110,7 +110,11 @@ async def test_hostile_member_is_rejected_counted_and_harmless(mesh: LocalMesh) 
 
     attacks: dict[str, Any] = {
         "unauthenticated bytes": lambda link: HEADER.pack(40) + os.urandom(40),
-        "sealed random bytes": lambda link: _sealed(link, os.urandom(300)),
+        "sealed random bytes": lambda link: _sealed(link, os.urandom(300), batch=False),
+        "sealed message of random bytes": lambda link: _sealed(link, os.urandom(300)),
+        "sealed message running past its frame": lambda link: _sealed(
+            link, HEADER.pack(400) + pack({"t": "keepalive"}), batch=False
+        ),
         "sealed msgpack array": lambda link: _sealed(link, pack([1, 2, 3])),  # type: ignore[arg-type]
         "sealed map without type": lambda link: _sealed(link, pack({"id": 1})),
         "sealed req with string id": lambda link: _sealed(
@@ -241,6 +245,7 @@ def _deep(levels: int) -> Any:
     return value
 
 
-def _sealed(link: Any, payload: bytes) -> bytes:
-    sealed: bytes = link._session.seal(payload)
+def _sealed(link: Any, payload: bytes, *, batch: bool = True) -> bytes:
+    """A frame sealed with the link's own session (authentic): one message, or raw plaintext."""
+    sealed: bytes = link._session.seal(encode_batch([payload]) if batch else payload)
     return HEADER.pack(len(sealed)) + sealed

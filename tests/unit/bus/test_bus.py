@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from hearthnet.bus.bus import CapabilityBus
@@ -209,6 +210,42 @@ async def test_two_hosts_of_one_corpus_send_callers_to_the_one_with_more_chunks(
         b.unregister("rag.query", {"corpus": "family", "chunks": 3086})
         await wait_until(lambda: len(c.providers("rag.query", params={"corpus": "family"})) == 1)
         assert (await c.call("rag.query", params={"corpus": "family"})).provider == a.node_id
+
+
+@pytest.mark.anyio
+async def test_routing_follows_every_change_of_providers_and_rules_between_calls() -> None:
+    """Lookups repeated on every call are remembered only while nothing they depend on changed."""
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        by_corpus = params_key_equals("corpus")
+        b.register(reg("test.q", echo, params={"corpus": "family"}, predicate=by_corpus))
+        await announce(b)
+        family = {"corpus": "family"}
+        for _ in range(2):
+            assert (await a.call("test.q", params=family)).provider == b.node_id
+        a.register(reg("test.q", echo, params={"corpus": "family"}, predicate=by_corpus))
+        assert (await a.call("test.q", params=family)).provider == a.node_id  # local now preferred
+        a.unregister("test.q", family)
+        assert (await a.call("test.q", params=family)).provider == b.node_id
+        with pytest.raises(NotFound):  # another value of the same key is looked up afresh
+            await a.call("test.q", params={"corpus": "work"})
+        b.register(reg("test.q", echo, params={"corpus": "work"}, predicate=by_corpus))
+        await wait_until(lambda: len(a.providers("test.q", params={"corpus": "work"})) == 1)
+        assert (await a.call("test.q", params={"corpus": "work"})).provider == b.node_id
+        a.keep_local("test.q", family)
+        with pytest.raises(NotFound, match="only served by this node"):
+            await a.call("test.q", params=family)
+        b.unregister("test.q", {"corpus": "work"})
+        await wait_until(lambda: not a.providers("test.q", params={"corpus": "work"}))
+        with pytest.raises(NotFound):
+            await a.call("test.q", params={"corpus": "work"})
+        # params that are not all text are looked up every time: 1 and True are equal in Python
+        b.register(reg("test.n", echo, params={"n": 1}, predicate=lambda o, r: type(r["n"]) is type(o["n"])))
+        await wait_until(lambda: len(a.providers("test.n", params={"n": 1})) == 1)
+        assert (await a.call("test.n", params={"n": 1})).provider == b.node_id
+        with pytest.raises(NotFound):
+            await a.call("test.n", params={"n": True})
 
 
 @pytest.mark.anyio
@@ -558,6 +595,56 @@ async def test_deadline_travels_and_yields_timeout() -> None:
         assert anyio.current_time() - t0 < 1.0
         with anyio.fail_after(2):
             await cancelled.wait()  # the provider stopped working on it too
+
+
+@pytest.mark.anyio
+async def test_a_handler_cut_short_leaves_its_worker_serving_the_next_calls_whole() -> None:
+    """A peer's calls share their worker's cancel scope until one is cut short (deadline or
+    cancel): the cut call is answered (timeout) or not (cancelled), counted, and the calls
+    after it on the same worker run uncancelled, through their own awaits."""
+    cut: list[str] = []
+
+    async def gate(ctx: CallContext) -> dict[str, Any]:
+        if ctx.input.get("hang"):
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cut.append("cut")
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()  # a scope left cancelled would stop us here
+        return {"n": ctx.input.get("n")}
+
+    async def swallow(ctx: CallContext) -> dict[str, Any]:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            return {"late": True}  # a handler that ignores its cancellation (a bug)
+        raise AssertionError
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        b.register(reg("test.gate", gate))
+        b.register(reg("test.swallow", swallow, timeout_seconds=0.2))
+        await announce(b)
+        with anyio.fail_after(10):
+            with pytest.raises(Timeout):
+                await a.call("test.gate", input={"hang": True}, timeout=0.2)
+            assert [(await a.call("test.gate", input={"n": n})).output["n"] for n in range(20)] == list(
+                range(20)
+            )
+            with anyio.move_on_after(0.1):  # the caller gives up: the provider is told to cancel
+                await a.call("test.gate", input={"hang": True}, timeout=30)
+            await wait_until(lambda: len(cut) == 2)
+            assert (await a.call("test.gate", input={"n": 7})).output == {"n": 7}
+            assert (await a.call("test.swallow")).output == {"late": True}
+            assert (await a.call("test.gate", input={"n": 8})).output == {"n": 8}
+        stats = b.stats.snapshot()["test.gate@1.0"]
+        await wait_until(lambda: b.stats.snapshot()["test.gate@1.0"]["calls"] == 24)
+        stats = b.stats.snapshot()["test.gate@1.0"]
+        assert stats["errors_by_code"] == {"timeout": 1, "cancelled": 1}
+        assert stats["in_flight"] == 0
+        assert b.sessions[a.node_id].workers <= 2
 
 
 @pytest.mark.anyio

@@ -106,7 +106,37 @@ async def test_answered_calls_do_not_pile_up_in_the_give_up_heap() -> None:
             sent = await raw.receive()
             await raw.send({"t": "done", "id": sent["id"], "output": {"n": sent["id"]}, "meta": {}})
             assert (await call.result.wait()).output == {"n": call.id}
-        assert len(session._timers) <= 1025  # pruned once answered calls dominate it
+        # pruned once answered calls dominate it
+        assert len(session._timers) + len(session._fresh) <= 1025
+
+
+@pytest.mark.anyio
+async def test_the_give_up_timers_keep_no_answered_call_alive() -> None:
+    """An answered call (and the answer it holds) is freed at once, not when its deadline comes up."""
+    import gc
+    import weakref
+
+    async with session_and_raw_link() as (session, raw):
+        gone: list[weakref.ref[Any]] = []
+        for _ in range(20):
+            call = await session.request(
+                "test.x",
+                "1.0",
+                {},
+                {},
+                deadline_ms=60_000,
+                trace_id="t",
+                stream=False,
+                give_up_at=anyio.current_time() + 60,
+            )
+            sent = await raw.receive()
+            await raw.send({"t": "done", "id": sent["id"], "output": {"pad": b"x" * 1000}, "meta": {}})
+            await call.result.wait()
+            gone.append(weakref.ref(call))
+            del call
+        gc.collect()
+        assert [ref for ref in gone if ref() is not None] == []
+        assert session._timers or session._fresh  # the entries are there, holding nothing
 
 
 @pytest.mark.anyio

@@ -23,6 +23,7 @@ from hearthnet.errors import (
 )
 from hearthnet.identity.keys import Identity, verify_signature
 from hearthnet.transport.handshake import (
+    PROTOCOL_VERSION,
     ROLE_INITIATOR,
     ROLE_RESPONDER,
     InitiatorHandshake,
@@ -32,7 +33,7 @@ from hearthnet.transport.handshake import (
 from hearthnet.transport.link import Admit, Link, accept_link, initiate_link
 from hearthnet.transport.memory import memory_stream_pair
 from hearthnet.wire.codec import pack, unpack_map
-from hearthnet.wire.frames import FrameDecoder, encode_frame
+from hearthnet.wire.frames import FrameDecoder, encode_batch, encode_frame
 
 
 @pytest.fixture
@@ -295,7 +296,8 @@ def hello_fields(identity: Identity, **overrides: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "mutate",
     [
-        lambda f: f.update(v=2),
+        lambda f: f.update(v=PROTOCOL_VERSION + 1),
+        lambda f: f.update(v=1),  # one message per sealed frame: the peer would misread ours
         lambda f: f.update(v=True),
         lambda f: f.update(eph=f["eph"][:31]),
         lambda f: f.update(nonce="x" * 32),
@@ -306,6 +308,7 @@ def hello_fields(identity: Identity, **overrides: Any) -> dict[str, Any]:
     ],
     ids=[
         "version",
+        "version-1",
         "bool-version",
         "short-eph",
         "str-nonce",
@@ -521,7 +524,7 @@ async def test_oversized_message_is_refused_on_send_and_link_stays_usable() -> N
 async def test_non_map_plaintext_closes_the_link() -> None:
     async with relayed_links(lambda d: d) as (alice, bob):
         # Seal a valid msgpack array with Alice's own session: authentic, but not a map.
-        frame = alice._session.seal(msgpack.packb([1, 2]))
+        frame = alice._session.seal(encode_batch([msgpack.packb([1, 2])]))
         await alice._stream.send(encode_frame(frame))
         with pytest.raises(ProtocolError):
             await bob.receive()

@@ -9,9 +9,13 @@ import anyio.abc
 import anyio.lowlevel
 import pytest
 
+from hearthnet.errors import ProtocolError
 from hearthnet.transport import Link
-from hearthnet.transport.link import LINGER_BATCH
+from hearthnet.transport.link import BATCH_BYTES, LINGER_BATCH
 from hearthnet.transport.memory import MemoryByteStream
+from hearthnet.transport.session import TAG_LEN
+from hearthnet.wire.codec import pack
+from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER_LEN
 from tests.memory_links import memory_link_pair
 
 
@@ -104,3 +108,46 @@ async def test_without_linger_the_first_sender_writes_at_once() -> None:
     await burst(a, 32, linger=False)
     assert counted.writes - before > 1  # the first frame did not wait for the others
     assert await receive_all(b, 32) == list(range(32))
+
+
+@pytest.mark.anyio
+async def test_a_burst_is_sealed_as_one_frame_and_read_in_order() -> None:
+    """Messages queued together share one encryption; the peer opens one frame for all of them."""
+    a, b, _counted = await linked()
+    sealed, opened = a._session.sent, b._session.received
+    await burst(a, LINGER_BATCH - 1, linger=True)
+    assert a._session.sent - sealed == 1
+    assert await receive_all(b, LINGER_BATCH - 1) == list(range(LINGER_BATCH - 1))
+    assert b._session.received - opened == 1
+
+
+@pytest.mark.anyio
+async def test_messages_are_sealed_together_only_up_to_the_batch_size() -> None:
+    a, b, _counted = await linked()
+
+    async def padded(n: int, size: int) -> int:
+        sealed = a._session.sent
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(lambda i=i: a.send({"i": i, "pad": b"x" * size}, linger=True))
+        got = await receive_all(b, n)
+        assert got == list(range(n))
+        return a._session.sent - sealed
+
+    assert await padded(3, BATCH_BYTES // 4) == 1  # three quarters of a batch: one frame
+    assert await padded(4, BATCH_BYTES // 2) == 4  # two halves exceed a batch: one frame each
+    assert await padded(2, 2 * BATCH_BYTES) == 2  # larger than a batch: alone in its frame
+
+
+@pytest.mark.anyio
+async def test_a_message_at_the_size_limit_goes_through_and_one_byte_more_is_refused() -> None:
+    a, b, _counted = await linked()
+    largest = DEFAULT_MAX_FRAME - TAG_LEN - HEADER_LEN  # what fits one sealed frame alone
+    overhead = len(pack({"b": b"x" * (1 << 17)})) - (1 << 17)
+    await a.send({"b": b"x" * (largest - overhead)})
+    assert len((await b.receive())["b"]) == largest - overhead
+    with pytest.raises(ProtocolError, match="exceeds"):
+        await a.send({"b": b"x" * (largest - overhead + 1)})
+    assert not a.closed
+    await a.send({"i": 1})
+    assert await receive_all(b, 1) == [1]

@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hearthnet.errors import ProtocolError
-from hearthnet.wire.codec import MAX_DEPTH, MsgLimits, pack, unpack_map, value_problem, wire_shape_problem
+from hearthnet.wire.codec import (
+    MAX_DEPTH,
+    MsgLimits,
+    Packer,
+    nested_deeper,
+    pack,
+    unpack_map,
+    value_problem,
+    wire_shape_problem,
+)
 
 scalars = (
     st.none()
@@ -105,6 +114,31 @@ def test_a_message_at_the_depth_bound_is_read() -> None:
     assert unpack_map(pack({"v": _nested(3)}), limits=MsgLimits(max_depth=4))
     with pytest.raises(ProtocolError):
         unpack_map(pack({"v": _nested(4)}), limits=MsgLimits(max_depth=4))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=values, pad=st.sampled_from([0, 10, 3000]), limit=st.integers(1, 6))
+def test_the_depth_bound_is_exact_whether_bytes_are_counted_or_the_value_walked(
+    value: Any, pad: int, limit: int
+) -> None:
+    """Small messages are measured by counting bytes that can open a map or list, large ones (or
+    ones with many such bytes, here inside a binary) by walking: the verdict is the same."""
+    message = {"v": value, "pad": b"\x90" * pad}
+    try:
+        unpack_map(pack(message), limits=MsgLimits(max_depth=limit))
+    except ProtocolError as exc:
+        assert "nested more than" in exc.message
+        assert nested_deeper(message, limit)
+    else:
+        assert not nested_deeper(message, limit)
+
+
+@given(maps)
+def test_a_reused_packer_packs_as_pack_does_also_after_a_failure(message: dict[str, Any]) -> None:
+    packer = Packer()
+    with pytest.raises(ProtocolError, match="cannot be sent"):
+        packer.pack({"bad": {1, 2}, **message})
+    assert packer.pack(message) == pack(message)
 
 
 @pytest.mark.parametrize(

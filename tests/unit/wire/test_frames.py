@@ -1,4 +1,4 @@
-"""Length-prefixed frames: round trips at any split, truncation, size cap."""
+"""Length-prefixed frames: round trips at any split, truncation, size cap; batches of messages."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hearthnet.errors import ProtocolError
-from hearthnet.wire.frames import HEADER_LEN, FrameDecoder, encode_frame
+from hearthnet.wire.frames import HEADER_LEN, FrameDecoder, encode_batch, encode_frame, split_batch
 
 MAX = 4096
 payloads = st.lists(st.binary(max_size=600), max_size=20)
@@ -60,3 +60,33 @@ def test_encode_refuses_oversized_payload() -> None:
 
 def test_empty_payload_is_a_frame() -> None:
     assert FrameDecoder().feed(encode_frame(b"")) == [b""]
+
+
+@given(st.lists(st.binary(min_size=1, max_size=300), min_size=1, max_size=20))
+def test_a_batch_splits_into_its_messages(messages: list[bytes]) -> None:
+    assert [bytes(m) for m in split_batch(encode_batch(messages))] == messages
+
+
+@pytest.mark.parametrize(
+    "plain",
+    [
+        b"",  # no message at all
+        struct.pack(">I", 0),  # an empty message
+        struct.pack(">I", 5) + b"abcd",  # runs past the end
+        struct.pack(">I", 2) + b"ab" + b"\x00\x00",  # a length cut short after a message
+        struct.pack(">I", 2) + b"ab" + struct.pack(">I", 0),  # an empty one after a message
+    ],
+    ids=["empty", "zero-length", "past-the-end", "cut-length", "empty-after"],
+)
+def test_a_malformed_batch_is_a_protocol_error(plain: bytes) -> None:
+    with pytest.raises(ProtocolError):
+        split_batch(plain)
+
+
+@given(st.binary(max_size=200))
+def test_any_plaintext_splits_into_messages_or_is_a_protocol_error(plain: bytes) -> None:
+    try:
+        messages = split_batch(plain)
+    except ProtocolError:
+        return
+    assert encode_batch([bytes(m) for m in messages]) == plain
