@@ -291,12 +291,17 @@ def _prompt_of(body: dict[str, Any], chat: bool) -> str:
 
 def _peer_closed(sock: socket.socket) -> bool:
     """The client closed its end: the socket reads as ready and yields no bytes."""
+    # poll, not select: a long test run holds more than FD_SETSIZE (1024)
+    # descriptors, and select() refuses a socket numbered above that.
+    poller = select.poll()
+    poller.register(sock, select.POLLIN | select.POLLHUP | select.POLLERR)
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
+        if not poller.poll(0):
             return False
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
         return True
 
 
