@@ -329,7 +329,7 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--corpus",
         action="append",
-        metavar="C",
+        metavar="CORPUS",
         help="search this corpus (repeatable; default: every corpus reachable in the mesh)",
     )
     p.add_argument(

@@ -308,7 +308,7 @@ def add_docs(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "docs", parents=[common], help="the documents of a corpus (title, file, pages, chunks, who, when)"
     )
-    p.add_argument("--corpus", required=True, help="the corpus to list")
+    p.add_argument("--corpus", required=True, help="the corpus to list (required)")
     p.add_argument(
         "--on", metavar="NODE_ID", help="ask this host (default: the corpus's host, the largest copy first)"
     )
@@ -320,7 +320,7 @@ def add_delete(sub: Any, common: argparse.ArgumentParser) -> None:
         "delete", parents=[common], help="delete a document from a corpus, on its host (trusted members)"
     )
     p.add_argument("doc_cid", metavar="DOC_CID", help="the document's id ('hearthnet docs' lists them)")
-    p.add_argument("--corpus", required=True, help="the corpus it is in")
+    p.add_argument("--corpus", required=True, help="the corpus it is in (required)")
     p.add_argument(
         "--on", metavar="NODE_ID", help="the host to delete it on (default: the corpus's host that has it)"
     )

@@ -215,8 +215,15 @@ def add_llm(sub: Any, common: argparse.ArgumentParser) -> None:
     pc.add_argument("text", help="the question ('-' reads it from stdin)")
     pc.add_argument("--model", help="model name (default: any provider's)")
     pc.add_argument("--system", help="a system message sent before the question (default: none)")
-    pc.add_argument("--max-tokens", type=int, help="longest answer in tokens (default: the model's maximum)")
-    pc.add_argument("--temperature", type=float, help="sampling temperature, 0..2 (default: the server's)")
+    pc.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="longest answer in tokens (default: the model's maximum)",
+    )
+    pc.add_argument(
+        "--temperature", type=float, metavar="T", help="sampling temperature, 0..2 (default: the server's)"
+    )
     pc.add_argument(
         "--stop",
         action="append",
@@ -228,7 +235,8 @@ def add_llm(sub: Any, common: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=CHAT_TIMEOUT,
-        help="seconds for the whole answer (default: %(default)s)",
+        metavar="SECONDS",
+        help="deadline of the whole answer (default: %(default)s)",
     )
     pc.set_defaults(func=cmd_llm_chat)
 

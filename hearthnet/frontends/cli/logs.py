@@ -222,6 +222,6 @@ def add_logs(sub: Any, common: argparse.ArgumentParser) -> None:
         "--follow",
         action="store_true",
         help="then print new records as they are written, across rotations, until Ctrl-C; "
-        "with --json one record per line instead of one document",
+        "with --json one record per line instead of one document (default: off, print and exit)",
     )
     p.set_defaults(func=cmd_logs)
