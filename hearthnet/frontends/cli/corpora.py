@@ -13,7 +13,7 @@ import anyio
 
 from hearthnet.contracts.rag import MAX_K, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
-from hearthnet.frontends.cli.args import corpus_arg, load_json
+from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
 from hearthnet.frontends.cli.output import CliError, Progress, emit_text, plural, shown, streamed, warn
 from hearthnet.frontends.client.client import AsyncClient, Client
 from hearthnet.frontends.client.corpora import (
@@ -42,14 +42,9 @@ def cmd_query(args: argparse.Namespace) -> None:
     if not 1 <= args.k <= MAX_K:
         raise BadRequest(f"-k must be between 1 and {MAX_K}")
     corpus = corpus_arg(args.corpus)
-    text = args.text
-    if text == "-":  # the question from stdin: a long one, or one with quotes the shell would eat
-        text = sys.stdin.read(MAX_STDIN_QUERY + 1)
-        if len(text) > MAX_STDIN_QUERY:
-            raise BadRequest(f"the query on stdin is longer than {MAX_STDIN_QUERY} characters")
-        if not text.strip():
-            raise BadRequest("the query read from stdin is empty")
-    inp: dict[str, Any] = {"query": text.strip(), "k": args.k}
+    # '-': the question from stdin (a long one, or one with quotes the shell would eat)
+    text = stdin_text("the query", MAX_STDIN_QUERY) if args.text == "-" else args.text
+    inp: dict[str, Any] = {"query": text_arg(text, "the query"), "k": args.k}
     if args.filter:
         inp["filter"] = load_json(args.filter, "--filter")
     client = Client(args.home)

