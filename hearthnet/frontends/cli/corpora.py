@@ -21,6 +21,7 @@ from hearthnet.frontends.client.corpora import (
     hosted_here_or_there,
     known_hosts,
     list_corpora_of,
+    not_held_by,
     rag_hosts,
     seen_text,
 )
@@ -202,6 +203,8 @@ def cmd_docs(args: argparse.Namespace) -> None:
             if not after:
                 break
     except (NotFound, Partition) as exc:
+        if args.on:  # the node named may simply not hold it: say so, and who does
+            raise anyio.run(not_held_by, AsyncClient(args.home), corpus, args.on, exc) from None
         raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
     names = _node_names(client)
     lines = []
@@ -272,6 +275,8 @@ def cmd_delete(args: argparse.Namespace) -> None:
         )
         return
     assert last is not None
+    if args.on:
+        raise anyio.run(not_held_by, AsyncClient(args.home), corpus, args.on, last)
     raise last
 
 

@@ -15,14 +15,15 @@ from typing import Any
 
 from hearthnet.community.levels import Level
 from hearthnet.frontends.cli.output import CliError, emit, shown
-from hearthnet.frontends.client.client import Client
+from hearthnet.frontends.client.client import Client, no_home
 
 
 def _store(home: Path) -> Any:
     from hearthnet.frontends.http.tokens import TokenStore
 
-    if not (home / "identity.key").exists():
-        raise CliError(f"{home} is not a node home (run 'hearthnet init' first)")
+    missing = no_home(home)
+    if missing is not None:
+        raise missing
     return TokenStore(home / "ui.sqlite3")
 
 
