@@ -216,6 +216,9 @@ def cmd_join(args: argparse.Namespace) -> None:
 
 # -- node run -------------------------------------------------------------------------------
 def cmd_node_run(args: argparse.Namespace) -> None:
+    missing = no_home(args.home)
+    if missing is not None:  # before anything is written: a mistyped --home stays uncreated
+        raise missing
     # Before numpy loads: idle OpenBLAS threads busy-wait after each matrix product by default,
     # stealing the core the next embedding needs (specs/node.md); 2^4 cycles, then sleep.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
@@ -226,9 +229,6 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     from hearthnet.node import Node, default_service_factories
     from hearthnet.runtime.observability import configure_logging, shutdown_logging
 
-    missing = no_home(args.home)
-    if missing is not None:  # before anything is written: a mistyped --home stays uncreated
-        raise missing
     config = load_config(args.home)
     lock = _lock_home(args.home)  # held until the process exits; before the log file is opened
     configure_logging(
