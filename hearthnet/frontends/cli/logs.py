@@ -31,7 +31,7 @@ def cmd_logs(args: argparse.Namespace) -> None:
     if args.lines < 0:
         raise BadRequest("-n must be 0 or more")
     missing = no_home(args.home)
-    if missing is not None:
+    if missing is not None and not args.home.exists():  # a home with logs and no key is still read
         raise missing
     path = log_path(args.home)
     try:

@@ -111,6 +111,8 @@ def test_a_home_that_does_not_exist_is_named_with_the_command_that_creates_it(
         f"hearthnet: not_found: no node home at {home}: create one with 'hearthnet init --home {home}'\n"
     )
     assert not home.exists()  # nothing created, by 'node run' either
+    if argv == ["logs"]:
+        return  # a directory with no key may still hold logs to read
     home.mkdir()  # a directory without an identity is no node home either
     assert main(["--home", str(home), *argv]) == 1
     assert "no node home at" in capsys.readouterr().err
