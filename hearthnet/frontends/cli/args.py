@@ -114,13 +114,22 @@ def timeout_arg(value: float | None) -> float | None:
 def stdin_text(what: str, limit: int) -> str:
     """``what`` read from stdin (``-`` given for it): at most ``limit`` characters of UTF-8 text,
     else ``bad_request`` saying which."""
+    too_long = BadRequest(f"{what} on stdin is longer than {limit} characters")
     raw = getattr(sys.stdin, "buffer", None)  # bytes, decoded here: a stray byte is named, not a crash
-    try:
-        text = raw.read(4 * limit + 4).decode("utf-8") if raw is not None else sys.stdin.read(limit + 1)
-    except UnicodeDecodeError as exc:
-        raise BadRequest(f"{what} read from stdin is not valid UTF-8 text (byte {exc.start + 1})") from None
+    if raw is None:
+        text = sys.stdin.read(limit + 1)
+    else:
+        data = raw.read(4 * limit + 1)
+        if len(data) > 4 * limit:  # more bytes than the longest text of ``limit`` characters
+            raise too_long
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(
+                f"{what} read from stdin is not valid UTF-8 text (byte {exc.start + 1})"
+            ) from None
     if len(text) > limit:
-        raise BadRequest(f"{what} on stdin is longer than {limit} characters")
+        raise too_long
     if not text.strip():
         raise BadRequest(f"{what} read from stdin is empty")
     return text

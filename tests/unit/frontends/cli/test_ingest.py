@@ -120,3 +120,8 @@ def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_b
     assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
     err = capsys.readouterr().err
     assert err == "hearthnet: bad_request: the query read from stdin is not valid UTF-8 text (byte 4)\n"
+    for text in ("x" * (64 * 1024 + 1), "é" * (64 * 1024 + 1), "€" * (80 * 1024)):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
+        err = capsys.readouterr().err
+        assert err == "hearthnet: bad_request: the query on stdin is longer than 65536 characters\n", err
