@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -358,7 +358,10 @@ class Node:
                     "node_id": node_id,
                     "name": shown_name(manifest.name) if manifest else "",
                     "level": level.label if level else None,
-                    "address": session.link.remote_address,
+                    "address": listen_address(
+                        session.link.remote_address, manifest.addresses if manifest else ()
+                    ),
+                    "link_address": session.link.remote_address,
                     # Seconds since anything arrived on the link (closed as dead past dead_after_seconds).
                     "last_heard_s": round(now - session.link.last_received, 1),
                 }
@@ -471,12 +474,25 @@ def _listen_error(config: NodeConfig, exc: OSError) -> BadRequest:
     net = config.network
     host = f"[{net.listen_host}]" if ":" in net.listen_host else net.listen_host
     reason = (exc.strerror or str(exc)).lower()
-    held = " (another program or node holds it: stop that, or)" if exc.errno == errno.EADDRINUSE else ""
+    if exc.errno == errno.EADDRINUSE:
+        reason += " by another program or node: stop it, or choose another address"
+    else:
+        reason += ": choose another address"
     return BadRequest(
-        f"cannot listen on {host}:{net.listen_port}: {reason};{held} choose another address with "
-        f"[network] listen in {config.home / 'config.toml'} or HEARTHNET_LISTEN "
+        f"cannot listen on {host}:{net.listen_port}: {reason} with [network] listen in "
+        f"{config.home / 'config.toml'} or HEARTHNET_LISTEN "
         "(a new home takes 'hearthnet init --listen HOST:PORT')"
     )
+
+
+def listen_address(link: str, advertised: Sequence[str]) -> str:
+    """Where a peer listens, for ``status``: the link's own address if the peer advertises it (we
+    dialled it), else an advertised address on the link's host, else the first advertised one; the
+    link's address (an inbound peer's source port) only when the peer advertised none."""
+    if not advertised or link in advertised:
+        return link
+    host = link.rpartition(":")[0]
+    return next((a for a in advertised if a.rpartition(":")[0] == host), advertised[0])
 
 
 def _revocation_json(revocation: Revocation | None) -> dict[str, Any] | None:

@@ -309,7 +309,68 @@ def test_member_commands_act_only_on_members_and_in_their_direction(mesh: LocalM
     assert types == ["member.demoted", "member.promoted"]
 
 
-def test_revoked_member_is_cut_off_within_seconds_and_told_why(mesh: LocalMesh) -> None:
+def test_a_member_that_never_joined_gets_a_fresh_token_and_joins_with_it(mesh: LocalMesh) -> None:
+    """QA row 18: a node invited but never joined (its token lost) could not be invited again:
+    "already a member … change its level with 'hearthnet member promote …'"."""
+    a, _, _ = nodes(mesh)
+    late = mesh.add("late")
+    first = a.cli_json("invite", late.node_id)  # the token its owner then loses
+    assert first["reissued"] is False
+    before = event_ids(a)
+    again = a.cli("invite", late.node_id)
+    assert again.returncode == 0, again.stderr
+    token = again.stdout.strip()
+    assert token.startswith("hn1.") and token != first["token"]
+    assert again.stderr == (
+        f"hearthnet: {late.node_id} is a member already (member): this is a fresh token for it; "
+        "its invitation stands, nothing new was signed\n"
+    )
+    assert event_ids(a) == before  # no second invite in the log
+    err = _fails(a, "invite", late.node_id, "--level", "trusted")
+    assert f"to make it trusted run 'hearthnet member promote {late.node_id} --level trusted'" in err
+    late.cli("join", token)
+    late.start()
+    late.wait_ready()
+    wait_for(lambda: a.node_id in late.peer_ids(), timeout=30, what="the late node to reach a")
+    assert late.status()["level"] == "member"
+    late.stop()
+
+
+def test_status_shows_where_peers_listen_in_aligned_columns(mesh: LocalMesh) -> None:
+    """QA: ``status`` showed an inbound peer's source port (127.0.0.1:34218), not its listen address."""
+    a, b, c = nodes(mesh)
+    listening = {n.node_id: set(n.status()["addresses"]) for n in (a, b, c)}
+    for node in (a, b, c):
+        for peer in node.status()["peers"]:
+            if peer["node_id"] in listening:
+                assert peer["address"] in listening[peer["node_id"]], (node.name, peer)
+    text = a.cli("status").stdout
+    assert all(p in text for p in listening[b.node_id] | listening[c.node_id])
+
+
+def test_a_plain_member_is_told_an_ingest_needs_a_trusted_member(mesh: LocalMesh, tmp_path: Path) -> None:
+    """QA H: a member's ingest said "unauthorized: file.put needs trust level trusted; caller is member"."""
+    _, _, c = nodes(mesh)
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nThe spare key is under the blue pot.\n")
+    err = _fails(c, "ingest", str(note), "--corpus", "family")
+    assert err == (
+        "hearthnet: unauthorized: ingesting into corpus family needs a trusted member: this node is only "
+        f"a member (ask an anchor to promote it: 'hearthnet member promote {c.node_id} --level trusted')"
+    )
+
+
+def test_without_a_model_llm_chat_says_how_to_add_one(mesh: LocalMesh) -> None:
+    """QA O: "not_found: no provider of llm.chat@1.0 for params {}"."""
+    a, _, _ = nodes(mesh)
+    err = _fails(a, "llm", "chat", "hi")
+    assert err.startswith(
+        "hearthnet: not_found: no language model in the mesh: configure [[llm.openai]] on a node"
+    )
+    assert "llm.chat" not in err
+
+
+def test_revoked_member_is_cut_off_within_seconds_and_told_why(mesh: LocalMesh, tmp_path: Path) -> None:
     """Runs last in this module: it changes the community."""
     a, b, c = nodes(mesh)
     a.cli("member", "revoke", c.node_id, "--reason", "left the household")
@@ -329,6 +390,20 @@ def test_revoked_member_is_cut_off_within_seconds_and_told_why(mesh: LocalMesh) 
     c_port_peers = c.status()["peers"]
     assert all(p["node_id"] not in (a.node_id, b.node_id) for p in c_port_peers)
     assert a.status()["revoked"] is None and b.status()["revoked"] is None
+    # QA F: what needs another member says why it cannot be reached (not "offline", not "promote it")
+    why = (
+        f"hearthnet: revoked: this node was revoked from the community by {a.node_id} at {revoked['at']}: "
+        "it can no longer reach other members ('hearthnet status' shows the revocation)"
+    )
+    note = tmp_path / "note.md"
+    note.write_text("# Note\n\nThe spare key is under the blue pot.\n")
+    for args in (
+        ("query", "boiler", "--corpus", "family"),
+        ("docs", "--corpus", "family"),
+        ("ingest", str(note), "--corpus", "family"),
+        ("llm", "chat", "hi"),
+    ):
+        assert _fails(c, *args) == why, args
 
 
 def test_a_node_revoked_while_offline_learns_it_from_the_first_refusal(tmp_path: Path) -> None:

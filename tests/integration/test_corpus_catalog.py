@@ -212,6 +212,40 @@ def test_docs_lists_a_corpus_and_delete_takes_a_document_out_everywhere(
     assert c.cli_json("docs", "--corpus", "family")["total"] == 3
 
 
+def test_asking_a_node_that_does_not_hold_the_corpus_names_its_host(mesh: LocalMesh) -> None:
+    """QA O: ``docs --corpus family --on A`` (B hosts it) said "not_found: ed25519:… offers no
+    rag.list_documents@1.0 for these params"."""
+    a, b, c = nodes(mesh)
+    expected = (
+        f"hearthnet: not_found: node a ({a.node_id}) does not hold corpus family: "
+        f"it is hosted on b ({b.node_id})"
+    )
+    proc = c.cli("docs", "--corpus", "family", "--on", a.node_id, check=False)
+    assert proc.returncode == 1 and proc.stderr == expected + "\n", proc.stderr
+    proc = a.cli("delete", "blake3:" + "0" * 64, "--corpus", "family", "--on", a.node_id, check=False)
+    assert proc.returncode == 1 and proc.stderr == expected + "\n", proc.stderr
+
+
+def test_the_failure_line_counts_the_files_as_the_summary_does(mesh: LocalMesh, tmp_path: Path) -> None:
+    """QA row 20: stderr said "4 of 10 files failed" while the summary said "ingested 6 of 13
+    files … 4 failed, 3 skipped"; one file said "1 of 1 files"; skip reasons nested parentheses."""
+    a, _, _ = nodes(mesh)
+    docs = tmp_path / "mixed"
+    docs.mkdir()
+    (docs / "empty.md").write_text("")
+    (docs / "notes.tsv").write_text("a\tb\n")
+    (docs / ".hidden.txt").write_text("secret")
+    proc = a.cli("ingest", str(docs), "--corpus", "family", check=False)
+    assert proc.returncode == 1
+    summary = proc.stdout.splitlines()[-1]
+    assert summary.startswith("ingested 0 of 3 files into family on "), summary
+    assert ", 1 failed, 2 skipped: .hidden.txt (hidden: its name starts with '.'); notes.tsv (" in summary
+    assert "((" not in summary and "))" not in summary
+    assert proc.stderr == "hearthnet: 1 of 3 files failed to ingest\n"
+    proc = a.cli("ingest", str(docs / "empty.md"), "--corpus", "family", check=False)
+    assert proc.returncode == 1 and proc.stderr == "hearthnet: 1 file failed to ingest\n"
+
+
 def test_bad_unknown_and_offline_corpora_are_told_apart(mesh: LocalMesh, tmp_path: Path) -> None:
     """Rows 15-17.  Runs last: it stops B, the host of family, for good."""
     a, b, c = nodes(mesh)
@@ -219,13 +253,15 @@ def test_bad_unknown_and_offline_corpora_are_told_apart(mesh: LocalMesh, tmp_pat
         ("Family", "did you mean 'family'?"),
         ("fam/ily", "invalid"),
         ("f" * 65, "at most 64"),
-        ("system", "no corpus 'system'; `hearthnet corpora` lists them"),
+        ("system", "corpus system is the reserved, read-only system corpus: no node of this mesh holds"),
         ("no-such", "no corpus 'no-such'; `hearthnet corpora` lists them"),
     ]:
         proc = c.cli("query", "boiler", "--corpus", name, check=False)
         assert proc.returncode == 1 and fragment in proc.stderr and "no provider" not in proc.stderr, (
             proc.stderr
         )
+    proc = c.cli("docs", "--corpus", "system", check=False)  # QA B: like ingest, it says what system is
+    assert proc.returncode == 1 and "corpus system is the reserved, read-only system corpus" in proc.stderr
     proc = a.cli("rag", "reindex", "--corpus", "family", check=False)  # row 17: A does not host it
     assert proc.returncode == 1 and f"is hosted on b ({b.node_id}): run 'hearthnet rag reindex" in proc.stderr
 

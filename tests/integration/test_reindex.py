@@ -54,7 +54,7 @@ def test_model_mismatch_is_refused_then_reindex_reembeds_from_blobs(
         assert proc.returncode != 0
         assert proc.stdout.startswith("FAIL  notes.txt: not_found:")
         assert "hearthnet rag reindex --corpus home" in proc.stdout
-        assert proc.stderr == "hearthnet: 1 of 1 files failed to ingest\n"  # one line, no traceback
+        assert proc.stderr == "hearthnet: 1 file failed to ingest\n"  # one line, no traceback
         assert server.requests == served
 
         served_before = server.requests

@@ -1,17 +1,20 @@
-"""Values given on the command line, checked before any node is asked: JSON objects and corpus names."""
+"""Values given on the command line, checked before any node is asked: JSON objects, corpus names,
+questions and ``--timeout``; each refusal names the argument as the user typed it."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest
+from hearthnet.frontends.control.protocol import timeout_problem
 from hearthnet.wire.codec import value_problem
 
-__all__ = ["MAX_JSON_DEPTH", "corpus_arg", "load_json"]
+__all__ = ["MAX_JSON_DEPTH", "corpus_arg", "load_json", "stdin_text", "text_arg", "timeout_arg"]
 
 MAX_JSON_DEPTH = 32
 """How deep ``--params``, ``--input`` and ``--filter`` may nest (the node takes a call's input
@@ -80,3 +83,53 @@ def corpus_arg(name: str) -> str:
         except BadRequest:
             hint = ""
         raise BadRequest(f"{exc.message}{hint}") from None
+
+
+def text_arg(text: str, what: str) -> str:
+    """A question given on the command line, stripped; ``bad_request`` naming ``what`` ("the
+    question") when it is empty or holds bytes that are not UTF-8 (a Latin-1 byte on a UTF-8
+    command line arrives as a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(
+            f"{what} is not valid UTF-8 text (character {exc.start + 1}): "
+            "retype it, or set a UTF-8 locale for the terminal"
+        ) from None
+    if not text.strip():
+        raise BadRequest(f"{what} is empty")
+    return text.strip()
+
+
+def timeout_arg(value: float | None) -> float | None:
+    """``--timeout`` checked as the node would check it, the refusal naming the flag."""
+    if value is None:
+        return None
+    problem = timeout_problem(value)
+    if problem is not None:
+        raise BadRequest(f"--{problem}")
+    return value
+
+
+def stdin_text(what: str, limit: int) -> str:
+    """``what`` read from stdin (``-`` given for it): at most ``limit`` characters of UTF-8 text,
+    else ``bad_request`` saying which."""
+    too_long = BadRequest(f"{what} on stdin is longer than {limit} characters")
+    raw = getattr(sys.stdin, "buffer", None)  # bytes, decoded here: a stray byte is named, not a crash
+    if raw is None:
+        text = sys.stdin.read(limit + 1)
+    else:
+        data = raw.read(4 * limit + 1)
+        if len(data) > 4 * limit:  # more bytes than the longest text of ``limit`` characters
+            raise too_long
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(
+                f"{what} read from stdin is not valid UTF-8 text (byte {exc.start + 1})"
+            ) from None
+    if len(text) > limit:
+        raise too_long
+    if not text.strip():
+        raise BadRequest(f"{what} read from stdin is empty")
+    return text

@@ -18,11 +18,14 @@ from typing import Any, TextIO
 from hearthnet.bus.context import CallResult
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, BusError
+from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.output import emit_text, shown
 from hearthnet.frontends.client.client import Client
 
 SESSIONS_LIMIT = 100
 """Sessions ``hearthnet sessions`` lists unless ``--limit`` says otherwise."""
+MAX_STDIN_QUESTION = 64 * 1024
+"""Most characters ``ask -`` reads from stdin (the node's [answer] max_question_chars is lower)."""
 STATUS_TIMEOUT = 10.0
 """Seconds ``node.status`` has to name the nodes of the sources once the answer is printed."""
 
@@ -186,9 +189,8 @@ def ask_input(args: argparse.Namespace, question: str, session: str | None) -> d
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
-    question = sys.stdin.read() if args.question == "-" else args.question
-    if not question.strip():
-        raise BadRequest("the question is empty")
+    question = stdin_text("the question", MAX_STDIN_QUESTION) if args.question == "-" else args.question
+    question = text_arg(question, "the question")
     if args.corpus and args.no_rag:
         raise BadRequest("--corpus and --no-rag contradict each other: --no-rag searches no corpus")
     session = args.session if args.session is not None else (new_session_id() if args.new_session else None)
@@ -329,7 +331,7 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--corpus",
         action="append",
-        metavar="C",
+        metavar="CORPUS",
         help="search this corpus (repeatable; default: every corpus reachable in the mesh)",
     )
     p.add_argument(

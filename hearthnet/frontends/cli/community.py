@@ -4,6 +4,7 @@ promote|demote|revoke`` (``community create`` and ``join`` work on the home: :mo
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from hearthnet.frontends.cli.output import emit
@@ -17,7 +18,17 @@ LEVELS = ["member", "trusted", "anchor"]
 def cmd_invite(args: argparse.Namespace) -> None:
     result = Client(args.home).call("community.invite", input={"node_id": args.node_id, "level": args.level})
     token = result.output["token"]
-    emit(args, result.output, lambda: print(token))
+
+    def human() -> None:
+        print(token)
+        if result.output.get("reissued"):
+            print(
+                f"hearthnet: {args.node_id} is a member already ({result.output['level']}): this is a "
+                "fresh token for it; its invitation stands, nothing new was signed",
+                file=sys.stderr,
+            )
+
+    emit(args, result.output, human)
 
 
 def cmd_member(args: argparse.Namespace) -> None:
@@ -34,7 +45,11 @@ def cmd_member(args: argparse.Namespace) -> None:
 
 
 def add_invite(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("invite", parents=[common], help="invite a node id; prints a one-line token")
+    p = sub.add_parser(
+        "invite",
+        parents=[common],
+        help="invite a node id; prints a one-line token (again for a member that lost its token)",
+    )
     p.add_argument("node_id", help="the invitee's node id, printed by its 'hearthnet init'")
     p.add_argument(
         "--level",

@@ -13,7 +13,7 @@ import anyio
 
 from hearthnet.contracts.rag import MAX_K, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
-from hearthnet.frontends.cli.args import corpus_arg, load_json
+from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
 from hearthnet.frontends.cli.output import CliError, Progress, emit_text, plural, shown, streamed, warn
 from hearthnet.frontends.client.client import AsyncClient, Client
 from hearthnet.frontends.client.corpora import (
@@ -21,6 +21,7 @@ from hearthnet.frontends.client.corpora import (
     hosted_here_or_there,
     known_hosts,
     list_corpora_of,
+    not_held_by,
     rag_hosts,
     seen_text,
 )
@@ -42,14 +43,9 @@ def cmd_query(args: argparse.Namespace) -> None:
     if not 1 <= args.k <= MAX_K:
         raise BadRequest(f"-k must be between 1 and {MAX_K}")
     corpus = corpus_arg(args.corpus)
-    text = args.text
-    if text == "-":  # the question from stdin: a long one, or one with quotes the shell would eat
-        text = sys.stdin.read(MAX_STDIN_QUERY + 1)
-        if len(text) > MAX_STDIN_QUERY:
-            raise BadRequest(f"the query on stdin is longer than {MAX_STDIN_QUERY} characters")
-        if not text.strip():
-            raise BadRequest("the query read from stdin is empty")
-    inp: dict[str, Any] = {"query": text.strip(), "k": args.k}
+    # '-': the question from stdin (a long one, or one with quotes the shell would eat)
+    text = stdin_text("the query", MAX_STDIN_QUERY) if args.text == "-" else args.text
+    inp: dict[str, Any] = {"query": text_arg(text, "the query"), "k": args.k}
     if args.filter:
         inp["filter"] = load_json(args.filter, "--filter")
     client = Client(args.home)
@@ -207,6 +203,8 @@ def cmd_docs(args: argparse.Namespace) -> None:
             if not after:
                 break
     except (NotFound, Partition) as exc:
+        if args.on:  # the node named may simply not hold it: say so, and who does
+            raise anyio.run(not_held_by, AsyncClient(args.home), corpus, args.on, exc) from None
         raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
     names = _node_names(client)
     lines = []
@@ -277,6 +275,8 @@ def cmd_delete(args: argparse.Namespace) -> None:
         )
         return
     assert last is not None
+    if args.on:
+        raise anyio.run(not_held_by, AsyncClient(args.home), corpus, args.on, last)
     raise last
 
 
@@ -308,7 +308,7 @@ def add_docs(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "docs", parents=[common], help="the documents of a corpus (title, file, pages, chunks, who, when)"
     )
-    p.add_argument("--corpus", required=True, help="the corpus to list")
+    p.add_argument("--corpus", required=True, help="the corpus to list (required)")
     p.add_argument(
         "--on", metavar="NODE_ID", help="ask this host (default: the corpus's host, the largest copy first)"
     )
@@ -320,7 +320,7 @@ def add_delete(sub: Any, common: argparse.ArgumentParser) -> None:
         "delete", parents=[common], help="delete a document from a corpus, on its host (trusted members)"
     )
     p.add_argument("doc_cid", metavar="DOC_CID", help="the document's id ('hearthnet docs' lists them)")
-    p.add_argument("--corpus", required=True, help="the corpus it is in")
+    p.add_argument("--corpus", required=True, help="the corpus it is in (required)")
     p.add_argument(
         "--on", metavar="NODE_ID", help="the host to delete it on (default: the corpus's host that has it)"
     )

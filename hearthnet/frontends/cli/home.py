@@ -17,6 +17,7 @@ import anyio
 
 from hearthnet.errors import BadRequest, unwrap_group
 from hearthnet.frontends.cli.output import CliError, emit
+from hearthnet.frontends.client.client import no_home
 from hearthnet.runtime.process_settings import event_loop_options, tune_malloc
 
 __all__ = ["add_community", "add_init", "add_join", "add_node", "write_atomically"]
@@ -76,6 +77,16 @@ def write_atomically(path: Path, text: str) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _identity(home: Path) -> Any:
+    """The identity of the node of ``home``; ``not_found`` saying how to create the home if none."""
+    from hearthnet.identity import load_identity
+
+    missing = no_home(home)
+    if missing is not None:
+        raise missing
+    return load_identity(home / "identity.key")
 
 
 # -- init -----------------------------------------------------------------------------------
@@ -141,10 +152,8 @@ def _open_log(home: Path) -> Any:
 
 
 def cmd_community_create(args: argparse.Namespace) -> None:
-    from hearthnet.identity import load_identity
-
     home: Path = args.home
-    identity = load_identity(home / "identity.key")
+    identity = _identity(home)
     with _home_unused(home, "community create"):
         event_log = _open_log(home)
         try:
@@ -171,10 +180,9 @@ def cmd_community_create(args: argparse.Namespace) -> None:
 
 def cmd_join(args: argparse.Namespace) -> None:
     from hearthnet.community.invite import decode_token
-    from hearthnet.identity import load_identity
 
     home: Path = args.home
-    identity = load_identity(home / "identity.key")
+    identity = _identity(home)
     token = decode_token(args.token.strip())
     if token.invitee != identity.node_id:
         raise CliError(f"this invite is for {token.invitee}, not for this node ({identity.node_id})")
@@ -208,6 +216,9 @@ def cmd_join(args: argparse.Namespace) -> None:
 
 # -- node run -------------------------------------------------------------------------------
 def cmd_node_run(args: argparse.Namespace) -> None:
+    missing = no_home(args.home)
+    if missing is not None:  # before anything is written: a mistyped --home stays uncreated
+        raise missing
     # Before numpy loads: idle OpenBLAS threads busy-wait after each matrix product by default,
     # stealing the core the next embedding needs (specs/node.md); 2^4 cycles, then sleep.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")

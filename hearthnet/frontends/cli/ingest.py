@@ -95,15 +95,13 @@ def _walk(top: Path, problems: list[dict[str, Any]], skipped: list[dict[str, Any
         visited.add((st.st_dev, st.st_ino))
         for d in sorted(dirs):
             if d.startswith("."):
-                skipped.append(
-                    _skip(Path(root) / d, "hidden folder (its name starts with '.'), not searched")
-                )
+                skipped.append(_skip(Path(root) / d, "hidden folder, not searched: its name starts with '.'"))
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             candidate = Path(root) / name
             suffix = Path(name).suffix.lower()
             if name.startswith("."):
-                skipped.append(_skip(candidate, "hidden (its name starts with '.')"))
+                skipped.append(_skip(candidate, "hidden: its name starts with '.'"))
                 continue
             if suffix not in SUPPORTED_SUFFIXES:
                 kind = f"unsupported type {suffix}" if suffix else "no file extension"
@@ -173,7 +171,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
             )
         print(shown(summary))
     if failed:
-        raise CliError(f"{len(failed)} of {len(results)} files failed to ingest")
+        raise CliError(f"{_files_of(len(failed), len(results) + len(skipped))} failed to ingest")
 
 
 def _ingest_one(
@@ -242,15 +240,23 @@ def _skipped_text(skipped: list[dict[str, Any]]) -> str:
     return "; ".join(named) + (f"; and {more} more (--json lists them)" if more > 0 else "")
 
 
+def _files_of(n: int, total: int) -> str:
+    """``2 of 5 files``; ``1 file`` or ``all 3 files`` when ``n`` is every one of them."""
+    if n == total:
+        return plural(n, "file") if n == 1 else f"all {n} files"
+    return f"{n} of {plural(total, 'file')}"
+
+
 def _summary(results: list[dict[str, Any]], skipped: list[dict[str, Any]], corpus: str, host: str) -> str:
-    """One line a person can read: what went in, what failed, what was skipped and why."""
+    """One line a person can read: what went in, what failed, what was skipped and why (counted
+    out of every file found, as the failure line on stderr counts them)."""
     ok = [r for r in results if r["ok"]]
     failed = len(results) - len(ok)
     existing = sum(1 for r in ok if r["existing"])
     chunks = sum(int(r["chunks_indexed"]) for r in ok)
     considered = len(results) + len(skipped)
     line = (
-        f"ingested {len(ok)} of {plural(considered, 'file')} into {corpus} on {host} "
+        f"ingested {_files_of(len(ok), considered)} into {corpus} on {host} "
         f"({plural(chunks, 'chunk')}" + (f", {existing} already indexed" if existing else "") + ")"
     )
     if failed:

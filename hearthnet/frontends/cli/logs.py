@@ -19,6 +19,7 @@ from typing import IO, Any
 from hearthnet.config import log_path
 from hearthnet.errors import BadRequest
 from hearthnet.frontends.cli.output import EXIT_INTERRUPTED, CliError, shown
+from hearthnet.frontends.client.client import no_home
 
 DEFAULT_LINES = 20
 POLL_SECONDS = 0.2
@@ -29,6 +30,9 @@ _BLOCK = 64 * 1024
 def cmd_logs(args: argparse.Namespace) -> None:
     if args.lines < 0:
         raise BadRequest("-n must be 0 or more")
+    missing = no_home(args.home)
+    if missing is not None and not args.home.exists():  # a home with logs and no key is still read
+        raise missing
     path = log_path(args.home)
     try:
         lines, offset, inode = last_lines(path, args.lines)
@@ -222,6 +226,6 @@ def add_logs(sub: Any, common: argparse.ArgumentParser) -> None:
         "--follow",
         action="store_true",
         help="then print new records as they are written, across rotations, until Ctrl-C; "
-        "with --json one record per line instead of one document",
+        "with --json one record per line instead of one document (default: off, print and exit)",
     )
     p.set_defaults(func=cmd_logs)

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from hearthnet import __version__
 from hearthnet.errors import BusError, unwrap_group
+from hearthnet.frontends.cli.args import timeout_arg
 from hearthnet.frontends.cli.ask import add_ask, add_sessions
 from hearthnet.frontends.cli.community import add_invite, add_member
 from hearthnet.frontends.cli.corpora import add_corpora, add_delete, add_docs, add_query, add_rag
@@ -125,14 +126,28 @@ def _describe_subcommands(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # refused by the command they were given to, which names its own --help
+        _command_parser(parser, sys.argv[1:] if argv is None else list(argv)).error(
+            f"unrecognized arguments: {' '.join(extras)}"
+        )
     args.json = getattr(args, "json", False)
     try:
         args.home = resolve_home(getattr(args, "home", None))  # '~nobody/x' fails here
+        timeout_arg(getattr(args, "timeout", None))  # every command's --timeout, before any node is asked
         args.func(args)
     except BaseException as exc:  # every failure is one line: never a traceback
         return _report(exc, getattr(args, "home", None))
     return 0
+
+
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The (sub)command parser the words of ``argv`` lead to: ``hearthnet query`` for ``query x --y``."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
 
 
 def _report(exc: BaseException, home: Path | None) -> int:

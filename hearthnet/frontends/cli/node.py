@@ -41,12 +41,28 @@ def cmd_status(args: argparse.Namespace) -> None:
             level = p.get("level") or "?"
             print(f"  {p['node_id']}  {level:8} {p.get('address', '')}  {p.get('name', '')}{heard}")
         print("capabilities")
-        for c in st.get("capabilities", []):
-            where = "local" if c.get("local") else c["node"]
-            params = json.dumps(c.get("params", {}), ensure_ascii=False)
-            print(f"  {c['capability']:24} {params:40} {where}")
+        print(capability_table(st.get("capabilities", [])))
 
     emit(args, st, human)
+
+
+def capability_table(caps: list[dict[str, Any]]) -> str:
+    """``status``'s capabilities, one per line, in columns as wide as their longest entry."""
+    rows = [
+        (
+            shown(str(c["capability"])),
+            shown(json.dumps(c.get("params", {}), ensure_ascii=False)),
+            "local" if c.get("local") else str(c["node"]),
+        )
+        for c in caps
+    ]
+    if not rows:
+        return "  -"
+    name_width = max(len(r[0]) for r in rows)
+    params_width = max(len(r[1]) for r in rows)
+    return "\n".join(
+        f"  {name:{name_width}}  {params:{params_width}}  {where}" for name, params, where in rows
+    )
 
 
 def cmd_call(args: argparse.Namespace) -> None:

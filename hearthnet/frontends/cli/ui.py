@@ -15,14 +15,15 @@ from typing import Any
 
 from hearthnet.community.levels import Level
 from hearthnet.frontends.cli.output import CliError, emit, shown
-from hearthnet.frontends.client.client import Client
+from hearthnet.frontends.client.client import Client, no_home
 
 
 def _store(home: Path) -> Any:
     from hearthnet.frontends.http.tokens import TokenStore
 
-    if not (home / "identity.key").exists():
-        raise CliError(f"{home} is not a node home (run 'hearthnet init' first)")
+    missing = no_home(home)
+    if missing is not None:
+        raise missing
     return TokenStore(home / "ui.sqlite3")
 
 
@@ -147,7 +148,11 @@ def cmd_token_revoke(args: argparse.Namespace) -> None:
 
 def add_ui(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("ui", parents=[common], help="the web UI: its address and a one-time sign-in link")
-    p.add_argument("--open", action="store_true", help="open the link in this computer's browser")
+    p.add_argument(
+        "--open",
+        action="store_true",
+        help="open the link in this computer's browser (default: off, only print it)",
+    )
     p.set_defaults(func=cmd_ui)
     usub = p.add_subparsers(dest="ui_command")
     t = usub.add_parser("token", parents=[common], help="personal sign-in links")
@@ -165,7 +170,9 @@ def add_ui(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     c.set_defaults(func=cmd_token_create)
     ls = tsub.add_parser("list", parents=[common], help="tokens and when they were last used")
-    ls.add_argument("--all", action="store_true", help="include revoked tokens")
+    ls.add_argument(
+        "--all", action="store_true", help="include revoked tokens (default: off, revoked ones left out)"
+    )
     ls.set_defaults(func=cmd_token_list)
     r = tsub.add_parser(
         "revoke", parents=[common], help="revoke a token by id or name; signs its sessions out"

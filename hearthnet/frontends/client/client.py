@@ -34,6 +34,7 @@ from hearthnet.errors import (
     BadRequest,
     BusError,
     CapacityExceeded,
+    NotFound,
     Partition,
     ProtocolError,
     Timeout,
@@ -62,6 +63,18 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
     except RuntimeError as exc:  # what pathlib raises for an unknown user or no $HOME
         where = f"the home {os.fspath(given)!r}" if given is not None else "the default home ~/.hearthnet"
         raise BadRequest(f"{where} cannot be found: {exc} (give --home DIR)") from None
+
+
+def no_home(home: Path) -> BusError | None:
+    """``not_found`` saying how to create the home when ``home`` holds no node (missing, or no
+    identity key in it); ``None`` when it does, or when it is something else (a file) whose own
+    error says more."""
+    try:
+        if (home / "identity.key").exists() or (home.exists() and not home.is_dir()):
+            return None
+    except OSError:
+        return None  # a name too long, a loop: the command's own error names it
+    return NotFound(f"no node home at {home}: create one with 'hearthnet init --home {home}'")
 
 
 def plain_output(output: dict[str, Any]) -> dict[str, Any]:
@@ -263,6 +276,9 @@ class AsyncClient:
         try:
             return await connect_unix(self.socket_path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
+            missing = no_home(self.home)
+            if missing is not None:
+                raise missing from None
             raise Partition(
                 f"no node is running for home {self.home}: "
                 f"start it with 'hearthnet --home {self.home} node run'"
@@ -465,4 +481,4 @@ class Client:
                 yield portal.call(call.result)
 
 
-__all__ = ["AsyncClient", "BusError", "CallResult", "Client", "resolve_home"]
+__all__ = ["AsyncClient", "BusError", "CallResult", "Client", "no_home", "resolve_home"]

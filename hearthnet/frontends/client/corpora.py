@@ -18,20 +18,23 @@ import anyio
 
 from hearthnet.contracts.answer import MAX_CORPORA
 from hearthnet.contracts.base import Caller
-from hearthnet.contracts.rag import PERSONAL, RagClient, host_label, validate_corpus_name
-from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Unauthorized
+from hearthnet.contracts.rag import PERSONAL, SYSTEM, RagClient, host_label, validate_corpus_name
+from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Revoked, Unauthorized
 
 __all__ = [
     "MAX_CORPORA",
     "Calls",
+    "check_may_ingest",
     "corpus_host",
     "explain_unreachable",
     "hosted_here_or_there",
     "ingest_host",
     "known_hosts",
     "list_corpora_of",
+    "not_held_by",
     "rag_hosts",
     "requested_corpora",
+    "revoked_error",
     "searchable_corpora",
     "seen_text",
 ]
@@ -58,6 +61,36 @@ def label(host: Mapping[str, Any]) -> str:
     return host_label(str(host["node"]), host.get("node_name"))
 
 
+def revoked_error(status: Mapping[str, Any]) -> Revoked | None:
+    """What to tell a user of a node that knows it was revoked (``node.status``'s ``revoked``):
+    every call that needs another member fails, and not for the reason the call itself sees
+    (no provider, a host "offline"); ``None`` for a node in good standing."""
+    revoked = status.get("revoked")
+    if not isinstance(revoked, Mapping):
+        return None
+    return Revoked(
+        f"this node was revoked from the community by {revoked.get('by')} at {revoked.get('at')}: "
+        "it can no longer reach other members ('hearthnet status' shows the revocation)"
+    )
+
+
+def check_may_ingest(status: Mapping[str, Any], corpus: str) -> None:
+    """Refuse, before any file is copied, an ingest this node cannot make: a corpus other than
+    ``personal`` takes documents only from a trusted member (the node signs the announcement and
+    pushes the file), and a revoked node reaches nobody."""
+    if corpus == PERSONAL:
+        return
+    revoked = revoked_error(status)
+    if revoked is not None:
+        raise revoked
+    if status.get("level") == "member":
+        own = status.get("node_id")
+        raise Unauthorized(
+            f"ingesting into corpus {corpus} needs a trusted member: this node is only a member "
+            f"(ask an anchor to promote it: 'hearthnet member promote {own} --level trusted')"
+        )
+
+
 def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: list[dict[str, Any]]) -> str:
     """Where to ingest into ``corpus``: its host (the largest copy if a name was given twice), else
     ``on``, this node, or any node accepting new corpora.
@@ -68,6 +101,7 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
     is refused before any file is copied.  The personal corpus always stays on this node.
     """
     own = str(status["node_id"])
+    check_may_ingest(status, corpus)
     if corpus == PERSONAL:
         if on and on != own:
             raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
@@ -124,17 +158,46 @@ async def ingest_host(caller: Caller, corpus: str, on: str | None) -> str:
 async def explain_unreachable(caller: Caller, corpus: str, exc: BusError) -> BusError:
     """What to tell a user whose call about ``corpus`` failed with ``exc`` (``not_found``/``partition``).
 
-    No host known anywhere: "no corpus 'x'"; every host offline: which and since
-    when.  Otherwise a host is up and its own error (a model to reindex, an
-    embedder gone) is the one to show.
+    This node revoked: that is why (it reaches no member).  No host known anywhere: "no corpus
+    'x'" (``system`` is reserved and read-only: nothing can put a document in it); every host
+    offline: which and since when.  Otherwise a host is up and its own error (a model to reindex,
+    an embedder gone) is the one to show.
     """
+    revoked = revoked_error((await caller.call("node.status")).output)
+    if revoked is not None:
+        return revoked
     hosts = await known_hosts(caller, corpus)
+    if not hosts and corpus == SYSTEM:
+        return NotFound(
+            "corpus system is the reserved, read-only system corpus: no node of this mesh holds "
+            "documents in it ('hearthnet corpora' lists the corpora)"
+        )
     if not hosts:
         return NotFound(f"no corpus {corpus!r}; `hearthnet corpora` lists them")
     if any(h["serving"] for h in hosts):
         return exc
     where = " and ".join(f"{label(h)}, which is {seen_text(h)}" for h in hosts)
     return Partition(f"corpus {corpus!r} is hosted on {where}")
+
+
+async def not_held_by(caller: Caller, corpus: str, node: str, exc: BusError) -> BusError:
+    """What to tell a user who asked ``node`` (``--on``) about ``corpus`` and got ``exc``: if that
+    node does not hold it, say so and name the corpus's hosts; else :func:`explain_unreachable`."""
+    if not isinstance(exc, NotFound):
+        return await explain_unreachable(caller, corpus, exc)
+    status = (await caller.call("node.status")).output
+    revoked = revoked_error(status)
+    if revoked is not None:
+        return revoked
+    hosts = await known_hosts(caller, corpus)
+    if not hosts or node in {str(h["node"]) for h in hosts}:
+        return await explain_unreachable(caller, corpus, exc)
+    names = {str(p["node_id"]): str(p.get("name") or "") for p in status.get("peers", [])}
+    names[str(status["node_id"])] = str(status.get("name") or "")
+    where = " and ".join(label(h) for h in hosts)
+    return NotFound(
+        f"node {host_label(node, names.get(node))} does not hold corpus {corpus}: it is hosted on {where}"
+    )
 
 
 async def hosted_here_or_there(caller: Caller, corpus: str, on: str | None) -> list[str]:

@@ -24,6 +24,7 @@ class Standing:
 
     own: Level | None
     own_revoked: bool
+    own_id: str
     target_id: str
     target: Level | None
     target_revoked: bool
@@ -34,6 +35,7 @@ def standing(membership: Membership, own_id: str, target_id: str) -> Standing:
     return Standing(
         own=membership.level_of(own_id),
         own_revoked=membership.is_revoked(own_id),
+        own_id=own_id,
         target_id=target_id,
         target=membership.level_of(target_id),
         target_revoked=membership.is_revoked(target_id),
@@ -57,18 +59,32 @@ def _require_member(s: Standing) -> Level:
     return s.target
 
 
-def check_invite(s: Standing, level: Level) -> None:
-    """Trusted members invite members; anchors invite at any level; never a member or a revoked node."""
+def check_invite(s: Standing, level: Level) -> bool:
+    """Trusted members invite members; anchors invite at any level; never a revoked node.
+
+    True when the target is a member already at ``level``: the invite is a fresh token for it
+    (its owner lost the first, or its ``join`` failed), and no new event is signed.  A member at
+    another level is refused with the command that changes a level.
+    """
     _require_own(s, Level.TRUSTED, "hearthnet invite")
     if level > Level.MEMBER and s.own is not None and s.own < Level.ANCHOR:
         raise Unauthorized(f"only an anchor may invite at level {level.label}; this node is {s.own.label}")
     if s.target_revoked:
         raise Revoked(f"{s.target_id} was revoked; revocation is permanent, it cannot be invited again")
-    if s.target is not None:
-        raise BadRequest(
-            f"{s.target_id} is already a member ({s.target.label}): change its level with "
-            f"'hearthnet member promote {s.target_id} --level LEVEL' or 'hearthnet member demote ...'"
-        )
+    if s.target_id == s.own_id:
+        raise BadRequest("that is this node's own id: give the id the other node's 'hearthnet init' printed")
+    if s.target_id == s.founder:
+        raise BadRequest(f"{s.target_id} founded this community: it needs no invite")
+    if s.target is None:
+        return False
+    if level == s.target:
+        return True
+    change = "promote" if level > s.target else "demote"
+    raise BadRequest(
+        f"{s.target_id} is already a member ({s.target.label}): to make it {level.label} run "
+        f"'hearthnet member {change} {s.target_id} --level {level.label}'; for a fresh token at its "
+        f"level run 'hearthnet invite {s.target_id} --level {s.target.label}'"
+    )
 
 
 def check_promote(s: Standing, level: Level) -> None:

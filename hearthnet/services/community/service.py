@@ -323,7 +323,7 @@ class CommunityService:
         community = self._log.community_id
         if community is None:
             raise BadRequest(NO_COMMUNITY)
-        members.check_invite(await self._standing(node_id), level)
+        reissue = members.check_invite(await self._standing(node_id), level)
         addresses = ctx.input.get("addresses") or self._addresses()
         if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
             raise BadRequest("input.addresses must be a list of 'host:port' strings")
@@ -340,13 +340,30 @@ class CommunityService:
             expires_at=int(time.time() * 1000) + INVITE_TTL_MS,
         )
         validate_token(draft)
-        event = await self.append("member.invited", {"node_id": node_id, "level": level.label})
-        token = replace(draft, invite_event_id=event.event_id)
+        if reissue:  # a member already: its invite stands, only the token is new
+            event_id = await anyio.to_thread.run_sync(self._admission, node_id, limiter=self._limiter)
+        else:
+            event_id = (
+                await self.append("member.invited", {"node_id": node_id, "level": level.label})
+            ).event_id
+        token = replace(draft, invite_event_id=event_id)
         return {
             "token": encode_token(token, self._identity),
-            "event_id": event.event_id,
+            "event_id": event_id,
             "level": level.label,
+            "reissued": reissue,
         }
+
+    def _admission(self, node_id: str) -> str:
+        """The id of the invite that made ``node_id`` a member (the last effective one)."""
+        invites = [
+            e
+            for e in self._log.events_of_type("member.invited", effective_only=True)
+            if e.data["node_id"] == node_id
+        ]
+        if not invites:
+            raise BadRequest(f"{node_id} is a member, but this node's log holds no invite of it")
+        return invites[-1].event_id
 
     async def _standing(self, node_id: str) -> members.Standing:
         """This node's and ``node_id``'s place in the community, for the checks of :mod:`.members`."""

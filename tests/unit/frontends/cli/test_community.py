@@ -86,6 +86,51 @@ def test_failures_around_the_home_are_one_line_not_a_traceback(
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("hearthnet: ")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["events"],
+        ["query", "boiler", "--corpus", "family"],
+        ["community", "create", "Hearth"],
+        ["join", "hn1.x.y"],
+        ["logs"],
+        ["ui", "token", "list"],
+        ["node", "run"],
+    ],
+    ids=lambda argv: " ".join(argv[:2]),
+)
+def test_a_home_that_does_not_exist_is_named_with_the_command_that_creates_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """QA I: ``status`` said "no node is running … start it with node run", which then said to run
+    ``init``; and ``node run`` created the missing home, empty."""
+    home = tmp_path / "nohome"
+    assert main(["--home", str(home), *argv]) == 1
+    assert capsys.readouterr().err == (
+        f"hearthnet: not_found: no node home at {home}: create one with 'hearthnet init --home {home}'\n"
+    )
+    assert not home.exists()  # nothing created, by 'node run' either
+    if argv == ["logs"]:
+        return  # a directory with no key may still hold logs to read
+    home.mkdir()  # a directory without an identity is no node home either
+    assert main(["--home", str(home), *argv]) == 1
+    assert "no node home at" in capsys.readouterr().err
+    assert [p.name for p in home.iterdir()] == []
+
+
+def test_a_home_without_a_running_node_says_to_start_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    assert main(["init", "--home", str(home)]) == 0
+    capsys.readouterr()
+    assert main(["status", "--home", str(home)]) == 1
+    assert f"no node is running for home {home}: start it with 'hearthnet --home {home} node run'" in (
+        capsys.readouterr().err
+    )
+
+
 def test_community_create_and_join_refuse_a_node_that_is_still_starting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -76,3 +76,34 @@ def test_version_prints_the_installed_version(capsys: pytest.CaptureFixture[str]
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"hearthnet {__version__}\n"
     assert __version__ == importlib.metadata.version("hearthnet")  # the package and pyproject agree
+
+
+@pytest.mark.parametrize(("name", "parser"), ALL, ids=[name for name, _ in ALL])
+def test_required_options_say_so_and_flags_say_their_default(
+    name: str, parser: argparse.ArgumentParser
+) -> None:
+    """A required option says "(required)"; a flag (``store_true``) says what happens without it."""
+    for action in parser._actions:
+        if not action.option_strings or action.help in (None, argparse.SUPPRESS):
+            continue
+        label = "/".join(action.option_strings)
+        text = expanded_help(parser, action)
+        if action.required:
+            assert "(required)" in text, f"{name} {label}: required but its help does not say so"
+        if isinstance(action, argparse._StoreTrueAction) and action.dest not in ("json",):
+            assert "default" in text, f"{name} {label}: a flag whose default (off) is unsaid"
+
+
+def test_an_option_has_one_metavar_wherever_it_appears() -> None:
+    """``--timeout SECONDS`` in one command and ``--timeout TIMEOUT`` in another read as two things."""
+    seen: dict[str, dict[str, list[str]]] = {}
+    for name, parser in ALL:
+        for action in parser._actions:
+            if not action.option_strings or action.nargs == 0 or action.choices:
+                continue
+            shown = parser._get_formatter()._format_args(action, action.dest.upper())
+            for option in action.option_strings:
+                if option.startswith("--"):
+                    seen.setdefault(option, {}).setdefault(shown, []).append(name)
+    mixed = {option: forms for option, forms in seen.items() if len(forms) > 1}
+    assert not mixed, f"options shown with different metavars: {mixed}"

@@ -95,6 +95,13 @@ def test_a_folder_says_what_it_skipped_and_why(tmp_path: Path) -> None:
     line = _summary(results, skipped[:1], "family", "n1")
     assert line.startswith("ingested 1 of 3 files into family on n1 (1 chunk), 1 failed, 1 skipped: ")
     assert skipped[0]["reason"] in line
+    hidden = next(s for s in skipped if Path(s["path"]).name == ".DS_Store")
+    flat = _summary(results[:1], [hidden], "family", "n1")
+    assert flat.endswith("1 skipped: .DS_Store (hidden: its name starts with '.')"), flat  # no (( ))
+    assert all("(" not in s["reason"] for s in skipped)
+    assert _summary(results[:1], [], "family", "n1") == "ingested 1 file into family on n1 (1 chunk)"
+    two = [results[0], {**results[0], "path": str(docs / "letters.md")}]
+    assert _summary(two, [], "family", "n1").startswith("ingested all 2 files into family on n1 ")
 
 
 def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_before_any_node(
@@ -109,3 +116,12 @@ def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_b
     assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
     err = capsys.readouterr().err
     assert "query read from stdin is empty" in err and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"caf\xe9 au lait")))
+    assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
+    err = capsys.readouterr().err
+    assert err == "hearthnet: bad_request: the query read from stdin is not valid UTF-8 text (byte 4)\n"
+    for text in ("x" * (64 * 1024 + 1), "é" * (64 * 1024 + 1), "€" * (80 * 1024)):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+        assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
+        err = capsys.readouterr().err
+        assert err == "hearthnet: bad_request: the query on stdin is longer than 65536 characters\n", err

@@ -57,16 +57,25 @@ def run(capsys: pytest.CaptureFixture[str], home: Path, *argv: str) -> tuple[int
         (["call", "node.echo", "--input", "{"], "bad_request: --input is not valid JSON"),
         (
             ["query", "caf\udce9", "--corpus", "docs"],  # a Latin-1 byte on a UTF-8 command line
-            "bad_request: input.query is text that is not valid UTF-8",
+            "bad_request: the query is not valid UTF-8 text (character 4)",
+        ),
+        (["query", "", "--corpus", "docs"], "bad_request: the query is empty"),
+        (["query", " \t ", "--corpus", "docs"], "bad_request: the query is empty"),
+        (["ask", "boiler \udcff"], "bad_request: the question is not valid UTF-8 text (character 8)"),
+        (["ask", ""], "bad_request: the question is empty"),
+        (["llm", "chat", "caf\udce9"], "bad_request: the question is not valid UTF-8 text"),
+        (
+            ["ask", "boiler", "--timeout", "0"],
+            "bad_request: --timeout must be a finite number of seconds above 0",
         ),
         (
             ["call", "node.ping", "--timeout", "inf"],
-            "bad_request: timeout must be a finite number of seconds above 0 and at most 86400 (a day), "
+            "bad_request: --timeout must be a finite number of seconds above 0 and at most 86400 (a day), "
             "got inf",
         ),
         (
             ["call", "node.ping", "--timeout", "nan"],
-            "bad_request: timeout must be a finite number of seconds",
+            "bad_request: --timeout must be a finite number of seconds",
         ),
     ],
 )
@@ -83,11 +92,14 @@ def test_usage_errors_are_one_line_too(capsys: pytest.CaptureFixture[str], tmp_p
         (["call"], "the following arguments are required: capability"),
         (["call", "x", "--timeout", "soon"], "argument --timeout: invalid float value: 'soon'"),
         (["nonsense\nwith a line break"], "invalid choice"),
+        (["query", "x", "--corpus", "docs", "--timeout", "3"], "unrecognized arguments: --timeout 3"),
     ):
         code, err = run(capsys, tmp_path, *argv)
         assert code == 2
         assert err.startswith("hearthnet: ") and words in err and err.count("\n") == 1, err
         assert "--help" in err
+        if argv[0] == "query":  # the command that refused it names its own help
+            assert err.rstrip().endswith("(see 'hearthnet query --help')"), err
 
 
 def test_a_home_naming_an_unknown_user_is_a_bad_request(capsys: pytest.CaptureFixture[str]) -> None:

@@ -71,10 +71,16 @@ def test_lines_that_are_not_records_and_tracebacks_are_shown_safely(
 
 def test_no_log_file_or_a_bad_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     home = tmp_path / "home"
+    assert main(["logs", "--home", str(home)]) == 1  # no home at all: how to make one
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"hearthnet: not_found: no node home at {home}: create one with 'hearthnet init --home {home}'\n"
+    )
+    home.mkdir()
     assert main(["logs", "--home", str(home)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("hearthnet: no log file at ") and "has run" in err
-    home.mkdir()
     (home / "config.toml").write_text("[log]\nfile = false\n")
     assert main(["logs", "--home", str(home)]) == 1
     assert "[log] file = false" in capsys.readouterr().err

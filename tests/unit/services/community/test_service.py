@@ -374,9 +374,43 @@ async def test_inviting_a_member_names_the_commands_that_change_a_level(tmp_path
         with pytest.raises(BadRequest) as info:
             await founder.bus.call("community.invite", input={"node_id": WRITER.node_id, "level": "trusted"})
         assert "is already a member (member)" in info.value.message
-        assert "'hearthnet member promote" in info.value.message
+        assert f"'hearthnet member promote {WRITER.node_id} --level trusted'" in info.value.message
         assert "member.promoted" not in info.value.message  # no internal event names
         assert f_log.count() == before
+
+
+@pytest.mark.anyio
+async def test_a_member_that_never_joined_gets_a_fresh_token_at_its_level_and_no_new_event(
+    tmp_path: Path,
+) -> None:
+    """QA row 18: a node invited but never joined (the token lost, or 'join' refused while its
+    node ran) was told "already a member" and could never get a token again."""
+    with _founded(tmp_path / "f.db", WRITER) as f_log:
+        founder = _peer(FOUNDER, f_log)
+        (admitted,) = f_log.events_of_type("member.invited")
+        before = f_log.count()
+        out = (await founder.bus.call("community.invite", input={"node_id": WRITER.node_id})).output
+        assert out["reissued"] is True and out["event_id"] == admitted.event_id and out["level"] == "member"
+        token = decode_token(out["token"])
+        assert token.invitee == WRITER.node_id and token.level is Level.MEMBER
+        assert token.invite_event_id == admitted.event_id and token.inviter == FOUNDER.node_id
+        assert f_log.count() == before  # the invite that admitted it stands: nothing new signed
+        fresh = (await founder.bus.call("community.invite", input={"node_id": NEWBIE.node_id})).output
+        assert fresh["reissued"] is False and f_log.count() == before + 1
+        await founder.bus.call("member.promote", input={"node_id": WRITER.node_id, "level": "anchor"})
+        with pytest.raises(
+            BadRequest, match=f"run 'hearthnet member demote {WRITER.node_id} --level trusted'"
+        ):
+            await founder.bus.call("community.invite", input={"node_id": WRITER.node_id, "level": "trusted"})
+        again = await founder.bus.call(
+            "community.invite", input={"node_id": WRITER.node_id, "level": "anchor"}
+        )
+        assert decode_token(again.output["token"]).level is Level.ANCHOR
+        with pytest.raises(BadRequest, match="that is this node's own id"):
+            await founder.bus.call("community.invite", input={"node_id": FOUNDER.node_id, "level": "anchor"})
+        writer = _peer(WRITER, f_log)  # an anchor now: the founder needs no invite from it
+        with pytest.raises(BadRequest, match="founded this community: it needs no invite"):
+            await writer.bus.call("community.invite", input={"node_id": FOUNDER.node_id, "level": "anchor"})
 
 
 @pytest.mark.anyio
