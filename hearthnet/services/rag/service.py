@@ -278,12 +278,16 @@ class RagService:
         """This node signs the event: it must be trusted (read off the event loop: the log's lock
         may be held by a long gossip replay)."""
         own = await run_blocking(self._own_level, limiter=self._read_threads)
-        if own is None or own < Level.TRUSTED:
-            node = self._bus.node_id
-            standing = "not a member" if own is None else f"only a {own.label}"
+        node = self._bus.node_id
+        if own is None:  # never joined, or revoked: promotion is no remedy (revocation is permanent)
             raise Unauthorized(
-                f"node {node} is {standing} of its community, not trusted, so it may not {what}; "
-                f"an anchor can promote it ('hearthnet member promote {node} --level trusted')"
+                f"node {node} is not a member of its community (it never joined, or it was "
+                f"revoked: 'hearthnet status' says which), so it may not {what}"
+            )
+        if own < Level.TRUSTED:
+            raise Unauthorized(
+                f"node {node} is only a {own.label} of its community, not trusted, so it may not "
+                f"{what}; an anchor can promote it ('hearthnet member promote {node} --level trusted')"
             )
 
     async def _known_hosts(self, corpus: str) -> list[dict[str, Any]]:

@@ -713,10 +713,22 @@ async def test_a_node_that_is_not_trusted_still_ingests_into_its_personal_corpus
 ) -> None:
     async with node(tmp_path, minilm=minilm, own_level=Level.MEMBER) as n:
         cid = n.put(garden_text("ferns"))
-        with pytest.raises(Unauthorized):
+        with pytest.raises(Unauthorized, match="an anchor can promote it"):
             await n.ingest("house", cid)  # announced to the community: needs trusted
         output, _ = await n.ingest("personal", cid)  # never announced: this node's own business
         assert output["chunks_indexed"] > 0 and n.events == []
+
+
+@pytest.mark.anyio
+async def test_a_node_outside_its_community_is_not_told_to_get_promoted(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """Never joined or revoked: promotion is no remedy (a revocation is permanent)."""
+    async with node(tmp_path, minilm=minilm, own_level=None) as n:
+        cid = n.put(garden_text("ferns"))
+        with pytest.raises(Unauthorized, match="not a member of its community") as refused:
+            await n.ingest("house", cid)
+        assert "promote" not in str(refused.value)
 
 
 def _pinned(n: Node, cid: str) -> bool:
