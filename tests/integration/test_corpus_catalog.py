@@ -238,7 +238,8 @@ def test_bad_unknown_and_offline_corpora_are_told_apart(mesh: LocalMesh, tmp_pat
     listed = c.cli("corpora")  # row 15: was "(no corpora in the mesh)"
     assert listed.returncode == 0
     (line,) = [x for x in listed.stdout.splitlines() if x.startswith("family ")]
-    assert b.node_id in line and "OFFLINE: offline since" in line and "3 docs" in line
+    short = b.node_id.partition(":")[2][:12]
+    assert f"b ({short})" in line and "(OFFLINE since " in line and " ago)" in line and "3 docs" in line
     known = next(x for x in c.cli_json("corpora")["corpora"] if x["name"] == "family")
     assert known["offline"] is True and known["node"] == b.node_id and known["last_seen"] > 0
     c.stop()  # C remembers when it last saw B (peers.json), across its own restart

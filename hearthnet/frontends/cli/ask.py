@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from hearthnet.bus.context import CallResult
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, BusError
-from hearthnet.frontends.cli.output import emit_text, shown
+from hearthnet.frontends.cli.output import emit_text, short_id, shown
 from hearthnet.frontends.client.client import Client
 
 SESSIONS_LIMIT = 100
@@ -35,12 +35,6 @@ def answer_text(text: str) -> str:
 def new_session_id() -> str:
     """A fresh session id (``answer.ask`` accepts ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``)."""
     return "s" + secrets.token_hex(6)
-
-
-def short_id(node_id: str) -> str:
-    """A node id short enough for a line: its key's first characters."""
-    _, _, key = node_id.partition(":")
-    return (key or node_id)[:12]
 
 
 def node_names(status: Mapping[str, Any]) -> dict[str, str]:
