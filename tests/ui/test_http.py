@@ -2,7 +2,8 @@
 files, and the headers every answer carries.
 
 A: founder (anchor), embedding and RAG.   B: member, neither; its UI accepts uploads of at
-most 4 KiB.  Both UIs listen on any free port of 127.0.0.1.
+most 4 KiB.  C: member, neither, revoked by the test of a revoked node's UI.  The UIs listen on
+any free port of 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
         b = m.add("b", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
         config = b.home / "config.toml"
         config.write_text(config.read_text().replace("[ui]\n", "[ui]\nmax_upload_bytes = 4096\n"))
+        c = m.add("c", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
         m.found(a)
         m.invite(a, b, "member")
+        m.invite(a, c, "member")
         m.wait_full_mesh(timeout=90)
         yield m
     finally:
@@ -497,3 +500,57 @@ def test_nodes_on_one_machine_need_no_ui_configuration_and_a_named_port_taken_fa
         assert f"the web UI cannot listen on 127.0.0.1:{port}: the port is taken" in three.log_tail()
     finally:
         m.close()
+
+
+# -- the owner's level is the node's ---------------------------------------------------------
+def test_the_owner_of_a_member_node_acts_as_a_member(mesh: LocalMesh) -> None:
+    _, b = nodes(mesh)
+    told = b.cli_json("ui")
+    assert told["level"] == "member" and told["revoked"] is None
+    assert "You act as member: this node is a member of its community" in b.cli("ui").stdout
+    ui = Ui(owner_link(b))
+    try:
+        me = ui.get("/api/session").json()
+        assert (me["level"], me["owner"], me["revoked"]) == ("member", True, None)
+        assert "community.invite" not in me["may"] and "rag.ingest" not in me["may"]
+        assert 'id="invite-level"' not in ui.get("/mesh").text  # no buttons that would fail
+        refused = ui.post("/api/mesh/invite", json={"node_id": b.node_id, "level": "member"})
+        assert refused.status_code == 403 and refused.json()["error"] == "unauthorized"
+    finally:
+        ui.close()
+    a, _ = nodes(mesh)
+    assert a.cli_json("ui")["level"] == "anchor"
+
+
+def test_used_and_expired_owner_links_are_not_listed(mesh: LocalMesh) -> None:
+    a, _ = nodes(mesh)
+    used = Ui(owner_link(a))  # signed in: the link is spent, the browser stays signed in
+    fresh = token_of(owner_link(a))
+    listed = a.cli_json("ui", "token", "list")["tokens"]
+    links = [t for t in listed if t["kind"] == "owner-link"]
+    assert links and all(t["used"] is None for t in links)  # only those that still sign in
+    assert "unused, valid until" in a.cli("ui", "token", "list").stdout
+    everything = a.cli_json("ui", "token", "list", "--all")["tokens"]
+    spent = [t for t in everything if t["kind"] == "owner-link" and t["used"] is not None]
+    assert spent and not {t["id"] for t in spent} & {t["id"] for t in listed}
+    assert used.get("/api/session").status_code == 200  # listing pruned nothing still in use
+    with httpx.Client(base_url=ui_url(a)) as http:
+        assert http.post("/api/login", json={"token": fresh}).status_code == 200
+    used.close()
+
+
+def test_a_revoked_nodes_ui_says_it_was_revoked(mesh: LocalMesh) -> None:
+    a, c = mesh.nodes["a"], mesh.nodes["c"]
+    a.cli("member", "revoke", c.node_id, "--reason", "test")
+    wait_for(lambda: c.status()["revoked"], timeout=30, what="c to learn it was revoked")
+    told = c.cli_json("ui")
+    assert told["level"] == "member"
+    assert told["revoked"].startswith(f"this node was revoked from the community by {a.node_id} at ")
+    assert "it can no longer reach other members" in c.cli("ui").stdout
+    ui = Ui(owner_link(c))
+    try:
+        assert ui.get("/api/session").json()["revoked"] == told["revoked"]
+        page = ui.get("/ask").text
+        assert '<p id="revoked" class="banner bad" role="alert">This node was revoked' in page
+    finally:
+        ui.close()
