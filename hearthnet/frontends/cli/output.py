@@ -95,8 +95,9 @@ def node_label(node_id: str, name: str | None) -> str:
     return f"{shown(name)} ({short_id(node_id)})" if name else short_id(node_id)
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 doc``, ``3 docs``; ``many`` for a word whose plural is not ``word + s``."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
 
 
 def warn(args: argparse.Namespace, warnings: list[str]) -> None:
