@@ -23,7 +23,16 @@ import pytest
 from hearthnet.config import UiConfig
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
-from tests.ui.harness import Ui, owner_link, person_link, token_of, ui_url
+from tests.ui.harness import (
+    Ui,
+    browser_missing,
+    chromium,
+    owner_link,
+    person_link,
+    screenshot,
+    token_of,
+    ui_url,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "hearthnet" / "demo"
@@ -554,3 +563,13 @@ def test_a_revoked_nodes_ui_says_it_was_revoked(mesh: LocalMesh) -> None:
         assert '<p id="revoked" class="banner bad" role="alert">This node was revoked' in page
     finally:
         ui.close()
+    if browser_missing() is None:  # what a person sees: the banner on top of the page
+        with chromium() as driver:
+            driver.get("about:blank")
+            driver.get(owner_link(c))
+            wait_for(lambda: driver.current_url.endswith("/ask"), timeout=30, what="the sign-in")
+            banner = driver.find_element("id", "revoked")
+            assert banner.is_displayed() and banner.text.startswith(
+                "This node was revoked from the community"
+            )
+            screenshot(driver, "revoked_node_banner")
