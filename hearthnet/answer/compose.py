@@ -198,7 +198,7 @@ class Composer:
         retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
         hits = [h for r in results.values() for h in r.hits]
         top = max((h.score for h in hits), default=None)
-        if not ask.no_rag and should_skip(
+        if rag in ("used", "partial") and should_skip(  # only what was searched can be skipped
             ask.question, top, threshold=cfg.similarity_threshold, short_chars=cfg.short_question_chars
         ):
             rag, hits, skipped = "skipped", [], "short_question"

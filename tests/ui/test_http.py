@@ -1,7 +1,7 @@
 """The web UI over HTTP against real nodes: sign-in, sessions, CSRF, levels, Host, SSE, uploads,
 files, and the headers every answer carries.
 
-A: founder (anchor), embedding and RAG.   B: member, neither; its UI accepts uploads of at
+A: founder (anchor), embedding and RAG.   B: trusted, neither; its UI accepts uploads of at
 most 4 KiB.  C: member, neither, revoked by the test of a revoked node's UI.  The UIs listen on
 any free port of 127.0.0.1.
 """
@@ -50,7 +50,7 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
         config.write_text(config.read_text().replace("[ui]\n", "[ui]\nmax_upload_bytes = 4096\n"))
         c = m.add("c", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
         m.found(a)
-        m.invite(a, b, "member")
+        m.invite(a, b, "trusted")
         m.invite(a, c, "member")
         m.wait_full_mesh(timeout=90)
         yield m
@@ -200,7 +200,7 @@ def test_post_without_the_csrf_token_or_from_another_origin_is_refused(mesh: Loc
     cross_site = owner.post("/api/mesh/invite", json=body, headers={"Sec-Fetch-Site": "cross-site"})
     assert cross_site.status_code == 403
     events = [e["type"] for e in owner.get("/api/events").json()["events"]]
-    assert events.count("member.invited") == 1  # b's own invite only: nothing above went through
+    assert events.count("member.invited") == 2  # b's and c's own: nothing above went through
 
 
 def test_a_member_login_cannot_change_anything(mesh: LocalMesh) -> None:
@@ -470,7 +470,7 @@ def test_mesh_lists_every_member_with_its_level_and_figures(mesh: LocalMesh, own
     data = owner.get("/api/mesh").json()
     by_id = {n["node_id"]: n for n in data["nodes"]}
     assert by_id[a.node_id]["level"] == "anchor" and by_id[a.node_id]["self"]
-    assert by_id[b.node_id]["level"] == "member" and by_id[b.node_id]["online"]
+    assert by_id[b.node_id]["level"] == "trusted" and by_id[b.node_id]["online"]
     assert by_id[b.node_id]["name"] == "b"
     assert "node.info@1.0" in by_id[b.node_id]["capabilities"]
     stats = by_id[a.node_id]["stats"]
@@ -513,22 +513,22 @@ def test_nodes_on_one_machine_need_no_ui_configuration_and_a_named_port_taken_fa
 
 # -- the owner's level is the node's ---------------------------------------------------------
 def test_the_owner_of_a_member_node_acts_as_a_member(mesh: LocalMesh) -> None:
-    _, b = nodes(mesh)
-    told = b.cli_json("ui")
+    c = mesh.nodes["c"]
+    told = c.cli_json("ui")
     assert told["level"] == "member" and told["revoked"] is None
-    assert "You act as member: this node is a member of its community" in b.cli("ui").stdout
-    ui = Ui(owner_link(b))
+    assert "You act as member: this node is a member of its community" in c.cli("ui").stdout
+    ui = Ui(owner_link(c))
     try:
         me = ui.get("/api/session").json()
         assert (me["level"], me["owner"], me["revoked"]) == ("member", True, None)
         assert "community.invite" not in me["may"] and "rag.ingest" not in me["may"]
         assert 'id="invite-level"' not in ui.get("/mesh").text  # no buttons that would fail
-        refused = ui.post("/api/mesh/invite", json={"node_id": b.node_id, "level": "member"})
+        refused = ui.post("/api/mesh/invite", json={"node_id": c.node_id, "level": "member"})
         assert refused.status_code == 403 and refused.json()["error"] == "unauthorized"
     finally:
         ui.close()
-    a, _ = nodes(mesh)
-    assert a.cli_json("ui")["level"] == "anchor"
+    a, b = nodes(mesh)
+    assert a.cli_json("ui")["level"] == "anchor" and b.cli_json("ui")["level"] == "trusted"
 
 
 def test_used_and_expired_owner_links_are_not_listed(mesh: LocalMesh) -> None:

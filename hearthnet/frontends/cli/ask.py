@@ -143,7 +143,7 @@ def offline_reasons(meta: Mapping[str, Any]) -> list[str]:
         out.append(
             f"corpus {shown(str(corpus))!r} is hosted on {where}"
             if where
-            else f"corpus {corpus!r} is offline"
+            else f"corpus {shown(str(corpus))!r} is offline"
         )
     return out
 
