@@ -17,13 +17,11 @@ from hearthnet.frontends.cli.ask import (
     answer_text,
     ask_input,
     debug_lines,
-    failure,
     footer_lines,
     node_names,
-    offline_reasons,
     source_lines,
-    verdict,
 )
+from hearthnet.frontends.cli.ask_outcome import failure, offline_reasons, verdict
 
 NODE = "ed25519:Abcdefghijklmnopqrstuvwxyz0123456789"
 
