@@ -35,6 +35,7 @@ from hearthnet.answer.retrieve import (
     overall_status,
     reachable_corpora,
     retrieve,
+    unreachable_corpora,
 )
 from hearthnet.bus.api import BusAPI
 from hearthnet.config import AnswerConfig
@@ -51,6 +52,8 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_ANSWER_CHARS = 200_000
 """Most characters of generated text kept from one ``llm.chat`` stream (a provider that never stops)."""
 NO_PASSAGE = "(no passage of the documents matches the question)"
+NO_SEARCH = "(none of the corpora could be searched)"
+NOT_SEARCHED = "(the documents were not searched, as asked, and no language model is reachable)"
 
 
 @dataclass(frozen=True)
@@ -175,20 +178,30 @@ class Composer:
 
         retrieve_started = time.perf_counter()
         results: dict[str, CorpusResult] = {}
+        offline: dict[str, Any] = {}
+        skipped: str | None = None
         if ask.no_rag:
-            rag = "skipped"
-        elif not names and not ask.archives:
-            rag = "unavailable"
+            rag, skipped = "skipped", "no_rag"
         else:
-            results = await self._retrieve(ask.question, names, reachable, send, ask.archives)
-            rag = overall_status(results)
+            async with anyio.create_task_group() as tg:
+                if ask.corpora is None and not ask.archives:  # "every corpus": name those away
+
+                    async def away() -> None:
+                        offline.update(
+                            await unreachable_corpora(self._bus, names, timeout=cfg.retrieval_timeout_seconds)
+                        )
+
+                    tg.start_soon(away)
+                if names or ask.archives:
+                    results = await self._retrieve(ask.question, names, reachable, send, ask.archives)
+            rag = overall_status(results) if results else "unavailable"
         retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
         hits = [h for r in results.values() for h in r.hits]
         top = max((h.score for h in hits), default=None)
-        if not ask.no_rag and should_skip(
+        if rag in ("used", "partial") and should_skip(  # only what was searched can be skipped
             ask.question, top, threshold=cfg.similarity_threshold, short_chars=cfg.short_question_chars
         ):
-            rag, hits = "skipped", []
+            rag, hits, skipped = "skipped", [], "short_question"
         ranked, merged_by = merge([h for h in hits if h.score >= cfg.similarity_threshold])
         ranked, reranking = await rerank(
             self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
@@ -212,6 +225,11 @@ class Composer:
             "model": choice.model if choice else None,
             "cache": "miss",
         }
+        if skipped is not None:
+            meta["skipped"] = skipped
+        if offline:
+            meta["corpora_unreachable"] = offline
+        send = _announcing(send)
         ttft_ms: float | None = None
         answer_text: str | None = None
         mode = "extractive"
@@ -227,7 +245,14 @@ class Composer:
             except _NoToken as exc:  # nothing was streamed yet: the documents still answer
                 meta["llm_error"] = exc.code
         if answer_text is None:
-            answer_text, how = await self._extract(ask.question, selection.context, send)
+            nothing = (
+                NOT_SEARCHED
+                if skipped == "no_rag"
+                else NO_SEARCH
+                if rag in ("unavailable", "timeout")
+                else NO_PASSAGE
+            )
+            answer_text, how = await self._extract(ask.question, selection.context, send, nothing)
             meta["extractive_ranking"] = how
         checked = check_citations(answer_text, {h.chunk_id: h for h in selection.context})
         by_id = {h.chunk_id: h for h in selection.context}
@@ -470,8 +495,11 @@ class Composer:
             return text, time.perf_counter(), usage
         return "".join(parts), first, usage
 
-    async def _extract(self, question: str, context: Sequence[Hit], send: Send) -> tuple[str, str]:
-        """The extractive answer's text (sent line by line) and how its sentences were ranked."""
+    async def _extract(
+        self, question: str, context: Sequence[Hit], send: Send, nothing: str = NO_PASSAGE
+    ) -> tuple[str, str]:
+        """The extractive answer's text (sent line by line) and how its sentences were ranked;
+        ``nothing`` is the line said when there is no sentence to quote (and why)."""
         cfg = self._config
         best, how = await extract(
             self._bus,
@@ -479,9 +507,12 @@ class Composer:
             context[: cfg.extractive_chunks],
             sentences=cfg.extractive_sentences,
             timeout=cfg.retrieval_timeout_seconds,
+            margin=cfg.extractive_margin,
+            floor=cfg.extractive_floor,
         )
         lines = [cfg.extractive_header]
-        lines += [f'- "{s.text}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [NO_PASSAGE]
+        lines += [f'- "{s.text}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [nothing]
+        await send({"stage": "answer", "mode": "extractive"})
         for i, line in enumerate(lines):
             await send({"delta": line if i == 0 else "\n" + line})
         return "\n".join(lines), how
@@ -493,6 +524,7 @@ class Composer:
         corpora = meta.get("corpora") or {}
         if corpora:
             await send({"stage": "retrieve", "corpora": {c: s["status"] for c, s in corpora.items()}})
+        await send({"stage": "answer", "mode": cached["mode"]})
         await send({"delta": cached["answer"]})
         if ask.session:
             cited = [c["chunk_id"] for c in cached["citations"]]
@@ -505,6 +537,24 @@ class Composer:
             "answer_composed", mode=cached["mode"], rag=meta.get("rag"), cache="hit", ms=round(total_ms, 1)
         )
         return {**cached, "session": ask.session, "meta": meta}
+
+
+def _announcing(send: Send) -> Send:
+    """``send`` that puts ``{stage: "answer", mode: "generated"}`` before a generated answer's
+    first delta (an extractive answer announces itself): a front door then knows what kind of
+    answer comes before its first words."""
+    announced = False
+
+    async def sending(frame: dict[str, Any]) -> None:
+        nonlocal announced
+        if frame.get("stage") == "answer":
+            announced = True
+        elif "delta" in frame and not announced:
+            announced = True
+            await send({"stage": "answer", "mode": "generated"})
+        await send(frame)
+
+    return sending
 
 
 class _NoToken(Exception):

@@ -3,7 +3,8 @@
 The top chunks are split into sentences; the question and the sentences are
 embedded through ``embed.text`` (with each chunk's own corpus model, so the
 vectors are comparable) and the sentences most similar to the question are
-quoted, each with its ``[file#chunk_id]``.  If the embedder cannot be reached
+quoted, each with its ``[file#chunk_id]``: only those close to the best one (a sentence far
+below it answers something else).  If the embedder cannot be reached
 the sentences are ranked by the question's words they share instead (and the
 meta says so): an answer from the documents is still better than none.
 """
@@ -20,7 +21,7 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.contracts.embed import Embedder
 from hearthnet.errors import BusError
 
-__all__ = ["Sentence", "extract", "rank_lexically", "split_sentences"]
+__all__ = ["Sentence", "close_to_the_best", "extract", "rank_lexically", "split_sentences"]
 
 MIN_SENTENCE_CHARS = 20
 MAX_SENTENCE_CHARS = 400
@@ -95,10 +96,32 @@ async def _rank_by_embedding(
     return sorted(scored, key=lambda p: (-p[1], p[0].position))
 
 
+def close_to_the_best(
+    ranked: Sequence[tuple[Sentence, float]], *, sentences: int, margin: float, floor: float
+) -> list[tuple[Sentence, float]]:
+    """The first ``sentences`` of ``ranked`` (best first) whose score is within ``margin`` of the
+    best one's, relatively (``score >= best * (1 - margin)``), and at least ``floor``; the best
+    one always.  A sentence far below the best answers something else: quoting it misleads."""
+    if not ranked or sentences <= 0:
+        return []
+    best = ranked[0][1]
+    cut = max(floor, best * (1 - margin))
+    return [ranked[0], *(p for p in ranked[1:sentences] if p[1] >= cut)]
+
+
 async def extract(
-    bus: BusAPI, question: str, hits: Sequence[Hit], *, sentences: int, timeout: float
+    bus: BusAPI,
+    question: str,
+    hits: Sequence[Hit],
+    *,
+    sentences: int,
+    timeout: float,
+    margin: float = 1.0,
+    floor: float = 0.0,
 ) -> tuple[list[tuple[Sentence, float]], str]:
-    """The ``sentences`` best sentences of ``hits`` with their scores, and how they were ranked."""
+    """At most ``sentences`` best sentences of ``hits`` with their scores (those close to the best,
+    see :func:`close_to_the_best`), and how they were ranked.  ``floor`` is a cosine: it applies to
+    the embedding ranking only (shared-word scores have another scale)."""
     pool = candidates(hits)
     if not pool or sentences <= 0:
         return [], "embedding"
@@ -106,4 +129,5 @@ async def extract(
         ranked, how = await _rank_by_embedding(bus, question, pool, timeout), "embedding"
     except BusError:
         ranked, how = rank_lexically(question, pool), "lexical"
-    return ranked[:sentences], how
+        floor = 0.0
+    return close_to_the_best(ranked, sentences=sentences, margin=margin, floor=floor), how

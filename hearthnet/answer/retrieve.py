@@ -31,6 +31,7 @@ __all__ = [
     "overall_status",
     "reachable_corpora",
     "retrieve",
+    "unreachable_corpora",
 ]
 
 
@@ -89,6 +90,33 @@ def default_corpora(reachable: Mapping[str, Reachable], limit: int) -> tuple[lis
     """
     names = sorted(reachable, key=lambda c: (not reachable[c].local, c))
     return sorted(names[:limit]), max(0, len(names) - limit)
+
+
+async def unreachable_corpora(bus: BusAPI, asked: Sequence[str], *, timeout: float) -> dict[str, Any]:
+    """Corpora the community knows of (``rag.known_corpora``, from its event log) that were not
+    asked because none of their hosts serves them now: ``{name: {hosts: [{node, node_name,
+    last_seen}]}}``.  Empty if this node cannot tell (a bus error is no reason to fail an ask)."""
+    try:
+        known = await RagClient(bus).known_corpora(provider=bus.node_id, timeout=timeout)
+    except BusError:
+        return {}
+    out: dict[str, Any] = {}
+    for entry in known:
+        name = entry.get("name")
+        hosts = [h for h in entry.get("hosts") or [] if isinstance(h, dict) and h.get("hosting")]
+        if not isinstance(name, str) or name in asked or not hosts or any(h.get("serving") for h in hosts):
+            continue
+        out[name] = {
+            "hosts": [
+                {
+                    "node": h.get("node"),
+                    "node_name": h.get("node_name") or "",
+                    "last_seen": h.get("last_seen"),
+                }
+                for h in hosts
+            ]
+        }
+    return out
 
 
 def overall_status(results: Mapping[str, CorpusResult]) -> str:

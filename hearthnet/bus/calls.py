@@ -407,16 +407,19 @@ class Calling:
             reg, ctx = self._local_call(capability, version, params_d, input_d, deadline, trace, stream=True)
             local = _LocalStream(ctx)
             failure: Exception | None = None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(local.run, self, reg)
-                try:
-                    yield local
-                except Exception as exc:
-                    # Re-raised below, outside the task group, so callers see the error
-                    # itself rather than an ExceptionGroup wrapping it.
-                    failure = exc
-                finally:
-                    tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(local.run, self, reg)
+                    try:
+                        yield local
+                    except Exception as exc:
+                        # Re-raised below, outside the task group, so callers see the error
+                        # itself rather than an ExceptionGroup wrapping it.
+                        failure = exc
+                    finally:
+                        tg.cancel_scope.cancel()
+            finally:
+                local.release()
             if failure is not None:
                 raise failure
             return
@@ -441,6 +444,7 @@ class Calling:
             if not call.result.done:
                 with anyio.CancelScope(shield=True):
                     await call.cancel()
+            call.release()
 
 
 class _LocalStream(CallStream):
@@ -459,6 +463,12 @@ class _LocalStream(CallStream):
             self._ctx.frames_tx.close()
             self._ctx.input_rx.close()  # a sender still waiting learns that nobody will read
             self._done.set()
+
+    def release(self) -> None:
+        """The caller's ends of the call's streams, closed once the call is over (the handler's
+        ends are closed when it returns); an unclosed memory stream warns when collected."""
+        self._ctx.frames_rx.close()
+        self._ctx.input_tx.close()
 
     async def send(self, frame: dict[str, Any]) -> None:
         await self._send_input(frame)

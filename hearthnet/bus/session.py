@@ -190,6 +190,14 @@ class OutgoingCall:
         if self.input_credit is not None:
             self.input_credit.grant(1 << 30)  # wake any sender; it will see the call is over
 
+    def release(self) -> None:
+        """The caller is done with the call's frames: close the receiving end too (an unclosed
+        memory stream warns when it is collected)."""
+        if self.frames_tx is not None:
+            self.frames_tx.close()
+        if self.frames_rx is not None:
+            self.frames_rx.close()
+
     async def send_input(self, data: dict[str, Any]) -> None:
         """Send one input frame once the handler grants credit; if the call has ended
         (answered early, failed, timed out), raise its error or do nothing."""
@@ -276,6 +284,13 @@ class IncomingCall:
 
     def __repr__(self) -> str:
         return f"IncomingCall({self.request!r}, cancelled={self.cancelled})"
+
+    def release(self) -> None:
+        """The call is over here: close its input queue, both ends."""
+        if self.input_tx is not None:
+            self.input_tx.close()
+        if self.input_rx is not None:
+            self.input_rx.close()
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -442,6 +457,7 @@ class PeerSession:
             )
         except BaseException:
             self.outgoing.pop(call.id, None)
+            call.release()
             raise
         return call
 
@@ -476,6 +492,8 @@ class PeerSession:
             self.closed.set()
             for call in list(self.outgoing.values()):
                 call.finish(Partition(f"link to {self.peer_id} was lost"))  # each leaves `outgoing`
+            for inc in self.incoming.values():
+                inc.release()
             self.incoming.clear()
             with anyio.CancelScope(shield=True):
                 await self.link.aclose()
@@ -667,6 +685,7 @@ class PeerSession:
                     finally:
                         inc.running = False
                         self.incoming.pop(inc.request.id, None)
+                        inc.release()
             if scope.cancelled_caught and inc is not None and self._on_cut is not None:
                 await self._on_cut(self, inc)  # its handler was cut short: no answer went out
 

@@ -66,6 +66,11 @@ class AnswerConfig:
     max_question_chars: int = 8192
     extractive_sentences: int = 4
     extractive_chunks: int = 5
+    extractive_margin: float = 0.3
+    """An extractive answer quotes a sentence only if its similarity is at least ``1 - margin`` of
+    the best sentence's."""
+    extractive_floor: float = 0.3
+    """... and at least this cosine similarity to the question (the best sentence is always quoted)."""
     max_sessions: int = 1000
     max_turns: int = 200
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -89,6 +94,9 @@ class AnswerConfig:
             )
         if not 0.0 <= self.similarity_threshold <= 1.0:
             raise BadRequest(f"answer.similarity_threshold must be in 0..1, got {self.similarity_threshold}")
+        for name in ("extractive_margin", "extractive_floor"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise BadRequest(f"answer.{name} must be in 0..1, got {getattr(self, name)}")
         if not 0.0 <= self.temperature <= 2.0:
             raise BadRequest(f"answer.temperature must be in 0..2, got {self.temperature}")
         if not 1 <= self.top_k_max <= 200:

@@ -264,6 +264,16 @@ def test_bad_unknown_and_offline_corpora_are_told_apart(mesh: LocalMesh, tmp_pat
     assert proc.returncode == 1 and "corpus system is the reserved, read-only system corpus" in proc.stderr
     proc = a.cli("rag", "reindex", "--corpus", "family", check=False)  # row 17: A does not host it
     assert proc.returncode == 1 and f"is hosted on b ({b.node_id}): run 'hearthnet rag reindex" in proc.stderr
+    # ask, one corpus of two unknown: the answer, and one note saying which was left out and why
+    asked = c.cli("ask", "When is the boiler serviced?", "--corpus", "family", "--corpus", "no-such")
+    notes = [x for x in asked.stdout.splitlines() if x.startswith("(")]
+    assert "(left out: no corpus 'no-such'; `hearthnet corpora` lists them)" in notes, asked.stdout
+    assert not [x for x in notes if "no passage" in x or "not searched" in x], notes
+    assert asked.stdout.lower().count("no language model is reachable") == 1
+    sources = asked.stdout.split("Sources:\n", 1)[1].splitlines()
+    assert sources and len(sources) == len(set(s.split("] ", 1)[1] for s in sources if "] " in s)) + (
+        sources[-1].startswith("… and ")
+    )  # one line per file and page
 
     b.stop()
     wait_for(lambda: b.node_id not in a.peer_ids() | c.peer_ids(), timeout=30, what="A and C to see B go")
@@ -271,10 +281,25 @@ def test_bad_unknown_and_offline_corpora_are_told_apart(mesh: LocalMesh, tmp_pat
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"hearthnet: partition: corpus 'family' is hosted on b ({b.node_id}), ")
     assert "which is offline since " in proc.stderr and " ago)" in proc.stderr
+    # ask: the named corpus's host is offline: said as query says it, exit 1, nothing on stdout
+    asked = c.cli("ask", "boiler", "--corpus", "family", check=False)
+    assert asked.returncode == 1 and asked.stdout == ""
+    assert asked.stderr.startswith(f"hearthnet: partition: corpus 'family' is hosted on b ({b.node_id}), ")
+    assert "which is offline since " in asked.stderr and len(asked.stderr.splitlines()) == 1
+    # every corpus: none left that C reaches, and the offline one is named
+    asked = c.cli("ask", "When is the boiler serviced?", check=False)
+    assert asked.returncode == 1 and asked.stdout == "", asked.stdout
+    assert asked.stderr.startswith(
+        "hearthnet: not_found: nothing to answer from: no language model and no corpus are reachable "
+        f"(corpus 'family' is hosted on b ({b.node_id}), which is offline since "
+    ), asked.stderr
+    asked = c.cli("ask", "--no-rag", "hello", check=False)
+    assert asked.returncode == 1 and "no language model is reachable in the mesh" in asked.stderr
     listed = c.cli("corpora")  # row 15: was "(no corpora in the mesh)"
     assert listed.returncode == 0
     (line,) = [x for x in listed.stdout.splitlines() if x.startswith("family ")]
-    assert b.node_id in line and "OFFLINE: offline since" in line and "3 docs" in line
+    short = b.node_id.partition(":")[2][:12]
+    assert f"b ({short})" in line and "(OFFLINE since " in line and " ago)" in line and "3 docs" in line
     known = next(x for x in c.cli_json("corpora")["corpora"] if x["name"] == "family")
     assert known["offline"] is True and known["node"] == b.node_id and known["last_seen"] > 0
     c.stop()  # C remembers when it last saw B (peers.json), across its own restart

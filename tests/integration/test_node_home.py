@@ -74,3 +74,8 @@ def test_before_a_community_exists_every_command_says_what_to_do_next(tmp_path: 
             assert proc.returncode == 1
             assert f"this node is in no community yet: found one with {hint}" in said, said
             assert "'hearthnet join TOKEN'" in said and "the log has no community" not in said
+        # no community, no model, no embedder: no answer, said in one line (it was exit 0 with
+        # "no passage matches", "not searched" and "left out" at once)
+        asked = a.cli("ask", "When is the boiler serviced?", check=False)
+        assert asked.returncode == 1 and asked.stdout == "" and len(asked.stderr.splitlines()) == 1
+        assert asked.stderr.startswith("hearthnet: ") and "nothing to answer from: " in asked.stderr

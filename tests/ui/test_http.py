@@ -1,8 +1,9 @@
 """The web UI over HTTP against real nodes: sign-in, sessions, CSRF, levels, Host, SSE, uploads,
 files, and the headers every answer carries.
 
-A: founder (anchor), embedding and RAG.   B: member, neither; its UI accepts uploads of at
-most 4 KiB.  Both UIs listen on any free port of 127.0.0.1.
+A: founder (anchor), embedding and RAG.   B: trusted, neither; its UI accepts uploads of at
+most 4 KiB.  C: member, neither, revoked by the test of a revoked node's UI.  The UIs listen on
+any free port of 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ import pytest
 from hearthnet.config import UiConfig
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
-from tests.ui.harness import Ui, owner_link, person_link, token_of, ui_url
+from tests.ui.harness import (
+    Ui,
+    browser_missing,
+    chromium,
+    owner_link,
+    person_link,
+    screenshot,
+    token_of,
+    ui_url,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "hearthnet" / "demo"
@@ -38,8 +48,10 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
         b = m.add("b", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
         config = b.home / "config.toml"
         config.write_text(config.read_text().replace("[ui]\n", "[ui]\nmax_upload_bytes = 4096\n"))
+        c = m.add("c", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
         m.found(a)
-        m.invite(a, b, "member")
+        m.invite(a, b, "trusted")
+        m.invite(a, c, "member")
         m.wait_full_mesh(timeout=90)
         yield m
     finally:
@@ -188,7 +200,7 @@ def test_post_without_the_csrf_token_or_from_another_origin_is_refused(mesh: Loc
     cross_site = owner.post("/api/mesh/invite", json=body, headers={"Sec-Fetch-Site": "cross-site"})
     assert cross_site.status_code == 403
     events = [e["type"] for e in owner.get("/api/events").json()["events"]]
-    assert events.count("member.invited") == 1  # b's own invite only: nothing above went through
+    assert events.count("member.invited") == 2  # b's and c's own: nothing above went through
 
 
 def test_a_member_login_cannot_change_anything(mesh: LocalMesh) -> None:
@@ -458,7 +470,7 @@ def test_mesh_lists_every_member_with_its_level_and_figures(mesh: LocalMesh, own
     data = owner.get("/api/mesh").json()
     by_id = {n["node_id"]: n for n in data["nodes"]}
     assert by_id[a.node_id]["level"] == "anchor" and by_id[a.node_id]["self"]
-    assert by_id[b.node_id]["level"] == "member" and by_id[b.node_id]["online"]
+    assert by_id[b.node_id]["level"] == "trusted" and by_id[b.node_id]["online"]
     assert by_id[b.node_id]["name"] == "b"
     assert "node.info@1.0" in by_id[b.node_id]["capabilities"]
     stats = by_id[a.node_id]["stats"]
@@ -497,3 +509,67 @@ def test_nodes_on_one_machine_need_no_ui_configuration_and_a_named_port_taken_fa
         assert f"the web UI cannot listen on 127.0.0.1:{port}: the port is taken" in three.log_tail()
     finally:
         m.close()
+
+
+# -- the owner's level is the node's ---------------------------------------------------------
+def test_the_owner_of_a_member_node_acts_as_a_member(mesh: LocalMesh) -> None:
+    c = mesh.nodes["c"]
+    told = c.cli_json("ui")
+    assert told["level"] == "member" and told["revoked"] is None
+    assert "You act as member: this node is a member of its community" in c.cli("ui").stdout
+    ui = Ui(owner_link(c))
+    try:
+        me = ui.get("/api/session").json()
+        assert (me["level"], me["owner"], me["revoked"]) == ("member", True, None)
+        assert "community.invite" not in me["may"] and "rag.ingest" not in me["may"]
+        assert 'id="invite-level"' not in ui.get("/mesh").text  # no buttons that would fail
+        refused = ui.post("/api/mesh/invite", json={"node_id": c.node_id, "level": "member"})
+        assert refused.status_code == 403 and refused.json()["error"] == "unauthorized"
+    finally:
+        ui.close()
+    a, b = nodes(mesh)
+    assert a.cli_json("ui")["level"] == "anchor" and b.cli_json("ui")["level"] == "trusted"
+
+
+def test_used_and_expired_owner_links_are_not_listed(mesh: LocalMesh) -> None:
+    a, _ = nodes(mesh)
+    used = Ui(owner_link(a))  # signed in: the link is spent, the browser stays signed in
+    fresh = token_of(owner_link(a))
+    listed = a.cli_json("ui", "token", "list")["tokens"]
+    links = [t for t in listed if t["kind"] == "owner-link"]
+    assert links and all(t["used"] is None for t in links)  # only those that still sign in
+    assert "unused, valid until" in a.cli("ui", "token", "list").stdout
+    everything = a.cli_json("ui", "token", "list", "--all")["tokens"]
+    spent = [t for t in everything if t["kind"] == "owner-link" and t["used"] is not None]
+    assert spent and not {t["id"] for t in spent} & {t["id"] for t in listed}
+    assert used.get("/api/session").status_code == 200  # listing pruned nothing still in use
+    with httpx.Client(base_url=ui_url(a)) as http:
+        assert http.post("/api/login", json={"token": fresh}).status_code == 200
+    used.close()
+
+
+def test_a_revoked_nodes_ui_says_it_was_revoked(mesh: LocalMesh) -> None:
+    a, c = mesh.nodes["a"], mesh.nodes["c"]
+    a.cli("member", "revoke", c.node_id, "--reason", "test")
+    wait_for(lambda: c.status()["revoked"], timeout=30, what="c to learn it was revoked")
+    told = c.cli_json("ui")
+    assert told["level"] == "member"
+    assert told["revoked"].startswith(f"this node was revoked from the community by {a.node_id} at ")
+    assert "it can no longer reach other members" in c.cli("ui").stdout
+    ui = Ui(owner_link(c))
+    try:
+        assert ui.get("/api/session").json()["revoked"] == told["revoked"]
+        page = ui.get("/ask").text
+        assert '<p id="revoked" class="banner bad" role="alert">This node was revoked' in page
+    finally:
+        ui.close()
+    if browser_missing() is None:  # what a person sees: the banner on top of the page
+        with chromium() as driver:
+            driver.get("about:blank")
+            driver.get(owner_link(c))
+            wait_for(lambda: driver.current_url.endswith("/ask"), timeout=30, what="the sign-in")
+            banner = driver.find_element("id", "revoked")
+            assert banner.is_displayed() and banner.text.startswith(
+                "This node was revoked from the community"
+            )
+            screenshot(driver, "revoked_node_banner")

@@ -14,7 +14,16 @@ import anyio
 from hearthnet.contracts.rag import MAX_K, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
-from hearthnet.frontends.cli.output import CliError, Progress, emit_text, plural, shown, streamed, warn
+from hearthnet.frontends.cli.output import (
+    CliError,
+    Progress,
+    emit_text,
+    node_label,
+    plural,
+    shown,
+    streamed,
+    warn,
+)
 from hearthnet.frontends.client.client import AsyncClient, Client
 from hearthnet.frontends.client.corpora import (
     explain_unreachable,
@@ -24,6 +33,7 @@ from hearthnet.frontends.client.corpora import (
     not_held_by,
     rag_hosts,
     seen_text,
+    since_text,
 )
 
 __all__ = ["add_corpora", "add_delete", "add_docs", "add_query", "add_rag"]
@@ -81,7 +91,10 @@ def cmd_corpora(args: argparse.Namespace) -> None:
         else:
             corpora.extend({**c, "node": node} for c in answer)
     _add_known(client, corpora)
-    lines = [_corpus_line(c) for c in corpora]
+    names = _node_names(client)
+    for c in corpora:
+        c.setdefault("node_name", names.get(str(c["node"]), ""))
+    lines = [_corpus_line(c, names) for c in corpora]
     if not args.json:
         for e in errors:  # on stderr: stdout stays the list
             print(f"hearthnet: {e['node']}: {e['error']}: {shown(e['message'])}", file=sys.stderr)
@@ -132,20 +145,29 @@ def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
     corpora.sort(key=lambda c: (c["name"], c["node"] != c.get("duplicate_of", c["node"]), c["node"]))
 
 
-def _corpus_line(c: dict[str, Any]) -> str:
+def _corpus_line(c: dict[str, Any], names: dict[str, str]) -> str:
+    """One corpus of ``hearthnet corpora``: counts, language, model, and its node by name and short id."""
+
+    def node(node_id: str) -> str:
+        return node_label(
+            node_id, names.get(node_id) or (c.get("node_name") if node_id == c["node"] else None)
+        )
+
     model = shown(str(c.get("embedding_model") or "-"))
     line = (
-        f"{c['name']:20} {c['docs']:>5} docs {c['chunks']:>7} chunks  {c.get('language_majority') or '-':4} "
-        f"{model}  {c['node']}"
+        f"{c['name']:20} {plural(int(c['docs']), 'doc'):>10} {plural(int(c['chunks']), 'chunk'):>13}  "
+        f"{c.get('language_majority') or '-':4} {model}  {node(str(c['node']))}"
     )
     if c.get("offline"):
-        line += f"  (OFFLINE: {c['seen']})"
+        last = c.get("last_seen")
+        when = since_text(float(last)) if isinstance(last, int | float) else ""
+        line += f"  (OFFLINE since {when})" if when else "  (OFFLINE: not seen since this node started)"
     elif not c.get("served", True):
         line += "  (not served: embedded with another model; rag reindex)"
     if "duplicate_of" in c:
-        line += f"  (DUPLICATE name: queries go to the copy on {c['duplicate_of']})"
+        line += f"  (DUPLICATE name: queries go to the copy on {node(str(c['duplicate_of']))})"
     elif c.get("hosts"):
-        others = [n for n in c["hosts"] if n != c["node"]]
+        others = [node(str(n)) for n in c["hosts"] if n != c["node"]]
         line += f"  (name also used on {', '.join(others)}: queries go here)"
     return line
 

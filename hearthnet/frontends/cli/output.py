@@ -83,8 +83,21 @@ def path_text(path: Path) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+def short_id(node_id: str) -> str:
+    """A node id short enough for a line: its key's first characters."""
+    _, _, key = node_id.partition(":")
+    return (key or node_id)[:12]
+
+
+def node_label(node_id: str, name: str | None) -> str:
+    """A node on a line meant for people: ``name (short id)``, or the short id alone; the name
+    made safe for a terminal."""
+    return f"{shown(name)} ({short_id(node_id)})" if name else short_id(node_id)
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 doc``, ``3 docs``; ``many`` for a word whose plural is not ``word + s``."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
 
 
 def warn(args: argparse.Namespace, warnings: list[str]) -> None:

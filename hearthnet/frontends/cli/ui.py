@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,10 @@ def _when(ts: float | None) -> str:
 
 
 def cmd_ui(args: argparse.Namespace) -> None:
+    from hearthnet.frontends.http.standing import standing_of
+
     url = _running_url(args.home)
+    standing = standing_of(Client(args.home).call("node.info", timeout=10).output)
     store = _store(args.home)
     try:
         token, secret = store.create("owner", Level.ANCHOR, owner=True)
@@ -86,10 +90,27 @@ def cmd_ui(args: argparse.Namespace) -> None:
         import webbrowser
 
         webbrowser.open(link)
+
+    def human() -> None:
+        print(f"{url}\n\nSign in (works once, for 15 minutes):\n{link}")
+        if standing.revoked:
+            print(f"\nNote: {standing.revoked}; the UI shows only what it holds.")
+        elif standing.level < Level.ANCHOR:
+            print(
+                f"\nYou act as {standing.level.label}: this node is a {standing.level.label} of its "
+                "community (an anchor can promote it)."
+            )
+
     emit(
         args,
-        {"url": url, "link": link, "expires": token.expires, "level": "anchor"},
-        lambda: print(f"{url}\n\nSign in (works once, for 15 minutes):\n{link}"),
+        {
+            "url": url,
+            "link": link,
+            "expires": token.expires,
+            "level": standing.level.label,
+            "revoked": standing.revoked,
+        },
+        human,
     )
 
 
@@ -115,7 +136,9 @@ def cmd_token_create(args: argparse.Namespace) -> None:
 def cmd_token_list(args: argparse.Namespace) -> None:
     store = _store(args.home)
     try:
-        tokens = [t for t in store.list() if t.revoked is None or args.all]
+        store.prune()
+        now = time.time()
+        tokens = [t for t in store.list() if args.all or (t.revoked is None and not t.spent(now))]
     finally:
         store.close()
 
@@ -125,6 +148,8 @@ def cmd_token_list(args: argparse.Namespace) -> None:
         for t in tokens:
             kind = "owner link" if t.owner else t.level.label
             state = "revoked" if t.revoked else ("used" if t.owner and t.used else "")
+            if t.owner and not state:
+                state = "expired" if t.spent(now) else f"unused, valid until {_when(t.expires)}"
             print(
                 f"{t.id}  {shown(t.name)[:24]:24} {kind:10} created {_when(t.created)}  "
                 f"last used {_when(t.last_used)}  {state}".rstrip()
@@ -171,7 +196,10 @@ def add_ui(sub: Any, common: argparse.ArgumentParser) -> None:
     c.set_defaults(func=cmd_token_create)
     ls = tsub.add_parser("list", parents=[common], help="tokens and when they were last used")
     ls.add_argument(
-        "--all", action="store_true", help="include revoked tokens (default: off, revoked ones left out)"
+        "--all",
+        action="store_true",
+        help="include revoked tokens and used owner links whose browsers are still signed in "
+        "(default: off: the tokens that can sign someone in)",
     )
     ls.set_defaults(func=cmd_token_list)
     r = tsub.add_parser(

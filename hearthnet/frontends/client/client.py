@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Generator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import TracebackType
@@ -466,8 +466,9 @@ class Client:
         *,
         timeout: float | None = None,
         provider: str | None = None,
-    ) -> Iterator[dict[str, Any] | CallResult]:
-        """Yields each stream frame as it arrives, then the final ``CallResult`` (or raises ``BusError``)."""
+    ) -> Generator[dict[str, Any] | CallResult, None, None]:
+        """Yields each stream frame as it arrives, then the final ``CallResult`` (or raises ``BusError``);
+        closing it early cancels the call."""
         with anyio.from_thread.start_blocking_portal() as portal:
             cm = self._async.stream(capability, params, input, timeout=timeout, provider=provider)
             with portal.wrap_async_context_manager(cm) as call:

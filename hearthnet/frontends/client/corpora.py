@@ -37,6 +37,7 @@ __all__ = [
     "revoked_error",
     "searchable_corpora",
     "seen_text",
+    "since_text",
 ]
 
 
@@ -45,7 +46,18 @@ def seen_text(host: Mapping[str, Any]) -> str:
     last = host.get("last_seen")
     if not isinstance(last, int | float):
         return "not connected"
-    ago = max(0.0, time.time() - float(last))
+    when, span = _since(float(last))
+    return f"offline since {when} ({span} ago)"
+
+
+def since_text(last: float) -> str:
+    """``<when>, <how long> ago`` for a wall-clock time (when a host was last seen)."""
+    when, span = _since(last)
+    return f"{when}, {span} ago"
+
+
+def _since(last: float) -> tuple[str, str]:
+    ago = max(0.0, time.time() - last)
     if ago < 120:
         span = f"{ago:.0f} s"
     elif ago < 7200:
@@ -54,7 +66,7 @@ def seen_text(host: Mapping[str, Any]) -> str:
         span = f"{ago / 3600:.0f} h"
     else:
         span = f"{ago / 86400:.0f} days"
-    return f"offline since {time.strftime('%Y-%m-%d %H:%M', time.localtime(last))} ({span} ago)"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(last)), span
 
 
 def label(host: Mapping[str, Any]) -> str:

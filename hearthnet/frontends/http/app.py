@@ -138,6 +138,7 @@ async def _whoami(state: UiState, request: Request, session: Session) -> Respons
             "name": session.name,
             "level": session.level.label,
             "owner": session.owner,
+            "revoked": session.revoked,
             "node_id": state.bus.node_id,
             "node_name": state.node_name,
             "boot": state.boot,

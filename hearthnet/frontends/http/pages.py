@@ -49,6 +49,9 @@ def _chrome(active: str, session: Session, node_name: str) -> tuple[str, str]:
         f'<div class="who"><span>{who}</span>'
         '<button type="button" id="logout" class="link">Sign out</button></div></header>'
     )
+    if session.revoked:  # every page says it: nothing here reaches the community any more
+        text = session.revoked[0].upper() + session.revoked[1:]
+        nav += f'<p id="revoked" class="banner bad" role="alert">{escape(text)}.</p>'
     head = (
         f'<meta name="hn-csrf" content="{escape(session.csrf)}">'
         f'<meta name="hn-level" content="{escape(session.level.label)}">'

@@ -36,6 +36,7 @@ from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.programs import build_programs
 from hearthnet.frontends.http.sessions import SessionCache
+from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import TokenStore
 
 __all__ = ["UiServer", "read_ui_state", "ui_url"]
@@ -152,7 +153,7 @@ class UiServer:
         await anyio.to_thread.run_sync(nodes.load)
         state = UiState(
             bus=self._bus,
-            sessions=SessionCache(store),
+            sessions=SessionCache(store, NodeStanding(self._bus.bus)),
             hub=hub,
             watcher=EventWatcher(self._bus, hub),
             jobs=Jobs(self._bus, hub, uploads),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import anyio
 
+from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import Session, TokenStore, digest
 
 __all__ = ["SessionCache"]
@@ -20,11 +22,13 @@ class SessionCache:
     The store's change counter (four bytes of its header) is compared on each lookup; when a
     write was committed since (a login here, ``hearthnet ui token revoke`` in another process),
     the sessions are read again in a worker thread.  A revoked token's sessions are gone on the
-    next request.
+    next request.  A session acts with at most this node's own level (``standing``: see
+    :mod:`~hearthnet.frontends.http.standing`), whatever its token says.
     """
 
-    def __init__(self, store: TokenStore) -> None:
+    def __init__(self, store: TokenStore, standing: NodeStanding | None = None) -> None:
         self._store = store
+        self._standing = standing
         self._sessions: dict[str, Session] = {}
         self._counter = b""
         self._lock = anyio.Lock()
@@ -52,11 +56,25 @@ class SessionCache:
         if now - self._touched.get(session.token_id, 0.0) >= TOUCH_SECONDS:
             self._touched[session.token_id] = now
             await anyio.to_thread.run_sync(self._store.touch, session.token_id, limiter=self._limiter)
-        return session
+        return await self._bounded(session)
 
     async def redeem(self, token: str) -> tuple[Session, str] | None:
         """A new session for a login token (see :meth:`TokenStore.redeem`)."""
-        return await anyio.to_thread.run_sync(self._store.redeem, token, limiter=self._limiter)
+        redeemed = await anyio.to_thread.run_sync(self._store.redeem, token, limiter=self._limiter)
+        if redeemed is None:
+            return None
+        return await self._bounded(redeemed[0]), redeemed[1]
+
+    async def _bounded(self, session: Session) -> Session:
+        """``session`` acting with at most the node's level, and told if the node was revoked."""
+        if self._standing is None:
+            return session
+        standing = await self._standing.get()
+        if session.level <= standing.level and standing.revoked is None:
+            return session
+        return dataclasses.replace(
+            session, level=min(session.level, standing.level), revoked=standing.revoked
+        )
 
     async def end(self, session: Session) -> None:
         await anyio.to_thread.run_sync(self._store.end_session, session.key, limiter=self._limiter)

@@ -94,6 +94,11 @@ class TokenInfo:
         """An owner link (``hearthnet ui``): the only kind that acts as anchor."""
         return self.one_time
 
+    def spent(self, now: float) -> bool:
+        """An owner link used already or expired: it signs nobody in any more (a used one is kept
+        only while a browser it signed in has a live session, which revoking it ends)."""
+        return self.one_time and (self.used is not None or (self.expires is not None and self.expires < now))
+
     def to_json(self) -> dict[str, object]:
         return {
             "id": self.id,
@@ -120,6 +125,8 @@ class Session:
     owner: bool
     csrf: str
     expires: float
+    revoked: str | None = None
+    """Set when this node was revoked from its community (why nothing reaches it any more)."""
 
 
 def check_name(name: str) -> str:
@@ -180,6 +187,11 @@ class TokenStore:
                 (token_id, name, level.label, digest(secret), int(owner), now, expires),
             )
         return self._get(token_id), secret
+
+    def prune(self) -> None:
+        """Drop ended sessions and the owner links nobody can use any more (see below)."""
+        with self._lock, transaction(self._db):
+            self._forget_stale_owner_links(time.time())
 
     def _forget_stale_owner_links(self, now: float) -> None:
         """Owner links never used and expired, or whose sessions have all ended, are dropped."""

@@ -18,7 +18,7 @@ import pypdf
 import pytest
 from structlog.testing import capture_logs
 
-from hearthnet.answer.compose import should_skip
+from hearthnet.answer.compose import NO_SEARCH, NOT_SEARCHED, should_skip
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.config import AnswerConfig
@@ -61,7 +61,8 @@ async def test_without_a_language_model_the_answer_quotes_the_most_similar_sente
     lines = out["answer"].split("\n")
     assert lines[0] == AnswerConfig().extractive_header
     assert "serviced every year in early October by a registered engineer" in lines[1]
-    assert len(lines) == 1 + AnswerConfig().extractive_sentences
+    # the three sentences about the boiler; the fourth best (a gas emergency) is too far below them
+    assert len(lines) == 1 + 3 and not any("smell gas" in line for line in lines)
     source_ids = [s["chunk_id"] for s in out["sources"]]
     for line in lines[1:]:
         (cited,) = CITATION.findall(line)
@@ -91,6 +92,80 @@ async def test_without_a_language_model_the_answer_quotes_the_most_similar_sente
     assert all(c["score"] >= 0.2 for c in debug["chunks"])
     assert debug["tokens"]["context"] <= debug["tokens"]["context_room"] == 50_000
     assert debug["retrieve_ms"] > 0 and debug["total_ms"] >= debug["retrieve_ms"]
+
+
+@pytest.mark.anyio
+async def test_an_extractive_answer_quotes_only_sentences_close_to_the_best_one(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """The demo's questions: the inverter's error 31 is answered by one sentence (no unrelated gas
+    emergency after it); a two-part question keeps the sentence of each part."""
+
+    def quoted(out: dict[str, Any]) -> list[str]:
+        return [line.split('"')[1] for line in out["answer"].split("\n")[1:]]
+
+    async with answer_node(tmp_path, minilm=minilm) as n:
+        for pdf in ("heating_handbook.pdf", "garden_and_seeds.pdf", "solar_and_battery.pdf"):
+            await n.ingest("house", pdf)
+        inverter = (await n.ask("What should I do if the inverter shows error 31?")).output
+        boiler = (await n.ask("When is the boiler serviced, and where is its service record kept?")).output
+        sown = (await n.ask("When should tomatoes be planted out?")).output
+    assert quoted(inverter) == [
+        "If the inverter display shows error 31, switch it off for one minute and on again."
+    ]
+    assert inverter["meta"]["extractive_ranking"] == "embedding"
+    assert [c["file"] for c in inverter["citations"]] == ["solar_and_battery.pdf"]
+    assert quoted(boiler) == [
+        "The service record is kept in the blue folder on the shelf above the boiler.",
+        "It is serviced every year in early October by a registered engineer, before the cold season.",
+    ]
+    (tomatoes,) = quoted(sown)
+    assert tomatoes.startswith("Tomatoes are sown indoors in the middle of March")
+
+
+def test_sentences_are_kept_within_the_margin_and_above_the_floor_and_always_one() -> None:
+    from hearthnet.answer.extractive import Sentence, close_to_the_best
+    from hearthnet.answer.hits import Hit
+
+    hit = Hit(chunk_id="c" * 32, text="", score=0.5, corpus="house", node="n", embedding_model=MINILM, rank=1)
+
+    def ranked(*scores: float) -> list[tuple[Sentence, float]]:
+        return [(Sentence(f"s{i}", hit, i), s) for i, s in enumerate(scores)]
+
+    def kept(*scores: float, floor: float = 0.3) -> list[float]:
+        return [s for _, s in close_to_the_best(ranked(*scores), sentences=4, margin=0.3, floor=floor)]
+
+    assert kept(0.886, 0.264, 0.162) == [0.886]
+    assert kept(0.589, 0.540, 0.483, 0.343) == [0.589, 0.540, 0.483]  # within 30 % of the best
+    assert kept(0.9, 0.89, 0.88, 0.87, 0.86) == [0.9, 0.89, 0.88, 0.87]  # at most `sentences`
+    assert kept(0.35, 0.29, 0.28) == [0.35]  # the floor
+    assert kept(0.1, 0.09) == [0.1]  # all weak: still the best one
+    assert kept() == []
+    assert kept(2.0, 1.5, 0.0, floor=0.0) == [2.0, 1.5]  # lexical scores: the margin alone
+
+
+@pytest.mark.anyio
+async def test_an_answer_with_nothing_to_quote_says_why_and_announces_its_kind(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """Nothing searched (no_rag), nothing searchable (an unknown corpus), nothing matching (a
+    short question): each says so, and never that a passage did not match when none was read."""
+    async with answer_node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", "heating_handbook.pdf")
+        no_rag = await n.ask(BOILER, no_rag=True)
+        unknown = await n.ask("boiler", corpora=["no-such"])  # short: skipped only if searched
+        short = await n.ask("hello", corpora=["house"])
+    header = AnswerConfig().extractive_header
+    assert no_rag.output["answer"] == header + "\n" + NOT_SEARCHED
+    assert no_rag.output["meta"]["skipped"] == "no_rag"
+    assert unknown.output["answer"] == header + "\n" + NO_SEARCH
+    assert unknown.output["meta"]["rag"] == "unavailable" and "skipped" not in unknown.output["meta"]
+    assert unknown.output["meta"]["corpora"]["no-such"]["code"] == "not_found"
+    assert short.output["meta"]["skipped"] == "short_question" and short.output["meta"]["corpora"]["house"]
+    for asked in (no_rag, unknown, short):
+        first = next(i for i, f in enumerate(asked.frames) if "delta" in f)
+        assert asked.frames[first - 1] == {"stage": "answer", "mode": "extractive"}
+        assert [f for f in asked.frames if f.get("stage") == "answer"] == [asked.frames[first - 1]]
 
 
 @pytest.mark.anyio

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -941,3 +943,49 @@ async def test_a_streamed_upload_ends_at_its_deadline_when_the_handler_never_rea
                     await call.send({"chunk": i})
                 await call.end_input()
                 assert (await call.result()).output == {"ignored": True}
+
+
+def _unclosed_streams(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "MemoryObject" in str(w.message)]
+
+
+@pytest.mark.anyio
+async def test_streamed_calls_close_every_memory_stream_they_open() -> None:
+    """Local and remote streamed calls, ended normally, early, or by an error, leave no unclosed
+    memory object stream behind (each would warn ``Unclosed <MemoryObject...>`` when collected)."""
+
+    async def count(ctx: CallContext) -> dict[str, Any]:
+        for i in range(3):
+            await ctx.send({"i": i})
+        n = 0
+        while await ctx.receive() is not None:
+            n += 1
+        return {"n": n}
+
+    async def fails(ctx: CallContext) -> dict[str, Any]:
+        await ctx.send({"i": 0})
+        raise BadRequest("no")
+
+    async with mesh(2) as m:
+        _ALL.extend(m.buses)
+        a, b = m.buses
+        for bus in (a, b):
+            bus.register(reg("test.count", count, streaming=True))
+            bus.register(reg("test.fails", fails, streaming=True))
+        await announce(b)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            for provider in (a.node_id, b.node_id):
+                async with a.stream("test.count", timeout=5, provider=provider) as call:
+                    await call.send({})
+                    await call.end_input()
+                    assert [f["i"] async for f in call.frames()] == [0, 1, 2]
+                    assert (await call.result()).output == {"n": 1}
+                async with a.stream("test.count", timeout=5, provider=provider) as call:
+                    pass  # left before reading anything
+                with pytest.raises(BadRequest):
+                    async with a.stream("test.fails", timeout=5, provider=provider) as call:
+                        await call.result()
+            del call
+            gc.collect()
+        assert _unclosed_streams(caught) == []

@@ -19,9 +19,10 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import PurePath
 
+import pypdf
 import structlog
 from pypdf import PasswordType, PdfReader
-from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
+from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadWarning, PyPdfError
 
 from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
@@ -304,20 +305,38 @@ _Parts = Generator[DocumentHeader | PageText, None, None]
 
 
 def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
-    with _warnings_lock, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
-        finally:
-            for w in caught:
-                _log.warning(
-                    "pypdf_warning",
-                    source="warnings",
-                    category=w.category.__name__,
-                    pypdf_module=PurePath(w.filename).stem,
-                    lineno=w.lineno,
-                    message=str(w.message)[:_MAX_LOGGED_MESSAGE],
-                )
+    others: list[warnings.WarningMessage] = []
+    try:
+        with _warnings_lock, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+            finally:
+                for w in caught:
+                    if not _from_pypdf(w):
+                        others.append(w)  # not pypdf's: passed on once the capture is over
+                        continue
+                    _log.warning(
+                        "pypdf_warning",
+                        source="warnings",
+                        category=w.category.__name__,
+                        pypdf_module=PurePath(w.filename).stem,
+                        lineno=w.lineno,
+                        message=str(w.message)[:_MAX_LOGGED_MESSAGE],
+                    )
+    finally:
+        for w in others:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+_PYPDF_DIR = PurePath(pypdf.__file__).parent
+
+
+def _from_pypdf(w: warnings.WarningMessage) -> bool:
+    """A warning pypdf raised: of its category, or from its code.  ``catch_warnings`` is
+    process-wide, so a warning of another thread or task (a stream collected meanwhile) is
+    caught too, and must keep its own identity."""
+    return issubclass(w.category, PdfReadWarning) or PurePath(w.filename).is_relative_to(_PYPDF_DIR)
 
 
 def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:

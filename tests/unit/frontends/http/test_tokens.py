@@ -145,3 +145,35 @@ def test_cookie_value_is_read_by_name() -> None:
     assert cookie_value("a=1; hn_session=xyz; b=2") == "xyz"
     assert cookie_value("hn_session_other=1") is None
     assert cookie_value("") is None
+
+
+def test_spent_owner_links_are_pruned_unless_a_browser_still_uses_them(
+    store: TokenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hearthnet.frontends.http.tokens as tokens
+
+    used, secret = store.create("owner", Level.ANCHOR, owner=True)
+    assert store.redeem(secret) is not None
+    expired, _ = store.create("owner", Level.ANCHOR, owner=True)
+    now = tokens.time.time()
+    monkeypatch.setattr(tokens.time, "time", lambda: now + OWNER_LINK_SECONDS + 1)
+    later = now + OWNER_LINK_SECONDS + 1
+    store.prune()
+    left = {t.id: t for t in store.list()}
+    assert expired.id not in left  # never used, expired: gone from the store
+    assert used.id in left and left[used.id].spent(later)  # its browser is still signed in
+    fresh, _ = store.create("owner", Level.ANCHOR, owner=True)
+    assert not store._get(fresh.id).spent(later)
+
+
+def test_a_login_acts_with_at_most_the_nodes_own_level() -> None:
+    from hearthnet.frontends.http.standing import standing_of
+
+    assert standing_of({"community_id": "c", "level": "member", "revoked": None}).level is Level.MEMBER
+    assert standing_of({"community_id": "c", "level": "anchor", "revoked": None}).level is Level.ANCHOR
+    assert standing_of({"community_id": None, "level": None, "revoked": None}).level is Level.ANCHOR
+    revoked = standing_of({"community_id": "c", "level": None, "revoked": {"by": "ed25519:x", "at": "T"}})
+    assert revoked.level is Level.MEMBER
+    assert revoked.revoked == (
+        "this node was revoked from the community by ed25519:x at T: it can no longer reach other members"
+    )

@@ -264,3 +264,27 @@ def test_a_page_needing_a_decoder_pypdf_lacks_is_skipped_not_an_internal_error()
     ]
     with pytest.raises(BadRequest, match="PDF features this reader does not support"):
         read_document(_pdf([jbig2]))
+
+
+def test_only_pypdf_warnings_are_labelled_pypdf_and_others_are_not_swallowed() -> None:
+    """A warning raised elsewhere while a PDF is being read (another thread, a stream collected)
+    is not logged as ``pypdf_warning``: it is passed on as a warning of its own."""
+    import warnings
+
+    import anyio.streams.memory
+
+    data = (PDF_DIR / "en_paper_creativity_in_ml.pdf").read_bytes()
+    with warnings.catch_warnings(record=True) as outer, capture_logs() as logs:
+        warnings.simplefilter("always")
+        parts = reader_module.stream_document(data)
+        next(parts)  # the header: the reader is open, its warning capture active
+        warnings.warn_explicit(
+            "Unclosed <MemoryObjectSendStream at 7f00>",
+            ResourceWarning,
+            anyio.streams.memory.__file__,
+            210,
+        )
+        assert list(parts)
+    labelled = [e for e in logs if e["event"] == "pypdf_warning"]
+    assert not [e for e in labelled if "MemoryObject" in e["message"]], labelled
+    assert [w for w in outer if "MemoryObjectSendStream" in str(w.message)]

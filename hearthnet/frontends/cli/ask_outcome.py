@@ -1,0 +1,124 @@
+"""Whether what ``answer.ask`` gave ``hearthnet ask`` is an answer, and what to tell the user when
+it is not, or when some corpora were left out: the reasons are ``query``'s (no such corpus, or its
+hosts offline since when), asked of the node through
+:mod:`hearthnet.frontends.client.corpora`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hearthnet.contracts.rag import host_label
+from hearthnet.errors import BusError, NotFound, Partition, Timeout
+from hearthnet.frontends.cli.output import shown
+from hearthnet.frontends.client.client import AsyncClient
+from hearthnet.frontends.client.corpora import explain_unreachable, seen_text
+
+__all__ = ["failed_reasons", "failure", "offline_reasons", "verdict"]
+
+
+def offline_reasons(meta: Mapping[str, Any]) -> list[str]:
+    """Why each corpus of ``meta.corpora_unreachable`` was not searched: its hosts and since when
+    they are offline (as ``query`` says it)."""
+    out = []
+    for corpus, info in sorted((meta.get("corpora_unreachable") or {}).items()):
+        hosts = info.get("hosts") if isinstance(info, Mapping) else None
+        where = " and ".join(
+            f"{shown(host_label(str(h.get('node')), h.get('node_name')))}, which is {seen_text(h)}"
+            for h in hosts or []
+            if isinstance(h, Mapping)
+        )
+        out.append(
+            f"corpus {shown(str(corpus))!r} is hosted on {where}"
+            if where
+            else f"corpus {shown(str(corpus))!r} is offline"
+        )
+    return out
+
+
+async def failed_reasons(home: Path, meta: Mapping[str, Any]) -> list[tuple[str, BusError]]:
+    """Why each corpus of ``meta.corpora`` that was asked did not answer, as an error to tell the
+    user (``query``'s explanation: no such corpus, or its hosts offline since when)."""
+    out: list[tuple[str, BusError]] = []
+    caller = AsyncClient(home)
+    for corpus, info in sorted((meta.get("corpora") or {}).items()):
+        if not isinstance(info, Mapping) or info.get("status") == "ok":
+            continue
+        code = str(info.get("code") or "")
+        name = shown(str(corpus))
+        if info.get("status") == "timeout":
+            out.append(
+                (str(corpus), Timeout(f"corpus {name!r} did not answer within the retrieval deadline"))
+            )
+            continue
+        exc: BusError = Partition(
+            f"corpus {name!r} could not be searched" + (f" ({shown(code)})" if code else "")
+        )
+        if code in ("", "not_found", "partition") and not str(corpus).startswith("archive:"):
+            try:
+                explained = await explain_unreachable(caller, str(corpus), exc)
+            except BusError:
+                explained = exc
+            exc = explained
+        out.append((str(corpus), exc))
+    return out
+
+
+def verdict(output: Mapping[str, Any], *, named: bool, no_rag: bool) -> str | None:
+    """Why this answer is no answer and the command fails, or ``None``:
+
+    ``unsearched`` (corpora were named and none could be searched), ``no_model`` (``--no-rag``
+    with no language model), ``nothing`` (no model, and no corpus could be searched), ``empty``
+    (no model, and the corpora searched hold no documents)."""
+    meta = output.get("meta") or {}
+    corpora = {c: i for c, i in (meta.get("corpora") or {}).items() if isinstance(i, Mapping)}
+    answered = {c: i for c, i in corpora.items() if i.get("status") == "ok"}
+    if named and corpora and not answered:
+        return "unsearched"
+    if output.get("mode") != "extractive":
+        return None
+    if no_rag:
+        return "no_model"
+    if meta.get("rag") in ("unavailable", "timeout"):
+        return "nothing"
+    if answered and not output.get("sources") and all(i.get("hits") == 0 for i in answered.values()):
+        return "empty"
+    return None
+
+
+def failure(
+    why: str, meta: Mapping[str, Any], failed: Sequence[tuple[str, BusError]], offline: Sequence[str]
+) -> BusError:
+    """The one error ``hearthnet ask`` ends with for a :func:`verdict`."""
+    if why == "unsearched":
+        if len(failed) == 1:
+            return failed[0][1]
+        return Partition("; ".join(exc.message for _, exc in failed))
+    if why == "no_model":
+        return NotFound(
+            "no language model is reachable in the mesh, and --no-rag searches no document: configure "
+            "[[llm.openai]] on a node (see README), or leave out --no-rag"
+        )
+    reasons = [exc.message for _, exc in failed] + list(offline)
+    tail = f" ({'; '.join(reasons)})" if reasons else ""
+    if why == "empty":
+        searched = ", ".join(
+            sorted(
+                c
+                for c, i in (meta.get("corpora") or {}).items()
+                if isinstance(i, Mapping) and i.get("status") == "ok"
+            )
+        )
+        return NotFound(
+            f"nothing to answer from: no language model is reachable, and the corpora searched "
+            f"({shown(searched)}) hold no documents{tail}: add some with 'hearthnet ingest'"
+        )
+    if not meta.get("corpora"):
+        return NotFound(
+            "nothing to answer from: no language model and no corpus are reachable"
+            + (tail or " (see 'hearthnet status' and 'hearthnet corpora')")
+        )
+    return Partition(
+        f"nothing to answer from: no language model is reachable and no corpus could be searched{tail}"
+    )
