@@ -131,7 +131,9 @@ def _meta_value(key: str, kind: str | None, text: str) -> str | int | float | bo
     if kind is None:  # inferred: true/false, a whole number, a decimal number; anything else is text
         if text.lower() in ("true", "false"):
             return text.lower() == "true"
-        if _INT.fullmatch(text) and not re.match(r"[+-]?0[0-9]", text):  # "007" stays text
+        if re.match(r"[+-]?0[0-9]", text):
+            return text  # a number written with leading zeros ("007", a postcode) is an identifier
+        if _INT.fullmatch(text):
             return _meta_int(key, text)
         if _FLOAT.fullmatch(text):
             return _meta_float(key, text)

@@ -332,7 +332,7 @@ def add_ingest(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="metadata of every document ingested, repeatable: true/false, 42 and 0.5 are typed, "
         "anything else (an ISO date too) is text; KEY:TYPE=VALUE names the type "
-        "(str, int, float, bool, date); filter on it with 'query --filter'",
+        "(str, int, float, bool, date); filter on it with 'query --filter' (default: none)",
     )
     p.add_argument(
         "--filename",
