@@ -599,6 +599,11 @@ def test_archives_are_listed_read_only_with_count_and_dimension(mesh: LocalMesh,
     line = next(x for x in text.splitlines() if x.startswith("creativity"))
     assert "ARCHIVE, read-only: Creativity in ML" in line and "384-d" in line
     assert "UNREACHABLE: not_found" in next(x for x in text.splitlines() if x.startswith("verloren"))
+    docs = reader.cli_json("docs", "--corpus", "creativity")
+    assert (docs["node"], docs["total"]) == (host.node_id, 2)
+    assert {d["doc_cid"] for d in docs["documents"]} == set(archives.english.documents)
+    assert all(d["metadata"]["repository_id"] == archives.english.repository_id for d in docs["documents"])
+    assert "2 documents in creativity" in reader.cli("docs", "--corpus", "creativity").stdout
 
 
 def test_a_query_from_another_node_returns_the_right_segments_with_pages_and_sections(

@@ -245,7 +245,7 @@ def cmd_docs(args: argparse.Namespace) -> None:
         facts = [
             str(d.get("filename") or "-"),
             "? pages" if d.get("pages") is None else plural(int(d["pages"]), "page"),
-            plural(int(d["chunks"]), "chunk"),
+            "? chunks" if d.get("chunks") is None else plural(int(d["chunks"]), "chunk"),
             str(d.get("language") or "und"),
             f"by {host_label(by, names.get(by))}" if by else "by ?",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if isinstance(when, int | float) else "",

@@ -1,6 +1,6 @@
-"""The node's configured archives served as read-only corpora: ``rag.query`` per archive, their
-entries in ``rag.list_corpora``, and the refusal of every write (``rag.ingest``, ``rag.delete``,
-``rag.reindex`` into one is ``bad_request``).
+"""The node's configured archives served as read-only corpora: ``rag.query`` and
+``rag.list_documents`` per archive, their entries in ``rag.list_corpora``, and the refusal of
+every write (``rag.ingest``, ``rag.delete``, ``rag.reindex`` into one is ``bad_request``).
 
 One :class:`Archive` per ``[[rag.archives]]`` table, built when the RAG service is made.  A query
 is embedded with the archive's model through ``embed.text`` (``params {model}``: whichever node
@@ -25,7 +25,7 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
-from hearthnet.services.rag.inputs import query_input
+from hearthnet.services.rag.inputs import list_input, query_input
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
     from hearthnet.services.rag.archives.archive import Archive
@@ -166,6 +166,41 @@ class ServedArchives:
             "label": archive.config.display_name,
         }
 
+    async def handle_list_documents(self, ctx: CallContext) -> Output:
+        """``rag.list_documents`` of an archive: its documents in ChromaDB's order (its ``document``
+        layer), paged by position (``next`` is the position to continue from, as text)."""
+        corpus = validate_corpus_name(ctx.params.get("corpus"))
+        archive = self._served.get(corpus)
+        if archive is None:
+            raise NotFound(f"corpus {corpus} is not an archive served by this node")
+        after, limit = list_input(ctx.input)
+        if after and not after.isdigit():
+            raise BadRequest("input.after must be the 'next' value of the previous page of this archive")
+        offset = int(after or 0)
+        page = await archive.list_documents(limit=limit, offset=offset)
+        more = len(page) == limit and bool(await archive.list_documents(limit=1, offset=offset + limit))
+        info = await archive.info()
+        total = info.docs if info.docs is not None else offset + len(page) + (1 if more else 0)
+        documents = [
+            {
+                "doc_cid": d.doc_id,
+                "title": d.title or d.doc_id,
+                "filename": None,
+                "pages": None,
+                "chunks": d.chunks,
+                "language": None,
+                "ingested_by": None,
+                "ingested_at": None,
+                "metadata": dict(d.metadata),
+            }
+            for d in page
+        ]
+        return {"documents": documents, "total": total, "next": str(offset + limit) if more else None}, {
+            "corpus": corpus,
+            "read_only": True,
+            "label": archive.config.display_name,
+        }
+
     async def handle_delete(self, ctx: CallContext) -> Output:
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         self.refuse_write(corpus, "delete documents from")
@@ -220,6 +255,19 @@ class ServedArchives:
                     description=f"search {what}",
                 ),
                 self.handle_query,
+                shared_keys_equal,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "rag.list_documents",
+                    (1, 0),
+                    params={"corpus": config.name, "read_only": True},
+                    max_concurrent=8,
+                    timeout_seconds=4 * self._query_timeout,
+                    idempotent=True,
+                    description=f"documents of {what}",
+                ),
+                self.handle_list_documents,
                 shared_keys_equal,
             ),
             Registration(
