@@ -682,7 +682,9 @@ def test_a_failed_corpus_is_named_and_only_all_failing_is_an_error(mesh: LocalMe
     assert proc.returncode == 0 and "hearthnet: corpus verloren: not_found:" in proc.stderr
     proc = reader.cli("query", "Chatbots", "--corpus", "verloren", "--corpus", "falschdim", check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1] == "hearthnet: none of the 2 corpora answered"
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("hearthnet: none of the 2 corpora answered: verloren: not_found: ")
+    assert "; falschdim: bad_request: archive Falsche Dimension: the query vector has 512" in line
 
 
 def test_a_missing_collection_is_not_found_and_a_wrong_dimension_the_clear_error(

@@ -104,7 +104,7 @@ def query_corpora(
     names: Mapping[str, str],
 ) -> None:
     """``hearthnet query`` with several ``--corpus``: one merged ranking; failed corpora named on
-    stderr (and in ``--json``); exit 1 only if none answered."""
+    stderr (and in ``--json``); exit 1 only if none answered, the one line naming every failure."""
     outcome = anyio.run(
         lambda: search_corpora(
             AsyncClient(args.home),
@@ -126,14 +126,18 @@ def query_corpora(
         }
         for rank, r in enumerate(outcome.results, start=1)
     ]
-    failed = [c for c in outcome.corpora if c.error is not None]
+    failed = [
+        f"{c.corpus}: {c.error.code}: {shown(c.error.message)}"
+        for c in outcome.corpora
+        if c.error is not None
+    ]
     if not args.json:
         for c in outcome.corpora:
             for w in c.warnings:
                 print(f"hearthnet: warning: {c.corpus}: {shown(w)}", file=sys.stderr)
-        for c in failed:
-            assert c.error is not None
-            print(f"hearthnet: corpus {c.corpus}: {c.error.code}: {shown(c.error.message)}", file=sys.stderr)
+        if outcome.answered:  # else the one line of the failure names them all
+            for line in failed:
+                print(f"hearthnet: corpus {line}", file=sys.stderr)
     document = {
         "chunks": chunks,
         "merge": outcome.merge,
@@ -148,4 +152,4 @@ def query_corpora(
             text += f"\n(merged by {'score' if outcome.merge == 'score' else 'reciprocal rank fusion'})"
     emit_text(args, document, text)
     if not outcome.answered:
-        raise CliError(f"none of the {len(outcome.corpora)} corpora answered")
+        raise CliError(f"none of the {len(outcome.corpora)} corpora answered: {'; '.join(failed)}")
