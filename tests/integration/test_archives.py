@@ -685,6 +685,20 @@ def test_a_failed_corpus_is_named_and_only_all_failing_is_an_error(mesh: LocalMe
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("hearthnet: none of the 2 corpora answered: verloren: not_found: ")
     assert "; falschdim: bad_request: archive Falsche Dimension: the query vector has 512" in line
+    # a filter every corpus refuses alike is the one error, not a failure per corpus
+    proc = reader.cli(
+        "query",
+        "x",
+        "--corpus",
+        "creativity",
+        "--corpus",
+        "topologie",
+        "--filter",
+        '{"page": {"$near": 1}}',
+        check=False,
+    )
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and line.startswith("hearthnet: bad_request: ") and "$near" in line
 
 
 def test_a_missing_collection_is_not_found_and_a_wrong_dimension_the_clear_error(

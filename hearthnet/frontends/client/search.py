@@ -9,6 +9,8 @@ against :class:`~hearthnet.contracts.base.Caller`, so the CLI and any client sha
 
 from __future__ import annotations
 
+import contextlib
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +101,37 @@ HIT_KEYS: HitKeys[CorpusHit] = HitKeys(
 )
 
 
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _hits(raw: Any, corpus: str, node: str, model: str, source: int) -> list[CorpusHit]:
+    """The chunks of one ``rag.query`` answer; an entry a peer malformed is dropped, never raised."""
+    out: list[CorpusHit] = []
+    for i, c in enumerate(raw if isinstance(raw, list) else [], start=1):
+        if not isinstance(c, Mapping):
+            continue
+        score, text, metadata = c.get("score"), c.get("text"), c.get("metadata")
+        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+            continue
+        if not (text is None or isinstance(text, str)) or not isinstance(metadata, Mapping):
+            continue
+        rank = c.get("rank")
+        out.append(
+            CorpusHit(
+                corpus=corpus,
+                node=node,
+                embedding_model=model,
+                rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else i,
+                score=float(score),
+                text=text,
+                metadata=dict(metadata),
+                source=source,
+            )
+        )
+    return out
+
+
 def checked_corpora(names: Sequence[str]) -> list[str]:
     """The corpus names of a search, each checked, each once, in the order given."""
     out: list[str] = []
@@ -140,24 +173,13 @@ async def search_corpora(
                 )
             except BusError as exc:
                 if isinstance(exc, NotFound | Partition):
-                    exc = await explain_unreachable(caller, corpus, exc)
+                    with contextlib.suppress(BusError):  # the catalog cannot say more: keep the error
+                        exc = await explain_unreachable(caller, corpus, exc)
                 answers[source] = CorpusAnswer(corpus, "failed", error=exc)
                 return
         node = str(result.provider or "")
         model = str(result.meta.get("embedding_model") or "")
-        hits = [
-            CorpusHit(
-                corpus=corpus,
-                node=node,
-                embedding_model=model,
-                rank=int(c.get("rank") or i),
-                score=float(c["score"]),
-                text=c.get("text"),
-                metadata=dict(c.get("metadata") or {}),
-                source=source,
-            )
-            for i, c in enumerate(result.output.get("chunks") or [], start=1)
-        ]
+        hits = _hits(result.output.get("chunks"), corpus, node, model, source)
         found[source] = hits
         answers[source] = CorpusAnswer(
             corpus,
@@ -165,7 +187,7 @@ async def search_corpora(
             node=node,
             embedding_model=model,
             hits=len(hits),
-            warnings=[str(w) for w in result.meta.get("warnings") or []],
+            warnings=[str(w) for w in _list(result.meta.get("warnings"))],
         )
 
     async with anyio.create_task_group() as tg:
@@ -173,7 +195,12 @@ async def search_corpora(
             tg.start_soon(one, source, corpus)
     done = [a for a in answers if a is not None]
     errors = [a.error for a in done if a.error is not None]
-    if errors and len(errors) == len(done) and all(isinstance(e, BadRequest) for e in errors):
-        raise errors[0]  # the query or the filter itself is wrong: every corpus said so
+    if (
+        errors
+        and len(errors) == len(done)
+        and all(isinstance(e, BadRequest) for e in errors)
+        and len({e.message for e in errors}) == 1
+    ):
+        raise errors[0]  # the query or the filter itself is wrong: every corpus said the same
     ranked, how = fuse([h for hits in found for h in hits], HIT_KEYS)
     return MultiSearch(results=ranked[:k], merge=how, corpora=done)
