@@ -646,6 +646,11 @@ def test_a_query_from_another_node_returns_the_right_segments_with_pages_and_sec
     assert {(c["metadata"]["layer"], c["metadata"]["page"]) for c in doc["chunks"]} == {("chunk", 3)}
     text = reader.cli("query", "autonomous agents in chat rooms", "--corpus", "creativity", "-k", "1").stdout
     assert "p.4  § B. Chatbots" in text
+    for node in (host, mesh.nodes["emb"], reader):  # ids, counts and codes only: never text
+        assert node.log_path is not None
+        logged = node.log_path.read_text(errors="replace")
+        assert "autonomous agents" not in logged and "Symmetrie" not in logged
+        assert expected.text[:40] not in logged
 
 
 def test_several_corpora_merge_by_score_for_one_model_and_by_rrf_across_models(mesh: LocalMesh) -> None:
