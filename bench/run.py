@@ -34,6 +34,7 @@ BENCHMARKS = (
     "scifact",
     "ocr",
     "load",
+    "drafts",
     "fuzz",
     "ui",
 )

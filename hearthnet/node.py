@@ -150,6 +150,7 @@ def rag_service(parts: NodeParts) -> Service | None:
         find_event=find_event,
         own_level=lambda: event_log.view(lambda m: m.level_of(own_id)),
         corpus_changed=parts.corpus_changed,
+        archives=cfg.archives,
     )
 
 

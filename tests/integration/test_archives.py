@@ -10,9 +10,12 @@ this process as a member of a one-node mesh whose node embeds the queries (``emb
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +25,7 @@ from structlog.testing import capture_logs
 
 from hearthnet.config.archives import ArchiveConfig, ArchiveDefaults
 from hearthnet.errors import BadRequest, NotFound, Partition
+from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.services.rag.archives.archive import Archive
 from hearthnet.services.rag.archives.search_tool import (
     FAILED,
@@ -327,18 +331,30 @@ async def test_a_collection_recreated_under_its_name_is_found_again(
 
 @pytest.fixture(scope="module")
 def mesh(archives: Archives, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
-    """One node embedding with MiniLM in-process and with the TEI server's two models
-    (``[[embedding.openai]]``); ``agent`` is this test process, a member."""
+    """Three nodes: ``emb`` embeds with MiniLM in-process and with the TEI server's two models
+    (``[[embedding.openai]]``) and hosts the local corpus ``drafts``; ``host`` serves the archives
+    (``[[rag.archives]]``) and embeds nothing, so its queries are embedded on ``emb`` over the bus;
+    ``reader`` runs neither RAG nor an embedder and asks both.  ``agent`` is this test process, a
+    member connected to ``emb`` only."""
     m = LocalMesh(tmp_path_factory.mktemp("archives-mesh"))
-    m.env["HEARTHNET_RAG"] = "0"
     try:
         emb = m.add("emb")
         with (emb.home / "config.toml").open("a") as f:
             for model, dim in ((MODEL, 768), (MODEL_512, 512)):
                 f.write(f'\n[[embedding.openai]]\nbase_url = "{archives.tei.url}"\n')
                 f.write(f'model = "{model}"\ndim = {dim}\n')
+        host = m.add("host", env={"HEARTHNET_EMBEDDING": "0"})
+        with (host.home / "config.toml").open("a") as f:
+            for name, label, collection, model in served_archives(archives):
+                f.write(f'\n[[rag.archives]]\nname = "{name}"\nlabel = "{label}"\n')
+                f.write(f'collection_name = "{collection}"\nchromadb_url = "{archives.chroma.url}"\n')
+                f.write(f'embedding_model = "{model}"\n')
+        reader = m.add("reader", env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
         m.found(emb)
+        m.invite(emb, host, "trusted")
+        m.invite(emb, reader, "trusted")
         m.invite(emb, m.add("agent"), "member", start=False)
+        m.wait_full_mesh([emb, host, reader])
         wait_for(
             lambda: (
                 {
@@ -351,9 +367,34 @@ def mesh(archives: Archives, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             timeout=90,
             what="the node to serve embed.text for MiniLM and both TEI models",
         )
+        wait_for(
+            lambda: (
+                {
+                    c["params"].get("corpus")
+                    for c in reader.status()["capabilities"]
+                    if c["capability"] == "rag.query@1.0" and c["node"] == host.node_id
+                }
+                >= {"creativity", "topologie"}
+            ),
+            timeout=60,
+            what="the reader to see the host's archives",
+        )
         yield m
     finally:
         m.close()
+
+
+def served_archives(a: Archives) -> list[tuple[str, str, str, str]]:
+    """``host``'s ``[[rag.archives]]``: name, label, collection, model."""
+    return [
+        ("creativity", "Creativity in ML", a.english.collection_name, MINILM),
+        ("topologie", "Topologie-Skript", a.german.collection_name, MODEL),
+        ("falschdim", "Falsche Dimension", a.german.collection_name, MODEL_512),
+        ("verloren", "Verloren", MISSING_COLLECTION, MINILM),
+    ]
+
+
+MISSING_COLLECTION = f"repo_{uuid.uuid4()}"
 
 
 def rag_config(*entries: tuple[str, str, str, str]) -> dict[str, Any]:
@@ -524,3 +565,327 @@ async def test_unreachable_or_missing_archives_are_skipped_as_the_seed_skips_the
         json.loads(await tool.run({"query": "Chatbots"}, refs, default_top_k=3, as_json=True))["status"]
         == "ok"
     )
+
+
+# --------------------------------------------------------------------------- served by a node
+
+
+def query_json(node: MeshNode, *args: str) -> tuple[int, dict[str, Any], str]:
+    """``hearthnet query ... --json`` on ``node``: exit code, the document (``{}`` if none), stderr."""
+    proc = node.cli("query", *args, "--json", check=False)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}, proc.stderr
+
+
+def test_archives_are_listed_read_only_with_count_and_dimension(mesh: LocalMesh, archives: Archives) -> None:
+    reader, host = mesh.nodes["reader"], mesh.nodes["host"]
+    listed = {c["name"]: c for c in reader.cli_json("corpora")["corpora"] if c["node"] == host.node_id}
+    assert set(listed) == {"creativity", "topologie", "falschdim", "verloren"}
+    en, de = listed["creativity"], listed["topologie"]
+    assert (en["read_only"], en["label"], en["dim"], en["chunks"], en["docs"], en["embedding_model"]) == (
+        True,
+        "Creativity in ML",
+        384,
+        len(archives.english.segments),
+        2,
+        MINILM,
+    )
+    assert (de["dim"], de["chunks"], de["collection_name"]) == (
+        768,
+        len(archives.german.segments),
+        archives.german.collection_name,
+    )
+    assert listed["verloren"]["error"]["error"] == "not_found" and listed["verloren"]["chunks"] is None
+    text = reader.cli("corpora").stdout
+    line = next(x for x in text.splitlines() if x.startswith("creativity"))
+    assert "ARCHIVE, read-only: Creativity in ML" in line and "384-d" in line
+    assert "UNREACHABLE: not_found" in next(x for x in text.splitlines() if x.startswith("verloren"))
+    docs = reader.cli_json("docs", "--corpus", "creativity")
+    assert (docs["node"], docs["total"]) == (host.node_id, 2)
+    assert {d["doc_cid"] for d in docs["documents"]} == set(archives.english.documents)
+    assert all(d["metadata"]["repository_id"] == archives.english.repository_id for d in docs["documents"])
+    assert "2 documents in creativity" in reader.cli("docs", "--corpus", "creativity").stdout
+
+
+def test_a_query_from_another_node_returns_the_right_segments_with_pages_and_sections(
+    mesh: LocalMesh, archives: Archives
+) -> None:
+    """``reader`` asks; ``host`` serves the archive and has the query embedded on ``emb``."""
+    reader, host = mesh.nodes["reader"], mesh.nodes["host"]
+    code, doc, _ = query_json(
+        reader,
+        "Chatbots are computer programs which participate in chat rooms as autonomous agents",
+        "--corpus",
+        "creativity",
+        "-k",
+        "3",
+    )
+    assert code == 0 and doc["provider"] == host.node_id
+    assert doc["meta"]["embedding_model"] == MINILM and doc["meta"]["read_only"] is True
+    (expected,) = archives.english.chunks_with("participate in chat rooms as autonomous agents")
+    found = {c["metadata"]["chunk_id"]: c for c in doc["chunks"]}
+    assert expected.id in found and found[expected.id]["text"] == expected.text
+    top = doc["chunks"][0]
+    assert (top["metadata"]["layer"], top["metadata"]["page"], top["metadata"]["section_heading"]) == (
+        "chunk",
+        4,
+        "B. Chatbots",
+    )
+    code, doc, _ = query_json(
+        reader, "Symmetrie d(x,y) = d(y,x) Dreiecksungleichung Metrik", "--corpus", "topologie", "-k", "2"
+    )
+    top = doc["chunks"][0]
+    assert top["metadata"]["chunk_id"] in {
+        s.id for s in archives.german.chunks_with("(ii) Symmetrie: d(x,y) = d(y,x)")
+    }
+    assert (top["metadata"]["page"], top["metadata"]["section_heading"]) == (10, "1.2 Metrische Räume")
+    # the layer default holds, and the caller's filter joins it
+    code, doc, _ = query_json(
+        reader, "creativity", "--corpus", "creativity", "-k", "20", "--filter", '{"page": {"$eq": 3}}'
+    )
+    assert code == 0 and doc["chunks"]
+    assert {(c["metadata"]["layer"], c["metadata"]["page"]) for c in doc["chunks"]} == {("chunk", 3)}
+    text = reader.cli("query", "autonomous agents in chat rooms", "--corpus", "creativity", "-k", "1").stdout
+    assert "p.4  § B. Chatbots" in text
+    for node in (host, mesh.nodes["emb"], reader):  # ids, counts and codes only: never text
+        assert node.log_path is not None
+        logged = node.log_path.read_text(errors="replace")
+        assert "autonomous agents" not in logged and "Symmetrie" not in logged
+        assert expected.text[:40] not in logged
+
+
+def test_several_corpora_merge_by_score_for_one_model_and_by_rrf_across_models(mesh: LocalMesh) -> None:
+    reader, host, emb = mesh.nodes["reader"], mesh.nodes["host"], mesh.nodes["emb"]
+    ensure_drafts(mesh)
+    code, doc, _ = query_json(
+        reader, "Metrische Räume und Chatbots", "--corpus", "creativity", "--corpus", "topologie", "-k", "6"
+    )
+    assert code == 0 and doc["merge"] == "rrf" and len(doc["chunks"]) == 6
+    assert {c["corpus"] for c in doc["chunks"]} == {"creativity", "topologie"}
+    assert {c["node"] for c in doc["chunks"]} == {host.node_id}
+    assert [c["status"] for c in doc["corpora"]] == ["ok", "ok"]
+    fused = [c["fused"] for c in doc["chunks"]]
+    assert fused == sorted(fused, reverse=True) and all(f <= 2 / 61 + 1e-9 for f in fused)
+    code, doc, _ = query_json(reader, "heating oil delivery", "--corpus", "drafts", "--corpus", "creativity")
+    assert code == 0 and doc["merge"] == "score"
+    scores = [c["score"] for c in doc["chunks"]]
+    assert scores == sorted(scores, reverse=True)
+    assert doc["chunks"][0]["corpus"] == "drafts" and doc["chunks"][0]["node"] == emb.node_id
+    text = reader.cli("query", "Metrische Räume", "--corpus", "creativity", "--corpus", "topologie").stdout
+    assert "[topologie @ host]" in text and "(merged by reciprocal rank fusion)" in text
+
+
+def test_a_failed_corpus_is_named_and_only_all_failing_is_an_error(mesh: LocalMesh) -> None:
+    reader = mesh.nodes["reader"]
+    code, doc, _err = query_json(
+        reader, "Chatbots", "--corpus", "creativity", "--corpus", "verloren", "-k", "2"
+    )
+    assert code == 0 and len(doc["chunks"]) == 2
+    fates = {c["corpus"]: c for c in doc["corpora"]}
+    assert fates["creativity"]["status"] == "ok"
+    assert fates["verloren"]["status"] == "failed" and fates["verloren"]["error"]["error"] == "not_found"
+    proc = reader.cli("query", "Chatbots", "--corpus", "creativity", "--corpus", "verloren", check=False)
+    assert proc.returncode == 0 and "hearthnet: corpus verloren: not_found:" in proc.stderr
+    proc = reader.cli("query", "Chatbots", "--corpus", "verloren", "--corpus", "falschdim", check=False)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("hearthnet: none of the 2 corpora answered: verloren: not_found: ")
+    assert "; falschdim: bad_request: archive Falsche Dimension: the query vector has 512" in line
+    # a filter every corpus refuses alike is the one error, not a failure per corpus
+    proc = reader.cli(
+        "query",
+        "x",
+        "--corpus",
+        "creativity",
+        "--corpus",
+        "topologie",
+        "--filter",
+        '{"page": {"$near": 1}}',
+        check=False,
+    )
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and line.startswith("hearthnet: bad_request: ") and "$near" in line
+
+
+def test_a_missing_collection_is_not_found_and_a_wrong_dimension_the_clear_error(
+    mesh: LocalMesh, archives: Archives
+) -> None:
+    reader = mesh.nodes["reader"]
+    proc = reader.cli("query", "Stetigkeit", "--corpus", "verloren", check=False)
+    assert proc.returncode == 1
+    assert f"collection {MISSING_COLLECTION} does not exist on ChromaDB" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("hearthnet: ")
+    proc = reader.cli("query", "Stetigkeit", "--corpus", "falschdim", check=False)
+    assert proc.returncode == 1 and proc.stderr.startswith("hearthnet: ")
+    assert "archive Falsche Dimension: the query vector has 512 dimensions" in proc.stderr
+    assert f"collection {archives.german.collection_name} holds 768-dimensional vectors" in proc.stderr
+
+
+def test_nothing_is_ever_written_to_an_archive(mesh: LocalMesh, tmp_path: Path) -> None:
+    reader, host = mesh.nodes["reader"], mesh.nodes["host"]
+    note = tmp_path / "note.txt"
+    note.write_text("a note that must not reach an archive")
+    proc = reader.cli("ingest", str(note), "--corpus", "creativity", check=False)
+    assert proc.returncode == 1 and "corpus creativity is an archive served read-only" in proc.stderr
+    cid = reader.cli_json("file", "put", str(note))["doc_cid"]
+    for node, capability, params, inp in (
+        (host, "rag.ingest", {"corpus": "creativity"}, {"doc_cid": cid}),
+        (reader, "rag.delete", {"corpus": "creativity"}, {"doc_cid": cid}),
+    ):
+        proc = node.cli(
+            "call", capability, "--params", json.dumps(params), "--input", json.dumps(inp), check=False
+        )
+        assert proc.returncode == 1 and "bad_request" in proc.stderr, proc.stderr
+        assert "is the archive Creativity in ML" in proc.stderr and "read-only" in proc.stderr
+    proc = host.cli("rag", "reindex", "--corpus", "creativity", check=False)
+    assert proc.returncode == 1 and "read-only: cannot reindex it" in proc.stderr
+
+
+def test_chromadb_stopped_is_a_partition_and_the_node_keeps_serving(
+    mesh: LocalMesh, archives: Archives
+) -> None:
+    reader, host = mesh.nodes["reader"], mesh.nodes["host"]
+    ensure_drafts(mesh)
+    archives.chroma.stop()
+    try:
+        proc = reader.cli("query", "Chatbots", "--corpus", "creativity", check=False)
+        assert proc.returncode == 1
+        assert f"archive Creativity in ML: ChromaDB at {archives.chroma.url}" in proc.stderr
+        assert host.process is not None and host.process.poll() is None
+        assert host.status()["node_id"] == host.node_id  # the host answers as before
+        listed = {c["name"]: c for c in reader.cli_json("corpora")["corpora"] if c["node"] == host.node_id}
+        assert (
+            listed["creativity"]["online"] is False and listed["creativity"]["error"]["error"] == "partition"
+        )
+        # another corpus still answers, named beside the failed archive
+        code, doc, _ = query_json(reader, "heating oil", "--corpus", "creativity", "--corpus", "drafts")
+        assert code == 0 and {c["corpus"]: c["status"] for c in doc["corpora"]} == {
+            "creativity": "failed",
+            "drafts": "ok",
+        }
+    finally:
+        archives.chroma.start()
+    code, doc, _ = query_json(reader, "Chatbots", "--corpus", "creativity", "-k", "1")
+    assert code == 0 and doc["chunks"][0]["metadata"]["layer"] == "chunk"
+
+
+# --------------------------------------------------------------------------- drafts (seed 004)
+
+HEATING = "Heating oil delivery is scheduled for Tuesday morning; the tank in the cellar holds 3000 litres."
+
+
+def cli_stdin(node: MeshNode, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``hearthnet ARGS`` on ``node`` with ``text`` on stdin."""
+    cmd = [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(node.home), *args]
+    return subprocess.run(
+        cmd, input=text, capture_output=True, text=True, env={**node.env, **node.extra_env}, timeout=120
+    )
+
+
+def ensure_drafts(mesh: LocalMesh) -> None:
+    """The corpus ``drafts`` on ``emb``: one note read from the reader's stdin, with typed metadata."""
+    reader = mesh.nodes["reader"]
+    proc = cli_stdin(
+        reader,
+        HEATING,
+        *("ingest", "-", "--corpus", "drafts", "--filename", "heating.md", "--json"),
+        *("--meta", "subject=Heating oil", "--meta", "timestamp=2024-05-01T09:30:00"),
+        *("--meta", "priority=2", "--meta", "urgent=true", "--meta", "cost=412.5"),
+        *("--meta", "ref:str=007", "--meta", "due:date=2024-05-07"),
+    )
+    assert proc.returncode == 0, proc.stderr
+    (entry,) = json.loads(proc.stdout)["results"]
+    assert entry["ok"] and entry["path"] == "-" and entry["node"] == mesh.nodes["emb"].node_id
+
+
+def test_meta_and_stdin_round_trip_typed_and_filterable(mesh: LocalMesh) -> None:
+    reader = mesh.nodes["reader"]
+    ensure_drafts(mesh)
+    code, doc, _ = query_json(reader, "heating oil", "--corpus", "drafts", "-k", "1")
+    md = doc["chunks"][0]["metadata"]
+    assert doc["chunks"][0]["text"] == HEATING and md["doc_filename"] == "heating.md"
+    assert {k: md[k] for k in ("subject", "timestamp", "priority", "urgent", "cost", "ref", "due")} == {
+        "subject": "Heating oil",
+        "timestamp": "2024-05-01T09:30:00",
+        "priority": 2,
+        "urgent": True,
+        "cost": 412.5,
+        "ref": "007",
+        "due": "2024-05-07",
+    }
+    for where, hits in (
+        ({"priority": {"$gte": 2}, "urgent": True}, 1),
+        ({"priority": {"$gt": 2}}, 0),
+        ({"due": {"$eq": "2024-05-07"}}, 1),
+    ):
+        code, doc, _ = query_json(reader, "heating oil", "--corpus", "drafts", "--filter", json.dumps(where))
+        assert code == 0 and len(doc["chunks"]) == hits, where
+    table = reader.cli("query", "heating oil", "--corpus", "drafts", "-k", "1", "--table").stdout.splitlines()
+    assert table[0].split() == ["#", "score", "subject", "timestamp", "snippet"]
+    assert (
+        "Heating oil" in table[1] and "2024-05-01T09:30:00" in table[1] and "Heating oil delivery" in table[1]
+    )
+    for bad, message in (
+        (["--meta", "priority:int=high"], "--meta priority: 'high' is not a whole number"),
+        (["--meta", "due:date=May 7"], "is not an ISO 8601 date"),
+        (["--meta", "x=1", "--meta", "x=2"], "--meta x is given twice"),
+        (["--meta", "novalue"], "must be KEY=VALUE"),
+    ):
+        proc = cli_stdin(reader, "text", "ingest", "-", "--corpus", "drafts", *bad)
+        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    proc = cli_stdin(reader, "", "ingest", "-", "--corpus", "drafts")
+    assert proc.returncode == 1 and "stdin is empty" in proc.stderr
+
+
+AUTHORS = ("anna", "bruno", "carla", "dieter", "emma")
+
+
+@pytest.mark.anyio
+async def test_fifty_small_texts_with_metadata_are_searched_with_a_filter(
+    mesh: LocalMesh, tmp_path: Path
+) -> None:
+    """Seed 004's load in small: 50 drafts, each with its own metadata, then filtered searches."""
+    emb = mesh.nodes["emb"]
+    topics = ("invoice", "meeting", "garden", "holiday", "repair")
+    async with AsyncClient(emb.home) as client:
+        for i in range(50):
+            path = tmp_path / f"draft-{i:02d}.txt"
+            path.write_text(f"Draft {i} about the {topics[i % 5]} for {AUTHORS[i // 10]}: note number {i}.")
+            cid = (await client.call("file.import", input={"path": str(path), "pin": False})).output[
+                "doc_cid"
+            ]
+            meta = {
+                "subject": f"{topics[i % 5]} {i}",
+                "author": AUTHORS[i // 10],
+                "priority": i % 4,
+                "urgent": i % 7 == 0,
+                "timestamp": f"2024-06-{1 + i % 28:02d}T10:00:00",
+            }
+            await client.call(
+                "rag.ingest",
+                params={"corpus": "letters"},
+                input={"doc_cid": cid, "filename": path.name, "metadata": meta},
+                timeout=60,
+            )
+        carla = (
+            await client.call(
+                "rag.query",
+                params={"corpus": "letters"},
+                input={"query": "garden", "k": 20, "filter": {"author": {"$eq": "carla"}}},
+            )
+        ).output["chunks"]
+        assert len(carla) == 10 and {c["metadata"]["author"] for c in carla} == {"carla"}
+        assert carla[0]["metadata"]["subject"] in {"garden 22", "garden 27"}
+        urgent = (
+            await client.call(
+                "rag.query",
+                params={"corpus": "letters"},
+                input={
+                    "query": "note",
+                    "k": 20,
+                    "filter": {"$and": [{"urgent": True}, {"priority": {"$gte": 1}}]},
+                },
+            )
+        ).output["chunks"]
+    expected = {f"{topics[i % 5]} {i}" for i in range(50) if i % 7 == 0 and i % 4 >= 1}
+    assert {c["metadata"]["subject"] for c in urgent} == expected

@@ -7,7 +7,17 @@ import importlib
 import pytest
 
 EXPECTED = {
-    "hearthnet.client": {"AsyncClient", "BusError", "CallResult", "Client", "resolve_home"},
+    "hearthnet.client": {
+        "AsyncClient",
+        "BusError",
+        "CallResult",
+        "Client",
+        "CorpusAnswer",
+        "CorpusHit",
+        "MultiSearch",
+        "resolve_home",
+        "search_corpora",
+    },
     "hearthnet.identity": {
         "NODE_ID_PREFIX",
         "Identity",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -14,11 +13,13 @@ import anyio
 from hearthnet.contracts.rag import MAX_K, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
+from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
 from hearthnet.frontends.cli.output import (
     CliError,
     Progress,
     emit_text,
     node_label,
+    one_line,
     plural,
     shown,
     streamed,
@@ -35,6 +36,7 @@ from hearthnet.frontends.client.corpora import (
     seen_text,
     since_text,
 )
+from hearthnet.frontends.client.search import checked_corpora
 
 __all__ = ["add_corpora", "add_delete", "add_docs", "add_query", "add_rag"]
 
@@ -52,30 +54,28 @@ MAX_STDIN_QUERY = 64 * 1024
 def cmd_query(args: argparse.Namespace) -> None:
     if not 1 <= args.k <= MAX_K:
         raise BadRequest(f"-k must be between 1 and {MAX_K}")
-    corpus = corpus_arg(args.corpus)
+    corpora = checked_corpora([corpus_arg(c) for c in args.corpus])
     # '-': the question from stdin (a long one, or one with quotes the shell would eat)
     text = stdin_text("the query", MAX_STDIN_QUERY) if args.text == "-" else args.text
     inp: dict[str, Any] = {"query": text_arg(text, "the query"), "k": args.k}
     if args.filter:
         inp["filter"] = load_json(args.filter, "--filter")
     client = Client(args.home)
+    if len(corpora) > 1:  # several corpora (or archives): one merged ranking
+        query_corpora(args, corpora, inp, _node_names(client))
+        return
+    (corpus,) = corpora
     try:
         result = client.call("rag.query", params={"corpus": corpus}, input=inp)
     except (NotFound, Partition) as exc:
         raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
     chunks = result.output["chunks"]
-    lines = []
-    for c in chunks:
-        md = c["metadata"]
-        snippet = " ".join(str(c.get("text") or "").split())[:160]
-        source = md.get("doc_filename") or md.get("doc_title", "?")
-        where = f"{source} p.{md.get('page', '?')}"
-        title = md.get("doc_title")
-        if md.get("doc_filename") and title and title != Path(str(source)).stem:
-            where += f"  ({title})"
-        lines.append(f"{c['rank']:>2}. {c['score']:.3f}  {shown(where)}\n    {shown(snippet)}")
+    lines = hit_lines(chunks)
     warn(args, list(result.meta.get("warnings") or []))
     document = {"chunks": chunks, "meta": result.meta, "provider": result.provider}
+    if args.table:
+        emit_text(args, document, hits_table(chunks))
+        return
     emit_text(args, document, "\n".join(lines) if lines else "(no matches)")
 
 
@@ -145,6 +145,25 @@ def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
     corpora.sort(key=lambda c: (c["name"], c["node"] != c.get("duplicate_of", c["node"]), c["node"]))
 
 
+def _count(value: Any) -> str:
+    return "?" if value is None else str(value)
+
+
+def _archive_line(c: dict[str, Any], node: str) -> str:
+    """An archive: read-only, its label, collection, count and dimension, and whether it answers."""
+    model = shown(str(c.get("embedding_model") or "-"))
+    dim = f"{c['dim']}-d" if c.get("dim") else "?-d"
+    line = (
+        f"{c['name']:20} {_count(c.get('docs')):>5} docs {_count(c.get('chunks')):>7} chunks  "
+        f"{model} {dim}  {node}  (ARCHIVE, read-only: {shown(str(c.get('label') or c['name']))}, "
+        f"collection {shown(str(c.get('collection_name') or '?'))}, layer {c.get('layer') or '?'})"
+    )
+    error = c.get("error")
+    if isinstance(error, dict):
+        line += f"  (UNREACHABLE: {error.get('error')}: {shown(one_line(str(error.get('message'))))})"
+    return line
+
+
 def _corpus_line(c: dict[str, Any], names: dict[str, str]) -> str:
     """One corpus of ``hearthnet corpora``: counts, language, model, and its node by name and short id."""
 
@@ -153,6 +172,8 @@ def _corpus_line(c: dict[str, Any], names: dict[str, str]) -> str:
             node_id, names.get(node_id) or (c.get("node_name") if node_id == c["node"] else None)
         )
 
+    if c.get("read_only"):
+        return _archive_line(c, node(str(c["node"])))
     model = shown(str(c.get("embedding_model") or "-"))
     line = (
         f"{c['name']:20} {plural(int(c['docs']), 'doc'):>10} {plural(int(c['chunks']), 'chunk'):>13}  "
@@ -236,7 +257,7 @@ def cmd_docs(args: argparse.Namespace) -> None:
         facts = [
             str(d.get("filename") or "-"),
             "? pages" if d.get("pages") is None else plural(int(d["pages"]), "page"),
-            plural(int(d["chunks"]), "chunk"),
+            "? chunks" if d.get("chunks") is None else plural(int(d["chunks"]), "chunk"),
             str(d.get("language") or "und"),
             f"by {host_label(by, names.get(by))}" if by else "by ?",
             time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if isinstance(when, int | float) else "",
@@ -305,7 +326,18 @@ def cmd_delete(args: argparse.Namespace) -> None:
 def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("query", parents=[common], help="search a corpus anywhere in the mesh")
     p.add_argument("text", help="the question; '-' reads it from stdin")
-    p.add_argument("--corpus", required=True, help="corpus to search (required)")
+    p.add_argument(
+        "--corpus",
+        required=True,
+        action="append",
+        help="corpus (or archive) to search; repeat it to search several at once, merged into one "
+        "ranking (required)",
+    )
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="show a table: subject, timestamp and snippet (from the chunks' metadata)",
+    )
     p.add_argument(
         "-k",
         type=int,

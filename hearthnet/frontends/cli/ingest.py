@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import anyio
 
 from hearthnet.contracts.rag import SYSTEM, is_language, is_private
 from hearthnet.errors import BadRequest, BusError
-from hearthnet.frontends.cli.args import corpus_arg
+from hearthnet.frontends.cli.args import corpus_arg, meta_args
 from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown, streamed
 from hearthnet.frontends.client.client import AsyncClient, Client
 from hearthnet.frontends.client.corpora import ingest_host
@@ -121,6 +123,21 @@ def _skip(path: Path, reason: str) -> dict[str, Any]:
     return {"path": path_text(path), "reason": reason}
 
 
+STDIN_NAME = "stdin.txt"
+"""The file name of a text ingested from stdin (``-``) when ``--filename`` gives none."""
+
+
+def _stdin_name(name: str | None) -> str:
+    """``--filename`` for a document read from stdin: a plain file name, at most 255 characters."""
+    if name is None:
+        return STDIN_NAME
+    if not name.strip() or "/" in name or "\\" in name or name in (".", "..") or not name.isprintable():
+        raise BadRequest("--filename must be a plain file name such as notes.md (no folders)")
+    if len(name) > 255:
+        raise BadRequest(f"--filename is {len(name)} characters long; at most 255")
+    return name
+
+
 def cmd_ingest(args: argparse.Namespace) -> None:
     corpus = corpus_arg(args.corpus)
     if corpus == SYSTEM:
@@ -129,6 +146,35 @@ def cmd_ingest(args: argparse.Namespace) -> None:
         raise BadRequest("--title is empty")
     if args.language is not None and not is_language(args.language):
         raise BadRequest("--language must be a short code such as 'en' or 'pt-BR', or 'auto'")
+    args.metadata = meta_args(args.meta)
+    if "-" in args.paths:
+        if len(args.paths) > 1:
+            raise BadRequest("'-' (the text on stdin) is one document: give no other paths with it")
+        _ingest_stdin(args, corpus)
+        return
+    if args.filename is not None:
+        raise BadRequest("--filename names the text read from stdin ('-'); files keep their own names")
+    _ingest_paths(args, corpus)
+
+
+def _ingest_stdin(args: argparse.Namespace, corpus: str) -> None:
+    """The text (or file) on stdin as one document: written to a private temporary file named by
+    ``--filename``, ingested like a file, the temporary file removed whatever happens."""
+    name = _stdin_name(args.filename)
+    folder = tempfile.mkdtemp(prefix="hearthnet-stdin-")
+    try:
+        path = Path(folder) / name
+        with path.open("wb") as out:
+            shutil.copyfileobj(sys.stdin.buffer, out)
+        if path.stat().st_size == 0:
+            raise BadRequest("nothing to ingest: stdin is empty")
+        args.paths = [str(path)]
+        _ingest_paths(args, corpus, shown_as={str(path): "-"})
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str] | None = None) -> None:
     skipped: list[dict[str, Any]] = []
     files, problems = _expand(args.paths, skipped)
     if not files and not problems:
@@ -147,6 +193,9 @@ def cmd_ingest(args: argparse.Namespace) -> None:
         results.append(entry)
     for path in files:
         entry = _ingest_one(args, client, progress, path, corpus, host, own)
+        if shown_as and entry["path"] in shown_as:  # stdin: not the temporary file's path
+            entry["path"] = shown_as[entry["path"]]
+            entry["filename"] = path.name
         _print_entry(args, entry)
         results.append(entry)
     failed = [r for r in results if not r["ok"]]
@@ -201,6 +250,8 @@ def _ingest_one(
             inp["title"] = args.title  # otherwise the document's own title, or its file name
         if args.language is not None:
             inp["language"] = args.language
+        if args.metadata:
+            inp["metadata"] = args.metadata
         ingesting = client.stream(
             "rag.ingest", params={"corpus": corpus}, input=inp, provider=host, timeout=INGEST_TIMEOUT
         )
@@ -222,7 +273,7 @@ def _ingest_one(
 def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:
     if args.json:
         return
-    name = shown(Path(entry["path"]).name or entry["path"])
+    name = shown(entry.get("filename") or Path(entry["path"]).name or entry["path"])
     if entry["ok"]:
         note = " (already indexed)" if entry["existing"] else ""
         print(f"ok    {name}: {plural(int(entry['chunks_indexed']), 'chunk')}{note}")
@@ -272,13 +323,27 @@ def add_ingest(sub: Any, common: argparse.ArgumentParser) -> None:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="files (PDF, .txt, .md) or folders, walked for those; names starting with '.' skipped",
+        help="files (PDF, .txt, .md) or folders, walked for those; names starting with '.' skipped; "
+        "'-' reads one document from stdin",
     )
     p.add_argument(
         "--corpus", required=True, help="corpus to add to; 'personal' never leaves this node (required)"
     )
     p.add_argument(
         "--title", help="the document's title, for one file only (default: its own title, else its file name)"
+    )
+    p.add_argument(
+        "--meta",
+        action="append",
+        metavar="KEY=VALUE",
+        help="metadata of every document ingested, repeatable: true/false, 42 and 0.5 are typed, "
+        "anything else (an ISO date too) is text; KEY:TYPE=VALUE names the type "
+        "(str, int, float, bool, date); filter on it with 'query --filter' (default: none)",
+    )
+    p.add_argument(
+        "--filename",
+        metavar="NAME",
+        help=f"the file name of the document read from stdin ('-'), e.g. notes.md (default: {STDIN_NAME})",
     )
     p.add_argument(
         "--language",

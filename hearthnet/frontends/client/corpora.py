@@ -110,7 +110,8 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
     ``status`` is this node's ``node.status``; ``hosts`` the corpus's hosting entries of
     ``rag.known_corpora`` (offline ones included).  A corpus name is one corpus in the
     community: ``on`` naming another node than the corpus's host, or a host that is offline,
-    is refused before any file is copied.  The personal corpus always stays on this node.
+    is refused before any file is copied, and so is an archive (read-only).  The personal corpus
+    always stays on this node.
     """
     own = str(status["node_id"])
     check_may_ingest(status, corpus)
@@ -119,6 +120,21 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
             raise BadRequest("the personal corpus stays on this node: --on cannot name another node")
         return own  # never push a personal document to a peer, whatever it advertises
     caps = status["capabilities"]
+    archive = next(
+        (
+            c
+            for c in caps
+            if c["capability"].startswith("rag.query@")
+            and (c.get("params") or {}).get("corpus") == corpus
+            and (c.get("params") or {}).get("read_only") is True
+        ),
+        None,
+    )
+    if archive is not None:  # refused here, before a file is copied (the host refuses it too)
+        raise BadRequest(
+            f"corpus {corpus} is an archive served read-only by node {archive['node']} (ChromaDB "
+            f"collection {archive['params'].get('collection_name')}): nothing can be ingested into it"
+        )
     if (
         on
         and on != own

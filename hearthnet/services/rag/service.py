@@ -7,13 +7,14 @@ What the node offers per corpus is kept current by :mod:`.offers`.  ``personal``
 reachable from another node; ``system`` is read-only.  A corpus whose recorded model differs
 from this node's embedding model is not served: its ``rag.query`` answers ``not_found`` with the
 reindex command.  A corpus name is one corpus in the community: creating one that another node
-hosts is refused.
+hosts is refused.  The configured archives (external ChromaDB collections) are served beside
+the store's corpora by :mod:`.archives.serve`: read-only, every write to one ``bad_request``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import Registration
 from hearthnet.community.levels import Level
+from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
     PERSONAL,
@@ -39,6 +41,7 @@ from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, FindEvent
+from hearthnet.services.rag.archives.serve import ServedArchives
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
@@ -80,6 +83,7 @@ class RagService:
         find_event: FindEvent,
         own_level: OwnLevel,
         corpus_changed: CorpusChanged | None = None,
+        archives: Sequence[ArchiveConfig] = (),
     ) -> None:
         self._bus = bus
         self._corpus_changed = corpus_changed
@@ -132,6 +136,13 @@ class RagService:
             find_event=find_event,
             counts_changed=self._documents_changed,
         )
+        self._archives = ServedArchives(
+            bus=bus,
+            configs=archives,
+            query_timeout=settings.query_timeout_seconds,
+            embed_timeout=settings.embed_timeout_seconds,
+        )
+        """The configured archives, served read-only beside the store's corpora."""
         self.queries = 0
         self.ingests = 0
         self.deletes = 0
@@ -146,12 +157,13 @@ class RagService:
         await self._deletions.announce_pending()
 
     async def stop(self) -> None:
+        await self._archives.aclose()
         await anyio.to_thread.run_sync(self._store.close)
         self._read_threads.close()
 
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
-        return self._offers.registrations()
+        return [*self._offers.registrations(), *self._archives.registrations(self._store.corpora())]
 
     def health(self) -> dict[str, Any]:
         """Served to peers by ``node.stats``: the personal corpus is never named."""
@@ -161,6 +173,7 @@ class RagService:
             "ingests": self.ingests,
             "deletes": self.deletes,
             "embedding_model": self._settings.embedding_model,
+            "archives": self._archives.health(),
         }
 
     def _corpus(self, name: str, embedding_model: str) -> LocalCorpus:
@@ -255,6 +268,7 @@ class RagService:
         started = time.perf_counter()
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="documents")
+        self._archives.refuse_write(corpus, "ingest into")
         inp = ingest_input(ctx.input)
         if announced(corpus):  # personal is never announced, so it needs no trust
             await self._check_own_trust("announce ingests")
@@ -342,7 +356,8 @@ class RagService:
                 )
             return out
 
-        return {"corpora": await run_blocking(collect, limiter=self._read_threads)}
+        local = await run_blocking(collect, limiter=self._read_threads)
+        return {"corpora": [*local, *await self._archives.list_entries()]}
 
     # rag.list_documents --------------------------------------------------------------
     async def _handle_list_documents(self, ctx: CallContext) -> Output:
@@ -407,6 +422,7 @@ class RagService:
         says how many); new ones are refused until it is done (see ``gate.py``).
         """
         corpus = validate_corpus_name(ctx.input.get("corpus"))
+        self._archives.refuse_write(corpus, "reindex")
         held = await run_blocking(self._store.corpora, limiter=self._read_threads)
         if corpus not in held:
             hosts = [h for h in await self._known_hosts(corpus) if h["hosting"]]
