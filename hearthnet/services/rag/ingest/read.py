@@ -22,6 +22,7 @@ from pathlib import PurePath
 import structlog
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
+from pypdf.generic import DictionaryObject, PdfObject
 
 from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
@@ -36,6 +37,7 @@ __all__ = [
     "DocumentHeader",
     "PageText",
     "detect_content_type",
+    "ocr_page_text",
     "read_document",
     "stream_document",
 ]
@@ -94,6 +96,10 @@ class PageText:
 
     page: int
     text: str
+    scanned: bool = False
+    """No text, but the page draws an image (or pypdf could not parse it): OCR may read it."""
+    ocr: bool = False
+    """The text was read off the page's image by OCR."""
 
 
 @dataclass(frozen=True)
@@ -207,20 +213,22 @@ def stream_document(
     filename_hint: str | None = None,
     max_pages: int = 5000,
     max_text_bytes: int | None = MAX_TEXT_BYTES,
+    scans_ok: bool = False,
 ) -> Generator[DocumentHeader | PageText, None, None]:
     """A :class:`DocumentHeader`, then the pages in order, read one at a time.
 
     Errors are those of :func:`read_document` and come as early as they can:
     an unreadable, encrypted or oversized file before the header, "no text on
-    any page" after the last page.  Close the generator if you stop early.
-    ``max_text_bytes=None`` lifts the text cap (a reindex re-reads what an
-    older version already accepted).
+    any page" after the last page (not with ``scans_ok`` when a page is
+    ``scanned``: the caller has those read by OCR).  Close the generator if you
+    stop early.  ``max_text_bytes=None`` lifts the text cap (a reindex re-reads
+    what an older version already accepted).
     """
     if len(data) == 0:
         raise BadRequest("file is empty (0 bytes)")
     ctype = detect_content_type(data, filename_hint)
     if ctype == PDF:
-        yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+        yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok)
         return
     doc = _read_text(data, ctype, filename_hint, max_text_bytes)
     yield DocumentHeader(doc.content_type, doc.title_hint, doc.page_count)
@@ -303,11 +311,11 @@ class _Reader(PdfReader):
 _Parts = Generator[DocumentHeader | PageText, None, None]
 
 
-def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
+def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
     with _warnings_lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+            yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok)
         finally:
             for w in caught:
                 _log.warning(
@@ -320,7 +328,7 @@ def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _P
                 )
 
 
-def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
+def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
     try:
         reader = _Reader(io.BytesIO(data))
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
@@ -353,8 +361,9 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
 
     failed = unsupported = 0
     total = 0
-    any_text = False
+    any_text = any_scan = False
     for number in range(1, page_count + 1):
+        parsed = True
         try:
             with pdf_content.text_only():
                 text = reader.pages[number - 1].extract_text() or ""
@@ -367,6 +376,7 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
             unsupported += isinstance(exc, NotImplementedError | DependencyError)
             _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
             text = ""
+            parsed = False
         if len(text) > MAX_PAGE_TEXT:
             raise BadRequest(
                 f"page {number} of the PDF yields {len(text):,} characters of text, more than any "
@@ -379,16 +389,65 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
                 f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
                 f"{page_count}: split it into smaller files"
             )
-        page = PageText(page=number, text=_clean(text))
-        any_text = any_text or bool(page.text.strip())
+        text = _clean(text)
+        scanned = not text.strip() and (not parsed or _draws_an_image(reader, number))
+        page = PageText(page=number, text=text, scanned=scanned)
+        any_text = any_text or bool(text.strip())
+        any_scan = any_scan or scanned
         yield page
-    if not any_text:
+    if not any_text and not (scans_ok and any_scan):  # with OCR, scanned pages are read instead
         if failed == page_count:
             why = " (it uses PDF features this reader does not support)" if unsupported else ""
             raise BadRequest(
                 f"not a readable PDF: none of {page_count} pages could be parsed{why}; re-export it"
             )
         raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
+
+
+def ocr_page_text(page: int, text: str) -> PageText:
+    """Page ``page`` with the text OCR read off its image, cleaned as extracted text is."""
+    return PageText(page=page, text=_clean(text), ocr=True)
+
+
+_INLINE_IMAGE = re.compile(rb"(?:^|\s)BI\s")
+_MAX_FORM_DEPTH = 4
+_MAX_XOBJECTS = 256
+
+
+def _draws_an_image(reader: PdfReader, number: int) -> bool:
+    """Whether page ``number``, without text, draws an image (an image XObject, directly or in a
+    form, or an inline image): a scan OCR can read, unlike a blank page.  Unsure (damaged): yes."""
+    try:
+        page = reader.pages[number - 1]
+        if _resources_hold_an_image(page.get("/Resources"), _MAX_FORM_DEPTH):
+            return True
+        contents = page.get_contents()
+        return contents is not None and _INLINE_IMAGE.search(contents.get_data()) is not None
+    except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL):
+        return True
+
+
+def _resources_hold_an_image(resources: object, depth: int) -> bool:
+    resources = _resolved(resources)
+    if depth <= 0 or not isinstance(resources, DictionaryObject):
+        return False
+    xobjects = _resolved(resources.get("/XObject"))
+    if not isinstance(xobjects, DictionaryObject):
+        return False
+    for ref in list(xobjects.values())[:_MAX_XOBJECTS]:
+        xobject = _resolved(ref)
+        if not isinstance(xobject, DictionaryObject):
+            continue
+        subtype = xobject.get("/Subtype")
+        if subtype == "/Image":
+            return True
+        if subtype == "/Form" and _resources_hold_an_image(xobject.get("/Resources"), depth - 1):
+            return True
+    return False
+
+
+def _resolved(obj: object) -> object:
+    return obj.get_object() if isinstance(obj, PdfObject) else obj
 
 
 def _pdf_title(reader: PdfReader) -> str | None:
