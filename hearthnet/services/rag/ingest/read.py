@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -311,11 +311,14 @@ class _Reader(PdfReader):
 _Parts = Generator[DocumentHeader | PageText, None, None]
 
 
-def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
+@contextlib.contextmanager
+def _pypdf_warnings_logged() -> Iterator[None]:
+    """Log the warnings pypdf raises in the block.  ``warnings.catch_warnings`` is process-global:
+    one block at a time, each around one step of pypdf's work, never held while a reader waits."""
     with _warnings_lock, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok)
+            yield
         finally:
             for w in caught:
                 _log.warning(
@@ -328,7 +331,39 @@ def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans
                 )
 
 
-def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
+def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
+    with _pypdf_warnings_logged():
+        reader, page_count, title = _open_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+    yield DocumentHeader(PDF, title, page_count)
+    failed = unsupported = 0
+    total = 0
+    any_text = any_scan = False
+    for number in range(1, page_count + 1):
+        with _pypdf_warnings_logged():
+            page, error = _read_page(reader, number)
+        if error is not None:
+            failed += 1
+            unsupported += isinstance(error, NotImplementedError | DependencyError)
+        total += len(page.text)
+        if total > MAX_PDF_TEXT:
+            raise BadRequest(
+                f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
+                f"{page_count}: split it into smaller files"
+            )
+        any_text = any_text or bool(page.text.strip())
+        any_scan = any_scan or page.scanned
+        yield page
+    if not any_text and not (scans_ok and any_scan):  # with OCR, scanned pages are read instead
+        if failed == page_count:
+            why = " (it uses PDF features this reader does not support)" if unsupported else ""
+            raise BadRequest(
+                f"not a readable PDF: none of {page_count} pages could be parsed{why}; re-export it"
+            )
+        raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
+
+
+def _open_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> tuple[PdfReader, int, str | None]:
+    """The reader, the page count and the title hint, or the ``BadRequest`` of an unreadable file."""
     try:
         reader = _Reader(io.BytesIO(data))
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
@@ -357,51 +392,31 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_
         raise BadRequest("PDF has no pages: nothing to index")
     if page_count > max_pages:
         raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
-    yield DocumentHeader(PDF, _pdf_title(reader) or _title(_stem(filename_hint)), page_count)
+    return reader, page_count, _pdf_title(reader) or _title(_stem(filename_hint))
 
-    failed = unsupported = 0
-    total = 0
-    any_text = any_scan = False
-    for number in range(1, page_count + 1):
-        parsed = True
-        try:
-            with pdf_content.text_only():
-                text = reader.pages[number - 1].extract_text() or ""
-        except FileNotDecryptedError as exc:
-            raise _password_error() from exc
-        except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL) as exc:
-            # NotImplementedError / DependencyError: e.g. a content stream compressed with a
-            # filter pypdf lacks or needs an external program for (JBIG2).
-            failed += 1
-            unsupported += isinstance(exc, NotImplementedError | DependencyError)
-            _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
-            text = ""
-            parsed = False
-        if len(text) > MAX_PAGE_TEXT:
-            raise BadRequest(
-                f"page {number} of the PDF yields {len(text):,} characters of text, more than any "
-                f"real page ({MAX_PAGE_TEXT:,} at most): the file is damaged or built to blow up; "
-                "re-export it"
-            )
-        total += len(text)
-        if total > MAX_PDF_TEXT:
-            raise BadRequest(
-                f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
-                f"{page_count}: split it into smaller files"
-            )
-        text = _clean(text)
-        scanned = not text.strip() and (not parsed or _draws_an_image(reader, number))
-        page = PageText(page=number, text=text, scanned=scanned)
-        any_text = any_text or bool(text.strip())
-        any_scan = any_scan or scanned
-        yield page
-    if not any_text and not (scans_ok and any_scan):  # with OCR, scanned pages are read instead
-        if failed == page_count:
-            why = " (it uses PDF features this reader does not support)" if unsupported else ""
-            raise BadRequest(
-                f"not a readable PDF: none of {page_count} pages could be parsed{why}; re-export it"
-            )
-        raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
+
+def _read_page(reader: PdfReader, number: int) -> tuple[PageText, Exception | None]:
+    """Page ``number``'s text (empty if pypdf cannot parse it: the error comes along, logged)."""
+    error: Exception | None = None
+    try:
+        with pdf_content.text_only():
+            text = reader.pages[number - 1].extract_text() or ""
+    except FileNotDecryptedError as exc:
+        raise _password_error() from exc
+    except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL) as exc:
+        # NotImplementedError / DependencyError: e.g. a content stream compressed with a
+        # filter pypdf lacks or needs an external program for (JBIG2).
+        _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
+        text, error = "", exc
+    if len(text) > MAX_PAGE_TEXT:
+        raise BadRequest(
+            f"page {number} of the PDF yields {len(text):,} characters of text, more than any "
+            f"real page ({MAX_PAGE_TEXT:,} at most): the file is damaged or built to blow up; "
+            "re-export it"
+        )
+    text = _clean(text)
+    scanned = not text.strip() and (error is not None or _draws_an_image(reader, number))
+    return PageText(page=number, text=text, scanned=scanned), error
 
 
 def ocr_page_text(page: int, text: str) -> PageText:

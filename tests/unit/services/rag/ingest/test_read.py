@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import zlib
 
 import pytest
@@ -309,3 +310,23 @@ def test_a_pdf_without_any_text_layer_is_left_to_ocr_only_when_asked_and_it_has_
     with pytest.raises(BadRequest, match="no text layer on any of 2 pages: run OCR first"):
         list(stream_document(blank, scans_ok=True))
     assert ocr_page_text(3, "a\r\nb\x00c") == PageText(page=3, text="a\nbc", ocr=True)
+
+
+def test_a_pdf_left_half_read_does_not_hold_up_another_pdfs_reading() -> None:
+    """An ingest's reader waits between pages (for the embedder, for OCR of a scan): meanwhile
+    another thread reads another PDF, warnings still logged."""
+    long_pdf = stream_document((PDF_DIR / "en_walden_thoreau_249p.pdf").read_bytes())
+    read: list[int] = []
+    with contextlib.closing(long_pdf):
+        next(long_pdf), next(long_pdf)  # its header and first page: the generator is suspended
+        other = threading.Thread(
+            target=lambda: read.append(read_document((PDF_DIR / "ar_habibi.pdf").read_bytes()).page_count),
+            daemon=True,
+        )
+        other.start()
+        other.join(timeout=30)
+        assert read == [1], "the other PDF waited for the first to be read to its end"
+        with capture_logs() as logs, pytest.raises(BadRequest):
+            read_document((PDF_DIR / "malformed_broken_page_tree.pdf").read_bytes())
+        assert any(e["event"] == "pypdf_warning" for e in logs)
+        assert isinstance(next(long_pdf), PageText)  # and the first goes on where it was
