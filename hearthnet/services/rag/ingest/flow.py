@@ -31,7 +31,7 @@ from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.gate import Reindexing
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
 from hearthnet.services.rag.ingest.embed import EmbeddedDocument, Progress, embed_streamed
-from hearthnet.services.rag.ingest.ocr import scan_reader
+from hearthnet.services.rag.ingest.ocr import ocr_route
 from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 from hearthnet.services.rag.inputs import IngestInput
 from hearthnet.services.rag.offers import CorpusOffers
@@ -261,19 +261,22 @@ class Ingestion:
         """
         send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
         result: list[PreparedDocument] = []
-        ocr = await scan_reader(
-            self._bus,
-            self._blobs,
-            doc_cid,
-            limiter=self._store_limiter,
-            deadline=deadline,
-            progress=progress,
-            parse_slot=self._parse_slot,
-        )
+        route = ocr_route(self._bus)
 
         def read() -> None:
+            data = self._blobs.read_blob(doc_cid)
+            ocr = None
+            if route is not None:
+                private = self._blobs.is_private(doc_cid)
+                ocr = route.reader(
+                    doc_cid,
+                    private=private,
+                    deadline=deadline,
+                    progress=progress,
+                    parse_slot=self._parse_slot,
+                )
             doc = StreamedDocument(
-                self._blobs.read_blob(doc_cid),
+                data,
                 doc_cid=doc_cid,
                 title=title,
                 language=language,

@@ -1,28 +1,27 @@
 """Scanned PDF pages read off their image during an ingest: ``ocr.page`` over the bus.
 
-:func:`scan_reader` decides once per document whether its scanned pages (no text layer, an image
-drawn) can be read and by whom: any ``ocr.page`` provider, the bus choosing this node's first,
-else a peer's (which fetches the PDF from this node); a private blob's pages only ever go to this
-node's own OCR.  With none, the reader's "run OCR first" refusal stands.  The
-:class:`ScanReader` it gives is called from the reader's thread, one page at a time.
+:func:`ocr_route` and :meth:`OcrRoute.reader` decide once per document whether its scanned pages
+(no text layer, an image drawn) can be read and by whom: any ``ocr.page`` provider, the bus
+choosing this node's first, else a peer's (which fetches the PDF from this node); a private
+blob's pages only ever go to this node's own OCR.  With none, the reader's "run OCR first"
+refusal stands.  The :class:`ScanReader` is called from the reader's thread, one page at a time.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import structlog
 
-from hearthnet.blobs import BlobStore
 from hearthnet.bus.api import BusAPI
 from hearthnet.contracts.ocr import CAPABILITY, VERSION, OcrClient
 from hearthnet.errors import BadRequest, CapacityExceeded
-from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.ingest.embed import Progress
 
-__all__ = ["OCR_PAGE_TIMEOUT", "ScanReader", "scan_reader"]
+__all__ = ["OCR_PAGE_TIMEOUT", "OcrRoute", "ScanReader", "ocr_route"]
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
@@ -98,30 +97,41 @@ class ScanReader:
                 return None
 
 
-async def scan_reader(
-    bus: BusAPI,
-    blobs: BlobStore,
-    doc_cid: str,
-    *,
-    limiter: anyio.CapacityLimiter,
-    deadline: float,
-    progress: Progress | None,
-    parse_slot: threading.BoundedSemaphore,
-) -> ScanReader | None:
-    """A reader of ``doc_cid``'s scanned pages, or ``None`` when no OCR may read them."""
+@dataclass(frozen=True)
+class OcrRoute:
+    """Who may read a document's scanned pages, from the registry as the ingest starts."""
+
+    bus: BusAPI
+    local: bool
+    """This node serves ``ocr.page`` itself."""
+
+    def reader(
+        self,
+        doc_cid: str,
+        *,
+        private: bool,
+        deadline: float,
+        progress: Progress | None,
+        parse_slot: threading.BoundedSemaphore,
+    ) -> ScanReader | None:
+        """A reader of ``doc_cid``'s scanned pages, or ``None`` when no OCR may read them: a
+        private blob's pages go only to this node's own OCR, any other's the bus routes (this
+        node's first, else the best peer's)."""
+        if private and not self.local:
+            return None
+        return ScanReader(
+            OcrClient(self.bus),
+            doc_cid,
+            provider=self.bus.node_id if private else None,
+            deadline=deadline,
+            progress=progress,
+            parse_slot=parse_slot,
+        )
+
+
+def ocr_route(bus: BusAPI) -> OcrRoute | None:
+    """The route to ``ocr.page`` (on the event loop), or ``None`` when no node of the mesh offers it."""
     providers = bus.providers(CAPABILITY, VERSION)
     if not providers:
         return None
-    provider: str | None = None  # the bus chooses: this node first, else the best peer
-    if await run_blocking(blobs.is_private, doc_cid, limiter=limiter):
-        if not any(p.is_local for p in providers):
-            return None
-        provider = bus.node_id
-    return ScanReader(
-        OcrClient(bus),
-        doc_cid,
-        provider=provider,
-        deadline=deadline,
-        progress=progress,
-        parse_slot=parse_slot,
-    )
+    return OcrRoute(bus, local=any(p.is_local for p in providers))
