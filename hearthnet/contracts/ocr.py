@@ -4,7 +4,8 @@ Input ``{image: PNG or JPEG bytes}`` or ``{doc_cid, page = 1}`` (a PDF, PNG or J
 not held by the provider is fetched through ``file.fetch`` first); output ``{text, lines:
 [{text, box, confidence}]}``, ``box`` four ``[x, y]`` corners in pixels of the image as given
 (of the page as rendered at ``meta.dpi`` for a PDF); meta ``{ms, engine, dpi, width, height,
-page?, page_count?}``.
+page?, page_count?}``.  :class:`OcrClient` is what a caller (the RAG service's ingest) reads a
+stored page's text through.
 """
 
 from __future__ import annotations
@@ -14,16 +15,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.blobs.cid import is_cid
-from hearthnet.contracts.base import check_input_keys
-from hearthnet.errors import BadRequest
+from hearthnet.contracts.base import Caller, check_input_keys
+from hearthnet.errors import BadRequest, InternalError
 
-__all__ = ["CAPABILITY", "MAX_IMAGE_BYTES", "VERSION", "BlobPage", "ImagePage", "parse_ocr_input"]
+__all__ = [
+    "CAPABILITY",
+    "MAX_IMAGE_BYTES",
+    "MAX_TEXT_CHARS",
+    "VERSION",
+    "BlobPage",
+    "ImagePage",
+    "OcrClient",
+    "parse_ocr_input",
+]
 
 CAPABILITY = "ocr.page"
 VERSION = (1, 0)
 MAX_IMAGE_BYTES = 960 * 1024
 """Bytes of an inline ``image``: the request must fit one 1 MiB peer frame.  A larger image goes
 into the blob store first (``hearthnet file put``) and is sent as ``{doc_cid}``."""
+MAX_TEXT_CHARS = 256 << 10
+"""Characters of ``text`` a caller accepts for one page (as much as a PDF page's text layer may give)."""
 _ALLOWED = {"image", "doc_cid", "page"}
 
 
@@ -65,3 +77,24 @@ def parse_ocr_input(inp: Mapping[str, Any]) -> ImagePage | BlobPage:
     if not isinstance(page, int) or isinstance(page, bool) or page < 1:
         raise BadRequest(f"input.page must be a page number from 1, got {page!r:.40}")
     return BlobPage(str(doc_cid), page)
+
+
+class OcrClient:
+    """``ocr.page`` as its callers use it: the text of one page of a stored document."""
+
+    def __init__(self, caller: Caller) -> None:
+        self._caller = caller
+
+    async def page_text(self, doc_cid: str, page: int, *, provider: str | None, timeout: float) -> str:
+        """The text ``provider`` (``None``: the bus chooses, this node first) reads off page ``page``
+        of ``doc_cid``; ``internal_error`` if it answers anything but a bounded string."""
+        result = await self._caller.call(
+            CAPABILITY, input={"doc_cid": doc_cid, "page": page}, provider=provider, timeout=timeout
+        )
+        text = result.output.get("text") if isinstance(result.output, Mapping) else None
+        if not isinstance(text, str) or len(text) > MAX_TEXT_CHARS:
+            raise InternalError(
+                f"{CAPABILITY} answered no usable text for page {page} of {doc_cid} "
+                f"(provider {result.provider or 'unknown'})"
+            )
+        return text

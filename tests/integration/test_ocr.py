@@ -1,7 +1,8 @@
 """``ocr.page`` across real node processes: a node without OCR has its pages read by a peer.
 
-A: founder, serves ocr.page.   B: member with OCR off (``HEARTHNET_OCR=0``), holds the scans.
-Neither runs the embedder or RAG: this is the OCR capability alone, over TCP.
+A: founder, serves ocr.page and embed.text (no RAG).
+B: trusted, runs RAG with OCR and the embedder off (``HEARTHNET_OCR=0``), holds the scans: its
+   ingest of a scan sends the page to A's OCR and its chunks to A's embedder.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from pypdf import PdfReader, PdfWriter
 
 from hearthnet.client import Client
 from hearthnet.services.ocr.pages import render_pdf_page
@@ -28,14 +31,18 @@ def ocr_providers(node: MeshNode) -> set[str]:
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
     m = LocalMesh(tmp_path_factory.mktemp("ocr"))
-    m.env.update({"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
     try:
-        a = m.add("a")
-        b = m.add("b", env={"HEARTHNET_OCR": "0"})
+        a = m.add("a", env={"HEARTHNET_RAG": "0"})
+        b = m.add("b", env={"HEARTHNET_OCR": "0", "HEARTHNET_EMBEDDING": "0"})
         m.found(a)
-        m.invite(a, b, "member")
+        m.invite(a, b, "trusted")
         m.wait_full_mesh(timeout=60)
         wait_for(lambda: ocr_providers(b) == {a.node_id}, timeout=60, what="B to see A's ocr.page")
+        wait_for(
+            lambda: any(c["capability"] == "embed.text@1.0" for c in b.status()["capabilities"]),
+            timeout=60,
+            what="B to see A's embedder",
+        )
         yield m
     finally:
         m.close()
@@ -80,3 +87,40 @@ def test_a_page_past_the_end_is_one_line_bad_request(mesh: LocalMesh) -> None:
     assert proc.stderr.strip() == ("hearthnet: bad_request: page 5 is out of range: the PDF has 1 page(s)"), (
         proc.stderr
     )
+
+
+def test_a_scan_ingested_on_b_is_read_by_a_and_a_question_finds_its_page(mesh: LocalMesh) -> None:
+    """The issue's proof: B has no OCR; its ingest of the scanned PDF sends the page to A's."""
+    a, b = mesh.nodes["a"], mesh.nodes["b"]
+    before = ocr_calls(a)
+    proc = b.cli("ingest", str(SCANNED), "--corpus", "books", "--json", timeout=600)
+    result = json.loads(proc.stdout)["results"][0]
+    assert result["ok"] and result["node"] == b.node_id, result
+    assert result["ocr_pages"] == [1] and result["chunks_indexed"] >= 2
+    assert ocr_calls(a) == before + 1
+    answer = a.cli_json("query", "Who was sitting in the kitchen door?", "--corpus", "books", "-k", "1")
+    assert answer["provider"] == b.node_id  # A has no RAG: the bus routed the question to B
+    top = answer["chunks"][0]
+    assert "Jim, was setting in the kitchen door" in top["text"]
+    assert top["metadata"]["page"] == 1 and top["metadata"]["ocr"] is True
+
+
+def ocr_calls(node: MeshNode) -> int:
+    stats = node.cli_json("call", "node.stats", timeout=10)["output"]["capabilities"]
+    return int(stats.get("ocr.page@1.0", {}).get("calls", 0))
+
+
+def test_a_personal_scan_is_never_sent_to_a_peers_ocr(mesh: LocalMesh, tmp_path: Path) -> None:
+    """A personal document is private: with no OCR of its own, B refuses it as before."""
+    a, b = mesh.nodes["a"], mesh.nodes["b"]
+    own = tmp_path / "my_scan.pdf"  # the scanned page written anew: bytes no node holds yet
+    writer = PdfWriter()
+    writer.add_page(PdfReader(SCANNED).pages[0])
+    with own.open("wb") as f:
+        writer.write(f)
+    before = ocr_calls(a)
+    proc = b.cli("ingest", str(own), "--corpus", "personal", "--json", check=False, timeout=300)
+    result = json.loads(proc.stdout)["results"][0]
+    assert proc.returncode == 1 and result["error"] == "bad_request", result
+    assert "no text layer on any of 1 pages: run OCR first" in result["message"]
+    assert ocr_calls(a) == before

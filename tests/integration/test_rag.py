@@ -33,6 +33,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
     m = LocalMesh(tmp_path_factory.mktemp("rag"))
+    m.env["HEARTHNET_OCR"] = "0"  # no OCR provider in the mesh: a scan is refused ("run OCR first")
     try:
         a = m.add("a")
         b = m.add("b", env={"HEARTHNET_EMBEDDING": "0"})

@@ -31,6 +31,7 @@ UI_ENV = {"HEARTHNET_UI_LISTEN": "127.0.0.1:0"}
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
     skip_without_browser()
     m = LocalMesh(tmp_path_factory.mktemp("ui-browser"))
+    m.env["HEARTHNET_OCR"] = "0"  # no OCR provider in the mesh: a scan is refused ("run OCR first")
     try:
         a = m.add("kitchen", env=UI_ENV)
         b = m.add("attic", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})

@@ -43,6 +43,7 @@ UI_ENV = {"HEARTHNET_UI_LISTEN": "127.0.0.1:0"}
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalMesh]:
     m = LocalMesh(tmp_path_factory.mktemp("ui-http"))
+    m.env["HEARTHNET_OCR"] = "0"  # no OCR provider in the mesh: a scan is refused ("run OCR first")
     try:
         a = m.add("a", env=UI_ENV)
         b = m.add("b", env={**UI_ENV, "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})

@@ -276,6 +276,8 @@ def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:
     name = shown(entry.get("filename") or Path(entry["path"]).name or entry["path"])
     if entry["ok"]:
         note = " (already indexed)" if entry["existing"] else ""
+        if entry.get("ocr_pages"):
+            note += f", {plural(len(entry['ocr_pages']), 'page')} read by OCR"
         print(f"ok    {name}: {plural(int(entry['chunks_indexed']), 'chunk')}{note}")
     else:
         print(f"FAIL  {name}: {entry['error']}: {shown(entry['message'])}")

@@ -151,6 +151,7 @@ class Jobs:
                 "doc_cid": doc_cid,
                 "node": result.provider,
                 "chunks": output.get("chunks_indexed"),
+                "ocr_pages": output.get("ocr_pages", []),
                 "existing": bool(result.meta.get("existing")),
             },
         )

@@ -34,9 +34,11 @@ RESERVED_METADATA = frozenset(
         "char_end",
         "tokens",
         "chunk_id",
+        "ocr",
     }
 )
-"""Keys the chunker (and ``rag.query``'s output, for ``chunk_id``) sets; callers may not."""
+"""Keys the chunker (and ``rag.query``'s output, for ``chunk_id``) sets; callers may not.  ``ocr``
+(``true``) marks the chunks of a page whose text OCR read off its image."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """A metadata field name: also what a ``rag.query`` filter may name (``hn_*`` is reserved)."""
 MAX_METADATA_FIELDS = 32

@@ -138,7 +138,7 @@
     return { li, progress, state };
   }
 
-  const STAGES = { import: "Storing", push: "Sending to the host", fetch: "Host is fetching", read: "Reading", chunk: "Splitting", embed: "Embedding", write: "Writing the index", wait: "Waiting for the node" };
+  const STAGES = { import: "Storing", push: "Sending to the host", fetch: "Host is fetching", read: "Reading", ocr: "Reading scanned pages (OCR)", chunk: "Splitting", embed: "Embedding", write: "Writing the index", wait: "Waiting for the node" };
 
   function showJob(view, job) {
     view.li.dataset.job = job.id;

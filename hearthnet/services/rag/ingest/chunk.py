@@ -216,6 +216,8 @@ class PageChunker:
             "page": page.page,
             "language": self._language,
         }
+        if page.ocr:
+            meta["ocr"] = True  # the text was read off the page's image
         out: list[Chunk] = []
         for c in chunk_text(
             page.text, tokens_per_chunk=self._size, overlap_tokens=self._overlap, metadata=meta

@@ -2,14 +2,14 @@
 
 Each page goes from the reader (:mod:`.read`) to the chunker (:mod:`.chunk`) as it is read, so
 the embedder (:mod:`.embed`) starts on the first pages while later ones are still being read.
-A step on one page between the two (reading a page without a text layer off its image with
-``ocr.page``) belongs in :meth:`StreamedDocument.chunk_groups`, where each page is taken.
+A PDF page without a text layer that draws an image is read off its image by ``ocr.page``
+(:mod:`.ocr`) where each page is taken, in :meth:`StreamedDocument.chunk_groups`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -18,12 +18,18 @@ from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.ingest.chunk import PageChunker, detect_language
 from hearthnet.services.rag.ingest.read import (
+    MAX_PDF_TEXT,
     MAX_TEXT_BYTES,
     Document,
     DocumentHeader,
     PageText,
+    ocr_page_text,
     stream_document,
 )
+
+PageOcr = Callable[[int, int], str | None]
+"""``ocr(page, page_count)``: the text OCR reads off a scanned PDF page's image (blocking, called
+from the reader's thread), or ``None`` if OCR cannot read that page."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,8 @@ class PreparedDocument:
     document: Document
     chunks: list[Chunk]
     language: str
+    ocr_pages: tuple[int, ...] = ()
+    """Pages whose text OCR read (they had no text layer)."""
 
 
 LANGUAGE_PAGES = 5
@@ -45,7 +53,8 @@ class StreamedDocument:
     chunks of each page as it is read (after the first ``LANGUAGE_PAGES``,
     which decide the language); the chunks are exactly those of reading the
     whole document first.  :meth:`prepared` gives the whole result afterwards,
-    :meth:`read_all` does both at once.
+    :meth:`read_all` does both at once.  With ``ocr``, a scanned PDF page (no text layer, an
+    image drawn) is read off its image, and a PDF with no text layer at all is not refused.
     """
 
     def __init__(
@@ -59,8 +68,11 @@ class StreamedDocument:
         filename_hint: str | None,
         extra_metadata: Mapping[str, Any],
         max_text_bytes: int | None = MAX_TEXT_BYTES,
+        ocr: PageOcr | None = None,
     ) -> None:
-        self._parts = stream_document(data, filename_hint=filename_hint, max_text_bytes=max_text_bytes)
+        self._parts = stream_document(
+            data, filename_hint=filename_hint, max_text_bytes=max_text_bytes, scans_ok=ocr is not None
+        )
         header = next(self._parts)
         assert isinstance(header, DocumentHeader)
         self.header = header
@@ -73,6 +85,10 @@ class StreamedDocument:
         self._pages: list[PageText] = []
         self._chunks: list[Chunk] = []
         self._done = False
+        self._ocr = ocr
+        self._ocr_pages: list[int] = []
+        self._ocr_tried = 0
+        self._ocr_chars = 0
 
     def chunk_groups(self) -> Generator[list[Chunk], None, None]:
         head: list[PageText] = []
@@ -81,6 +97,8 @@ class StreamedDocument:
             for part in self._parts:
                 if not isinstance(part, PageText):
                     continue
+                if part.scanned and self._ocr is not None:
+                    part = self._read_image_of(part.page)
                 self._pages.append(part)
                 if chunker is None:
                     head.append(part)
@@ -93,6 +111,21 @@ class StreamedDocument:
             if chunker is None:  # fewer pages than LANGUAGE_PAGES
                 yield from self._chunked(self._chunker(head), head)
         self._done = True
+
+    def _read_image_of(self, page: int) -> PageText:
+        assert self._ocr is not None
+        self._ocr_tried += 1
+        text = self._ocr(page, self.header.page_count)
+        if text is None or not text.strip():  # unreadable (logged there) or blank: still no text
+            return PageText(page=page, text="")
+        self._ocr_chars += len(text)
+        if self._ocr_chars > MAX_PDF_TEXT:
+            raise BadRequest(
+                f"OCR read more than {MAX_PDF_TEXT:,} characters by page {page} of "
+                f"{self.header.page_count}: split the PDF into smaller files"
+            )
+        self._ocr_pages.append(page)
+        return ocr_page_text(page, text)
 
     def _chunker(self, head: list[PageText]) -> PageChunker:
         if not self._language:
@@ -124,7 +157,12 @@ class StreamedDocument:
         if not self._done:
             raise RuntimeError("read every chunk group first")
         if not self._chunks:
+            if self._ocr_tried:
+                raise BadRequest(
+                    f"no text to index in {self._doc_cid}: {self._ocr_tried} of its "
+                    f"{self.header.page_count} pages have no text layer and OCR found no text on them"
+                )
             raise BadRequest(f"no text to index in {self._doc_cid}: the document has no extractable text")
         h = self.header
         document = Document(self._pages, h.content_type, h.title_hint, h.page_count)
-        return PreparedDocument(document, self._chunks, str(self._language))
+        return PreparedDocument(document, self._chunks, str(self._language), tuple(self._ocr_pages))

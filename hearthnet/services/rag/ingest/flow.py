@@ -31,6 +31,7 @@ from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.gate import Reindexing
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
 from hearthnet.services.rag.ingest.embed import EmbeddedDocument, Progress, embed_streamed
+from hearthnet.services.rag.ingest.ocr import ocr_route
 from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 from hearthnet.services.rag.inputs import IngestInput
 from hearthnet.services.rag.offers import CorpusOffers
@@ -112,6 +113,7 @@ class Ingestion:
             metadata=inp.metadata,
             max_tokens=max_tokens,
             progress=ctx.send,
+            deadline=ctx.deadline,
         )
         dim = int(embedded.vectors.shape[1])
         await run_blocking(
@@ -142,11 +144,17 @@ class Ingestion:
             doc_cid=doc_cid,
             chunks=len(prepared.chunks),
             pages=prepared.document.page_count,
+            ocr_pages=len(prepared.ocr_pages),
             truncated=embedded.truncated,
             ms=_ms(started),
         )
         return (
-            {"doc_cid": doc_cid, "chunks_indexed": len(prepared.chunks), "tokens_indexed": tokens},
+            {
+                "doc_cid": doc_cid,
+                "chunks_indexed": len(prepared.chunks),
+                "tokens_indexed": tokens,
+                "ocr_pages": list(prepared.ocr_pages),
+            },
             {
                 "corpus": corpus,
                 "ms": _ms(started),
@@ -241,6 +249,7 @@ class Ingestion:
         metadata: dict[str, Any],
         max_tokens: int,
         progress: Progress | None,
+        deadline: float,
         max_text_bytes: int | None = MAX_TEXT_BYTES,
     ) -> tuple[PreparedDocument, EmbeddedDocument]:
         """Read and chunk a stored blob in a worker while its first chunks are already embedded.
@@ -248,13 +257,26 @@ class Ingestion:
         The worker hands each page's chunks over a buffer of ``PAGES_AHEAD``
         pages, so reading overlaps embedding instead of preceding it or waiting
         between embed calls; the document's bytes never reach the event loop.
+        Scanned PDF pages are read by ``ocr.page`` on the way (:mod:`.ocr`), within ``deadline``.
         """
         send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
         result: list[PreparedDocument] = []
+        route = ocr_route(self._bus)
 
         def read() -> None:
+            data = self._blobs.read_blob(doc_cid)
+            ocr = None
+            if route is not None:
+                private = self._blobs.is_private(doc_cid)
+                ocr = route.reader(
+                    doc_cid,
+                    private=private,
+                    deadline=deadline,
+                    progress=progress,
+                    parse_slot=self._parse_slot,
+                )
             doc = StreamedDocument(
-                self._blobs.read_blob(doc_cid),
+                data,
                 doc_cid=doc_cid,
                 title=title,
                 language=language,
@@ -262,6 +284,7 @@ class Ingestion:
                 filename_hint=filename,
                 extra_metadata=metadata,
                 max_text_bytes=max_text_bytes,
+                ocr=ocr,
             )
             # Closed at once however this ends, so the reader's pypdf warning capture ends with it.
             with contextlib.closing(doc.chunk_groups()) as groups:
@@ -316,6 +339,7 @@ class Ingestion:
                 metadata=doc["metadata"],  # what the caller gave at ingest: filters on it keep working
                 max_tokens=max_tokens,
                 progress=None,
+                deadline=ctx.deadline,
                 max_text_bytes=None,  # it was accepted once (perhaps before the cap): take it again
             )
             prepared_docs.append((prepared.chunks, embedded.vectors))

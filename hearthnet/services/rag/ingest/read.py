@@ -15,7 +15,7 @@ import logging
 import re
 import threading
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -23,6 +23,7 @@ import pypdf
 import structlog
 from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadWarning, PyPdfError
+from pypdf.generic import DictionaryObject, PdfObject
 
 from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
@@ -37,6 +38,7 @@ __all__ = [
     "DocumentHeader",
     "PageText",
     "detect_content_type",
+    "ocr_page_text",
     "read_document",
     "stream_document",
 ]
@@ -95,6 +97,10 @@ class PageText:
 
     page: int
     text: str
+    scanned: bool = False
+    """No text, but the page draws an image (or pypdf could not parse it): OCR may read it."""
+    ocr: bool = False
+    """The text was read off the page's image by OCR."""
 
 
 @dataclass(frozen=True)
@@ -208,20 +214,22 @@ def stream_document(
     filename_hint: str | None = None,
     max_pages: int = 5000,
     max_text_bytes: int | None = MAX_TEXT_BYTES,
+    scans_ok: bool = False,
 ) -> Generator[DocumentHeader | PageText, None, None]:
     """A :class:`DocumentHeader`, then the pages in order, read one at a time.
 
     Errors are those of :func:`read_document` and come as early as they can:
     an unreadable, encrypted or oversized file before the header, "no text on
-    any page" after the last page.  Close the generator if you stop early.
-    ``max_text_bytes=None`` lifts the text cap (a reindex re-reads what an
-    older version already accepted).
+    any page" after the last page (not with ``scans_ok`` when a page is
+    ``scanned``: the caller has those read by OCR).  Close the generator if you
+    stop early.  ``max_text_bytes=None`` lifts the text cap (a reindex re-reads
+    what an older version already accepted).
     """
     if len(data) == 0:
         raise BadRequest("file is empty (0 bytes)")
     ctype = detect_content_type(data, filename_hint)
     if ctype == PDF:
-        yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+        yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok)
         return
     doc = _read_text(data, ctype, filename_hint, max_text_bytes)
     yield DocumentHeader(doc.content_type, doc.title_hint, doc.page_count)
@@ -304,17 +312,21 @@ class _Reader(PdfReader):
 _Parts = Generator[DocumentHeader | PageText, None, None]
 
 
-def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
+@contextlib.contextmanager
+def _pypdf_warnings_logged() -> Iterator[None]:
+    """Log the warnings pypdf raises in the block.  ``warnings.catch_warnings`` is process-global:
+    one block at a time, each around one step of pypdf's work, never held while a reader waits.
+    A warning that is not pypdf's (another thread's or task's) is passed on unchanged afterwards."""
     others: list[warnings.WarningMessage] = []
     try:
         with _warnings_lock, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                yield from _parse_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+                yield
             finally:
                 for w in caught:
                     if not _from_pypdf(w):
-                        others.append(w)  # not pypdf's: passed on once the capture is over
+                        others.append(w)
                         continue
                     _log.warning(
                         "pypdf_warning",
@@ -339,7 +351,39 @@ def _from_pypdf(w: warnings.WarningMessage) -> bool:
     return issubclass(w.category, PdfReadWarning) or PurePath(w.filename).is_relative_to(_PYPDF_DIR)
 
 
-def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Parts:
+def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
+    with _pypdf_warnings_logged():
+        reader, page_count, title = _open_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+    yield DocumentHeader(PDF, title, page_count)
+    failed = unsupported = 0
+    total = 0
+    any_text = any_scan = False
+    for number in range(1, page_count + 1):
+        with _pypdf_warnings_logged():
+            page, error = _read_page(reader, number)
+        if error is not None:
+            failed += 1
+            unsupported += isinstance(error, NotImplementedError | DependencyError)
+        total += len(page.text)
+        if total > MAX_PDF_TEXT:
+            raise BadRequest(
+                f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
+                f"{page_count}: split it into smaller files"
+            )
+        any_text = any_text or bool(page.text.strip())
+        any_scan = any_scan or page.scanned
+        yield page
+    if not any_text and not (scans_ok and any_scan):  # with OCR, scanned pages are read instead
+        if failed == page_count:
+            why = " (it uses PDF features this reader does not support)" if unsupported else ""
+            raise BadRequest(
+                f"not a readable PDF: none of {page_count} pages could be parsed{why}; re-export it"
+            )
+        raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
+
+
+def _open_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> tuple[PdfReader, int, str | None]:
+    """The reader, the page count and the title hint, or the ``BadRequest`` of an unreadable file."""
     try:
         reader = _Reader(io.BytesIO(data))
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
@@ -368,46 +412,77 @@ def _parse_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> _Pa
         raise BadRequest("PDF has no pages: nothing to index")
     if page_count > max_pages:
         raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
-    yield DocumentHeader(PDF, _pdf_title(reader) or _title(_stem(filename_hint)), page_count)
+    return reader, page_count, _pdf_title(reader) or _title(_stem(filename_hint))
 
-    failed = unsupported = 0
-    total = 0
-    any_text = False
-    for number in range(1, page_count + 1):
-        try:
-            with pdf_content.text_only():
-                text = reader.pages[number - 1].extract_text() or ""
-        except FileNotDecryptedError as exc:
-            raise _password_error() from exc
-        except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL) as exc:
-            # NotImplementedError / DependencyError: e.g. a content stream compressed with a
-            # filter pypdf lacks or needs an external program for (JBIG2).
-            failed += 1
-            unsupported += isinstance(exc, NotImplementedError | DependencyError)
-            _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
-            text = ""
-        if len(text) > MAX_PAGE_TEXT:
-            raise BadRequest(
-                f"page {number} of the PDF yields {len(text):,} characters of text, more than any "
-                f"real page ({MAX_PAGE_TEXT:,} at most): the file is damaged or built to blow up; "
-                "re-export it"
-            )
-        total += len(text)
-        if total > MAX_PDF_TEXT:
-            raise BadRequest(
-                f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
-                f"{page_count}: split it into smaller files"
-            )
-        page = PageText(page=number, text=_clean(text))
-        any_text = any_text or bool(page.text.strip())
-        yield page
-    if not any_text:
-        if failed == page_count:
-            why = " (it uses PDF features this reader does not support)" if unsupported else ""
-            raise BadRequest(
-                f"not a readable PDF: none of {page_count} pages could be parsed{why}; re-export it"
-            )
-        raise BadRequest(f"no text layer on any of {page_count} pages: run OCR first (e.g. ocrmypdf)")
+
+def _read_page(reader: PdfReader, number: int) -> tuple[PageText, Exception | None]:
+    """Page ``number``'s text (empty if pypdf cannot parse it: the error comes along, logged)."""
+    error: Exception | None = None
+    try:
+        with pdf_content.text_only():
+            text = reader.pages[number - 1].extract_text() or ""
+    except FileNotDecryptedError as exc:
+        raise _password_error() from exc
+    except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL) as exc:
+        # NotImplementedError / DependencyError: e.g. a content stream compressed with a
+        # filter pypdf lacks or needs an external program for (JBIG2).
+        _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
+        text, error = "", exc
+    if len(text) > MAX_PAGE_TEXT:
+        raise BadRequest(
+            f"page {number} of the PDF yields {len(text):,} characters of text, more than any "
+            f"real page ({MAX_PAGE_TEXT:,} at most): the file is damaged or built to blow up; "
+            "re-export it"
+        )
+    text = _clean(text)
+    scanned = not text.strip() and (error is not None or _draws_an_image(reader, number))
+    return PageText(page=number, text=text, scanned=scanned), error
+
+
+def ocr_page_text(page: int, text: str) -> PageText:
+    """Page ``page`` with the text OCR read off its image, cleaned as extracted text is."""
+    return PageText(page=page, text=_clean(text), ocr=True)
+
+
+_INLINE_IMAGE = re.compile(rb"(?:^|\s)BI\s")
+_MAX_FORM_DEPTH = 4
+_MAX_XOBJECTS = 256
+
+
+def _draws_an_image(reader: PdfReader, number: int) -> bool:
+    """Whether page ``number``, without text, draws an image (an image XObject, directly or in a
+    form, or an inline image): a scan OCR can read, unlike a blank page.  Unsure (damaged): yes."""
+    try:
+        page = reader.pages[number - 1]
+        if _resources_hold_an_image(page.get("/Resources"), _MAX_FORM_DEPTH):
+            return True
+        contents = page.get_contents()
+        return contents is not None and _INLINE_IMAGE.search(contents.get_data()) is not None
+    except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL):
+        return True
+
+
+def _resources_hold_an_image(resources: object, depth: int) -> bool:
+    resources = _resolved(resources)
+    if depth <= 0 or not isinstance(resources, DictionaryObject):
+        return False
+    xobjects = _resolved(resources.get("/XObject"))
+    if not isinstance(xobjects, DictionaryObject):
+        return False
+    for ref in list(xobjects.values())[:_MAX_XOBJECTS]:
+        xobject = _resolved(ref)
+        if not isinstance(xobject, DictionaryObject):
+            continue
+        subtype = xobject.get("/Subtype")
+        if subtype == "/Image":
+            return True
+        if subtype == "/Form" and _resources_hold_an_image(xobject.get("/Resources"), depth - 1):
+            return True
+    return False
+
+
+def _resolved(obj: object) -> object:
+    return obj.get_object() if isinstance(obj, PdfObject) else obj
 
 
 def _pdf_title(reader: PdfReader) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hearthnet.frontends.cli import main
-from hearthnet.frontends.cli.ingest import _expand, _summary
+from hearthnet.frontends.cli.ingest import _expand, _print_entry, _summary
 from hearthnet.frontends.cli.output import path_text, shown
 
 
@@ -125,3 +126,16 @@ def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_b
         assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
         err = capsys.readouterr().err
         assert err == "hearthnet: bad_request: the query on stdin is longer than 65536 characters\n", err
+
+
+def test_a_file_whose_pages_ocr_read_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(json=False)
+    entry = {"path": "/scans/huck.pdf", "ok": True, "existing": False, "chunks_indexed": 3}
+    _print_entry(args, {**entry, "ocr_pages": [1]})
+    _print_entry(args, {**entry, "ocr_pages": [2, 5]})
+    _print_entry(args, {**entry, "ocr_pages": []})
+    assert capsys.readouterr().out.splitlines() == [
+        "ok    huck.pdf: 3 chunks, 1 page read by OCR",
+        "ok    huck.pdf: 3 chunks, 2 pages read by OCR",
+        "ok    huck.pdf: 3 chunks",
+    ]

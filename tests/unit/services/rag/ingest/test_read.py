@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import zlib
 
 import pytest
@@ -9,7 +11,15 @@ from structlog.testing import capture_logs
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.ingest import read as reader_module
-from hearthnet.services.rag.ingest.read import MAX_PAGE_TEXT, detect_content_type, read_document
+from hearthnet.services.rag.ingest.read import (
+    MAX_PAGE_TEXT,
+    DocumentHeader,
+    PageText,
+    detect_content_type,
+    ocr_page_text,
+    read_document,
+    stream_document,
+)
 from tests.shared_data import PDF_DIR
 
 # file -> expected outcome: "ok" or a fragment of the specific BadRequest message
@@ -267,24 +277,80 @@ def test_a_page_needing_a_decoder_pypdf_lacks_is_skipped_not_an_internal_error()
 
 
 def test_only_pypdf_warnings_are_labelled_pypdf_and_others_are_not_swallowed() -> None:
-    """A warning raised elsewhere while a PDF is being read (another thread, a stream collected)
-    is not logged as ``pypdf_warning``: it is passed on as a warning of its own."""
+    """A warning raised elsewhere while pypdf works (another thread, a stream collected) is not
+    logged as ``pypdf_warning``: it is passed on as a warning of its own."""
     import warnings
 
     import anyio.streams.memory
+    from pypdf.errors import PdfReadWarning
 
-    data = (PDF_DIR / "en_paper_creativity_in_ml.pdf").read_bytes()
     with warnings.catch_warnings(record=True) as outer, capture_logs() as logs:
         warnings.simplefilter("always")
-        parts = reader_module.stream_document(data)
-        next(parts)  # the header: the reader is open, its warning capture active
-        warnings.warn_explicit(
-            "Unclosed <MemoryObjectSendStream at 7f00>",
-            ResourceWarning,
-            anyio.streams.memory.__file__,
-            210,
+        with reader_module._pypdf_warnings_logged():  # what wraps each step of pypdf's work
+            warnings.warn_explicit(
+                "Unclosed <MemoryObjectSendStream at 7f00>",
+                ResourceWarning,
+                anyio.streams.memory.__file__,
+                210,
+            )
+            warnings.warn("Multiple definitions in dictionary", PdfReadWarning, stacklevel=1)
+    labelled = [e["message"] for e in logs if e["event"] == "pypdf_warning"]
+    assert labelled == ["Multiple definitions in dictionary"]
+    assert [str(w.message) for w in outer] == ["Unclosed <MemoryObjectSendStream at 7f00>"]
+    assert outer[0].category is ResourceWarning
+
+
+def _first_page(data: bytes, *, scans_ok: bool = False) -> PageText:
+    with contextlib.closing(stream_document(data, scans_ok=scans_ok)) as parts:
+        next(parts)
+        page = next(parts)
+    assert isinstance(page, PageText)
+    return page
+
+
+def test_a_page_without_text_is_scanned_only_when_it_draws_an_image() -> None:
+    scan = _first_page((PDF_DIR / "scanned_image_only_no_text.pdf").read_bytes(), scans_ok=True)
+    assert (scan.text, scan.scanned, scan.ocr) == ("", True, False)
+    cover = _first_page((PDF_DIR / "en_walden_thoreau_249p.pdf").read_bytes())  # an image, a few spaces
+    assert cover.scanned and not cover.text.strip()
+    pages = read_document((PDF_DIR / "fr_chelsea_transport_plan.pdf").read_bytes()).pages
+    assert [p.page for p in pages if not p.text.strip()] == [4]  # an empty content stream: blank
+    assert not any(p.scanned for p in pages)
+    inline = b"q 100 0 0 100 72 600 cm BI /W 2 /H 1 /CS /G /BPC 8 ID \x00\xff EI Q"
+    doc = read_document(_pdf([_text("first page"), inline, b"0 0 m 100 100 l S"]))
+    assert [p.scanned for p in doc.pages] == [False, True, False]  # a drawn line is no scan
+    unparsed = read_document(_pdf([_text("first page"), _text("x") + b"|/Filter /JBIG2Decode "]))
+    assert unparsed.pages[1].scanned  # pypdf could not read it: PDFium may render it
+
+
+def test_a_pdf_without_any_text_layer_is_left_to_ocr_only_when_asked_and_it_has_a_scan() -> None:
+    data = (PDF_DIR / "scanned_image_only_no_text.pdf").read_bytes()
+    header, page = list(stream_document(data, scans_ok=True))
+    assert isinstance(header, DocumentHeader) and header.page_count == 1
+    assert isinstance(page, PageText) and page.scanned
+    with pytest.raises(BadRequest, match="no text layer on any of 1 pages: run OCR first"):
+        list(stream_document(data))
+    blank = _pdf([b"", b"0 0 m 100 100 l S"])  # nothing OCR could read: refused as before
+    with pytest.raises(BadRequest, match="no text layer on any of 2 pages: run OCR first"):
+        list(stream_document(blank, scans_ok=True))
+    assert ocr_page_text(3, "a\r\nb\x00c") == PageText(page=3, text="a\nbc", ocr=True)
+
+
+def test_a_pdf_left_half_read_does_not_hold_up_another_pdfs_reading() -> None:
+    """An ingest's reader waits between pages (for the embedder, for OCR of a scan): meanwhile
+    another thread reads another PDF, warnings still logged."""
+    long_pdf = stream_document((PDF_DIR / "en_walden_thoreau_249p.pdf").read_bytes())
+    read: list[int] = []
+    with contextlib.closing(long_pdf):
+        next(long_pdf), next(long_pdf)  # its header and first page: the generator is suspended
+        other = threading.Thread(
+            target=lambda: read.append(read_document((PDF_DIR / "ar_habibi.pdf").read_bytes()).page_count),
+            daemon=True,
         )
-        assert list(parts)
-    labelled = [e for e in logs if e["event"] == "pypdf_warning"]
-    assert not [e for e in labelled if "MemoryObject" in e["message"]], labelled
-    assert [w for w in outer if "MemoryObjectSendStream" in str(w.message)]
+        other.start()
+        other.join(timeout=30)
+        assert read == [1], "the other PDF waited for the first to be read to its end"
+        with capture_logs() as logs, pytest.raises(BadRequest):
+            read_document((PDF_DIR / "malformed_broken_page_tree.pdf").read_bytes())
+        assert any(e["event"] == "pypdf_warning" for e in logs)
+        assert isinstance(next(long_pdf), PageText)  # and the first goes on where it was
