@@ -52,7 +52,9 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
             if c.get("name") == PERSONAL and not session.owner:
                 continue  # the node owner's own corpus
             listed.add((node, str(c.get("name"))))
-            rows.append({**c, "node": node, "node_name": names.get(node, ""), "online": True})
+            # a store corpus answers with its node; an archive says whether its server answered
+            online = bool(c.get("online", True))
+            rows.append({**c, "node": node, "node_name": names.get(node, ""), "online": online})
     known = (await state.bus.call(session.level, "rag.known_corpora")).output
     for corpus in known.get("corpora", []):
         name = str(corpus.get("name"))

@@ -40,6 +40,7 @@
             "td",
             {},
             el("span", { class: `badge ${c.online ? "online" : "offline"}`, text: c.online ? "online" : c.last_seen ? `offline · ${HN.ago(c.last_seen)}` : "offline" }),
+            c.read_only ? el("span", { class: "badge", text: "archive · read-only", attrs: { title: c.label || c.name } }) : null,
             c.duplicate ? el("span", { class: "badge error", text: "name used twice", attrs: { title: "two nodes host a corpus of this name: queries go to the larger" } }) : null,
           ),
         );
@@ -50,7 +51,7 @@
     document.getElementById("corpora-empty").hidden = corpora.length > 0;
     const names = document.getElementById("corpus-names");
     if (names) {
-      const unique = [...new Set(corpora.map((c) => c.name))];
+      const unique = [...new Set(corpora.filter((c) => !c.read_only).map((c) => c.name))]; // archives take no uploads
       names.replaceChildren(...unique.map((n) => el("option", { attrs: { value: n } })));
     }
     if (selected) {
