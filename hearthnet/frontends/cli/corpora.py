@@ -336,7 +336,7 @@ def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--table",
         action="store_true",
-        help="show a table: subject, timestamp and snippet (from the chunks' metadata)",
+        help="show a table: subject, timestamp and snippet (from the chunks' metadata; default: off, one passage per line)",
     )
     p.add_argument(
         "-k",
