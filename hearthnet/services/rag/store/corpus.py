@@ -49,26 +49,43 @@ class LocalCorpus:
         where: Mapping[str, Any] | None = None,
         include_text: bool = True,
     ) -> list[Hit]:
-        hits, _ = await self.search(vector, k=k, where=where, include_text=include_text)
+        hits, _, _ = await self.search(vector, k=k, where=where, include_text=include_text)
         return hits
 
     async def search(
-        self, vector: Vector, *, k: int, where: Mapping[str, Any] | None, include_text: bool
-    ) -> tuple[list[Hit], frozenset[str] | None]:
-        """:meth:`query`'s hits, and with a filter the metadata keys the corpus's documents have
-        (``None`` without one, or if unknown): what a filter naming no such key is warned about."""
+        self,
+        vector: Vector,
+        *,
+        k: int,
+        where: Mapping[str, Any] | None,
+        include_text: bool,
+        text: str = "",
+        mode: str = "dense",
+    ) -> tuple[list[Hit], frozenset[str] | None, str]:
+        """:meth:`query`'s hits, with a filter the metadata keys the corpus's documents have (``None``
+        without one, or if unknown: what a filter naming no such key is warned about), and the mode
+        used: ``keyword`` and ``hybrid`` rank by ``text``'s BM25 or by both fused (in a read
+        thread), or fall back to ``dense`` while the corpus has no keyword index yet."""
         store, name = self._store, self._name
         vec = np.asarray(vector, dtype=np.float32)
 
-        def here(max_floats: int) -> tuple[list[Hit], frozenset[str] | None] | None:
+        def here(max_floats: int) -> tuple[list[Hit], frozenset[str] | None, str] | None:
+            if mode != "dense":
+                return None
             found = store.query_in_memory(
                 name, vec, k=k, where=where, include_text=include_text, max_floats=max_floats
             )
-            return None if found is None else (found, None)
+            return None if found is None else (found, None, "dense")
 
-        def in_thread() -> tuple[list[Hit], frozenset[str] | None]:
-            found = store.query(name, vec, k=k, where=where, include_text=include_text)
-            return found, store.metadata_keys(name) if where else None
+        def in_thread() -> tuple[list[Hit], frozenset[str] | None, str]:
+            used = mode if mode == "dense" or store.keyword_ready(name) else "dense"
+            if used == "dense":
+                found = store.query(name, vec, k=k, where=where, include_text=include_text)
+            else:
+                found = store.query_words(
+                    name, vec, text, k=k, mode=used, where=where, include_text=include_text
+                )
+            return found, store.metadata_keys(name) if where else None, used
 
         return await search_here_or_in_thread(here, in_thread, self._threads)
 

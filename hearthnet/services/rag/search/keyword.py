@@ -1,0 +1,198 @@
+"""The keyword index of each corpus: SQLite FTS5 tables in the store's ledger database, so a
+document's keyword rows are written and deleted in the same transactions that make it complete or
+start deleting it (a document is in both indexes or in neither, even across ``kill -9``).
+
+Tokenisation: FTS5's ``unicode61`` tokenizer with ``remove_diacritics 2`` (case and diacritics
+folded: ``Müller`` = ``muller``, ``résumé`` = ``resume``) after NFKC normalisation (full-width
+``\uff21\uff11`` = ``a1``).  Han, kana and Hangul have no spaces between words, so before indexing
+each such character becomes a token of its own, and a query's run of them is a phrase of those
+characters: ``東京`` finds ``東京都`` (character n-grams matched as a phrase; FTS5's trigram
+tokenizer would need three characters, and most Chinese words have two).
+
+Pure SQL over a connection the caller owns (the ledger, under the store's lock, for writes; a
+read connection of its own per thread for searches); no I/O of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MAX_QUERY_TERMS",
+    "SCHEMA",
+    "TOKENIZER",
+    "KeywordRow",
+    "add_document",
+    "create_index",
+    "drop_index",
+    "has_index",
+    "index_text",
+    "match_expression",
+    "remove_document",
+    "search",
+    "table_name",
+]
+
+TOKENIZER = "unicode61 remove_diacritics 2"
+MAX_QUERY_TERMS = 32
+"""Words of a query used at most (each an OR branch of the match; more only cost time)."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS keyword_corpora (corpus TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS keyword_chunks (
+    id INTEGER PRIMARY KEY, corpus TEXT NOT NULL, doc_cid TEXT NOT NULL, chunk_id TEXT NOT NULL,
+    body TEXT NOT NULL, metadata TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS keyword_chunks_doc ON keyword_chunks (corpus, doc_cid);
+"""
+# ``keyword_corpora``: corpora whose keyword index is complete (a corpus from before the index
+# existed has none until it is built from ChromaDB).  ``keyword_chunks``: one row per chunk of a
+# complete document, its normalised text (``body``, the FTS5 table's external content) and
+# metadata as JSON (so the keyword leg can apply a filter without ChromaDB).
+
+_CJK = (
+    "\u1100-\u11ff\u2e80-\u2fdf\u3005\u3007\u3021-\u3029\u3040-\u30ff\u3100-\u312f\u3130-\u318f"
+    "\u31a0-\u31bf\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
+_CJK_CHAR = re.compile(f"([{_CJK}])")
+_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
+"""What ``unicode61`` keeps as one token after :func:`index_text`: a CJK character, or a run of
+letters and digits (underscore and punctuation separate, as in FTS5)."""
+
+
+def table_name(corpus: str) -> str:
+    """The corpus's FTS5 table (corpus names are ``[a-z0-9-]+``: safe inside double quotes)."""
+    if not re.fullmatch(r"[a-z0-9-]{1,64}", corpus):
+        raise ValueError(f"not a corpus name: {corpus!r}")
+    return f'"keywords:{corpus}"'
+
+
+def index_text(text: str) -> str:
+    """``text`` as it is indexed: NFKC-normalised, each CJK character set apart by spaces."""
+    return _CJK_CHAR.sub(r" \1 ", unicodedata.normalize("NFKC", text))
+
+
+def match_expression(query: str) -> str | None:
+    """An FTS5 MATCH expression for a free-text ``query``: each word (its letters and digits, in
+    order) a quoted phrase, the phrases ORed; ``None`` if the query has no letter or digit.
+
+    ``W-2`` becomes the phrase ``"w 2"``, ``東京都`` the phrase ``"東 京 都"``; no operator or
+    syntax of FTS5 can come from the query.
+    """
+    phrases: list[str] = []
+    for word in unicodedata.normalize("NFKC", query).split():
+        tokens = _TOKEN.findall(word)
+        if not tokens:
+            continue
+        phrase = '"' + " ".join(tokens) + '"'
+        if phrase not in phrases:
+            phrases.append(phrase)
+        if len(phrases) == MAX_QUERY_TERMS:
+            break
+    return " OR ".join(phrases) if phrases else None
+
+
+# -- writes (the ledger's transactions) ----------------------------------------------------------
+def create_index(db: sqlite3.Connection, corpus: str) -> None:
+    """Create the corpus's (empty) index and mark it complete."""
+    db.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table_name(corpus)} USING fts5("
+        f"body, content='keyword_chunks', content_rowid='id', tokenize='{TOKENIZER}')"
+    )
+    db.execute("INSERT OR IGNORE INTO keyword_corpora VALUES (?)", (corpus,))
+
+
+def has_index(db: sqlite3.Connection, corpus: str) -> bool:
+    return db.execute("SELECT 1 FROM keyword_corpora WHERE corpus = ?", (corpus,)).fetchone() is not None
+
+
+def drop_index(db: sqlite3.Connection, corpus: str) -> None:
+    """Remove the corpus's index and rows (the corpus is gone, or its index is rebuilt)."""
+    db.execute(f"DROP TABLE IF EXISTS {table_name(corpus)}")
+    db.execute("DELETE FROM keyword_chunks WHERE corpus = ?", (corpus,))
+    db.execute("DELETE FROM keyword_corpora WHERE corpus = ?", (corpus,))
+
+
+def add_document(
+    db: sqlite3.Connection,
+    corpus: str,
+    doc_cid: str,
+    ids: Sequence[str],
+    texts: Sequence[str],
+    metadatas: Sequence[Mapping[str, Any]],
+) -> None:
+    """Index one document's chunks (inside the caller's transaction)."""
+    first = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM keyword_chunks").fetchone()[0]
+    rows = [
+        (first + i, corpus, doc_cid, cid, index_text(text), json.dumps(dict(meta), sort_keys=True))
+        for i, (cid, text, meta) in enumerate(zip(ids, texts, metadatas, strict=True))
+    ]
+    db.executemany("INSERT INTO keyword_chunks VALUES (?, ?, ?, ?, ?, ?)", rows)
+    db.execute(
+        f"INSERT INTO {table_name(corpus)} (rowid, body) SELECT id, body FROM keyword_chunks WHERE id >= ?",
+        (first,),
+    )
+
+
+def remove_document(db: sqlite3.Connection, corpus: str, doc_cid: str) -> None:
+    """Take one document out of the index (inside the caller's transaction; none is a no-op)."""
+    table = table_name(corpus)
+    exists = db.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table.strip('"'),)).fetchone()
+    if exists is not None:  # an index being built has rows too: its entries go with them
+        db.execute(
+            f"INSERT INTO {table} ({table}, rowid, body) "
+            "SELECT 'delete', id, body FROM keyword_chunks WHERE corpus = ? AND doc_cid = ?",
+            (corpus, doc_cid),
+        )
+    db.execute("DELETE FROM keyword_chunks WHERE corpus = ? AND doc_cid = ?", (corpus, doc_cid))
+
+
+# -- reads ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KeywordRow:
+    """One chunk the keyword leg found: its id, document, BM25 score (higher is better) and
+    metadata."""
+
+    chunk_id: str
+    doc_cid: str
+    bm25: float
+    metadata: dict[str, Any]
+
+
+def search(
+    db: sqlite3.Connection,
+    corpus: str,
+    expression: str,
+    limit: int,
+    *,
+    matches: Any = None,
+    max_scanned: int = 4096,
+) -> list[KeywordRow]:
+    """The ``limit`` chunks of ``corpus`` that best match ``expression`` by BM25 (FTS5's ``bm25``,
+    negated so higher is better), best first; with ``matches`` (a metadata predicate), the best
+    among those it accepts, looking at no more than ``max_scanned`` matching chunks."""
+    if limit < 1:
+        return []
+    table = table_name(corpus)
+    sql = (
+        f"SELECT c.chunk_id, c.doc_cid, -bm25({table}) AS s, c.metadata FROM {table} "
+        f"JOIN keyword_chunks c ON c.id = {table}.rowid WHERE {table} MATCH ? "
+        "ORDER BY s DESC, c.id LIMIT ?"
+    )
+    out: list[KeywordRow] = []
+    cursor = db.execute(sql, (expression, limit if matches is None else max_scanned))
+    for chunk_id, doc_cid, score, meta in cursor:
+        metadata = json.loads(meta)
+        if matches is not None and not matches(metadata):
+            continue
+        out.append(KeywordRow(str(chunk_id), str(doc_cid), float(score), metadata))
+        if len(out) == limit:
+            break
+    cursor.close()
+    return out

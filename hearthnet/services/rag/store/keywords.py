@@ -1,0 +1,208 @@
+"""Keyword and hybrid queries of the store (a part of
+:class:`~hearthnet.services.rag.store.store.CorpusStore`), and the keyword index of a corpus that
+predates it, built from ChromaDB at open.
+
+The keyword index lives in the ledger's database (:mod:`hearthnet.services.rag.search.keyword`),
+written in the transactions that complete or delete a document.  Searches read it through a
+read-only connection of their own per thread (WAL: they never wait for the store's lock or a
+write), so they see only committed, hence complete, documents.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import structlog
+
+from hearthnet.errors import BadRequest, BusError, NotFound
+from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.search import keyword
+from hearthnet.services.rag.search.filters import build_where, compile_where
+from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
+from hearthnet.services.rag.search.memory import InMemoryCopies
+from hearthnet.services.rag.store.chroma import chroma_errors
+from hearthnet.services.rag.store.ledger import Ledger
+
+__all__ = ["CorpusKeywords"]
+
+_log = structlog.get_logger("hearthnet.rag.store")
+
+
+class CorpusKeywords:
+    """:meth:`query_words` (``keyword`` and ``hybrid`` queries) and :meth:`build_keywords`, for
+    :class:`CorpusStore` (whose state it reads: the names below)."""
+
+    if TYPE_CHECKING:
+        root: Path
+        _lock: threading.RLock
+        _ledger: Ledger
+        _batch: int
+        _memory: InMemoryCopies
+        _readers: threading.local
+        _reader_connections: list[sqlite3.Connection]
+
+        def corpora(self) -> list[str]: ...
+
+        def _collection(self, name: str) -> Any: ...
+
+        def _complete_only(self, name: str, hits: list[Hit]) -> list[Hit]: ...
+
+        def query(
+            self,
+            name: str,
+            embedding: np.ndarray,
+            *,
+            k: int,
+            where: Mapping[str, Any] | None = None,
+            include_text: bool = True,
+        ) -> list[Hit]: ...
+
+    # -- the index of a corpus that predates it ------------------------------------------------------
+    def build_keywords(self) -> list[str]:
+        """Build the keyword index of every corpus that has none, from its complete documents in
+        ChromaDB (blocking; under the store's lock, so no document completes or goes meanwhile).
+        Returns the corpora built; one that cannot be read is logged and left without."""
+        built = []
+        with self._lock:
+            missing = self._ledger.keyword_missing()
+        for name in missing:
+            try:
+                with self._lock:
+                    col = self._collection(name)
+                    complete = set(self._ledger.complete_chunks(name))
+                    self._ledger.build_keywords(name, self._stored_chunks(col, complete))
+            except BusError as exc:
+                _log.warning("rag_keyword_build_failed", corpus=name, code=exc.code, error=exc.message)
+                continue
+            built.append(name)
+            _log.info("rag_keyword_index_built", corpus=name)
+        return built
+
+    def _stored_chunks(self, col: Any, complete: set[str]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+        """``(doc_cid, chunk_id, text, metadata)`` of every chunk of ``complete`` documents in ``col``."""
+        offset = 0
+        while True:
+            with chroma_errors("read the corpus for its keyword index"):
+                got = col.get(include=["documents", "metadatas"], limit=self._batch, offset=offset)
+            if not got["ids"]:
+                return
+            offset += len(got["ids"])
+            for chunk_id, text, meta in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                meta = dict(meta or {})
+                if meta.get("doc_cid") in complete:
+                    yield str(meta["doc_cid"]), str(chunk_id), text or "", meta
+
+    def keyword_ready(self, name: str) -> bool:
+        """Whether ``name`` has its keyword index (a corpus that predates it has none until built)."""
+        return keyword.has_index(self._reader(), name)
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's read-only connection to the ledger's database."""
+        db: sqlite3.Connection | None = getattr(self._readers, "db", None)
+        if db is None:
+            uri = (self.root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
+            db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+            self._readers.db = db
+            with self._lock:
+                self._reader_connections.append(db)
+        return db
+
+    def _close_readers(self) -> None:
+        """Close every thread's read connection (the store is closing; caller holds the lock)."""
+        for db in self._reader_connections:
+            db.close()
+        self._reader_connections.clear()
+        self._readers = threading.local()
+
+    # -- queries ---------------------------------------------------------------------------------------
+    def query_words(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        text: str,
+        *,
+        k: int,
+        mode: str,
+        where: Mapping[str, Any] | None = None,
+        include_text: bool = True,
+    ) -> list[Hit]:
+        """The ``k`` best chunks for ``text`` by BM25 (``mode`` ``keyword``) or by the fusion of
+        BM25 and cosine (``hybrid``, :func:`fuse`); each hit's ``similarity`` is its cosine to
+        ``embedding``.  ``where`` applies to both legs.  ``NotFound`` for an unknown corpus;
+        a corpus without its keyword index yet is the caller's to check (:meth:`keyword_ready`)."""
+        if mode not in ("keyword", "hybrid"):
+            raise BadRequest(f"mode {mode!r} is not a keyword or hybrid query")
+        if k < 1:
+            raise BadRequest("k must be at least 1")
+        self._collection(name)  # NotFound for an unknown corpus, whatever the mode
+        clause = build_where(where) if where else None
+        matches = None if clause is None else compile_where(clause)
+        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
+        wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
+        dense = []
+        if mode == "hybrid":
+            dense = self.query(name, vec, k=wanted, where=where, include_text=include_text)
+        expression = keyword.match_expression(text)
+        if expression is None:
+            rows = []
+        else:
+            try:
+                rows = keyword.search(self._reader(), name, expression, wanted, matches=matches)
+            except sqlite3.OperationalError as exc:  # no such table: the corpus has no index (yet)
+                raise NotFound(f"corpus {name!r} has no keyword index") from exc
+        found = {h.chunk_id: h for h in dense}
+        missing = [r.chunk_id for r in rows if r.chunk_id not in found]
+        for hit in self._chunks(name, missing, vec, include_text):
+            found[hit.chunk_id] = hit
+        bm25 = {r.chunk_id: r.bm25 for r in rows}
+        if mode == "keyword":
+            return [
+                Hit(
+                    r.chunk_id,
+                    found[r.chunk_id].text,
+                    found[r.chunk_id].metadata,
+                    r.bm25,
+                    found[r.chunk_id].score,
+                )
+                for r in rows
+                if r.chunk_id in found
+            ]
+        fused = fuse({cid: h.score for cid, h in found.items()}, bm25)[:k]
+        return [
+            Hit(cid, found[cid].text, found[cid].metadata, score, found[cid].score) for cid, score in fused
+        ]
+
+    def _chunks(self, name: str, ids: list[str], vec: np.ndarray, include_text: bool) -> list[Hit]:
+        """The chunks ``ids`` of complete documents, scored by cosine: from the in-memory copy, else
+        from ChromaDB (whose vectors are normalised here)."""
+        if not ids:
+            return []
+        with self._lock:
+            index = self._memory.get(name)
+        if index is not None:
+            return index.chunks(ids, vec, include_text=include_text)
+        col = self._collection(name)
+        include = ["embeddings", "metadatas", *(["documents"] if include_text else [])]
+        with chroma_errors("read chunks"):
+            got = col.get(ids=ids, include=include)
+        if not got["ids"]:
+            return []
+        vectors = np.asarray(got["embeddings"], dtype=np.float32)
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        sims = vectors @ (vec / max(float(np.linalg.norm(vec)), 1e-12))
+        texts = got.get("documents") if include_text else None
+        hits = [
+            Hit(
+                str(cid),
+                (texts[i] or "") if texts is not None else None,
+                dict(got["metadatas"][i] or {}),
+                float(s),
+            )
+            for i, (cid, s) in enumerate(zip(got["ids"], sims, strict=True))
+        ]
+        return self._complete_only(name, hits)
