@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import MAX_K, host_label
+from hearthnet.contracts.rag import MAX_K, QUERY_MODES, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json
 from hearthnet.frontends.cli.output import CliError, Progress, emit_text, plural, shown, streamed, warn
@@ -52,6 +52,8 @@ def cmd_query(args: argparse.Namespace) -> None:
     inp: dict[str, Any] = {"query": text.strip(), "k": args.k}
     if args.filter:
         inp["filter"] = load_json(args.filter, "--filter")
+    if args.mode:
+        inp["mode"] = args.mode
     client = Client(args.home)
     try:
         result = client.call("rag.query", params={"corpus": corpus}, input=inp)
@@ -295,6 +297,11 @@ def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
         "--filter",
         metavar="JSON",
         help='JSON metadata conditions, e.g. {"page": {"$gte": 3}} (default: none)',
+    )
+    p.add_argument(
+        "--mode",
+        choices=QUERY_MODES,
+        help="rank by meaning (dense), by exact words (keyword) or by both (hybrid; the default)",
     )
     p.set_defaults(func=cmd_query)
 

@@ -58,7 +58,9 @@ def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None
 
 def query_mode(inp: Mapping[str, Any]) -> str:
     """``rag.query``'s ``mode``: ``dense``, ``keyword`` or ``hybrid`` (the default)."""
-    mode = inp.get("mode", DEFAULT_MODE)
+    mode = inp.get("mode")
+    if mode is None:
+        mode = DEFAULT_MODE
     if mode not in QUERY_MODES:
         raise BadRequest(f"input.mode must be one of {', '.join(QUERY_MODES)}, got {mode!r}"[:200])
     return str(mode)

@@ -4,7 +4,8 @@ start deleting it (a document is in both indexes or in neither, even across ``ki
 
 Tokenisation: FTS5's ``unicode61`` tokenizer with ``remove_diacritics 2`` (case and diacritics
 folded: ``Müller`` = ``muller``, ``résumé`` = ``resume``) after NFKC normalisation (full-width
-``\uff21\uff11`` = ``a1``).  Han, kana and Hangul have no spaces between words, so before indexing
+``\uff21\uff11`` = ``a1``; ``Łódź`` = ``lodz``, ``Straße`` = ``strasse``).
+Han, kana and Hangul have no spaces between words, so before indexing
 each such character becomes a token of its own, and a query's run of them is a phrase of those
 characters: ``東京`` finds ``東京都`` (character n-grams matched as a phrase; FTS5's trigram
 tokenizer would need three characters, and most Chinese words have two).
@@ -61,9 +62,9 @@ _CJK = (
     "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
 )
 _CJK_CHAR = re.compile(f"([{_CJK}])")
-_TOKEN = re.compile(f"[{_CJK}]|[^\\W_{_CJK}]+")
-"""What ``unicode61`` keeps as one token after :func:`index_text`: a CJK character, or a run of
-letters and digits (underscore and punctuation separate, as in FTS5)."""
+_TOKEN = re.compile("[^\\W_]|[\ue000-\uf8ff]")
+"""A character ``unicode61`` keeps in a token (a letter, a digit, a private-use character): a word
+without one is left out of a query."""
 
 
 def table_name(corpus: str) -> str:
@@ -73,24 +74,58 @@ def table_name(corpus: str) -> str:
     return f'"keywords:{corpus}"'
 
 
+_FOLD = str.maketrans(
+    {
+        "Ł": "L",
+        "ł": "l",
+        "Ø": "O",
+        "ø": "o",
+        "Đ": "D",
+        "đ": "d",
+        "Ħ": "H",
+        "ħ": "h",
+        "\u0131": "i",  # dotless i
+        "ß": "ss",
+        "ẞ": "SS",
+        "Æ": "AE",
+        "æ": "ae",
+        "Œ": "OE",
+        "œ": "oe",
+        "Þ": "TH",
+        "þ": "th",
+    }
+)
+"""Latin letters with a stroke or a ligature, which Unicode does not decompose (so ``unicode61``
+keeps them): folded like the accented ones, ``Łódź`` = ``lodz``, ``Straße`` = ``strasse``."""
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Control characters: separators to FTS5 anyway, and a NUL would end a query string early."""
+
+
+def _normal(text: str) -> str:
+    return _CONTROL.sub(" ", unicodedata.normalize("NFKC", text).translate(_FOLD))
+
+
 def index_text(text: str) -> str:
-    """``text`` as it is indexed: NFKC-normalised, each CJK character set apart by spaces."""
-    return _CJK_CHAR.sub(r" \1 ", unicodedata.normalize("NFKC", text))
+    """``text`` as it is indexed: NFKC-normalised, letters without a decomposition folded, each
+    CJK character set apart by spaces."""
+    return _CJK_CHAR.sub(r" \1 ", _normal(text))
 
 
 def match_expression(query: str) -> str | None:
-    """An FTS5 MATCH expression for a free-text ``query``: each word (its letters and digits, in
-    order) a quoted phrase, the phrases ORed; ``None`` if the query has no letter or digit.
+    """An FTS5 MATCH expression for a free-text ``query``: each word a quoted string (a phrase of
+    the tokens FTS5 finds in it), the phrases ORed; ``None`` if no word has a letter or digit.
 
-    ``W-2`` becomes the phrase ``"w 2"``, ``東京都`` the phrase ``"東 京 都"``; no operator or
-    syntax of FTS5 can come from the query.
+    ``W-2`` becomes the phrase of ``w`` and ``2``, ``東京都`` that of its three characters; a
+    double quote is doubled, so no operator or syntax of FTS5 can come from the query.
     """
     phrases: list[str] = []
-    for word in unicodedata.normalize("NFKC", query).split():
-        tokens = _TOKEN.findall(word)
-        if not tokens:
+    for word in query.split():
+        text = index_text(word).strip()
+        if not _TOKEN.search(text):
             continue
-        phrase = '"' + " ".join(tokens) + '"'
+        phrase = '"' + text.replace('"', '""') + '"'
         if phrase not in phrases:
             phrases.append(phrase)
         if len(phrases) == MAX_QUERY_TERMS:
