@@ -27,6 +27,7 @@ from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
 from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
+from hearthnet.services.rag.store.queries import query_vector
 
 __all__ = ["CorpusKeywords"]
 
@@ -137,12 +138,19 @@ class CorpusKeywords:
         a corpus without its keyword index yet is the caller's to check (:meth:`keyword_ready`)."""
         if mode not in ("keyword", "hybrid"):
             raise BadRequest(f"mode {mode!r} is not a keyword or hybrid query")
-        if k < 1:
-            raise BadRequest("k must be at least 1")
         self._collection(name)  # NotFound for an unknown corpus, whatever the mode
+        with self._lock:
+            cached = self._memory.get(name)
+            row = None if cached is not None else self._ledger.corpus(name)
+        if cached is not None:
+            dim = cached.dim
+        elif row is not None:
+            dim = row.dim
+        else:
+            raise NotFound(f"corpus {name!r} does not exist")
+        vec = query_vector(embedding, dim, k)
         clause = build_where(where) if where else None
         matches = None if clause is None else compile_where(clause)
-        vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
         wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
         dense = []
         if mode == "hybrid":
