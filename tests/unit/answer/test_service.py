@@ -113,6 +113,19 @@ async def test_the_context_is_packed_in_rank_order_within_the_token_budget(
 
 
 @pytest.mark.anyio
+async def test_the_similarity_threshold_applies_to_the_cosine_not_a_hybrid_score(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """``rag.query`` ranks by a fused hybrid score by default; each hit's cosine (``similarity``)
+    is what the threshold is about, so its meaning does not change with the query mode."""
+    async with answer_node(tmp_path, minilm=minilm, config=AnswerConfig(similarity_threshold=0.45)) as n:
+        await demo_node(n)
+        chunks = (await n.ask(BOILER, debug=True)).output["meta"]["debug"]["chunks"]
+    assert chunks and all(c["similarity"] >= 0.45 for c in chunks)
+    assert any(c["score"] != c["similarity"] for c in chunks)  # ranked by the fused score
+
+
+@pytest.mark.anyio
 async def test_debug_meta_is_left_out_when_turned_off(tmp_path: Path, minilm: OnnxModel) -> None:
     async with answer_node(tmp_path, minilm=minilm, config=AnswerConfig(debug=False)) as n:
         await demo_node(n)
