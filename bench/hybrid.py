@@ -75,7 +75,7 @@ def cached_store() -> Path:
     from hearthnet.services.rag.store import SCHEMA_VERSION
 
     key = hashlib.blake2b(
-        json.dumps({"n": N, "schema": SCHEMA_VERSION, "keyword": 1, "v": 1}).encode(), digest_size=6
+        json.dumps({"n": N, "schema": SCHEMA_VERSION, "keyword": 2, "v": 1}).encode(), digest_size=6
     ).hexdigest()
     path = CACHE / f"store-hybrid-{key}"
     if (path / "done").exists():

@@ -35,7 +35,7 @@ from hearthnet.contracts.rag import (
     host_label,
     validate_corpus_name,
 )
-from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, FindEvent
@@ -46,6 +46,7 @@ from hearthnet.services.rag.inputs import delete_input, ingest_input, list_input
 from hearthnet.services.rag.offers import CorpusOffers, Handlers
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
+from hearthnet.services.rag.store.corpus import KeywordLeg
 
 __all__ = ["RagService", "RagSettings"]
 
@@ -200,11 +201,36 @@ class RagService:
                 f"corpus {corpus} was embedded with {model} but this node embeds with "
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
+        local = self._corpus(corpus, model)
+        leg: list[KeywordLeg] = []
+        failed: list[BusError] = []  # raised after the task group, as themselves (not a group)
+
+        async def keyword_leg() -> None:  # needs no vector: runs while the query is embedded
+            try:
+                leg.append(await local.keyword_leg(query, k=k, mode=mode, where=where))
+            except BusError as exc:
+                failed.append(exc)
+
         embedding = time.perf_counter()
-        vectors = (await self._embedder.embed([query])).vectors
-        embedded = time.perf_counter()
-        hits, known_keys, used = await self._corpus(corpus, model).search(
-            vectors[0], k=k, where=where, include_text=include_text, text=query, mode=mode
+        async with anyio.create_task_group() as tg:
+            if mode != "dense":
+                tg.start_soon(keyword_leg)
+            try:
+                vectors = (await self._embedder.embed([query])).vectors
+            except BusError as exc:
+                tg.cancel_scope.cancel()
+                failed.insert(0, exc)
+            embedded = time.perf_counter()
+        if failed:
+            raise failed[0]
+        hits, known_keys, used = await local.search(
+            vectors[0],
+            k=k,
+            where=where,
+            include_text=include_text,
+            text=query,
+            mode=mode,
+            leg=leg[0] if leg else None,
         )
         warnings = self._duplicate_warnings(corpus, "this answer")
         if used != mode:

@@ -37,7 +37,9 @@ __all__ = [
     "match_expression",
     "remove_document",
     "search",
+    "single_tokens",
     "table_name",
+    "too_common",
 ]
 
 TOKENIZER = "unicode61 remove_diacritics 2"
@@ -65,6 +67,7 @@ _CJK_CHAR = re.compile(f"([{_CJK}])")
 _TOKEN = re.compile("[^\\W_]|[\ue000-\uf8ff]")
 """A character ``unicode61`` keeps in a token (a letter, a digit, a private-use character): a word
 without one is left out of a query."""
+_WORD = re.compile("[^\\W_]+")
 
 
 def table_name(corpus: str) -> str:
@@ -113,17 +116,36 @@ def index_text(text: str) -> str:
     return _CJK_CHAR.sub(r" \1 ", _normal(text))
 
 
-def match_expression(query: str) -> str | None:
+def folded(word: str) -> str:
+    """A one-token word as ``unicode61 remove_diacritics 2`` stores it (lower case, marks
+    removed): the key of the vocabulary table."""
+    decomposed = unicodedata.normalize("NFD", index_text(word).strip().lower())
+    return unicodedata.normalize("NFC", "".join(c for c in decomposed if not unicodedata.combining(c)))
+
+
+def single_tokens(query: str) -> list[str]:
+    """The words of ``query`` that are one token each (a letter-and-digit run), folded: those whose
+    document frequency :func:`search` checks."""
+    out = []
+    for word in query.split():
+        text = index_text(word).strip()
+        if _WORD.fullmatch(text):
+            out.append(folded(word))
+    return out
+
+
+def match_expression(query: str, skip: frozenset[str] = frozenset()) -> str | None:
     """An FTS5 MATCH expression for a free-text ``query``: each word a quoted string (a phrase of
     the tokens FTS5 finds in it), the phrases ORed; ``None`` if no word has a letter or digit.
 
     ``W-2`` becomes the phrase of ``w`` and ``2``, ``東京都`` that of its three characters; a
-    double quote is doubled, so no operator or syntax of FTS5 can come from the query.
+    double quote is doubled, so no operator or syntax of FTS5 can come from the query.  One-token
+    words in ``skip`` (folded) are left out.
     """
     phrases: list[str] = []
     for word in query.split():
         text = index_text(word).strip()
-        if not _TOKEN.search(text):
+        if not _TOKEN.search(text) or (skip and _WORD.fullmatch(text) and folded(word) in skip):
             continue
         phrase = '"' + text.replace('"', '""') + '"'
         if phrase not in phrases:
@@ -134,11 +156,20 @@ def match_expression(query: str) -> str | None:
 
 
 # -- writes (the ledger's transactions) ----------------------------------------------------------
+def _vocab_name(corpus: str) -> str:
+    """The corpus's ``fts5vocab`` table: each term and how many chunks have it."""
+    return table_name(corpus)[:-1] + ':vocab"'
+
+
 def create_index(db: sqlite3.Connection, corpus: str) -> None:
     """Create the corpus's (empty) index and mark it complete."""
     db.execute(
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {table_name(corpus)} USING fts5("
         f"body, content='keyword_chunks', content_rowid='id', tokenize='{TOKENIZER}')"
+    )
+    db.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {_vocab_name(corpus)} "
+        f"USING fts5vocab('{table_name(corpus).strip(chr(34))}', 'row')"
     )
     db.execute("INSERT OR IGNORE INTO keyword_corpora VALUES (?)", (corpus,))
 
@@ -149,6 +180,7 @@ def has_index(db: sqlite3.Connection, corpus: str) -> bool:
 
 def drop_index(db: sqlite3.Connection, corpus: str) -> None:
     """Remove the corpus's index and rows (the corpus is gone, or its index is rebuilt)."""
+    db.execute(f"DROP TABLE IF EXISTS {_vocab_name(corpus)}")
     db.execute(f"DROP TABLE IF EXISTS {table_name(corpus)}")
     db.execute("DELETE FROM keyword_chunks WHERE corpus = ?", (corpus,))
     db.execute("DELETE FROM keyword_corpora WHERE corpus = ?", (corpus,))
@@ -200,6 +232,21 @@ class KeywordRow:
     metadata: dict[str, Any]
 
 
+def too_common(db: sqlite3.Connection, corpus: str, terms: Sequence[str], chunks: int) -> frozenset[str]:
+    """Those of ``terms`` (folded single tokens) in at least half of the corpus's ``chunks``: FTS5's
+    BM25 gives them an IDF of 1e-6 (``log((N - n + 0.5) / (n + 0.5)) <= 0``), so they change no
+    ranking, yet a query with one of them (``the``, ``der``, ``de``) scores every chunk."""
+    wanted = sorted(set(terms))
+    if not wanted or chunks < 1:
+        return frozenset()
+    rows = db.execute(
+        f"SELECT term FROM {_vocab_name(corpus)} "
+        f"WHERE term IN ({', '.join('?' * len(wanted))}) AND doc * 2 >= ?",
+        (*wanted, chunks),
+    ).fetchall()
+    return frozenset(str(r[0]) for r in rows)
+
+
 def search(
     db: sqlite3.Connection,
     corpus: str,
@@ -215,19 +262,37 @@ def search(
     if limit < 1:
         return []
     table = table_name(corpus)
-    sql = (
-        f"SELECT c.chunk_id, c.doc_cid, -bm25({table}) AS s, c.metadata FROM {table} "
-        f"JOIN keyword_chunks c ON c.id = {table}.rowid WHERE {table} MATCH ? "
-        "ORDER BY s DESC, c.id LIMIT ?"
+    # FTS5 ranks alone (``ORDER BY rank`` with a limit keeps only the best); the rows' ids and
+    # metadata are then read a page at a time, so a filter stops as soon as it has enough
+    ranked = db.execute(
+        f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank, rowid LIMIT ?",
+        (expression, limit if matches is None else max_scanned),
     )
     out: list[KeywordRow] = []
-    cursor = db.execute(sql, (expression, limit if matches is None else max_scanned))
-    for chunk_id, doc_cid, score, meta in cursor:
-        metadata = json.loads(meta)
-        if matches is not None and not matches(metadata):
-            continue
-        out.append(KeywordRow(str(chunk_id), str(doc_cid), float(score), metadata))
-        if len(out) == limit:
-            break
-    cursor.close()
+    try:
+        while len(out) < limit:
+            page = ranked.fetchmany(max(limit, 64))
+            if not page:
+                break
+            ids = [int(r[0]) for r in page]
+            found = {
+                int(r[0]): r[1:]
+                for r in db.execute(
+                    "SELECT id, chunk_id, doc_cid, metadata FROM keyword_chunks "
+                    f"WHERE id IN ({', '.join('?' * len(ids))})",
+                    ids,
+                )
+            }
+            for rowid, rank in page:
+                if rowid not in found:
+                    continue
+                chunk_id, doc_cid, meta = found[rowid]
+                metadata = json.loads(meta)
+                if matches is not None and not matches(metadata):
+                    continue
+                out.append(KeywordRow(str(chunk_id), str(doc_cid), -float(rank), metadata))
+                if len(out) == limit:
+                    break
+    finally:
+        ranked.close()
     return out

@@ -131,11 +131,14 @@ class CorpusKeywords:
         mode: str,
         where: Mapping[str, Any] | None = None,
         include_text: bool = True,
+        rows: list[keyword.KeywordRow] | None = None,
     ) -> list[Hit]:
         """The ``k`` best chunks for ``text`` by BM25 (``mode`` ``keyword``) or by the fusion of
         BM25 and cosine (``hybrid``, :func:`fuse`); each hit's ``similarity`` is its cosine to
-        ``embedding``.  ``where`` applies to both legs.  ``NotFound`` for an unknown corpus;
-        a corpus without its keyword index yet is the caller's to check (:meth:`keyword_ready`)."""
+        ``embedding``.  ``where`` applies to both legs.  ``rows``: the keyword leg, if the caller
+        ran it already (:meth:`keyword_leg`, e.g. while the query was being embedded).
+        ``NotFound`` for an unknown corpus or one without its keyword index yet
+        (:meth:`keyword_ready`)."""
         if mode not in ("keyword", "hybrid"):
             raise BadRequest(f"mode {mode!r} is not a keyword or hybrid query")
         self._collection(name)  # NotFound for an unknown corpus, whatever the mode
@@ -155,14 +158,8 @@ class CorpusKeywords:
         dense = []
         if mode == "hybrid":
             dense = self.query(name, vec, k=wanted, where=where, include_text=include_text)
-        expression = keyword.match_expression(text)
-        if expression is None:
-            rows = []
-        else:
-            try:
-                rows = keyword.search(self._reader(), name, expression, wanted, matches=matches)
-            except sqlite3.OperationalError as exc:  # no such table: the corpus has no index (yet)
-                raise NotFound(f"corpus {name!r} has no keyword index") from exc
+        if rows is None:
+            rows = self._keyword_rows(name, text, wanted, matches)
         found = {h.chunk_id: h for h in dense}
         missing = [r.chunk_id for r in rows if r.chunk_id not in found]
         for hit in self._chunks(name, missing, vec, include_text):
@@ -184,6 +181,35 @@ class CorpusKeywords:
         return [
             Hit(cid, found[cid].text, found[cid].metadata, score, found[cid].score) for cid, score in fused
         ]
+
+    def keyword_leg(
+        self, name: str, text: str, *, k: int, mode: str, where: Mapping[str, Any] | None = None
+    ) -> list[keyword.KeywordRow] | None:
+        """The keyword leg of a ``mode`` query (``keyword``: ``k`` rows, ``hybrid``: its candidates),
+        needing no vector, so it can run while the query is embedded; ``None`` if the corpus has no
+        keyword index (yet)."""
+        if not self.keyword_ready(name):
+            return None
+        clause = build_where(where) if where else None
+        wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
+        return self._keyword_rows(name, text, wanted, None if clause is None else compile_where(clause))
+
+    def _keyword_rows(self, name: str, text: str, limit: int, matches: Any) -> list[keyword.KeywordRow]:
+        """The keyword leg: ``text``'s best chunks by BM25, words in half the chunks or more left out
+        (:func:`keyword.too_common`)."""
+        try:
+            return self._read_keywords(name, text, limit, matches)
+        except sqlite3.OperationalError as exc:  # no such table: the corpus has no index (yet)
+            raise NotFound(f"corpus {name!r} has no keyword index") from exc
+
+    def _read_keywords(self, name: str, text: str, limit: int, matches: Any) -> list[keyword.KeywordRow]:
+        db = self._reader()
+        (chunks,) = db.execute(
+            "SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
+        ).fetchone()
+        skip = keyword.too_common(db, name, keyword.single_tokens(text), int(chunks))
+        expression = keyword.match_expression(text, skip)
+        return [] if expression is None else keyword.search(db, name, expression, limit, matches=matches)
 
     def _chunks(self, name: str, ids: list[str], vec: np.ndarray, include_text: bool) -> list[Hit]:
         """The chunks ``ids`` of complete documents, scored by cosine: from the in-memory copy, else
