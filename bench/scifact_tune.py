@@ -4,8 +4,10 @@ In process, over all 5,183 SciFact documents (title + abstract, one text each): 
 exact cosine over the cached MiniLM vectors of ``bench.scifact``, the keyword leg the product's
 FTS5 index (:mod:`hearthnet.services.rag.search.keyword`) in a SQLite database in memory, and the
 fusion the product's :func:`~hearthnet.services.rag.search.fusion.fuse` with each leg bringing
-the same number of candidates as ``rag.query`` does.  Reports nDCG@10 of dense, keyword, the
-fusion for dense weights 0.0-1.0, and reciprocal rank fusion (k = 60) for comparison.
+the same number of candidates as ``rag.query`` does (words in half the documents or more left
+out, as the product does).  Reports nDCG@10 of dense, keyword, the fusion for dense weights
+0.0-1.0, and for comparison the same combination with the cosine min-max normalised per query
+and reciprocal rank fusion (k = 60).
 
     python -m bench.scifact_tune
 """
@@ -61,15 +63,17 @@ def main() -> None:
     keyword.create_index(db, "scifact")
     for d in docs:
         keyword.add_document(db, "scifact", d["_id"], [d["_id"]], [doc_text(d)], [{}])
-    weights = [round(w * 0.1, 1) for w in range(11)]
+    weights = [round(w * 0.05, 2) for w in range(21)]
     results: dict[str, list[float]] = {"dense": [], "keyword": [], "rrf60": []}
     results.update({f"w{w}": [] for w in weights})
+    results.update({f"minmax{w}": [] for w in weights})
     n = HYBRID_CANDIDATES
     for (qid, text), q in zip(queries, qvecs, strict=True):
         sims = vecs @ q
         top = [int(i) for i in np.argsort(-sims)[:n]]
         dense = [ids[i] for i in top]
-        expr = keyword.match_expression(text)
+        skip = keyword.too_common(db, "scifact", keyword.single_tokens(text), len(docs))
+        expr = keyword.match_expression(text, skip)
         rows = keyword.search(db, "scifact", expr, n) if expr else []
         kw = [r.chunk_id for r in rows]
         index = {d: i for i, d in enumerate(ids)}
@@ -80,9 +84,13 @@ def main() -> None:
         results["dense"].append(ndcg_at_10(dense[:K], rel))
         results["keyword"].append(ndcg_at_10(kw[:K], rel))
         results["rrf60"].append(ndcg_at_10(rrf(dense, kw)[:K], rel))
+        low, high = min(cosine.values()), max(cosine.values())
+        rescaled = {d: (c - low) / (high - low) if high > low else 1.0 for d, c in cosine.items()}
         for w in weights:
             fused = [d for d, _ in fuse(cosine, bm25, dense_weight=w)]
             results[f"w{w}"].append(ndcg_at_10(fused[:K], rel))
+            fused = [d for d, _ in fuse(rescaled, bm25, dense_weight=w)]
+            results[f"minmax{w}"].append(ndcg_at_10(fused[:K], rel))
     print(
         json.dumps(
             {

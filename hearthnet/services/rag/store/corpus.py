@@ -82,7 +82,12 @@ class LocalCorpus:
 
         def here(max_floats: int) -> tuple[list[Hit], frozenset[str] | None, str] | None:
             if mode != "dense":
-                return None
+                if leg is None or leg.rows is None or where:
+                    return None
+                words = store.words_in_memory(
+                    name, vec, leg.rows, k=k, mode=mode, include_text=include_text, max_floats=max_floats
+                )
+                return None if words is None else (words, None, mode)
             found = store.query_in_memory(
                 name, vec, k=k, where=where, include_text=include_text, max_floats=max_floats
             )

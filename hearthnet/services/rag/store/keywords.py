@@ -44,6 +44,7 @@ class CorpusKeywords:
         _ledger: Ledger
         _batch: int
         _memory: InMemoryCopies
+        _collections: dict[str, Any]
         _readers: threading.local
         _reader_connections: list[sqlite3.Connection]
 
@@ -162,25 +163,40 @@ class CorpusKeywords:
             rows = self._keyword_rows(name, text, wanted, matches)
         found = {h.chunk_id: h for h in dense}
         missing = [r.chunk_id for r in rows if r.chunk_id not in found]
-        for hit in self._chunks(name, missing, vec, include_text):
-            found[hit.chunk_id] = hit
-        bm25 = {r.chunk_id: r.bm25 for r in rows}
-        if mode == "keyword":
-            return [
-                Hit(
-                    r.chunk_id,
-                    found[r.chunk_id].text,
-                    found[r.chunk_id].metadata,
-                    r.bm25,
-                    found[r.chunk_id].score,
-                )
-                for r in rows
-                if r.chunk_id in found
-            ]
-        fused = fuse({cid: h.score for cid, h in found.items()}, bm25)[:k]
-        return [
-            Hit(cid, found[cid].text, found[cid].metadata, score, found[cid].score) for cid, score in fused
-        ]
+        return _ranked(mode, k, rows, found, self._chunks(name, missing, vec, include_text))
+
+    def words_in_memory(
+        self,
+        name: str,
+        embedding: np.ndarray,
+        rows: list[keyword.KeywordRow],
+        *,
+        k: int,
+        mode: str,
+        include_text: bool,
+        max_floats: int,
+    ) -> list[Hit] | None:
+        """:meth:`query_words`' answer from the in-memory copy, its keyword leg already run, if it can
+        be given at once (for the event loop, like :meth:`query_in_memory`: no lock waited for, no
+        filter, a copy of at most ``max_floats`` components), else ``None``."""
+        if mode not in ("keyword", "hybrid") or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            index = self._memory.get(name)
+            known = name in self._collections
+        finally:
+            self._lock.release()
+        if index is None or not known or len(index) * index.dim > max_floats:
+            return None
+        vec = query_vector(embedding, index.dim, k)
+        dense = (
+            index.search(vec, max(k, HYBRID_CANDIDATES), include_text=include_text)
+            if mode == "hybrid"
+            else []
+        )
+        found = {h.chunk_id: h for h in dense}
+        missing = [r.chunk_id for r in rows if r.chunk_id not in found]
+        return _ranked(mode, k, rows, found, index.chunks(missing, vec, include_text=include_text))
 
     def keyword_leg(
         self, name: str, text: str, *, k: int, mode: str, where: Mapping[str, Any] | None = None
@@ -240,3 +256,27 @@ class CorpusKeywords:
             for i, (cid, s) in enumerate(zip(got["ids"], sims, strict=True))
         ]
         return self._complete_only(name, hits)
+
+
+def _ranked(
+    mode: str, k: int, rows: list[keyword.KeywordRow], found: dict[str, Hit], more: list[Hit]
+) -> list[Hit]:
+    """The answer of a ``keyword`` (by BM25) or ``hybrid`` (fused) query from its keyword ``rows``
+    and the candidates with their cosines (``found``: the dense leg's, ``more``: the keyword leg's
+    others); a row whose chunk is gone (its document deleted meanwhile) is left out."""
+    for hit in more:
+        found[hit.chunk_id] = hit
+    if mode == "keyword":
+        return [
+            Hit(
+                r.chunk_id,
+                found[r.chunk_id].text,
+                found[r.chunk_id].metadata,
+                r.bm25,
+                found[r.chunk_id].score,
+            )
+            for r in rows
+            if r.chunk_id in found
+        ]
+    fused = fuse({cid: h.score for cid, h in found.items()}, {r.chunk_id: r.bm25 for r in rows})[:k]
+    return [Hit(cid, found[cid].text, found[cid].metadata, score, found[cid].score) for cid, score in fused]

@@ -123,7 +123,8 @@ def test_a_reindex_rebuilds_both_indexes(store: CorpusStore) -> None:
     assert found_docs(store, "kb", "C-P2 boiler", dim=8) == {"c"}
     with pytest.raises(BadRequest, match="8 finite floats"):  # the vector of the corpus's model
         found_docs(store, "kb", "C-P2")
-    assert store.query_words("kb", unit_vectors(1, dim=8)[0], "C-P2", k=1, mode="hybrid")[0].chunk_id == "c-2"
+    q = unit_vectors(4, dim=8)[2]  # chunk c-2's own vector: first by cosine and by BM25
+    assert store.query_words("kb", q, "C-P2", k=1, mode="hybrid")[0].chunk_id == "c-2"
 
 
 def test_a_corpus_from_before_the_index_gets_it_built_from_chromadb(tmp_path: Path) -> None:
@@ -235,3 +236,22 @@ def test_a_failed_write_indexes_nothing(tmp_path: Path) -> None:
         with pytest.raises(OSError, match="disk gone"):
             s.add_document("f", doc("a", 3), unit_vectors(3))
         assert keyword_rows(s.root, "f") == {}
+
+
+def test_the_event_loop_path_answers_as_the_thread_path(store: CorpusStore) -> None:
+    """With the keyword leg run ahead, a corpus held in memory is answered without a thread; the
+    same hits, scores and cosines either way (and no answer there without a copy: HNSW)."""
+    q = unit_vectors(1, seed=5)[0]
+    for text in ("B-P4", "boiler valve", "A-P2 pump"):
+        for mode in ("keyword", "hybrid"):
+            rows = store.keyword_leg("kb", text, k=3, mode=mode)
+            assert rows is not None
+            here = store.words_in_memory("kb", q, rows, k=3, mode=mode, include_text=True, max_floats=10**9)
+            there = store.query_words("kb", q, text, k=3, mode=mode)
+            if store._memory.budget == 0:
+                assert here is None
+            else:
+                assert here == there
+            assert (
+                store.words_in_memory("kb", q, rows, k=3, mode=mode, include_text=True, max_floats=1) is None
+            )
