@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from hearthnet.errors import BadRequest, NotFound
+from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.chunks import Chunk
-from hearthnet.services.rag.store import CorpusStore
+from hearthnet.services.rag.store import CorpusStore, LocalCorpus
 from tests.unit.services.rag.store.test_store import _run, unit_vectors
 
 WORDS = ("boiler", "valve", "gasket", "heater", "pump", "filter", "pipe", "meter")
@@ -153,7 +154,7 @@ def test_a_corpus_from_before_the_index_gets_it_built_from_chromadb(tmp_path: Pa
 _CRASH_WRITER = """
 import sys, threading
 from pathlib import Path
-from hearthnet.services.rag.store import CorpusStore
+from hearthnet.services.rag.store import CorpusStore, LocalCorpus
 from tests.unit.services.rag.store.test_keywords import doc
 from tests.unit.services.rag.store.test_store import unit_vectors
 
@@ -255,3 +256,41 @@ def test_the_event_loop_path_answers_as_the_thread_path(store: CorpusStore) -> N
             assert (
                 store.words_in_memory("kb", q, rows, k=3, mode=mode, include_text=True, max_floats=1) is None
             )
+
+
+@pytest.mark.anyio
+async def test_a_corpus_without_its_keyword_index_answers_dense_and_says_so(tmp_path: Path) -> None:
+    """Until the index of an older corpus is built (or if it cannot be), keyword and hybrid
+    queries are answered by dense search, and the mode used says so."""
+    threads = WorkerThreads(1, "test-read")
+    try:
+        with CorpusStore(tmp_path / "rag") as s:
+            s.create_corpus("kb", embedding_model="m", dim=16)
+            s.add_document("kb", doc("a", 4), unit_vectors(4, seed=1))
+            corpus = LocalCorpus(s, "kb", threads, embedding_model="m")
+            q = unit_vectors(1, seed=5)[0]
+            for mode in ("keyword", "hybrid"):
+                leg = await corpus.keyword_leg("A-P1", k=2, mode=mode, where=None)
+                hits, _, used = await corpus.search(
+                    q, k=2, where=None, include_text=True, text="A-P1", mode=mode, leg=leg
+                )
+                assert used == mode and "a-1" in [h.chunk_id for h in hits]
+            db = sqlite3.connect(s.root / "ledger.sqlite3")
+            db.execute("DELETE FROM keyword_corpora")  # as a corpus from before the index
+            db.commit()
+            db.close()
+            for mode in ("keyword", "hybrid"):
+                leg = await corpus.keyword_leg("A-P1", k=2, mode=mode, where=None)
+                assert leg.rows is None
+                hits, _, used = await corpus.search(
+                    q, k=2, where=None, include_text=True, text="A-P1", mode=mode, leg=leg
+                )
+                assert used == "dense" and [h.chunk_id for h in hits] == [
+                    h.chunk_id for h in s.query("kb", q, k=2)
+                ]
+                _, _, used = await corpus.search(
+                    q, k=2, where=None, include_text=True, text="A-P1", mode=mode
+                )
+                assert used == "dense"
+    finally:
+        threads.close()
