@@ -261,19 +261,36 @@ def search(
     among those it accepts, looking at no more than ``max_scanned`` matching chunks."""
     if limit < 1:
         return []
+    # With a filter, the best 8 x limit first (a filter that keeps one chunk in eight or more is
+    # done then), all max_scanned only if that was not enough: FTS5 keeps the LIMIT best in a
+    # sorted list, so asking for 4,096 at once cost more than the whole unfiltered search
+    depth = limit if matches is None else min(max_scanned, 8 * limit)
+    while True:
+        out, seen = _ranked_rows(db, corpus, expression, limit, depth, matches)
+        if len(out) == limit or seen < depth or depth >= max_scanned:
+            return out
+        depth = max_scanned
+
+
+def _ranked_rows(
+    db: sqlite3.Connection, corpus: str, expression: str, limit: int, depth: int, matches: Any
+) -> tuple[list[KeywordRow], int]:
+    """:func:`search` over the best ``depth`` matches: the rows kept, and how many were looked at."""
     table = table_name(corpus)
     # FTS5 ranks alone (``ORDER BY rank`` with a limit keeps only the best); the rows' ids and
     # metadata are then read a page at a time, so a filter stops as soon as it has enough
     ranked = db.execute(
         f"SELECT rowid, rank FROM {table} WHERE {table} MATCH ? ORDER BY rank, rowid LIMIT ?",
-        (expression, limit if matches is None else max_scanned),
+        (expression, depth),
     )
     out: list[KeywordRow] = []
+    seen = 0
     try:
         while len(out) < limit:
             page = ranked.fetchmany(max(limit, 64))
             if not page:
                 break
+            seen += len(page)
             ids = [int(r[0]) for r in page]
             found = {
                 int(r[0]): r[1:]
@@ -295,4 +312,4 @@ def search(
                     break
     finally:
         ranked.close()
-    return out
+    return out, seen
