@@ -154,3 +154,18 @@ def test_removed_documents_are_not_found_and_corpora_are_apart(db: sqlite3.Conne
     keyword.drop_index(db, "other")
     assert not keyword.has_index(db, "other")
     assert db.execute("SELECT COUNT(*) FROM keyword_chunks WHERE corpus = 'other'").fetchone() == (0,)
+
+
+def test_a_selective_filter_looks_deeper_than_the_first_matches() -> None:
+    """The first look covers the best 8 x k matches; chunks the filter keeps further down are still
+    found (up to ``max_scanned``), and not beyond it."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.executescript(keyword.SCHEMA)
+    keyword.create_index(conn, "c")
+    for i in range(100):  # the more "pump", the better the BM25: rare ones rank last
+        keyword.add_document(conn, "c", f"d{i}", [f"d{i}"], ["pump " * (100 - i) + "x"], [{"rare": i >= 95}])
+    matches = compile_where(build_where({"rare": True}))
+    got = keyword.search(conn, "c", '"pump"', 2, matches=matches)
+    assert [r.chunk_id for r in got] == ["d95", "d96"]
+    assert keyword.search(conn, "c", '"pump"', 2, matches=matches, max_scanned=50) == []
+    conn.close()
