@@ -1,7 +1,7 @@
 """How a hybrid query ranks the candidates of its two legs: a convex combination of scores
 (the method and its tuning on SciFact's train queries are in ``specs/rag.md``).
 
-``score = 0.7 * cosine + 0.3 * bm25 / best bm25``: the dense leg's cosine as it is (every
+``score = 0.75 * cosine + 0.25 * bm25 / best bm25``: the dense leg's cosine as it is (every
 candidate has one: a chunk only the keyword leg found gets its cosine computed), the keyword
 leg's BM25 divided by the best BM25 of the query (0 for a chunk it did not find).  The cosine is
 not rescaled per query, so scores of corpora of one model stay comparable (the composer merges
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 __all__ = ["DENSE_WEIGHT", "HYBRID_CANDIDATES", "fuse"]
 
-DENSE_WEIGHT = 0.7
+DENSE_WEIGHT = 0.75
 """The dense leg's weight (the keyword leg has the rest), tuned on SciFact's train queries."""
 HYBRID_CANDIDATES = 40
 """Candidates each leg brings at least (``k`` if more)."""

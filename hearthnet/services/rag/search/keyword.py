@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "COMMON_CHUNKS",
     "MAX_QUERY_TERMS",
     "SCHEMA",
     "TOKENIZER",
@@ -232,17 +233,24 @@ class KeywordRow:
     metadata: dict[str, Any]
 
 
+COMMON_CHUNKS = 1000
+"""Chunks a word is in, at least, before :func:`too_common` may leave it out for cost (and a
+tenth of the corpus): small corpora keep every word that can change a ranking."""
+
+
 def too_common(db: sqlite3.Connection, corpus: str, terms: Sequence[str], chunks: int) -> frozenset[str]:
-    """Those of ``terms`` (folded single tokens) in at least half of the corpus's ``chunks``: FTS5's
-    BM25 gives them an IDF of 1e-6 (``log((N - n + 0.5) / (n + 0.5)) <= 0``), so they change no
-    ranking, yet a query with one of them (``the``, ``der``, ``de``) scores every chunk."""
+    """Those of ``terms`` (folded single tokens) left out of a query: in at least half of the
+    corpus's ``chunks``, where FTS5's BM25 gives them an IDF of 1e-6 (``log((N - n + 0.5) / (n +
+    0.5)) <= 0``: they change no ranking, yet ``the``, ``der``, ``de`` made every query score every
+    chunk), or in a tenth of them and at least :data:`COMMON_CHUNKS` (an IDF of at most 2.2
+    against 6-9 for the words that decide; each costs a pass over a thousand chunks or more)."""
     wanted = sorted(set(terms))
     if not wanted or chunks < 1:
         return frozenset()
     rows = db.execute(
         f"SELECT term FROM {_vocab_name(corpus)} "
-        f"WHERE term IN ({', '.join('?' * len(wanted))}) AND doc * 2 >= ?",
-        (*wanted, chunks),
+        f"WHERE term IN ({', '.join('?' * len(wanted))}) AND (doc * 2 >= ? OR (doc * 10 >= ? AND doc >= ?))",
+        (*wanted, chunks, chunks, COMMON_CHUNKS),
     ).fetchall()
     return frozenset(str(r[0]) for r in rows)
 

@@ -82,9 +82,9 @@ def test_a_score_is_comparable_across_corpora(
 
 def test_the_documented_formula() -> None:
     fused = dict(fuse({"a": 0.9, "b": 0.5, "c": 0.1}, {"a": 7.0, "c": 3.5}))
-    assert fused["a"] == pytest.approx(0.7 * 0.9 + 0.3)
-    assert fused["b"] == pytest.approx(0.7 * 0.5)
-    assert fused["c"] == pytest.approx(0.7 * 0.1 + 0.3 * 0.5)
+    assert fused["a"] == pytest.approx(0.75 * 0.9 + 0.25)
+    assert fused["b"] == pytest.approx(0.75 * 0.5)
+    assert fused["c"] == pytest.approx(0.75 * 0.1 + 0.25 * 0.5)
 
 
 def test_a_bad_weight_is_refused() -> None:
