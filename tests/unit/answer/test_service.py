@@ -173,7 +173,7 @@ async def test_a_greeting_skips_retrieval_but_a_short_question_with_a_match_does
     assert garlic["meta"]["rag"] == "used" and "Garlic is planted in October" in garlic["answer"]
     # long, without a match: retrieval was used and found nothing worth quoting
     assert off_topic["meta"]["rag"] == "used"
-    assert all(c["score"] >= 0.2 for c in off_topic["meta"]["debug"]["chunks"])
+    assert all(c["similarity"] >= 0.2 for c in off_topic["meta"]["debug"]["chunks"])
     assert no_rag.output["meta"]["rag"] == "skipped" and no_rag.output["meta"]["corpora"] == {}
     assert not any(f.get("stage") == "retrieve" for f in no_rag.frames)
 
