@@ -20,7 +20,7 @@ import json
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ __all__ = [
     "SCHEMA",
     "TOKENIZER",
     "KeywordRow",
+    "Matches",
     "add_document",
     "create_index",
     "drop_index",
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 TOKENIZER = "unicode61 remove_diacritics 2"
+Matches = Callable[[Mapping[str, Any]], bool]
+"""A filter as a predicate on a chunk's metadata (``filters.compile_where``)."""
 MAX_QUERY_TERMS = 32
 """Words of a query used at most (each an OR branch of the match; more only cost time)."""
 
@@ -261,7 +264,7 @@ def search(
     expression: str,
     limit: int,
     *,
-    matches: Any = None,
+    matches: Matches | None = None,
     max_scanned: int = 4096,
 ) -> list[KeywordRow]:
     """The ``limit`` chunks of ``corpus`` that best match ``expression`` by BM25 (FTS5's ``bm25``,
@@ -281,7 +284,7 @@ def search(
 
 
 def _ranked_rows(
-    db: sqlite3.Connection, corpus: str, expression: str, limit: int, depth: int, matches: Any
+    db: sqlite3.Connection, corpus: str, expression: str, limit: int, depth: int, matches: Matches | None
 ) -> tuple[list[KeywordRow], int]:
     """:func:`search` over the best ``depth`` matches: the rows kept, and how many were looked at."""
     table = table_name(corpus)

@@ -210,7 +210,9 @@ class CorpusKeywords:
         wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
         return self._keyword_rows(name, text, wanted, None if clause is None else compile_where(clause))
 
-    def _keyword_rows(self, name: str, text: str, limit: int, matches: Any) -> list[keyword.KeywordRow]:
+    def _keyword_rows(
+        self, name: str, text: str, limit: int, matches: keyword.Matches | None
+    ) -> list[keyword.KeywordRow]:
         """The keyword leg: ``text``'s best chunks by BM25, words in half the chunks or more left out
         (:func:`keyword.too_common`)."""
         try:
@@ -218,7 +220,9 @@ class CorpusKeywords:
         except sqlite3.OperationalError as exc:  # no such table: the corpus has no index (yet)
             raise NotFound(f"corpus {name!r} has no keyword index") from exc
 
-    def _read_keywords(self, name: str, text: str, limit: int, matches: Any) -> list[keyword.KeywordRow]:
+    def _read_keywords(
+        self, name: str, text: str, limit: int, matches: keyword.Matches | None
+    ) -> list[keyword.KeywordRow]:
         db = self._reader()
         (chunks,) = db.execute(
             "SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
