@@ -32,6 +32,7 @@ BENCHMARKS = (
     "answer",
     "peers_answer",
     "scifact",
+    "hybrid",
     "ocr",
     "load",
     "drafts",

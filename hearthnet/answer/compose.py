@@ -197,12 +197,12 @@ class Composer:
             rag = overall_status(results) if results else "unavailable"
         retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
         hits = [h for r in results.values() for h in r.hits]
-        top = max((h.score for h in hits), default=None)
+        top = max((h.cosine for h in hits), default=None)
         if rag in ("used", "partial") and should_skip(  # only what was searched can be skipped
             ask.question, top, threshold=cfg.similarity_threshold, short_chars=cfg.short_question_chars
         ):
             rag, hits, skipped = "skipped", [], "short_question"
-        ranked, merged_by = merge([h for h in hits if h.score >= cfg.similarity_threshold])
+        ranked, merged_by = merge([h for h in hits if h.cosine >= cfg.similarity_threshold])
         ranked, reranking = await rerank(
             self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
         )
@@ -264,6 +264,7 @@ class Composer:
                     "chunk_id": h.chunk_id,
                     "corpus": h.corpus,
                     "score": round(h.score, 6),
+                    "similarity": round(h.cosine, 6),
                     "fused": round(fused, 6),
                 }
                 for h, fused in selection.ranked

@@ -22,6 +22,14 @@ class Hit:
     rank: int
     """1-based rank in its corpus's answer."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    similarity: float | None = None
+    """The cosine to the question when ``score`` is a hybrid or keyword query's score (what the
+    similarity threshold is about); ``None``: ``score`` is the cosine."""
+
+    @property
+    def cosine(self) -> float:
+        """The chunk's cosine to the question, whatever ranked it."""
+        return self.score if self.similarity is None else self.similarity
 
     @property
     def title(self) -> str:

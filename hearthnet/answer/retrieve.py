@@ -144,6 +144,13 @@ def _hits(raw: Any, corpus: str, node: str, model: str) -> list[Hit]:
             continue
         if isinstance(score, bool) or not isinstance(score, int | float) or score != score:
             continue
+        similarity = c.get("similarity")  # the cosine beside a hybrid score (older hosts: absent)
+        if (
+            isinstance(similarity, bool)
+            or not isinstance(similarity, int | float)
+            or similarity != similarity
+        ):
+            similarity = None
         rank = c.get("rank")
         out.append(
             Hit(
@@ -155,6 +162,7 @@ def _hits(raw: Any, corpus: str, node: str, model: str) -> list[Hit]:
                 embedding_model=model,
                 rank=rank if type(rank) is int else i + 1,
                 metadata=metadata,
+                similarity=None if similarity is None else float(similarity),
             )
         )
     return out

@@ -7,8 +7,10 @@ reserved: valid names, but ``personal`` is never reachable from another node, ne
 and its documents are private blobs, and ``system`` is read-only (:func:`check_reachable`,
 :func:`check_writable`, :func:`announced`, :func:`is_private`).
 
-``rag.query`` ``params {corpus}``, ``input {query, k = 5 (max 20), filter?, include_text = true}``
--> ``output {chunks: [{rank, score, text, metadata {doc_cid, doc_title, page, chunk_id, ...}}]}``;
+``rag.query`` ``params {corpus}``, ``input {query, k = 5 (max 20), filter?, include_text = true,
+mode = hybrid (dense | keyword | hybrid)}`` -> ``output {chunks: [{rank, score, similarity, text,
+metadata {doc_cid, doc_title, page, chunk_id, ...}}]}`` (``similarity``: the cosine; ``score``:
+what the mode ranks by);
 ``rag.ingest`` (trusted) ``params {corpus}``, ``input {doc_cid, title?, language?, filename?,
 metadata?}``; ``rag.list_documents`` pages ``{after, limit}``; ``rag.delete`` (trusted)
 ``{doc_cid}``; ``rag.list_corpora``, and ``rag.known_corpora`` (this node only: every corpus the
@@ -30,6 +32,7 @@ from hearthnet.errors import BadRequest, NotFound, Unauthorized
 __all__ = [
     "BY_CORPUS",
     "DEFAULT_K",
+    "DEFAULT_MODE",
     "DELETED",
     "INGESTED",
     "KEPT_LOCAL",
@@ -44,6 +47,7 @@ __all__ = [
     "PERSONAL",
     "PREDICATES",
     "PREFERENCES",
+    "QUERY_MODES",
     "RESERVED",
     "SYSTEM",
     "RagClient",
@@ -117,6 +121,10 @@ def is_private(corpus: str) -> bool:
 
 # -- limits ------------------------------------------------------------------------------------
 DEFAULT_K = 5
+QUERY_MODES = ("dense", "keyword", "hybrid")
+"""How ``rag.query`` ranks: by cosine (``dense``), by BM25 (``keyword``), or by both fused."""
+DEFAULT_MODE = "hybrid"
+"""Measured better than ``dense`` on SciFact (``specs/rag.md``, "Query modes")."""
 MAX_K = 20
 """``rag.query``'s largest ``k`` (advertised as its ``k_max``)."""
 MAX_QUERY_CHARS = 8192
@@ -200,15 +208,19 @@ class RagClient:
         k: int = DEFAULT_K,
         filter: Mapping[str, Any] | None = None,
         include_text: bool = True,
+        mode: str | None = None,
         timeout: float | None = None,
         provider: str | None = None,
     ) -> CallResult:
-        """``rag.query`` of ``corpus``: its ``k`` chunks most similar to ``query``."""
+        """``rag.query`` of ``corpus``: its ``k`` chunks best for ``query`` (``mode``: one of
+        :data:`QUERY_MODES`, the corpus host's default if ``None``)."""
         inp: dict[str, Any] = {"query": query, "k": k}
         if filter:
             inp["filter"] = dict(filter)
         if not include_text:
             inp["include_text"] = False
+        if mode is not None:
+            inp["mode"] = mode
         return await self._caller.call(
             "rag.query", params={"corpus": corpus}, input=inp, timeout=timeout, provider=provider
         )

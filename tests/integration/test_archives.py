@@ -646,6 +646,12 @@ def test_a_query_from_another_node_returns_the_right_segments_with_pages_and_sec
     assert {(c["metadata"]["layer"], c["metadata"]["page"]) for c in doc["chunks"]} == {("chunk", 3)}
     text = reader.cli("query", "autonomous agents in chat rooms", "--corpus", "creativity", "-k", "1").stdout
     assert "p.4  § B. Chatbots" in text
+    # no keyword index in an archive: dense answers, said in meta only when another mode was asked
+    assert doc["meta"]["mode"] == "dense" and "mode_requested" not in doc["meta"]
+    assert all(c["similarity"] == c["score"] for c in doc["chunks"])
+    code, doc, _ = query_json(reader, "chat rooms", "--corpus", "creativity", "--mode", "keyword")
+    assert code == 0 and doc["meta"]["mode"] == "dense" and doc["meta"]["mode_requested"] == "keyword"
+    assert "without a keyword index" in doc["meta"]["warnings"][0]
     for node in (host, mesh.nodes["emb"], reader):  # ids, counts and codes only: never text
         assert node.log_path is not None
         logged = node.log_path.read_text(errors="replace")

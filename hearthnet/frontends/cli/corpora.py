@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import MAX_K, host_label
+from hearthnet.contracts.rag import MAX_K, QUERY_MODES, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
 from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
@@ -60,6 +60,8 @@ def cmd_query(args: argparse.Namespace) -> None:
     inp: dict[str, Any] = {"query": text_arg(text, "the query"), "k": args.k}
     if args.filter:
         inp["filter"] = load_json(args.filter, "--filter")
+    if args.mode:
+        inp["mode"] = args.mode
     client = Client(args.home)
     if len(corpora) > 1:  # several corpora (or archives): one merged ranking
         query_corpora(args, corpora, inp, _node_names(client))
@@ -336,7 +338,8 @@ def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--table",
         action="store_true",
-        help="show a table: subject, timestamp and snippet (from the chunks' metadata; default: off, one passage per line)",
+        help="show a table: subject, timestamp and snippet (from the chunks' metadata; "
+        "default: off, one passage per line)",
     )
     p.add_argument(
         "-k",
@@ -349,6 +352,11 @@ def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
         "--filter",
         metavar="JSON",
         help='JSON metadata conditions, e.g. {"page": {"$gte": 3}} (default: none)',
+    )
+    p.add_argument(
+        "--mode",
+        choices=QUERY_MODES,
+        help="rank by meaning (dense), by exact words (keyword) or by both (hybrid; the default)",
     )
     p.set_defaults(func=cmd_query)
 

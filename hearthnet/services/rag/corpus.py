@@ -32,6 +32,9 @@ class Hit:
     """``None`` when the query asked for no text."""
     metadata: dict[str, Any]
     score: float
+    similarity: float | None = None
+    """The cosine to the query when ``score`` is something else (a keyword or hybrid query's
+    BM25 or fused score); ``None``: ``score`` is the cosine."""
 
 
 @dataclass(frozen=True)

@@ -15,24 +15,26 @@ from hearthnet.blobs import is_cid
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.rag import (
     DEFAULT_K,
+    DEFAULT_MODE,
     LIST_PAGE,
     MAX_FILENAME,
     MAX_K,
     MAX_LIST_PAGE,
     MAX_QUERY_CHARS,
     MAX_TITLE,
+    QUERY_MODES,
     is_language,
 )
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunks import check_extra_metadata
 from hearthnet.services.rag.search.filters import build_where
 
-__all__ = ["IngestInput", "delete_input", "ingest_input", "list_input", "query_input"]
+__all__ = ["IngestInput", "delete_input", "ingest_input", "list_input", "query_input", "query_mode"]
 
 
 def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
     """``rag.query``: ``(query, k, where clause or None, include_text)``."""
-    check_input_keys(inp, {"query", "k", "filter", "include_text"}, "rag.query")
+    check_input_keys(inp, {"query", "k", "filter", "include_text", "mode"}, "rag.query")
     query = inp.get("query")
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("input.query must be a non-empty string")
@@ -50,7 +52,18 @@ def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None
     include_text = inp.get("include_text", True)
     if not isinstance(include_text, bool):
         raise BadRequest("input.include_text must be true or false")
+    query_mode(inp)
     return query, k, where, include_text
+
+
+def query_mode(inp: Mapping[str, Any]) -> str:
+    """``rag.query``'s ``mode``: ``dense``, ``keyword`` or ``hybrid`` (the default)."""
+    mode = inp.get("mode")
+    if mode is None:
+        mode = DEFAULT_MODE
+    if mode not in QUERY_MODES:
+        raise BadRequest(f"input.mode must be one of {', '.join(QUERY_MODES)}, got {mode!r}"[:200])
+    return str(mode)
 
 
 @dataclass(frozen=True)

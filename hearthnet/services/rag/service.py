@@ -37,7 +37,7 @@ from hearthnet.contracts.rag import (
     host_label,
     validate_corpus_name,
 )
-from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, FindEvent
@@ -45,10 +45,11 @@ from hearthnet.services.rag.archives.serve import ServedArchives
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
-from hearthnet.services.rag.inputs import delete_input, ingest_input, list_input, query_input
+from hearthnet.services.rag.inputs import delete_input, ingest_input, list_input, query_input, query_mode
 from hearthnet.services.rag.offers import CorpusOffers, Handlers
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
+from hearthnet.services.rag.store.corpus import KeywordLeg
 
 __all__ = ["RagService", "RagSettings"]
 
@@ -152,6 +153,10 @@ class RagService:
         recovered = await run_blocking(self._store.recover, limiter=self._store_limiter)
         if any(recovered.values()):
             log.warning("partial_documents_removed", corpora={k: v for k, v in recovered.items() if v})
+        # A corpus from before the keyword index gets it now (from ChromaDB), before queries come.
+        built = await run_blocking(self._store.build_keywords, limiter=self._store_limiter)
+        if built:
+            log.info("keyword_indexes_built", corpora=built)
         # Small corpora are searched exactly from memory: load them now, not on the first query.
         await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
         await self._deletions.announce_pending()
@@ -199,6 +204,7 @@ class RagService:
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_reachable(corpus, is_local=ctx.is_local)
         query, k, where, include_text = query_input(ctx.input)
+        mode = query_mode(ctx.input)
         registered = self._offers.query_params(corpus)
         if registered is None:
             raise NotFound(f"corpus {corpus} is not held by this node")
@@ -208,13 +214,43 @@ class RagService:
                 f"corpus {corpus} was embedded with {model} but this node embeds with "
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
+        local = self._corpus(corpus, model)
+        leg: list[KeywordLeg] = []
+        failed: list[BusError] = []  # raised after the task group, as themselves (not a group)
+
+        async def keyword_leg() -> None:  # needs no vector: runs while the query is embedded
+            try:
+                leg.append(await local.keyword_leg(query, k=k, mode=mode, where=where))
+            except BusError as exc:
+                failed.append(exc)
+
         embedding = time.perf_counter()
-        vectors = (await self._embedder.embed([query])).vectors
-        embedded = time.perf_counter()
-        hits, known_keys = await self._corpus(corpus, model).search(
-            vectors[0], k=k, where=where, include_text=include_text
+        async with anyio.create_task_group() as tg:
+            if mode != "dense":
+                tg.start_soon(keyword_leg)
+            try:
+                vectors = (await self._embedder.embed([query])).vectors
+            except BusError as exc:
+                tg.cancel_scope.cancel()
+                failed.insert(0, exc)
+            embedded = time.perf_counter()
+        if failed:
+            raise failed[0]
+        hits, known_keys, used = await local.search(
+            vectors[0],
+            k=k,
+            where=where,
+            include_text=include_text,
+            text=query,
+            mode=mode,
+            leg=leg[0] if leg else None,
         )
         warnings = self._duplicate_warnings(corpus, "this answer")
+        if used != mode:
+            warnings.append(
+                f"corpus {corpus} has no keyword index yet (it is built when the node starts): "
+                f"this {mode} query was answered by dense search alone"
+            )
         if where and known_keys is not None:
             for key in sorted(filter_keys(where) - known_keys):
                 warnings.append(
@@ -226,6 +262,7 @@ class RagService:
             item: dict[str, Any] = {
                 "rank": rank,
                 "score": round(float(hit.score), 6),
+                "similarity": round(float(hit.score if hit.similarity is None else hit.similarity), 6),
                 "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
             }
             if include_text:
@@ -234,14 +271,24 @@ class RagService:
         self.queries += 1
         ms = _ms(started)
         log.info(
-            "rag_query", corpus=corpus, k=k, hits=len(chunks), ms=ms, caller=ctx.caller, trace_id=ctx.trace_id
+            "rag_query",
+            corpus=corpus,
+            k=k,
+            mode=used,
+            hits=len(chunks),
+            ms=ms,
+            caller=ctx.caller,
+            trace_id=ctx.trace_id,
         )
         meta: dict[str, Any] = {
             "corpus": corpus,
             "ms": ms,
             "embed_ms": round((embedded - embedding) * 1000, 3),
             "embedding_model": model,
+            "mode": used,
         }
+        if used != mode:
+            meta["mode_requested"] = mode
         if warnings:
             meta["warnings"] = warnings
         return {"chunks": chunks}, meta

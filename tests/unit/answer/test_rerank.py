@@ -139,8 +139,8 @@ async def test_the_similarity_threshold_stays_on_the_cosine(
     config = AnswerConfig(similarity_threshold=0.3)
     async with mesh(tmp_path, minilm, chat, reranker, config) as (n, _):
         ranked = await dense(n)
-        above = [c for c in ranked if c["score"] >= 0.3]
-        below = [c for c in ranked if c["score"] < 0.3]
+        above = [c for c in ranked if c["similarity"] >= 0.3]  # the cosine, beside a hybrid score
+        below = [c for c in ranked if c["similarity"] < 0.3]
         assert len(above) >= 2 and below  # the demo corpus has both
         reranker.boost = {c["text"]: 1.0 for c in below}  # the reranker would love them
         out = (await n.ask(BOILER)).output

@@ -25,7 +25,7 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
-from hearthnet.services.rag.inputs import list_input, query_input
+from hearthnet.services.rag.inputs import list_input, query_input, query_mode
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
     from hearthnet.services.rag.archives.archive import Archive
@@ -130,6 +130,7 @@ class ServedArchives:
         if archive is None:
             raise NotFound(f"corpus {corpus} is not an archive served by this node")
         query, k, where, include_text = query_input(ctx.input)
+        mode = query_mode(ctx.input)  # an archive has no keyword index: it answers dense, and says so
         model = archive.embedding_model
         embedding = time.perf_counter()
         vector = await embed_query(self._bus, model, query, timeout=self._embed_timeout)
@@ -140,6 +141,7 @@ class ServedArchives:
             item: dict[str, Any] = {
                 "rank": rank,
                 "score": round(float(hit.score), 6),
+                "similarity": round(float(hit.score), 6),  # dense only: the score is the cosine
                 "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
             }
             if include_text:
@@ -157,14 +159,22 @@ class ServedArchives:
             caller=ctx.caller,
             trace_id=ctx.trace_id,
         )
-        return {"chunks": chunks}, {
+        meta: dict[str, Any] = {
             "corpus": corpus,
             "ms": ms,
             "embed_ms": round((embedded - embedding) * 1000, 3),
             "embedding_model": model,
             "read_only": True,
             "label": archive.config.display_name,
+            "mode": "dense",
         }
+        if mode != "dense" and "mode" in ctx.input:  # asked for explicitly: say it was not given
+            meta["mode_requested"] = mode
+            meta["warnings"] = [
+                f"corpus {corpus} is an archive without a keyword index: this {mode} query was "
+                "answered by dense search alone"
+            ]
+        return {"chunks": chunks}, meta
 
     async def handle_list_documents(self, ctx: CallContext) -> Output:
         """``rag.list_documents`` of an archive: its documents in ChromaDB's order (its ``document``

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,11 @@ class _Snapshot:
     vectors: npt.NDArray[np.float32]
     texts: tuple[str, ...]
     metadatas: tuple[dict[str, Any], ...]
+
+    @cached_property
+    def positions(self) -> dict[str, int]:
+        """Each chunk id's row (made on first use, once per generation)."""
+        return {chunk_id: i for i, chunk_id in enumerate(self.ids)}
 
 
 def _unit_rows(vectors: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
@@ -89,6 +95,22 @@ class ExactIndex:
                 tuple(snap.metadatas[i] for i in keep),
             )
         return dropped
+
+    def chunks(
+        self, ids: Sequence[str], query: npt.NDArray[np.float32], *, include_text: bool = True
+    ) -> list[Hit]:
+        """The chunks of ``ids`` that the copy holds, each scored by its cosine to ``query`` (ids it
+        does not hold, e.g. of a document deleted meanwhile, are left out)."""
+        snap = self._snap
+        rows = [snap.positions[i] for i in ids if i in snap.positions]
+        if not rows:
+            return []
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        sims = snap.vectors[rows] @ (q / max(float(np.linalg.norm(q)), 1e-12))
+        return [
+            Hit(snap.ids[r], snap.texts[r] if include_text else None, dict(snap.metadatas[r]), float(s))
+            for r, s in zip(rows, sims, strict=True)
+        ]
 
     def search(
         self,

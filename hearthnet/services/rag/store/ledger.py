@@ -14,13 +14,14 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from hearthnet.errors import BadRequest
 from hearthnet.runtime.sqlite_tx import transaction
+from hearthnet.services.rag.search import keyword
 from hearthnet.services.rag.store.write import DocumentSource, DocumentWrite
 
 __all__ = ["SCHEMA_VERSION", "CorpusRecord", "CorpusRow", "Ledger", "WriterLock"]
@@ -116,6 +117,7 @@ class Ledger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            self._db.executescript(keyword.SCHEMA)
             columns = {str(r[1]) for r in self._db.execute("PRAGMA table_info(documents)")}
             if "metadata" not in columns:  # a ledger from before document metadata was kept
                 self._db.execute("ALTER TABLE documents ADD COLUMN metadata TEXT")
@@ -141,15 +143,40 @@ class Ledger:
         return [str(r[0]) for r in self._db.execute("SELECT name FROM corpora ORDER BY name")]
 
     def add_corpus(self, name: str, embedding_model: str, dim: int, created: float) -> None:
-        self._db.execute(
-            "INSERT INTO corpora VALUES (?, ?, ?, ?, ?)",
-            (name, embedding_model, dim, SCHEMA_VERSION, created),
-        )
+        """A new corpus, with its (empty) keyword index."""
+        with transaction(self._db):
+            self._db.execute(
+                "INSERT INTO corpora VALUES (?, ?, ?, ?, ?)",
+                (name, embedding_model, dim, SCHEMA_VERSION, created),
+            )
+            keyword.drop_index(self._db, name)  # rows a corpus of that name left behind
+            keyword.create_index(self._db, name)
 
     def forget_corpus(self, name: str) -> None:
         with transaction(self._db):
             self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
             self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
+            keyword.drop_index(self._db, name)
+
+    # the keyword index -----------------------------------------------------------------------
+    def keyword_missing(self) -> list[str]:
+        """Corpora without a complete keyword index (made before it existed, or its build cut short)."""
+        return [
+            str(r[0])
+            for r in self._db.execute(
+                "SELECT name FROM corpora WHERE name NOT IN (SELECT corpus FROM keyword_corpora) "
+                "ORDER BY name"
+            )
+        ]
+
+    def build_keywords(self, name: str, chunks: Iterable[tuple[str, str, str, Mapping[str, Any]]]) -> None:
+        """In one transaction: the corpus's keyword index made anew from ``chunks`` (``(doc_cid,
+        chunk_id, text, metadata)`` of its complete documents, as ChromaDB holds them)."""
+        with transaction(self._db):
+            keyword.drop_index(self._db, name)
+            keyword.create_index(self._db, name)
+            for doc_cid, chunk_id, text, metadata in chunks:
+                keyword.add_document(self._db, name, doc_cid, [chunk_id], [text], [metadata])
 
     def sizes(self, name: str) -> tuple[int, int, int]:
         """``(documents, chunks, text bytes)`` of the corpus's complete documents."""
@@ -311,13 +338,17 @@ class Ledger:
             ),
         )
 
-    def complete(self, name: str, doc_cid: str, now: float) -> bool:
-        """Flip a ``pending`` document to ``complete``; False if it was not pending any more."""
-        done = self._db.execute(
-            "UPDATE documents SET status = 'complete', updated_at = ? "
-            "WHERE corpus = ? AND doc_cid = ? AND status = 'pending'",
-            (now, name, doc_cid),
-        )
+    def complete(self, name: str, doc: DocumentWrite, now: float) -> bool:
+        """Flip a ``pending`` document to ``complete`` and index its keywords, in one transaction;
+        False (and nothing indexed) if it was not pending any more."""
+        with transaction(self._db):
+            done = self._db.execute(
+                "UPDATE documents SET status = 'complete', updated_at = ? "
+                "WHERE corpus = ? AND doc_cid = ? AND status = 'pending'",
+                (now, name, doc.doc_cid),
+            )
+            if done.rowcount == 1 and keyword.has_index(self._db, name):
+                keyword.add_document(self._db, name, doc.doc_cid, doc.ids, doc.texts, doc.metadatas)
         return done.rowcount == 1
 
     def begin_delete(self, name: str, doc_cid: str, *, announce: bool) -> None:
@@ -326,11 +357,14 @@ class Ledger:
             self._db.execute(
                 "UPDATE documents SET status = 'deleting' WHERE corpus = ? AND doc_cid = ?", (name, doc_cid)
             )
+            keyword.remove_document(self._db, name, doc_cid)
             if announce:
                 self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
 
     def remove(self, name: str, doc_cid: str) -> None:
-        self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
+        with transaction(self._db):
+            self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
+            keyword.remove_document(self._db, name, doc_cid)
 
     def pending_deletions(self) -> list[tuple[str, str]]:
         return [
@@ -378,6 +412,10 @@ class Ledger:
                 "INSERT OR REPLACE INTO corpora VALUES (?, ?, ?, ?, ?)",
                 (name, embedding_model, dim, SCHEMA_VERSION, created),
             )
+            keyword.drop_index(self._db, name)  # the keyword index is rebuilt with the vectors
+            keyword.create_index(self._db, name)
+            for w in writes:
+                keyword.add_document(self._db, name, w.doc_cid, w.ids, w.texts, w.metadatas)
             self._db.execute("INSERT OR REPLACE INTO reindex_swaps VALUES (?)", (name,))
 
     def swaps(self) -> list[str]:

@@ -20,12 +20,12 @@ from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import CollectionGone, chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
 
-__all__ = ["CorpusQueries"]
+__all__ = ["CorpusQueries", "query_vector"]
 
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
-def _query_vector(embedding: np.ndarray, dim: int, k: int) -> np.ndarray:
+def query_vector(embedding: np.ndarray, dim: int, k: int) -> np.ndarray:
     """``embedding`` as a flat float32 vector of the corpus's ``dim``; ``BadRequest`` for a wrong
     size, a value that is not finite, or ``k`` below 1."""
     vec = np.asarray(embedding, dtype=np.float32).reshape(-1)
@@ -99,7 +99,7 @@ class CorpusQueries:
             self._lock.release()
         if index is None or not known or len(index) * index.dim > max_floats:
             return None
-        return index.search(_query_vector(embedding, index.dim, k), k, include_text=include_text)
+        return index.search(query_vector(embedding, index.dim, k), k, include_text=include_text)
 
     def _query(
         self,
@@ -120,7 +120,7 @@ class CorpusQueries:
             raise NotFound(f"corpus {name!r} does not exist")
         else:
             dim = row.dim
-        vec = _query_vector(embedding, dim, k)
+        vec = query_vector(embedding, dim, k)
         clause = build_where(where) if where else None
         index = self._exact_index(name, col)
         if index is not None:

@@ -2,10 +2,12 @@
 documents in the ledger.  Blocking API (call it from a worker thread); thread-safe.
 
 Atomicity per document (see ``specs/rag.md``): the ledger records a document as ``pending``
-before any of its chunks is written and flips it to ``complete`` in one statement after the
-last batch.  On open, :meth:`CorpusStore.recover` deletes the chunks of every document that is
-not ``complete`` (a writer killed midway, even by ``kill -9``), and queries exclude documents
-that are pending in this process.  A reindex rebuilds a corpus beside the old one and swaps it
+before any of its chunks is written and flips it to ``complete`` in one transaction after the
+last batch, the same that writes its keyword index rows (a delete takes them out in the one that
+marks it ``deleting``), so a document is in both indexes or in neither.  On open,
+:meth:`CorpusStore.recover` deletes the chunks of every document that is not ``complete`` (a
+writer killed midway, even by ``kill -9``), and queries exclude documents that are pending in
+this process.  A reindex rebuilds a corpus beside the old one and swaps it
 in (:meth:`CorpusStore.replace_corpus`).
 
 Small corpora are searched exactly: while a corpus fits the budget of
@@ -17,6 +19,7 @@ or kept from the writes) and queries never touch the HNSW index.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +42,7 @@ from hearthnet.services.rag.store.chroma import (
     open_client,
     staging_collection_name,
 )
+from hearthnet.services.rag.store.keywords import CorpusKeywords
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock, metadata_json
 from hearthnet.services.rag.store.queries import CorpusQueries
 from hearthnet.services.rag.store.swap import CorpusSwap
@@ -56,9 +60,10 @@ DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
-class CorpusStore(CorpusQueries, CorpusSwap):
+class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
     """All corpora of one node store directory (``root``): the core, the writes and deletes here;
-    queries in :mod:`.queries`, the swap of a reindex in :mod:`.swap`."""
+    queries in :mod:`.queries`, keyword and hybrid queries in :mod:`.keywords`, the swap of a
+    reindex in :mod:`.swap`."""
 
     def __init__(
         self,
@@ -81,6 +86,9 @@ class CorpusStore(CorpusQueries, CorpusSwap):
         self._memory = InMemoryCopies(exact_max_chunks)
         self._keys: dict[str, frozenset[str] | None] = {}
         """Per corpus, the metadata keys its complete documents have (see ``metadata_keys``)."""
+        self._readers = threading.local()
+        """Each thread's read-only connection to the ledger (keyword searches)."""
+        self._reader_connections: list[sqlite3.Connection] = []
         ledger: Ledger | None = None
         try:
             self._ledger = ledger = Ledger(self.root / "ledger.sqlite3")
@@ -388,7 +396,7 @@ class CorpusStore(CorpusQueries, CorpusSwap):
                 self._ledger.begin_write(name, doc, source or DocumentSource(), time.time())
             self._write_document(col, doc)
             with self._lock:
-                if not self._ledger.complete(name, doc_cid, time.time()):
+                if not self._ledger.complete(name, doc, time.time()):
                     raise InternalError(f"document {doc_cid} left the ledger while it was being written")
                 self._keys.pop(name, None)
                 self._memory.changed(name)
@@ -501,6 +509,7 @@ class CorpusStore(CorpusQueries, CorpusSwap):
         with self._lock:
             self._collections.clear()
             self._memory.clear()
+            self._close_readers()
             self._ledger.close()
             self._writer.release()
 

@@ -71,9 +71,9 @@ async def test_a_small_unfiltered_search_runs_on_the_loop_a_filtered_one_in_a_th
         corpus = LocalCorpus(store, "kb", threads, embedding_model=MODEL)
         vector = unit_vectors(1, seed=9)[0]
         store.warm_exact()
-        hits, keys = await corpus.search(vector, k=2, where=None, include_text=True)
+        hits, keys, _ = await corpus.search(vector, k=2, where=None, include_text=True)
         assert len(hits) == 2 and keys is None and seen == []  # the in-memory copy, on the loop
-        hits, keys = await corpus.search(vector, k=2, where={"language": "de"}, include_text=True)
+        hits, keys, _ = await corpus.search(vector, k=2, where={"language": "de"}, include_text=True)
         assert {h.metadata["doc_cid"] for h in hits} == {"b"} and keys is not None and "language" in keys
         assert seen == [False]  # filtered: in a read thread
         monkeypatch.setattr(choice, "INLINE_SEARCH_FLOATS", 16 * 12 - 1)  # one float too many
