@@ -47,6 +47,7 @@ from tests.chroma_fixture import (
     tei_embedder,
 )
 from tests.tei_server import MODEL, TEIServer, ngram_vector
+from tests.ui.harness import Ui, owner_link
 
 MINILM = "all-MiniLM-L6-v2"
 MODEL_512 = "test/char-ngram-512"
@@ -349,7 +350,10 @@ def mesh(archives: Archives, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                 f.write(f'\n[[rag.archives]]\nname = "{name}"\nlabel = "{label}"\n')
                 f.write(f'collection_name = "{collection}"\nchromadb_url = "{archives.chroma.url}"\n')
                 f.write(f'embedding_model = "{model}"\n')
-        reader = m.add("reader", env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"})
+        reader = m.add(
+            "reader",
+            env={"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0", "HEARTHNET_UI_LISTEN": "127.0.0.1:0"},
+        )
         m.found(emb)
         m.invite(emb, host, "trusted")
         m.invite(emb, reader, "trusted")
@@ -762,6 +766,9 @@ def test_chromadb_stopped_is_a_partition_and_the_node_keeps_serving(
         assert (
             listed["creativity"]["online"] is False and listed["creativity"]["error"]["error"] == "partition"
         )
+        # the web UI's Library says so too (it once marked every answering host's rows online)
+        rows = ui_corpora(reader, host)
+        assert rows["creativity"]["read_only"] is True and rows["creativity"]["online"] is False
         # another corpus still answers, named beside the failed archive
         code, doc, _ = query_json(reader, "heating oil", "--corpus", "creativity", "--corpus", "drafts")
         assert code == 0 and {c["corpus"]: c["status"] for c in doc["corpora"]} == {
@@ -772,6 +779,17 @@ def test_chromadb_stopped_is_a_partition_and_the_node_keeps_serving(
         archives.chroma.start()
     code, doc, _ = query_json(reader, "Chatbots", "--corpus", "creativity", "-k", "1")
     assert code == 0 and doc["chunks"][0]["metadata"]["layer"] == "chunk"
+    assert ui_corpora(reader, host)["creativity"]["online"] is True
+
+
+def ui_corpora(reader: MeshNode, host: MeshNode) -> dict[str, dict[str, Any]]:
+    """The Library's rows of ``host``'s corpora, as ``reader``'s web UI lists them to its owner."""
+    ui = Ui(owner_link(reader))
+    try:
+        corpora = ui.get("/api/corpora").json()["corpora"]
+    finally:
+        ui.close()
+    return {c["name"]: c for c in corpora if c["node"] == host.node_id}
 
 
 # --------------------------------------------------------------------------- drafts (seed 004)
