@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +39,18 @@ from hearthnet.contracts.rag import (
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.announce import AppendEvent, FindEvent
+from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
-from hearthnet.services.rag.inputs import delete_input, ingest_input, list_input, query_input
+from hearthnet.services.rag.inputs import (
+    IngestInput,
+    delete_input,
+    ingest_batch_input,
+    ingest_input,
+    list_input,
+    query_input,
+)
 from hearthnet.services.rag.offers import CorpusOffers, Handlers
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -80,6 +88,7 @@ class RagService:
         find_event: FindEvent,
         own_level: OwnLevel,
         corpus_changed: CorpusChanged | None = None,
+        append_events: AppendEvents | None = None,
     ) -> None:
         self._bus = bus
         self._corpus_changed = corpus_changed
@@ -117,6 +126,7 @@ class RagService:
             embedder=self._embedder,
             offers=self._offers,
             append_event=append_event,
+            append_events=append_events,
             find_event=find_event,
             changed=self._changed,
             store_limiter=self._store_limiter,
@@ -255,7 +265,8 @@ class RagService:
         started = time.perf_counter()
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="documents")
-        inp = ingest_input(ctx.input)
+        batch = ingest_batch_input(ctx.input)
+        inp = ingest_input(ctx.input) if batch is None else None
         if announced(corpus):  # personal is never announced, so it needs no trust
             await self._check_own_trust("announce ingests")
         held = await run_blocking(self._store.corpora, limiter=self._read_threads)
@@ -267,11 +278,27 @@ class RagService:
                 )
             if corpus != PERSONAL:  # every node has a personal corpus of its own
                 await self._refuse_a_second_host(corpus)
+        if batch is not None:
+            return await self._ingest_batch(ctx, started, corpus, batch)
+        assert inp is not None
         # one ingest (or delete) of a document at a time; a repeat finds it stored
         async with self._gate.ingest(corpus), self._documents.hold(corpus, inp.doc_cid):
             output, meta = await self._ingestion.ingest(ctx, started, corpus, inp)
         if not meta.get("existing"):
             self.ingests += 1
+        return output, meta
+
+    async def _ingest_batch(
+        self, ctx: CallContext, started: float, corpus: str, batch: list[IngestInput]
+    ) -> Output:
+        """``rag.ingest {documents}``: every document held (in one order, so two batches cannot
+        deadlock), then read, embedded and written together, each answered on its own."""
+        async with AsyncExitStack() as held:
+            await held.enter_async_context(self._gate.ingest(corpus))
+            for doc_cid in sorted(d.doc_cid for d in batch):
+                await held.enter_async_context(self._documents.hold(corpus, doc_cid))
+            output, meta = await self._ingestion.ingest_many(ctx, started, corpus, batch)
+        self.ingests += sum(1 for d in output["documents"] if d["ok"] and not d["existing"])
         return output, meta
 
     async def _check_own_trust(self, what: str) -> None:

@@ -14,7 +14,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -310,6 +310,12 @@ class Ledger:
                 now,
             ),
         )
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction (one commit, one fsync) around several documents' statements."""
+        with transaction(self._db):
+            yield
 
     def complete(self, name: str, doc_cid: str, now: float) -> bool:
         """Flip a ``pending`` document to ``complete``; False if it was not pending any more."""
