@@ -24,7 +24,11 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.store import CorpusRecord, CorpusStore
 
-__all__ = ["CorpusOffers", "Handlers"]
+__all__ = ["QUERY_CONCURRENCY", "CorpusOffers", "Handlers"]
+
+QUERY_CONCURRENCY = 64
+"""``rag.query`` calls a corpus admits at once: a waiting query costs little (its question waits
+for the next embedding call, :mod:`.search.queries`), and the more wait, the fuller that call."""
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,7 @@ class CorpusOffers:
                     "rag.query",
                     (1, 0),
                     params=query,
-                    max_concurrent=8,
+                    max_concurrent=QUERY_CONCURRENCY,
                     timeout_seconds=self._query_timeout,
                     idempotent=True,
                     local_only=local_only,

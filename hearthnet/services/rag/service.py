@@ -53,6 +53,7 @@ from hearthnet.services.rag.inputs import (
 )
 from hearthnet.services.rag.offers import CorpusOffers, Handlers
 from hearthnet.services.rag.search.filters import filter_keys
+from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
 
 __all__ = ["RagService", "RagSettings"]
@@ -96,6 +97,8 @@ class RagService:
         self._settings = settings
         self._own_level = own_level
         self._embedder = Embedder(bus, settings.embedding_model, settings.embed_timeout_seconds)
+        self._query_embedder = QueryEmbedder(self._embedder)
+        """Questions of concurrent ``rag.query`` calls embedded together."""
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
         """Threads for store writes (and the reads of ingest and reindex)."""
         self._read_threads = WorkerThreads(settings.store_threads, "rag-read")
@@ -206,10 +209,10 @@ class RagService:
                 f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
             )
         embedding = time.perf_counter()
-        vectors = (await self._embedder.embed([query])).vectors
+        vector = await self._query_embedder.embed(query)
         embedded = time.perf_counter()
         hits, known_keys = await self._corpus(corpus, model).search(
-            vectors[0], k=k, where=where, include_text=include_text
+            vector, k=k, where=where, include_text=include_text
         )
         warnings = self._duplicate_warnings(corpus, "this answer")
         if where and known_keys is not None:

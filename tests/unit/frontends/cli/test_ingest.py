@@ -109,3 +109,19 @@ def test_a_corpus_name_is_checked_with_a_hint_and_an_empty_stdin_query_refused_b
     assert main(["query", "-", "--corpus", "family", "--home", home]) == 1
     err = capsys.readouterr().err
     assert "query read from stdin is empty" in err and len(err.strip().splitlines()) == 1
+
+
+def test_small_files_go_in_batches_and_large_ones_alone(tmp_path: Path) -> None:
+    from hearthnet.frontends.cli.ingest import BATCH_FILE_BYTES, BATCH_FILES, _groups
+
+    small = []
+    for i in range(BATCH_FILES + 2):
+        (tmp_path / f"s{i:03}.txt").write_text("small", encoding="utf-8")
+        small.append(tmp_path / f"s{i:03}.txt")
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * (BATCH_FILE_BYTES + 1))
+    files = [*small[:2], big, *small[2:]]
+    groups = _groups(files, single=False)
+    assert [len(g) for g in groups] == [2, 1, BATCH_FILES]
+    assert [p for g in groups for p in g] == files  # the order of the files is kept
+    assert _groups(small[:3], single=True) == [[p] for p in small[:3]]  # --title: one file each
