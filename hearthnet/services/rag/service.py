@@ -51,7 +51,7 @@ from hearthnet.services.rag.inputs import (
     list_input,
     query_input,
 )
-from hearthnet.services.rag.offers import CorpusOffers, Handlers
+from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -73,6 +73,7 @@ class RagSettings:
     embed_timeout_seconds: float = 10.0
     accept_new_corpora: bool = True
     store_threads: int = 2
+    query_max_concurrent: int = QUERY_CONCURRENCY
 
 
 class RagService:
@@ -121,6 +122,7 @@ class RagService:
             embedding_model=settings.embedding_model,
             accept_new_corpora=settings.accept_new_corpora,
             query_timeout_seconds=settings.query_timeout_seconds,
+            query_max_concurrent=settings.query_max_concurrent,
         )
         self._ingestion = Ingestion(
             bus=bus,
