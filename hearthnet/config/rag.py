@@ -40,6 +40,8 @@ MAX_ARCHIVES = 64
 """``[[rag.archives]]`` tables one node may serve."""
 MAX_ARCHIVE_URLS = 64
 MAX_QUERY_CONCURRENT = 1024
+QUERY_MAX_CONCURRENT = 32
+"""``rag.query_max_concurrent`` by default (``specs/rag.md``: concurrent questions are embedded together)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class RagConfig:
     enabled: bool = True
     chroma_url: str | None = None
     query_timeout_seconds: float = 5.0
-    query_max_concurrent: int = 64
+    query_max_concurrent: int = QUERY_MAX_CONCURRENT
     """``rag.query`` calls one corpus admits at once (its questions are embedded together)."""
     embed_timeout_seconds: float = 10.0
     accept_new_corpora: bool = True
@@ -74,7 +76,9 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
         enabled=get(rag_s, "enabled", bool, True, "rag"),
         chroma_url=check_url(get(rag_s, "chroma_url", str, None, "rag"), "rag.chroma_url"),
         query_timeout_seconds=seconds(rag_s, "query_timeout_seconds", 5.0, "rag"),
-        query_max_concurrent=_query_max_concurrent(integer(rag_s, "query_max_concurrent", 64, 1, "rag")),
+        query_max_concurrent=_query_max_concurrent(
+            integer(rag_s, "query_max_concurrent", QUERY_MAX_CONCURRENT, 1, "rag")
+        ),
         embed_timeout_seconds=seconds(rag_s, "embed_timeout_seconds", 10.0, "rag"),
         accept_new_corpora=get(rag_s, "accept_new_corpora", bool, True, "rag"),
         embedding_model=get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
@@ -100,7 +104,8 @@ def rag_env(rag: RagConfig, env: Mapping[str, str], embed_timeout: float | None)
         rag = replace(rag, embed_timeout_seconds=embed_timeout)
     name = "HEARTHNET_RAG_QUERY_MAX_CONCURRENT"
     if name in env:
-        rag = replace(rag, query_max_concurrent=_query_max_concurrent(env_int(env, name, 64, 1), name))
+        limit = _query_max_concurrent(env_int(env, name, QUERY_MAX_CONCURRENT, 1), name)
+        rag = replace(rag, query_max_concurrent=limit)
     return rag
 
 
