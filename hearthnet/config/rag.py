@@ -40,7 +40,7 @@ MAX_ARCHIVES = 64
 """``[[rag.archives]]`` tables one node may serve."""
 MAX_ARCHIVE_URLS = 64
 MAX_QUERY_CONCURRENT = 1024
-QUERY_MAX_CONCURRENT = 32
+QUERY_MAX_CONCURRENT = 256
 """``rag.query_max_concurrent`` by default (``specs/rag.md``: concurrent questions are embedded together)."""
 
 

@@ -96,3 +96,33 @@ async def test_concurrent_queries_are_embedded_together_and_each_gets_its_own_an
         for t in topics:
             assert together[t]["metadata"]["doc_cid"] == alone[t]["metadata"]["doc_cid"]
             assert together[t]["score"] == pytest.approx(alone[t]["score"], abs=1e-4)
+
+
+@pytest.mark.anyio
+async def test_a_question_that_would_wait_past_the_budget_is_refused_at_once_with_a_hint(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    from hearthnet.errors import CapacityExceeded
+    from hearthnet.services.rag.search.queries import QueryEmbedder
+
+    async with node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", n.put(garden_text("tulips", paragraphs=1)))
+        strict = QueryEmbedder(n.rag._embedder, max_batch=1, in_flight=1, wait_budget=1e-6)
+        n.rag._query_embedder = strict
+        await n.query("house", query="tulips")  # the embedding rate is known from here
+        answered: list[str] = []
+        refused: list[CapacityExceeded] = []
+
+        async def ask(i: int) -> None:
+            try:
+                await n.query("house", query=f"when do tulips {i} need care")
+                answered.append(f"q{i}")
+            except CapacityExceeded as exc:
+                refused.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(ask, i)
+        # one runs, one waits within the budget, the rest are refused at once, each with a hint
+        assert len(answered) == 2 and len(refused) == 3
+        assert all(exc.retry_after_ms is not None and exc.retry_after_ms >= 50 for exc in refused)
