@@ -8,7 +8,9 @@ of the peers table (no peer: the targets are absolute): every call answered
 (refused and failed calls counted by code), >= 100 answered queries/s, p99 of
 answered calls <= 2 s, A's RSS flat (sampled every 2 s; start and end given).
 Also required: no crash, no hang, every failure ``capacity_exceeded`` with a
-retry hint.
+retry hint.  Bound, same run: the questions/s the model embeds when called
+directly right after the run (every query is embedded: no rate on this box
+can exceed it).
 
     python -m bench.load [--quick]
 """
