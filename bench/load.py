@@ -8,7 +8,9 @@ of the peers table (no peer: the targets are absolute): every call answered
 (refused and failed calls counted by code), >= 100 answered queries/s, p99 of
 answered calls <= 2 s, A's RSS flat (sampled every 2 s; start and end given).
 Also required: no crash, no hang, every failure ``capacity_exceeded`` with a
-retry hint.
+retry hint.  Bound, same run: the questions/s the model embeds when called
+directly right after the run (every query is embedded: no rate on this box
+can exceed it).
 
     python -m bench.load [--quick]
 """
@@ -121,6 +123,7 @@ def run(quick: bool = False) -> list[PeerMetric]:
 
         latencies, errors, hints, elapsed = anyio.run(_drive, [b.home, c.home], queries, seconds, sample)
         alive = a.process is not None and a.process.poll() is None
+        capacity = _embed_capacity(queries)
         after_first_minute = [m for s, m in rss if s >= 60] or [m for _, m in rss[len(rss) // 2 :]]
         growth = (max(after_first_minute) - min(after_first_minute)) if after_first_minute else 0.0
     answered = len(latencies)
@@ -160,6 +163,19 @@ def run(quick: bool = False) -> list[PeerMetric]:
         ),
         PeerMetric(
             "load",
+            "load: queries/s this box embeds now, the model called directly (bound)",
+            "queries/s",
+            round(capacity, 1),
+            None,
+            "",
+            "(bound)",
+            None,
+            note=f"right after the run, nodes idle: the same questions in batches of {CAPACITY_BATCH}, "
+            f"two 1-thread inferences at once (the node's settings), {CAPACITY_SECONDS:.0f} s; "
+            f"answered/s is {qps / capacity:.2f}x of it",
+        ),
+        PeerMetric(
+            "load",
             f"load: p99 of answered calls ({setting})",
             "ms",
             round(p99, 1),
@@ -195,6 +211,40 @@ def run(quick: bool = False) -> list[PeerMetric]:
             note=f"A alive after the run: {alive}; {refused} refusals, {len(hints)} with retry_after_ms",
         ),
     ]
+
+
+CAPACITY_BATCH = 32
+CAPACITY_SECONDS = 10.0
+
+
+def _embed_capacity(queries: list[str]) -> float:
+    """Questions/s the model embeds when called directly on this box now: the ceiling of any
+    rag.query rate here (every query is embedded), measured beside the run under the same load."""
+    import threading
+
+    from hearthnet.services.embedding.model_files import find_model_files
+    from hearthnet.services.embedding.onnx_backend import OnnxModel, OnnxSettings
+
+    model = OnnxModel(find_model_files(), OnnxSettings())
+    model.run(model.tokenize(queries[:CAPACITY_BATCH]))  # warm up
+    done = [0, 0]
+    stop_at = time.perf_counter() + CAPACITY_SECONDS
+
+    def work(slot: int) -> None:
+        i = slot * CAPACITY_BATCH
+        while time.perf_counter() < stop_at:
+            batch = [queries[(i + j) % len(queries)] for j in range(CAPACITY_BATCH)]
+            model.run(model.tokenize(batch))
+            done[slot] += len(batch)
+            i += 2 * CAPACITY_BATCH
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(slot,)) for slot in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - started)
 
 
 def main() -> None:

@@ -131,6 +131,9 @@ def rag_service(parts: NodeParts) -> Service | None:
     async def append_event(event_type: str, data: dict[str, Any]) -> str:
         return (await community.append(event_type, data)).event_id
 
+    async def append_events(event_type: str, items: list[dict[str, Any]]) -> list[str]:
+        return [e.event_id for e in await community.append_many(event_type, items)]
+
     def find_event(corpus: str, doc_cid: str) -> str | None:
         # in effect: not cancelled by a later delete (a document deleted, then ingested again,
         # must be announced again)
@@ -143,10 +146,12 @@ def rag_service(parts: NodeParts) -> Service | None:
         settings=RagSettings(
             embedding_model=cfg.embedding_model,
             query_timeout_seconds=cfg.query_timeout_seconds,
+            query_max_concurrent=cfg.query_max_concurrent,
             embed_timeout_seconds=cfg.embed_timeout_seconds,
             accept_new_corpora=cfg.accept_new_corpora,
         ),
         append_event=append_event,
+        append_events=append_events,
         find_event=find_event,
         own_level=lambda: event_log.view(lambda m: m.level_of(own_id)),
         corpus_changed=parts.corpus_changed,

@@ -1,6 +1,7 @@
 """``[rag]`` and its ``[[rag.archives]]`` tables: the corpora this node hosts and the external
-archives it serves; ``HEARTHNET_RAG``, ``HEARTHNET_RAG_MODEL``, ``HEARTHNET_CHROMA_URL`` and the
-seeds' ``RAG_QUERY_TIMEOUT_SECONDS`` / ``RAG_EMBED_TIMEOUT_SECONDS`` override them."""
+archives it serves; ``HEARTHNET_RAG``, ``HEARTHNET_RAG_MODEL``, ``HEARTHNET_CHROMA_URL``,
+``HEARTHNET_RAG_QUERY_MAX_CONCURRENT`` and the seeds' ``RAG_QUERY_TIMEOUT_SECONDS`` /
+``RAG_EMBED_TIMEOUT_SECONDS`` override them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hearthnet.config.archives import (
     normalize_url,
     resolve_archive,
 )
-from hearthnet.config.values import check_url, flag, get, positive_float, seconds, table
+from hearthnet.config.values import check_url, env_int, flag, get, integer, positive_float, seconds, table
 from hearthnet.errors import BadRequest
 
 __all__ = ["ARCHIVE_KEYS", "KEYS", "MAX_ARCHIVES", "MAX_ARCHIVE_URLS", "RagConfig", "rag_env", "rag_from"]
@@ -26,6 +27,7 @@ KEYS = frozenset(
         "enabled",
         "chroma_url",
         "query_timeout_seconds",
+        "query_max_concurrent",
         "embed_timeout_seconds",
         "accept_new_corpora",
         "embedding_model",
@@ -37,6 +39,9 @@ ARCHIVE_KEYS = frozenset({"name", "label", "collection_name", "chromadb_url", "e
 MAX_ARCHIVES = 64
 """``[[rag.archives]]`` tables one node may serve."""
 MAX_ARCHIVE_URLS = 64
+MAX_QUERY_CONCURRENT = 1024
+QUERY_MAX_CONCURRENT = 256
+"""``rag.query_max_concurrent`` by default (``specs/rag.md``: concurrent questions are embedded together)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class RagConfig:
     enabled: bool = True
     chroma_url: str | None = None
     query_timeout_seconds: float = 5.0
+    query_max_concurrent: int = QUERY_MAX_CONCURRENT
+    """``rag.query`` calls one corpus admits at once (its questions are embedded together)."""
     embed_timeout_seconds: float = 10.0
     accept_new_corpora: bool = True
     embedding_model: str = "all-MiniLM-L6-v2"
@@ -69,6 +76,9 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
         enabled=get(rag_s, "enabled", bool, True, "rag"),
         chroma_url=check_url(get(rag_s, "chroma_url", str, None, "rag"), "rag.chroma_url"),
         query_timeout_seconds=seconds(rag_s, "query_timeout_seconds", 5.0, "rag"),
+        query_max_concurrent=_query_max_concurrent(
+            integer(rag_s, "query_max_concurrent", QUERY_MAX_CONCURRENT, 1, "rag")
+        ),
         embed_timeout_seconds=seconds(rag_s, "embed_timeout_seconds", 10.0, "rag"),
         accept_new_corpora=get(rag_s, "accept_new_corpora", bool, True, "rag"),
         embedding_model=get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
@@ -92,7 +102,17 @@ def rag_env(rag: RagConfig, env: Mapping[str, str], embed_timeout: float | None)
         rag = replace(rag, query_timeout_seconds=timeout)
     if embed_timeout is not None:
         rag = replace(rag, embed_timeout_seconds=embed_timeout)
+    name = "HEARTHNET_RAG_QUERY_MAX_CONCURRENT"
+    if name in env:
+        limit = _query_max_concurrent(env_int(env, name, QUERY_MAX_CONCURRENT, 1), name)
+        rag = replace(rag, query_max_concurrent=limit)
     return rag
+
+
+def _query_max_concurrent(value: int, where: str = "rag.query_max_concurrent") -> int:
+    if not 1 <= value <= MAX_QUERY_CONCURRENT:
+        raise BadRequest(f"{where} must be 1..{MAX_QUERY_CONCURRENT}, got {value}")
+    return value
 
 
 def _archives(rag_s: Mapping[str, Any], defaults: ArchiveDefaults) -> tuple[ArchiveConfig, ...]:

@@ -12,7 +12,8 @@ mode = hybrid (dense | keyword | hybrid)}`` -> ``output {chunks: [{rank, score, 
 metadata {doc_cid, doc_title, page, chunk_id, ...}}]}`` (``similarity``: the cosine; ``score``:
 what the mode ranks by);
 ``rag.ingest`` (trusted) ``params {corpus}``, ``input {doc_cid, title?, language?, filename?,
-metadata?}``; ``rag.list_documents`` pages ``{after, limit}``; ``rag.delete`` (trusted)
+metadata?}``, or ``input {documents: [such inputs]}`` (up to ``MAX_INGEST_BATCH``, each document
+atomic and answered on its own); ``rag.list_documents`` pages ``{after, limit}``; ``rag.delete`` (trusted)
 ``{doc_cid}``; ``rag.list_corpora``, and ``rag.known_corpora`` (this node only: every corpus the
 community knows of and its hosts).  See ``specs/rag.md``.
 """
@@ -40,6 +41,7 @@ __all__ = [
     "LIST_PAGE",
     "MAX_CORPUS_NAME",
     "MAX_FILENAME",
+    "MAX_INGEST_BATCH",
     "MAX_K",
     "MAX_LIST_PAGE",
     "MAX_QUERY_CHARS",
@@ -132,6 +134,8 @@ MAX_TITLE = 1000
 """Longest document title, in ``rag.ingest``'s input, in chunks and in the ingest event."""
 MAX_FILENAME = 255
 """Longest file name ``rag.ingest`` keeps (the common file-system limit, in characters)."""
+MAX_INGEST_BATCH = 64
+"""Most documents in one ``rag.ingest {documents}`` call."""
 LIST_PAGE = 200
 MAX_LIST_PAGE = 1000
 """Documents per ``rag.list_documents`` page: by default, and at most."""

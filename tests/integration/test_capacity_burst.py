@@ -1,6 +1,7 @@
 """Bursts beyond a capability's ``max_concurrent`` on one real node: slower, never failed.
 
-``rag.query`` serves 8 calls at once and ``rag.ingest`` 2; the CLI's client retries
+``rag.query`` serves 8 calls at once here (``HEARTHNET_RAG_QUERY_MAX_CONCURRENT``, 256 by default) and
+``rag.ingest`` 2; the CLI's client retries
 ``capacity_exceeded`` with jittered backoff (``hearthnet.client``), so 50 concurrent
 ``hearthnet query`` processes all get their answers, and a third concurrent ``ingest``
 waits its turn instead of failing.
@@ -39,7 +40,8 @@ QUERIES = 50
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MeshNode]:
     m = LocalMesh(tmp_path_factory.mktemp("burst"))
     try:
-        a = m.add("a")
+        # rag.query admits 256 by default: at 8, 50 processes exceed it by far, as the test needs
+        a = m.add("a", env={"HEARTHNET_RAG_QUERY_MAX_CONCURRENT": "8"})
         m.found(a)
         yield a
     finally:

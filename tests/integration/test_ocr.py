@@ -124,3 +124,24 @@ def test_a_personal_scan_is_never_sent_to_a_peers_ocr(mesh: LocalMesh, tmp_path:
     assert proc.returncode == 1 and result["error"] == "bad_request", result
     assert "no text layer on any of 1 pages: run OCR first" in result["message"]
     assert ocr_calls(a) == before
+
+
+def test_a_scan_among_small_files_is_read_by_ocr_in_their_batch(mesh: LocalMesh, tmp_path: Path) -> None:
+    """Small files are ingested together (one ``rag.ingest {documents}``): a scan among them goes
+    to OCR as it would alone, and its entry names its OCR'd page."""
+    a, b = mesh.nodes["a"], mesh.nodes["b"]
+    folder = tmp_path / "letters"
+    folder.mkdir()
+    writer = PdfWriter()  # the scanned page written anew: bytes no node holds yet
+    writer.add_page(PdfReader(SCANNED).pages[0])
+    with (folder / "scan.pdf").open("wb") as f:
+        writer.write(f)
+    (folder / "note.txt").write_text("The attic window sticks in damp weather.\n", encoding="utf-8")
+    before = ocr_calls(a)
+    proc = b.cli("ingest", str(folder), "--corpus", "letters", "--json", timeout=600)
+    results = {Path(r["path"]).name: r for r in json.loads(proc.stdout)["results"]}
+    assert results["scan.pdf"]["ok"] and results["scan.pdf"]["ocr_pages"] == [1], results
+    assert results["note.txt"]["ok"] and results["note.txt"]["ocr_pages"] == []
+    assert ocr_calls(a) == before + 1
+    answer = b.cli_json("query", "Who was sitting in the kitchen door?", "--corpus", "letters", "-k", "1")
+    assert answer["chunks"][0]["metadata"]["page"] == 1 and answer["chunks"][0]["metadata"]["ocr"] is True

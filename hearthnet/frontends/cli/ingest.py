@@ -2,7 +2,9 @@
 
 Each file is imported by this node (unpinned), pushed to the corpus's host if that is another
 node, and ingested there with ``rag.ingest``; a failure is reported per file and never stops
-the others.
+the others.  Small files go in batches (``BATCH_FILES`` files of at most ``BATCH_FILE_BYTES``):
+one ``file.import {paths}`` and one ``rag.ingest {documents}`` per batch, so the host embeds
+and writes them together; each file is still stored atomically and reported on its own.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ __all__ = ["SUPPORTED_SUFFIXES", "add_ingest"]
 SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
 INGEST_TIMEOUT = 900.0
 """Seconds one file's ``rag.ingest`` may take (fetch, read, embed, write)."""
+BATCH_FILES = 32
+"""Small files ingested by one ``rag.ingest {documents}`` call."""
+BATCH_FILE_BYTES = 256 * 1024
+"""Files up to this size go in batches; larger ones (a book, a long PDF) are ingested one by one."""
 
 
 def _failure(path: Path, code: str, message: str) -> dict[str, Any]:
@@ -191,13 +197,17 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
     for entry in problems:
         _print_entry(args, entry)
         results.append(entry)
-    for path in files:
-        entry = _ingest_one(args, client, progress, path, corpus, host, own)
-        if shown_as and entry["path"] in shown_as:  # stdin: not the temporary file's path
-            entry["path"] = shown_as[entry["path"]]
-            entry["filename"] = path.name
-        _print_entry(args, entry)
-        results.append(entry)
+    for group in _groups(files, single=args.title is not None):
+        if len(group) == 1:
+            entries = [_ingest_one(args, client, progress, group[0], corpus, host, own)]
+        else:
+            entries = _ingest_batch(args, client, progress, group, corpus, host, own)
+        for path, entry in zip(group, entries, strict=True):
+            if shown_as and entry["path"] in shown_as:  # stdin: not the temporary file's path
+                entry["path"] = shown_as[entry["path"]]
+                entry["filename"] = path.name
+            _print_entry(args, entry)
+            results.append(entry)
     failed = [r for r in results if not r["ok"]]
     readmes = [
         r for r in results if r["ok"] and Path(r["path"]).stem.lower() == "readme" and r["path"] in walked
@@ -268,6 +278,120 @@ def _ingest_one(
     except (OSError, RuntimeError) as exc:  # e.g. a symlink loop met while resolving
         entry.update(ok=False, error="bad_request", message=str(exc))
     return entry
+
+
+def _groups(files: list[Path], *, single: bool) -> list[list[Path]]:
+    """``files`` in order, runs of small ones cut into batches of ``BATCH_FILES``, others alone."""
+    groups: list[list[Path]] = []
+    run: list[Path] = []
+    for path in files:
+        try:
+            small = not single and path.stat().st_size <= BATCH_FILE_BYTES
+        except OSError:
+            small = False  # reported by the one-file path, with the reason
+        if small:
+            run.append(path)
+            if len(run) == BATCH_FILES:
+                groups.append(run)
+                run = []
+            continue
+        if run:
+            groups.append(run)
+            run = []
+        groups.append([path])
+    if run:
+        groups.append(run)
+    return groups
+
+
+def _ingest_batch(
+    args: argparse.Namespace,
+    client: Client,
+    progress: Progress,
+    paths: list[Path],
+    corpus: str,
+    host: str,
+    own: str,
+) -> list[dict[str, Any]]:
+    """Several small files: one import, a push each if the host is another node, one
+    ``rag.ingest {documents}``; an entry per file, in order (never raises)."""
+    entries: list[dict[str, Any]] = [{"path": path_text(p)} for p in paths]
+    full: dict[int, str] = {}
+    for i, path in enumerate(paths):
+        try:
+            name = str(path.resolve())
+            name.encode("utf-8")
+            full[i] = name
+        except UnicodeEncodeError:
+            why = "the file name is not valid UTF-8: rename the file"
+            entries[i].update(_failure(path, "bad_request", why))
+        except (OSError, RuntimeError) as exc:
+            entries[i].update(_failure(path, "bad_request", str(exc)))
+    try:
+        if full:
+            files = client.call(
+                "file.import",
+                input={"paths": list(full.values()), "pin": False, "private": is_private(corpus)},
+            ).output["files"]
+            for i, got in zip(full, files, strict=True):
+                if "error" in got:
+                    entries[i].update(ok=False, error=got["error"], message=got["message"])
+                else:
+                    entries[i]["doc_cid"] = got["doc_cid"]
+        label = f"{len(paths)} files"
+        if host != own:
+            for i, entry in enumerate(entries):
+                if "doc_cid" in entry and "ok" not in entry:
+                    try:
+                        push = {"doc_cid": entry["doc_cid"], "node": host}
+                        pushing = client.stream("file.push", input=push)
+                        streamed(pushing, progress, Path(entry["path"]).name)
+                    except BusError as exc:
+                        entries[i].update(ok=False, error=exc.code, message=exc.message)
+        first: dict[str, int] = {}  # one document per content: a copy of a file is "already indexed"
+        documents = []
+        for i, entry in enumerate(entries):
+            if "ok" in entry or "doc_cid" not in entry:
+                continue
+            if entry["doc_cid"] in first:
+                continue
+            first[entry["doc_cid"]] = i
+            doc: dict[str, Any] = {"doc_cid": entry["doc_cid"], "filename": Path(entry["path"]).name}
+            if args.language is not None:
+                doc["language"] = args.language
+            if args.metadata:
+                doc["metadata"] = args.metadata
+            documents.append(doc)
+        if documents:
+            ingesting = client.stream(
+                "rag.ingest",
+                params={"corpus": corpus},
+                input={"documents": documents},
+                provider=host,
+                timeout=INGEST_TIMEOUT,
+            )
+            result = streamed(ingesting, progress, label)
+            answered = {d["doc_cid"]: d for d in result.output["documents"]}
+            for i, entry in enumerate(entries):
+                if "ok" in entry or "doc_cid" not in entry:
+                    continue
+                got = answered[entry["doc_cid"]]
+                if not got["ok"]:
+                    entry.update(ok=False, error=got["error"], message=got["message"])
+                    continue
+                entry.update(
+                    ok=True,
+                    chunks_indexed=got["chunks_indexed"],
+                    tokens_indexed=got["tokens_indexed"],
+                    event_id=got.get("ingest_event_id"),
+                    node=result.provider,
+                    existing=bool(got["existing"]) or first[entry["doc_cid"]] != i,
+                )
+    except BusError as exc:  # the call as a whole failed: every file not answered yet failed with it
+        for entry in entries:
+            if "ok" not in entry:
+                entry.update(ok=False, error=exc.code, message=exc.message)
+    return entries
 
 
 def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:

@@ -185,6 +185,34 @@ class CommunityService:
         await self.broadcast_changed()
         return event
 
+    async def append_many(self, event_type: str, items: list[dict[str, Any]]) -> list[Event]:
+        """Append several signed events of one type in order (one worker pass), telling the peers once.
+
+        Each is checked and stored as :meth:`append` does; if one is refused, those before it stay
+        appended (and are announced) and its error is raised.
+        """
+
+        def append_all() -> tuple[list[Event], BaseException | None]:
+            done: list[Event] = []
+            for data in items:
+                try:
+                    done.append(self._log.append_local(self._identity, event_type, data))
+                except Exception as exc:
+                    return done, exc
+            return done, None
+
+        events, error = await anyio.to_thread.run_sync(append_all, limiter=self._limiter)
+        for event in events:
+            log.info("event_appended", event_type=event_type, event_id=event.event_id, lamport=event.lamport)
+        if events:
+            self._stored(events)
+            if event_type.startswith(("member.", "community.")):
+                await self._on_membership_changed()
+            await self.broadcast_changed()
+        if error is not None:
+            raise error
+        return events
+
     async def broadcast_changed(self) -> None:
         for peer in self._bus.connected():
             # in the link's own tasks: a peer that stopped reading holds up only itself

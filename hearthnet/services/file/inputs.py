@@ -9,7 +9,19 @@ from typing import Any, Final
 from hearthnet.blobs import Manifest, is_cid
 from hearthnet.errors import BadRequest
 
-__all__ = ["SOURCE_ERRORS", "absolute_path", "check_length", "cid_input", "import_input", "imported"]
+__all__ = [
+    "MAX_IMPORT_PATHS",
+    "SOURCE_ERRORS",
+    "absolute_path",
+    "check_length",
+    "cid_input",
+    "import_input",
+    "import_many_input",
+    "imported",
+]
+
+MAX_IMPORT_PATHS: Final = 256
+"""Most files one ``file.import {paths}`` call takes."""
 
 SOURCE_ERRORS: Final = frozenset(
     {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG}
@@ -43,6 +55,21 @@ def import_input(inp: dict[str, Any]) -> tuple[str, bool, bool]:
     if not isinstance(pin, bool) or not isinstance(private, bool):
         raise BadRequest("input.pin and input.private must be true or false")
     return path, pin, private
+
+
+def import_many_input(inp: dict[str, Any]) -> tuple[list[str], bool, bool]:
+    """``paths`` (absolute, at most ``MAX_IMPORT_PATHS``), ``pin``, ``private`` of ``file.import {paths}``."""
+    paths = inp.get("paths")
+    if "path" in inp:
+        raise BadRequest("give input.path or input.paths, not both")
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        raise BadRequest("input.paths must be a non-empty list of absolute paths")
+    if len(paths) > MAX_IMPORT_PATHS:
+        raise BadRequest(f"input.paths has {len(paths)} paths; at most {MAX_IMPORT_PATHS} a call")
+    for p in paths:
+        absolute_path(p)
+    _, pin, private = import_input({**inp, "path": ""})
+    return list(paths), pin, private
 
 
 def imported(manifest: Manifest) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from hearthnet.services.file.inputs import (
     check_length,
     cid_input,
     import_input,
+    import_many_input,
     imported,
 )
 
@@ -50,22 +51,48 @@ class LocalFiles:
         ) -> AbstractAsyncContextManager[Iterator[Awaitable[bytes]]]: ...
 
     async def _handle_import(self, ctx: CallContext) -> dict[str, Any]:
+        if "paths" in ctx.input:
+            return await self._import_many(ctx)
         path, pin, private = import_input(ctx.input)
         manifest, _ = await self._import(path, pin=pin, private=private)
         return imported(manifest)
 
+    async def _import_many(self, ctx: CallContext) -> dict[str, Any]:
+        """``file.import {paths}``: every file in one worker pass, each answered on its own
+        (``{path, doc_cid, size, chunks}`` or ``{path, error, message}``), in order."""
+        paths, pin, private = import_many_input(ctx.input)
+
+        def import_all() -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            for path in paths:
+                try:
+                    manifest, _ = self._import_blocking(path, pin=pin, private=private)
+                except BusError as exc:
+                    out.append({"path": path, "error": exc.code, "message": exc.message})
+                else:
+                    out.append({"path": path, **imported(manifest)})
+            return out
+
+        files: list[dict[str, Any]] = await self._io(import_all)
+        return {"files": files}
+
     async def _import(self, path: str, *, pin: bool, private: bool) -> tuple[Manifest, bool]:
         """Store the file at ``path``; its manifest and whether the blob is new here."""
+        absolute_path(path)
+        result: tuple[Manifest, bool] = await self._io(
+            lambda: self._import_blocking(path, pin=pin, private=private)
+        )
+        return result
+
+    def _import_blocking(self, path: str, *, pin: bool, private: bool) -> tuple[Manifest, bool]:
+        """:meth:`_import` in the calling (worker) thread."""
         p = absolute_path(path)
         try:
-            imported: tuple[Manifest, bool] = await self._io(
-                lambda: self.store.import_file(p, pin=pin, private=private)
-            )
+            return self.store.import_file(p, pin=pin, private=private)
         except OSError as exc:
             if exc.filename != path and exc.errno not in SOURCE_ERRORS:
                 raise  # the store's own disk, not the caller's file
             raise BadRequest(f"{path} cannot be read: {exc.strerror or type(exc).__name__}") from exc
-        return imported
 
     async def _handle_export(self, ctx: CallContext) -> dict[str, Any]:
         doc_cid = cid_input(ctx.input, "doc_cid")

@@ -18,6 +18,7 @@ from hearthnet.contracts.rag import (
     DEFAULT_MODE,
     LIST_PAGE,
     MAX_FILENAME,
+    MAX_INGEST_BATCH,
     MAX_K,
     MAX_LIST_PAGE,
     MAX_QUERY_CHARS,
@@ -29,7 +30,15 @@ from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunks import check_extra_metadata
 from hearthnet.services.rag.search.filters import build_where
 
-__all__ = ["IngestInput", "delete_input", "ingest_input", "list_input", "query_input", "query_mode"]
+__all__ = [
+    "IngestInput",
+    "delete_input",
+    "ingest_batch_input",
+    "ingest_input",
+    "list_input",
+    "query_input",
+    "query_mode",
+]
 
 
 def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
@@ -101,6 +110,30 @@ def ingest_input(inp: Mapping[str, Any]) -> IngestInput:
         if filename is not None and len(filename) > MAX_FILENAME:
             raise BadRequest(f"input.filename is {len(filename)} characters long; at most {MAX_FILENAME}")
     return IngestInput(doc_cid, title, language, metadata, filename)
+
+
+def ingest_batch_input(inp: Mapping[str, Any]) -> list[IngestInput] | None:
+    """``rag.ingest {documents: [...]}``: each document's input, or ``None`` for the one-document form."""
+    if "documents" not in inp:
+        return None
+    check_input_keys(inp, {"documents"}, "rag.ingest")
+    docs = inp["documents"]
+    if not isinstance(docs, list) or not docs:
+        raise BadRequest("input.documents must be a non-empty list of document inputs")
+    if len(docs) > MAX_INGEST_BATCH:
+        raise BadRequest(f"input.documents has {len(docs)} documents; at most {MAX_INGEST_BATCH} a call")
+    out = []
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise BadRequest(f"input.documents[{i}] must be an object")
+        try:
+            out.append(ingest_input(doc))
+        except BadRequest as exc:
+            raise BadRequest(f"input.documents[{i}]: {exc.message}") from None
+    cids = [d.doc_cid for d in out]
+    if len(set(cids)) != len(cids):
+        raise BadRequest("input.documents names one doc_cid twice")
+    return out
 
 
 def list_input(inp: Mapping[str, Any]) -> tuple[str, int]:

@@ -24,7 +24,12 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.store import CorpusRecord, CorpusStore
 
-__all__ = ["CorpusOffers", "Handlers"]
+__all__ = ["QUERY_CONCURRENCY", "CorpusOffers", "Handlers"]
+
+QUERY_CONCURRENCY = 256
+"""``rag.query`` calls a corpus admits at once by default (``rag.query_max_concurrent``): a waiting
+query costs little (its question waits for the next embedding call, :mod:`.search.queries`), and
+the more wait, the fuller that call."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class CorpusOffers:
         embedding_model: str,
         accept_new_corpora: bool,
         query_timeout_seconds: float,
+        query_max_concurrent: int = QUERY_CONCURRENCY,
     ) -> None:
         self._bus = bus
         self._store = store
@@ -60,6 +66,7 @@ class CorpusOffers:
         self._model = embedding_model
         self._accept_new = accept_new_corpora
         self._query_timeout = query_timeout_seconds
+        self._query_concurrency = query_max_concurrent
         self._lock = anyio.Lock()
         self._queries: dict[str, dict[str, Any]] = {}
         """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
@@ -130,7 +137,7 @@ class CorpusOffers:
                     "rag.query",
                     (1, 0),
                     params=query,
-                    max_concurrent=8,
+                    max_concurrent=self._query_concurrency,
                     timeout_seconds=self._query_timeout,
                     idempotent=True,
                     local_only=local_only,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,14 +41,23 @@ from hearthnet.contracts.rag import (
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.announce import AppendEvent, FindEvent
+from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.archives.serve import ServedArchives
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
-from hearthnet.services.rag.inputs import delete_input, ingest_input, list_input, query_input, query_mode
-from hearthnet.services.rag.offers import CorpusOffers, Handlers
+from hearthnet.services.rag.inputs import (
+    IngestInput,
+    delete_input,
+    ingest_batch_input,
+    ingest_input,
+    list_input,
+    query_input,
+    query_mode,
+)
+from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
 from hearthnet.services.rag.search.filters import filter_keys
+from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
 from hearthnet.services.rag.store.corpus import KeywordLeg
 
@@ -68,6 +78,7 @@ class RagSettings:
     embed_timeout_seconds: float = 10.0
     accept_new_corpora: bool = True
     store_threads: int = 2
+    query_max_concurrent: int = QUERY_CONCURRENCY
 
 
 class RagService:
@@ -85,6 +96,7 @@ class RagService:
         own_level: OwnLevel,
         corpus_changed: CorpusChanged | None = None,
         archives: Sequence[ArchiveConfig] = (),
+        append_events: AppendEvents | None = None,
     ) -> None:
         self._bus = bus
         self._corpus_changed = corpus_changed
@@ -92,6 +104,8 @@ class RagService:
         self._settings = settings
         self._own_level = own_level
         self._embedder = Embedder(bus, settings.embedding_model, settings.embed_timeout_seconds)
+        self._query_embedder = QueryEmbedder(self._embedder)
+        """Questions of concurrent ``rag.query`` calls embedded together."""
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
         """Threads for store writes (and the reads of ingest and reindex)."""
         self._read_threads = WorkerThreads(settings.store_threads, "rag-read")
@@ -114,6 +128,7 @@ class RagService:
             embedding_model=settings.embedding_model,
             accept_new_corpora=settings.accept_new_corpora,
             query_timeout_seconds=settings.query_timeout_seconds,
+            query_max_concurrent=settings.query_max_concurrent,
         )
         self._ingestion = Ingestion(
             bus=bus,
@@ -122,6 +137,7 @@ class RagService:
             embedder=self._embedder,
             offers=self._offers,
             append_event=append_event,
+            append_events=append_events,
             find_event=find_event,
             changed=self._changed,
             store_limiter=self._store_limiter,
@@ -229,7 +245,7 @@ class RagService:
             if mode != "dense":
                 tg.start_soon(keyword_leg)
             try:
-                vectors = (await self._embedder.embed([query])).vectors
+                vector = await self._query_embedder.embed(query)
             except BusError as exc:
                 tg.cancel_scope.cancel()
                 failed.insert(0, exc)
@@ -237,7 +253,7 @@ class RagService:
         if failed:
             raise failed[0]
         hits, known_keys, used = await local.search(
-            vectors[0],
+            vector,
             k=k,
             where=where,
             include_text=include_text,
@@ -316,7 +332,8 @@ class RagService:
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="documents")
         self._archives.refuse_write(corpus, "ingest into")
-        inp = ingest_input(ctx.input)
+        batch = ingest_batch_input(ctx.input)
+        inp = ingest_input(ctx.input) if batch is None else None
         if announced(corpus):  # personal is never announced, so it needs no trust
             await self._check_own_trust("announce ingests")
         held = await run_blocking(self._store.corpora, limiter=self._read_threads)
@@ -328,11 +345,27 @@ class RagService:
                 )
             if corpus != PERSONAL:  # every node has a personal corpus of its own
                 await self._refuse_a_second_host(corpus)
+        if batch is not None:
+            return await self._ingest_batch(ctx, started, corpus, batch)
+        assert inp is not None
         # one ingest (or delete) of a document at a time; a repeat finds it stored
         async with self._gate.ingest(corpus), self._documents.hold(corpus, inp.doc_cid):
             output, meta = await self._ingestion.ingest(ctx, started, corpus, inp)
         if not meta.get("existing"):
             self.ingests += 1
+        return output, meta
+
+    async def _ingest_batch(
+        self, ctx: CallContext, started: float, corpus: str, batch: list[IngestInput]
+    ) -> Output:
+        """``rag.ingest {documents}``: every document held (in one order, so two batches cannot
+        deadlock), then read, embedded and written together, each answered on its own."""
+        async with AsyncExitStack() as held:
+            await held.enter_async_context(self._gate.ingest(corpus))
+            for doc_cid in sorted(d.doc_cid for d in batch):
+                await held.enter_async_context(self._documents.hold(corpus, doc_cid))
+            output, meta = await self._ingestion.ingest_many(ctx, started, corpus, batch)
+        self.ingests += sum(1 for d in output["documents"] if d["ok"] and not d["existing"])
         return output, meta
 
     async def _check_own_trust(self, what: str) -> None:

@@ -44,8 +44,10 @@ def test_environment_overrides(tmp_path: Path) -> None:
             "HEARTHNET_CHROMA_URL": "http://127.0.0.1:8000",
             "RAG_QUERY_TIMEOUT_SECONDS": "2.5",
             "RAG_EMBED_TIMEOUT_SECONDS": "7",
+            "HEARTHNET_RAG_QUERY_MAX_CONCURRENT": "8",
         },
     )
+    assert config.rag.query_max_concurrent == 8
     assert config.network.listen_port == 9000 and not config.embedding.enabled
     assert config.rag.chroma_url == "http://127.0.0.1:8000"
     assert config.rag.query_timeout_seconds == 2.5
@@ -91,6 +93,8 @@ def test_link_liveness_settings_from_toml_and_environment(tmp_path: Path) -> Non
         ({"HEARTHNET_LISTEN": "nonsense"}, "HOST:PORT"),
         ({"HEARTHNET_EMBEDDING": "maybe"}, "true or false"),
         ({"RAG_QUERY_TIMEOUT_SECONDS": "-1"}, "positive"),
+        ({"HEARTHNET_RAG_QUERY_MAX_CONCURRENT": "0"}, "at least 1"),
+        ({"HEARTHNET_RAG_QUERY_MAX_CONCURRENT": "5000"}, r"1\.\.1024"),
         ({"HEARTHNET_KEEPALIVE_SECONDS": "20"}, "at least twice"),
         ({"HEARTHNET_DEAD_AFTER_SECONDS": "abc"}, "must be a number"),
         ({"HEARTHNET_OCR": "maybe"}, "HEARTHNET_OCR must be true or false"),
@@ -126,6 +130,7 @@ def test_unknown_keys_and_bad_toml_are_rejected(tmp_path: Path) -> None:
         ({"rag": {"chroma_url": "http://h:99999"}}, "rag.chroma_url is not a valid URL"),
         ({"rag": {"chroma_url": "h:8000"}}, "must be an http"),
         ({"rag": {"query_timeout_seconds": float("inf")}}, "query_timeout_seconds must be"),
+        ({"rag": {"query_max_concurrent": 0}}, "rag.query_max_concurrent must be at least 1"),
         ({"ocr": {"enable": False}}, r"unknown config key\(s\) in \[ocr\]: enable"),
         ({"ocr": {"enabled": "no"}}, r"ocr\.enabled in config\.toml must be true/false"),
         ({"ocr": {"max_concurrent": 0}}, "ocr.max_concurrent must be at least 1"),

@@ -26,12 +26,13 @@ from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced
 from hearthnet.errors import BusError, NotFound, unwrap_group
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.announce import AppendEvent, FindEvent
+from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.gate import Reindexing
+from hearthnet.services.rag.ingest.batch import ReadOutcome, read_and_embed_many
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
 from hearthnet.services.rag.ingest.embed import EmbeddedDocument, Progress, embed_streamed
-from hearthnet.services.rag.ingest.ocr import ocr_route
+from hearthnet.services.rag.ingest.ocr import ScanReader, ocr_route
 from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 from hearthnet.services.rag.inputs import IngestInput
 from hearthnet.services.rag.offers import CorpusOffers
@@ -64,8 +65,10 @@ class Ingestion:
         changed: Callable[[str], None],
         store_limiter: anyio.CapacityLimiter,
         read_threads: WorkerThreads,
+        append_events: AppendEvents | None = None,
     ) -> None:
         self._bus = bus
+        self._append_events = append_events
         self._store = store
         self._blobs = blobs
         self._embedder = embedder
@@ -164,6 +167,196 @@ class Ingestion:
                 "pages": prepared.document.page_count,
             },
         )
+
+    # rag.ingest {documents} -----------------------------------------------------------------
+    async def ingest_many(
+        self, ctx: CallContext, started: float, corpus: str, inputs: list[IngestInput]
+    ) -> Output:
+        """Ingest several documents with one embedding pass, one store write and one announcement.
+
+        Each document stays atomic and idempotent on its own (the store's per-document unit,
+        :meth:`CorpusStore.add_documents`): one stored already is repaired and answered as
+        ``existing``, one that cannot be fetched or read is answered with its error, and the
+        others go on.  Output: ``{documents: [...], chunks_indexed, tokens_indexed}``, an entry
+        per input in order: ``{doc_cid, ok: true, chunks_indexed, tokens_indexed, existing,
+        ingest_event_id}`` or ``{doc_cid, ok: false, error, message}``.
+        """
+        results: dict[str, dict[str, Any]] = {}
+        found = await self._existing_many(corpus, [d.doc_cid for d in inputs])
+        for doc_cid, existing in found.items():
+            output, meta = await self._repair(started, corpus, doc_cid, *existing)
+            results[doc_cid] = {
+                **output,
+                "ok": True,
+                "existing": True,
+                "ingest_event_id": meta["ingest_event_id"],
+            }
+        fresh = [d for d in inputs if d.doc_cid not in found]
+        if fresh:
+            registered = self._offers.query_params(corpus)
+            if registered is not None and str(registered["embedding_model"]) != self.model:
+                raise NotFound(
+                    f"corpus {corpus} was embedded with {registered['embedding_model']} but this node "
+                    f"embeds with {self.model}: run 'hearthnet rag reindex --corpus {corpus}' first"
+                )
+            await ctx.send({"stage": "fetch", "current": 0, "total": len(fresh)})
+            fresh = await self._fetch_many(ctx, fresh, results)
+        if fresh:
+            await ctx.send({"stage": "read", "current": 0, "total": len(fresh)})
+            route = ocr_route(self._bus)
+
+            def scans(doc_cid: str) -> ScanReader | None:  # in the reader's thread
+                if route is None:
+                    return None
+                private = self._blobs.is_private(doc_cid)
+                return route.reader(
+                    doc_cid,
+                    private=private,
+                    deadline=ctx.deadline,
+                    progress=ctx.send,
+                    parse_slot=self._parse_slot,
+                )
+
+            outcomes = await read_and_embed_many(
+                fresh,
+                blobs=self._blobs,
+                embedder=self._embedder,
+                max_tokens=self._embedder.max_tokens(),
+                parse_slot=self._parse_slot,
+                limiter=self._reader_limiter,
+                progress=ctx.send,
+                scans=scans,
+            )
+            for o in outcomes:
+                if o.error is not None:
+                    results[o.inp.doc_cid] = _failed(o.inp.doc_cid, o.error)
+            readable = [o for o in outcomes if o.error is None]
+            if readable:
+                results.update(await self._write_many(ctx, corpus, readable))
+        documents = [results[d.doc_cid] for d in inputs]
+        ok = [d for d in documents if d["ok"]]
+        log.info(
+            "rag_ingested_batch",
+            corpus=corpus,
+            docs=len(inputs),
+            new=sum(1 for d in ok if not d["existing"]),
+            failed=len(documents) - len(ok),
+            ms=_ms(started),
+        )
+        return (
+            {
+                "documents": documents,
+                "chunks_indexed": sum(int(d["chunks_indexed"]) for d in ok),
+                "tokens_indexed": sum(int(d["tokens_indexed"]) for d in ok),
+            },
+            {"corpus": corpus, "ms": _ms(started), "embedding_model": self.model},
+        )
+
+    async def _existing_many(
+        self, corpus: str, doc_cids: list[str]
+    ) -> dict[str, tuple[dict[str, Any], dict[str, Any], str | None]]:
+        """:meth:`_existing` of several documents: the store asked once, the log for those stored."""
+
+        def lookup() -> dict[str, dict[str, Any]]:
+            if corpus not in self._store.corpora():
+                return {}
+            docs = {c: self._store.document(corpus, c) for c in doc_cids}
+            return {c: d for c, d in docs.items() if d is not None}
+
+        stored = await run_blocking(lookup, limiter=self._store_limiter)
+        out = {}
+        for doc_cid, doc in stored.items():
+            output = {"doc_cid": doc_cid, "chunks_indexed": doc["chunks"], "tokens_indexed": doc["tokens"]}
+            event_id = await run_blocking(self._find_event, corpus, doc_cid, limiter=self._read_threads)
+            out[doc_cid] = (output, doc, event_id)
+        return out
+
+    async def _fetch_many(
+        self, ctx: CallContext, inputs: list[IngestInput], results: dict[str, dict[str, Any]]
+    ) -> list[IngestInput]:
+        """The documents whose blobs are here (fetched from the caller when not); the others'
+        errors go to ``results``."""
+        held = await run_blocking(
+            lambda: {d.doc_cid for d in inputs if self._blobs.has_blob(d.doc_cid)},
+            limiter=self._store_limiter,
+        )
+        hint = None if ctx.is_local else ctx.caller
+        files = FileClient(self._bus)
+        ready = []
+        for d in inputs:
+            if d.doc_cid not in held:
+                try:
+                    await files.fetch(
+                        d.doc_cid, hint=hint, provider=self._bus.node_id, timeout=max(30.0, ctx.remaining())
+                    )
+                except BusError as exc:
+                    results[d.doc_cid] = _failed(d.doc_cid, exc)
+                    continue
+            ready.append(d)
+        return ready
+
+    async def _write_many(
+        self, ctx: CallContext, corpus: str, outcomes: list[ReadOutcome]
+    ) -> dict[str, dict[str, Any]]:
+        """Store the read documents in one write, then announce them (one registration, their
+        events appended together, their sources pinned)."""
+        docs = []
+        for o in outcomes:
+            assert o.prepared is not None and o.vectors is not None
+            source = DocumentSource(
+                filename=o.inp.filename, pages=o.prepared.document.page_count, ingested_by=ctx.caller
+            )
+            docs.append((o.prepared.chunks, o.vectors, source))
+        dim = int(docs[0][1].shape[1])
+        await run_blocking(
+            lambda: self._store.create_corpus(corpus, embedding_model=self.model, dim=dim),
+            limiter=self._store_limiter,
+        )
+        await ctx.send({"stage": "write", "current": 0, "total": sum(len(c) for c, _, _ in docs)})
+        with anyio.CancelScope(shield=True):  # once the write starts it is announced (see ingest)
+            await run_blocking(lambda: self._store.add_documents(corpus, docs), limiter=self._store_limiter)
+            await self._offers.announce(corpus)
+            self._changed(corpus)
+            events = await self._emit_many(
+                corpus,
+                [
+                    (
+                        o.inp.doc_cid,
+                        str(o.prepared.chunks[0].metadata.get("doc_title", o.inp.title)),
+                        o.prepared.language,
+                        len(o.prepared.chunks),
+                    )
+                    for o in outcomes
+                    if o.prepared is not None
+                ],
+            )
+            for o in outcomes:
+                await self._keep_source(o.inp.doc_cid)
+        out = {}
+        for o, event_id in zip(outcomes, events, strict=True):
+            assert o.prepared is not None
+            out[o.inp.doc_cid] = {
+                "doc_cid": o.inp.doc_cid,
+                "ok": True,
+                "chunks_indexed": len(o.prepared.chunks),
+                "tokens_indexed": int(sum(int(c.metadata.get("tokens", 0)) for c in o.prepared.chunks)),
+                "ocr_pages": list(o.prepared.ocr_pages),
+                "existing": False,
+                "ingest_event_id": event_id,
+            }
+        return out
+
+    async def _emit_many(self, corpus: str, docs: list[tuple[str, str, str, int]]) -> list[str]:
+        """The ingest events of ``(doc_cid, title, language, chunks)``, appended together."""
+        if not announced(corpus):
+            return ["" for _ in docs]
+        if self._append_events is None:
+            return [await self._emit(corpus, *d) for d in docs]
+        items = [
+            {"corpus": corpus, "doc_cid": c, "title": t[:MAX_TITLE], "language": lang, "chunks": n}
+            for c, t, lang, n in docs
+        ]
+        return await self._append_events(INGESTED, items)
 
     async def _existing(
         self, corpus: str, doc_cid: str
@@ -358,6 +551,10 @@ class Ingestion:
             await self._offers.announce(corpus)
             self._changed(corpus)
         return len(docs)
+
+
+def _failed(doc_cid: str, exc: BusError) -> dict[str, Any]:
+    return {"doc_cid": doc_cid, "ok": False, "error": exc.code, "message": exc.message}
 
 
 def _ms(started: float) -> float:

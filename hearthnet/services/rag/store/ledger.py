@@ -14,7 +14,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -338,17 +338,22 @@ class Ledger:
             ),
         )
 
-    def complete(self, name: str, doc: DocumentWrite, now: float) -> bool:
-        """Flip a ``pending`` document to ``complete`` and index its keywords, in one transaction;
-        False (and nothing indexed) if it was not pending any more."""
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction (one commit, one fsync) around several documents' statements."""
         with transaction(self._db):
-            done = self._db.execute(
-                "UPDATE documents SET status = 'complete', updated_at = ? "
-                "WHERE corpus = ? AND doc_cid = ? AND status = 'pending'",
-                (now, name, doc.doc_cid),
-            )
-            if done.rowcount == 1 and keyword.has_index(self._db, name):
-                keyword.add_document(self._db, name, doc.doc_cid, doc.ids, doc.texts, doc.metadatas)
+            yield
+
+    def complete(self, name: str, doc: DocumentWrite, now: float) -> bool:
+        """Flip a ``pending`` document to ``complete`` and index its keywords (inside :meth:`batch`:
+        both in one transaction); False (and nothing indexed) if it was not pending any more."""
+        done = self._db.execute(
+            "UPDATE documents SET status = 'complete', updated_at = ? "
+            "WHERE corpus = ? AND doc_cid = ? AND status = 'pending'",
+            (now, name, doc.doc_cid),
+        )
+        if done.rowcount == 1 and keyword.has_index(self._db, name):
+            keyword.add_document(self._db, name, doc.doc_cid, doc.ids, doc.texts, doc.metadatas)
         return done.rowcount == 1
 
     def begin_delete(self, name: str, doc_cid: str, *, announce: bool) -> None:

@@ -375,48 +375,110 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
 
         ``source`` (file name, pages, who asked) is kept in the ledger for ``rag.list_documents``.
         """
+        self.add_documents(name, [(chunks, embeddings, source)])
+
+    def add_documents(
+        self, name: str, documents: Sequence[tuple[Sequence[Chunk], np.ndarray, DocumentSource | None]]
+    ) -> list[bool]:
+        """Add several documents with one ChromaDB write, each atomic and idempotent on its own.
+
+        Every document goes through the per-document unit (:meth:`_begin_documents`,
+        :meth:`_commit_documents`, :meth:`_purge` on failure) as :meth:`add_document` does; only
+        the vector write and the ledger's commits are shared.  A failure undoes every document of
+        the call (none is left half-written) and is raised.  Returns, per document, whether it
+        was written (``False``: it was complete already).
+        """
         col = self._collection(name)
-        doc = DocumentWrite.of(chunks, embeddings, self.info(name).dim)
-        doc_cid = doc.doc_cid
-        with self._lock:
-            st = self._ledger.status(name, doc_cid)
-            if st is not None and st[0] == "complete":
-                return
-            if doc_cid in self._pending.get(name, ()):
-                raise BadRequest(
-                    f"document {doc_cid} is being written to corpus {name!r} by another call; "
-                    "try again when it is done"
-                )
-            self._pending.setdefault(name, set()).add(doc_cid)  # ours until the finally below
+        dim = self.info(name).dim
+        writes = [(DocumentWrite.of(c, v, dim), s or DocumentSource()) for c, v, s in documents]
+        cids = [w.doc_cid for w, _ in writes]
+        if len(set(cids)) != len(cids):
+            raise BadRequest("a document appears twice in one write")
+        todo = self._claim_documents(name, writes)
         try:
-            if st is not None:
-                # left by an undo that failed: its chunks (perhaps other ids) must not come back
-                self._purge(name, doc_cid)
-            with self._lock:
-                self._ledger.begin_write(name, doc, source or DocumentSource(), time.time())
-            self._write_document(col, doc)
-            with self._lock:
-                if not self._ledger.complete(name, doc, time.time()):
-                    raise InternalError(f"document {doc_cid} left the ledger while it was being written")
-                self._keys.pop(name, None)
-                self._memory.changed(name)
-                self._memory.added(name, doc.ids, doc.vectors, doc.texts, doc.metadatas)
+            self._begin_documents(name, todo)
+            ids = [i for w, _ in todo for i in w.ids]
+            if ids:
+                vectors = np.concatenate([w.vectors for w, _ in todo], axis=0)
+                texts = [t for w, _ in todo for t in w.texts]
+                metas = [m for w, _ in todo for m in w.metadatas]
+                for a in range(0, len(ids), self._batch):
+                    part = slice(a, a + self._batch)
+                    self._write_batch(col, ids[part], vectors[part], texts[part], metas[part])
+            self._commit_documents(name, [w for w, _ in todo])
         except BaseException as exc:
             if isinstance(exc, CollectionGone):
                 self._forget_handle(name)
-            # Undo the partial document; a second failure while undoing must not hide the first
-            # (recover() finishes the job at the next start).
-            with contextlib.suppress(Exception):
-                self._purge(name, doc_cid)
+            for w, _ in todo:  # undo each (recover() finishes what a second failure leaves)
+                with contextlib.suppress(Exception):
+                    self._purge(name, w.doc_cid)
             if isinstance(exc, Exception):
-                full = out_of_space(self.root, exc, needed=doc.size)
+                full = out_of_space(self.root, exc, needed=sum(w.size for w, _ in todo))
                 if full is not None:
                     raise full from exc
             raise
         finally:
             with self._lock:
-                self._pending.get(name, set()).discard(doc_cid)
-        _log.info("rag_document_added", corpus=name, doc_cid=doc_cid, chunks=len(chunks))
+                for w, _ in todo:
+                    self._pending.get(name, set()).discard(w.doc_cid)
+        written = {w.doc_cid for w, _ in todo}
+        for w, _ in todo:
+            _log.info("rag_document_added", corpus=name, doc_cid=w.doc_cid, chunks=len(w.ids))
+        return [cid in written for cid in cids]
+
+    # The per-document atomic unit: claimed (hidden from queries), begun (``pending`` in the
+    # ledger before any chunk is written), committed (``complete``: visible), or purged.  Whatever
+    # else must be written with a document's vectors joins it here: in ``_begin_documents`` and
+    # ``_commit_documents`` (inside the ledger's transaction) and in ``_purge`` (its undo).
+    def _claim_documents(
+        self, name: str, writes: Sequence[tuple[DocumentWrite, DocumentSource]]
+    ) -> list[tuple[DocumentWrite, DocumentSource]]:
+        """The documents still to write, marked as being written by this process (a document
+        complete already is skipped; one another call is writing is refused, nothing claimed)."""
+        with self._lock:
+            busy = self._pending.setdefault(name, set())
+            todo = []
+            for w, source in writes:
+                st = self._ledger.status(name, w.doc_cid)
+                if st is not None and st[0] == "complete":
+                    continue
+                if w.doc_cid in busy:
+                    raise BadRequest(
+                        f"document {w.doc_cid} is being written to corpus {name!r} by another call; "
+                        "try again when it is done"
+                    )
+                todo.append((w, source))
+            busy.update(w.doc_cid for w, _ in todo)
+            return todo
+
+    def _begin_documents(self, name: str, todo: Sequence[tuple[DocumentWrite, DocumentSource]]) -> None:
+        """Each document ``pending`` in the ledger (one transaction) before any chunk is written;
+        one an earlier undo left behind is purged first (its chunks, perhaps of other ids, must
+        not come back)."""
+        for w, _ in todo:
+            with self._lock:
+                left = self._ledger.status(name, w.doc_cid) is not None
+            if left:
+                self._purge(name, w.doc_cid)
+        now = time.time()
+        with self._lock, self._ledger.batch():
+            for w, source in todo:
+                self._ledger.begin_write(name, w, source, now)
+
+    def _commit_documents(self, name: str, docs: Sequence[DocumentWrite]) -> None:
+        """Each written document ``complete`` (one transaction): from here queries see it."""
+        now = time.time()
+        with self._lock:
+            with self._ledger.batch():
+                for w in docs:
+                    if not self._ledger.complete(name, w, now):
+                        raise InternalError(
+                            f"document {w.doc_cid} left the ledger while it was being written"
+                        )
+            self._keys.pop(name, None)
+            self._memory.changed(name)
+            for w in docs:
+                self._memory.added(name, w.ids, w.vectors, w.texts, w.metadatas)
 
     def _purge(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
         """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row.

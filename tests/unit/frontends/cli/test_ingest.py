@@ -139,3 +139,19 @@ def test_a_file_whose_pages_ocr_read_says_so(capsys: pytest.CaptureFixture[str])
         "ok    huck.pdf: 3 chunks, 2 pages read by OCR",
         "ok    huck.pdf: 3 chunks",
     ]
+
+
+def test_small_files_go_in_batches_and_large_ones_alone(tmp_path: Path) -> None:
+    from hearthnet.frontends.cli.ingest import BATCH_FILE_BYTES, BATCH_FILES, _groups
+
+    small = []
+    for i in range(BATCH_FILES + 2):
+        (tmp_path / f"s{i:03}.txt").write_text("small", encoding="utf-8")
+        small.append(tmp_path / f"s{i:03}.txt")
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * (BATCH_FILE_BYTES + 1))
+    files = [*small[:2], big, *small[2:]]
+    groups = _groups(files, single=False)
+    assert [len(g) for g in groups] == [2, 1, BATCH_FILES]
+    assert [p for g in groups for p in g] == files  # the order of the files is kept
+    assert _groups(small[:3], single=True) == [[p] for p in small[:3]]  # --title: one file each

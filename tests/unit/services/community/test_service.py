@@ -429,3 +429,19 @@ async def test_a_node_without_the_right_hears_unauthorized_before_anything_else(
         with pytest.raises(Unauthorized, match="needs level trusted; this node is member"):
             await writer.bus.call("community.invite", input={"node_id": NEWBIE.node_id})
         assert f_log.count() == before
+
+
+@pytest.mark.anyio
+async def test_events_appended_together_are_stored_in_order_and_told_once(tmp_path: Path) -> None:
+    with _founded(tmp_path / "f.db") as f_log:
+        founder = _peer(FOUNDER, f_log)
+        assert founder.service is not None
+        told: list[list[str]] = []
+        founder.service.on_events(lambda events: told.append([e.data["text"] for e in events]))
+        before = f_log.count()
+        events = await founder.service.append_many("note.posted", [{"text": "a"}, {"text": "b"}])
+        assert [e.data["text"] for e in events] == ["a", "b"] and events[0].lamport < events[1].lamport
+        assert told == [["a", "b"]] and f_log.count() == before + 2  # one batch for the listeners
+        with pytest.raises(BadRequest):  # the third is refused: the two before it stay
+            await founder.service.append_many("note.posted", [{"text": "c"}, {"text": "d"}, {"text": 5}])
+        assert told[-1] == ["c", "d"] and f_log.count() == before + 4

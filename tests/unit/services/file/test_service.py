@@ -695,3 +695,21 @@ async def test_a_refused_push_of_an_import_keeps_nothing_it_created(tmp_path: Pa
         assert result["doc_cid"] == cid and result["imported"]["size"] == new.stat().st_size
         assert [(i.doc_cid, i.pinned) for i in host.store.list()] == [(cid, True)]
         assert member.store.read_blob(cid) == new.read_bytes()
+
+
+@pytest.mark.anyio
+async def test_many_files_import_in_one_call_each_answered_in_order(tmp_path: Path) -> None:
+    async with nodes(tmp_path, ["a"]) as n:
+        a = n["a"]
+        for name in ("one.txt", "two.txt"):
+            (tmp_path / name).write_text(f"the text of {name}", encoding="utf-8")
+        paths = [str(tmp_path / "one.txt"), str(tmp_path / "missing.txt"), str(tmp_path / "two.txt")]
+        got = (await a.bus.call("file.import", input={"paths": paths, "pin": False})).output["files"]
+        assert [f["path"] for f in got] == paths
+        assert got[1]["error"] == "bad_request" and "missing.txt" in got[1]["message"]
+        for f, name in ((got[0], "one.txt"), (got[2], "two.txt")):
+            assert f["doc_cid"] == blob_cid(f"the text of {name}".encode())
+            assert a.store.read_blob(f["doc_cid"]) == f"the text of {name}".encode()
+        for bad in ({"paths": []}, {"paths": ["relative.txt"]}, {"paths": paths, "path": paths[0]}):
+            with pytest.raises(BadRequest):
+                await a.bus.call("file.import", input=bad)

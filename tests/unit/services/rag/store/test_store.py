@@ -752,3 +752,46 @@ def test_a_reindex_swap_that_failed_halfway_is_finished_by_the_next_use(tmp_path
         assert s.query("re", new[2], k=1)[0].chunk_id == "new-2"  # not a dropped corpus
         info = s.info("re")
         assert (info.embedding_model, info.docs, info.chunks) == ("m2", 1, 3)
+
+
+def test_documents_added_together_share_one_write_and_each_stays_atomic(tmp_path: Path) -> None:
+    with CorpusStore(tmp_path / "rag") as store:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        store.add_document("kb", fake_chunks("done", 3), unit_vectors(3, seed=9))
+        writes: list[int] = []
+        real = store._write_batch
+
+        def counted(col: Any, ids: list[str], *rest: Any) -> None:
+            writes.append(len(ids))
+            real(col, ids, *rest)
+
+        store._write_batch = counted  # type: ignore[method-assign]
+        docs = [(fake_chunks(d, 4), unit_vectors(4, seed=i), None) for i, d in enumerate(["a", "done", "b"])]
+        assert store.add_documents("kb", docs) == [True, False, True]  # "done" was complete already
+        assert writes == [8]  # one ChromaDB write for both new documents
+        assert {d["doc_cid"]: d["chunks"] for d in store.documents("kb")} == {"done": 3, "a": 4, "b": 4}
+        with pytest.raises(BadRequest, match="twice"):
+            store.add_documents("kb", [docs[0], docs[0]])
+
+
+def test_a_failed_shared_write_leaves_none_of_its_documents_and_they_can_be_added_again(
+    tmp_path: Path,
+) -> None:
+    with CorpusStore(tmp_path / "rag") as store:
+        store.create_corpus("kb", embedding_model="m", dim=16)
+        real = store._write_batch
+
+        def full_disk(col: Any, ids: list[str], *rest: Any) -> None:
+            real(col, ids, *rest)  # the chunks reach ChromaDB, then the write fails
+            raise OSError(errno.EIO, "I/O error")
+
+        store._write_batch = full_disk  # type: ignore[method-assign]
+        docs = [(fake_chunks(d, 3), unit_vectors(3, seed=i), None) for i, d in enumerate(["a", "b"])]
+        with pytest.raises(OSError):
+            store.add_documents("kb", docs)
+        assert store.documents("kb") == []
+        col = store._collection("kb")
+        assert col.count() == 0  # every chunk of both undone
+        store._write_batch = real  # type: ignore[method-assign]
+        assert store.add_documents("kb", docs) == [True, True]
+        assert col.count() == 6
