@@ -387,6 +387,8 @@ def _ingest_batch(
                     node=result.provider,
                     existing=bool(got["existing"]) or first[entry["doc_cid"]] != i,
                 )
+                if "ocr_pages" in got and not entry["existing"]:  # as one file's result has it
+                    entry["ocr_pages"] = got["ocr_pages"]
     except BusError as exc:  # the call as a whole failed: every file not answered yet failed with it
         for entry in entries:
             if "ok" not in entry:
