@@ -335,6 +335,15 @@ class Ingestion:
         out = {}
         for o, event_id in zip(outcomes, events, strict=True):
             assert o.prepared is not None
+            log.info(  # each document's line, as when it comes alone (ids and counts only)
+                "rag_ingested",
+                corpus=corpus,
+                doc_cid=o.inp.doc_cid,
+                chunks=len(o.prepared.chunks),
+                pages=o.prepared.document.page_count,
+                ocr_pages=len(o.prepared.ocr_pages),
+                batch=True,
+            )
             out[o.inp.doc_cid] = {
                 "doc_cid": o.inp.doc_cid,
                 "ok": True,
