@@ -20,6 +20,7 @@ __all__ = [
     "Chunk",
     "check_extra_metadata",
     "chunk_id_for",
+    "query_hit",
 ]
 
 RESERVED_METADATA = frozenset(
@@ -95,3 +96,26 @@ def check_extra_metadata(extra: Mapping[str, Any] | None) -> dict[str, Any]:
             )
         out[key] = value
     return out
+
+
+def query_hit(
+    rank: int,
+    *,
+    score: float,
+    similarity: float,
+    chunk_id: str,
+    metadata: Mapping[str, Any],
+    text: str | None,
+) -> dict[str, Any]:
+    """One hit of ``rag.query``'s output, a store corpus's or an archive's: its rank, its ``score``
+    beside the cosine (``similarity``), its metadata with its ``chunk_id``, and its text unless
+    ``None`` (``include_text: false``)."""
+    item: dict[str, Any] = {
+        "rank": rank,
+        "score": round(float(score), 6),
+        "similarity": round(float(similarity), 6),
+        "metadata": {**metadata, "chunk_id": chunk_id},
+    }
+    if text is not None:
+        item["text"] = text
+    return item

@@ -43,6 +43,7 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.archives.serve import ServedArchives
+from hearthnet.services.rag.chunks import query_hit
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
@@ -273,17 +274,17 @@ class RagService:
                     f"no document of corpus {corpus} has the metadata field {key!r} (misspelled?): "
                     f"the filter cannot match on it; its fields are {', '.join(sorted(known_keys))}"
                 )
-        chunks = []
-        for rank, hit in enumerate(hits, start=1):
-            item: dict[str, Any] = {
-                "rank": rank,
-                "score": round(float(hit.score), 6),
-                "similarity": round(float(hit.score if hit.similarity is None else hit.similarity), 6),
-                "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
-            }
-            if include_text:
-                item["text"] = hit.text
-            chunks.append(item)
+        chunks = [
+            query_hit(
+                rank,
+                score=hit.score,
+                similarity=hit.score if hit.similarity is None else hit.similarity,
+                chunk_id=hit.chunk_id,
+                metadata=hit.metadata,
+                text=hit.text if include_text else None,
+            )
+            for rank, hit in enumerate(hits, start=1)
+        ]
         self.queries += 1
         ms = _ms(started)
         log.info(

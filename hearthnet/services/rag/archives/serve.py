@@ -25,6 +25,7 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
+from hearthnet.services.rag.chunks import query_hit
 from hearthnet.services.rag.inputs import list_input, query_input, query_mode
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
@@ -136,17 +137,17 @@ class ServedArchives:
         vector = await embed_query(self._bus, model, query, timeout=self._embed_timeout)
         embedded = time.perf_counter()
         hits = await archive.query(vector, k=k, where=where, include_text=include_text)
-        chunks = []
-        for rank, hit in enumerate(hits, start=1):
-            item: dict[str, Any] = {
-                "rank": rank,
-                "score": round(float(hit.score), 6),
-                "similarity": round(float(hit.score), 6),  # dense only: the score is the cosine
-                "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
-            }
-            if include_text:
-                item["text"] = hit.text
-            chunks.append(item)
+        chunks = [
+            query_hit(
+                rank,
+                score=hit.score,
+                similarity=hit.score,  # dense only: the score is the cosine
+                chunk_id=hit.chunk_id,
+                metadata=hit.metadata,
+                text=hit.text if include_text else None,
+            )
+            for rank, hit in enumerate(hits, start=1)
+        ]
         self.queries += 1
         ms = round((time.perf_counter() - started) * 1000, 3)
         log.info(
