@@ -199,24 +199,8 @@ def llm_service(parts: NodeParts) -> Service | None:
     if not cfg.enabled or (not cfg.openai and cfg.local is None):
         return None
     from hearthnet.services.llm.local import LocalLlmConfig
-    from hearthnet.services.llm.openai_backend import OpenAIChatConfig
     from hearthnet.services.llm.service import LlmConfig, LlmService
 
-    openai = tuple(
-        OpenAIChatConfig(
-            base_url=o.base_url,
-            model=o.model,
-            context_tokens=o.context_tokens,
-            max_output_tokens=o.max_output_tokens,
-            api_key_env=o.api_key_env,
-            timeout_seconds=o.timeout_seconds,
-            call_timeout_seconds=o.call_timeout_seconds,
-            max_concurrent=o.max_concurrent,
-            prompt_format=o.prompt_format,
-            stream_usage=o.stream_usage,
-        )
-        for o in cfg.openai
-    )
     local = None
     if cfg.local is not None:
         lc = cfg.local
@@ -233,7 +217,7 @@ def llm_service(parts: NodeParts) -> Service | None:
             prompt_format=lc.prompt_format,
             log_path=parts.config.home / "logs" / "llm-local.log",
         )
-    return LlmService(LlmConfig(openai=openai, local=local))
+    return LlmService(LlmConfig(openai=cfg.openai, local=local))  # [[llm.openai]] as it is
 
 
 def rerank_service(parts: NodeParts) -> Service | None:

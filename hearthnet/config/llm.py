@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "LlmConfig",
     "LlmLocalConfig",
     "LlmOpenAIConfig",
+    "check_llm_model",
     "llm_env",
     "llm_from",
 ]
@@ -55,7 +57,7 @@ LOCAL_KEYS = frozenset(
 PROMPT_FORMATS = ("chat", "plain")
 
 
-def _check_llm_model(
+def check_llm_model(
     where: str,
     *,
     model: str,
@@ -63,6 +65,8 @@ def _check_llm_model(
     max_output_tokens: int,
     prompt_format: str,
     max_concurrent: int = 1,
+    timeout_seconds: float = 60.0,
+    call_timeout_seconds: float = 600.0,
 ) -> None:
     """The checks every chat model's settings share; errors name ``where`` and the key."""
     if not model.strip() or len(model) > 200:
@@ -76,11 +80,22 @@ def _check_llm_model(
         raise BadRequest(f"{where}.prompt_format must be chat or plain, got {prompt_format!r:.40}")
     if not 1 <= max_concurrent <= 1024:
         raise BadRequest(f"{where}.max_concurrent must be 1..1024, got {max_concurrent}")
+    for name, value in (("timeout_seconds", timeout_seconds), ("call_timeout_seconds", call_timeout_seconds)):
+        if not 0 < value <= 86_400:
+            raise BadRequest(f"{where}.{name} must be above 0 and at most 86400, got {value!r}")
 
 
 @dataclass(frozen=True)
 class LlmOpenAIConfig:
-    """One ``[[llm.openai]]`` table: a model on an OpenAI-compatible server."""
+    """One ``[[llm.openai]]`` table: a model on an OpenAI-compatible server; ``llm.chat``'s
+    backend takes it as it is (``OpenAIChatConfig``).
+
+    ``timeout_seconds`` is how long the server may stay silent (connecting,
+    before its first byte while it reads the prompt, between chunks);
+    ``call_timeout_seconds`` bounds a whole answer (the descriptor's timeout).
+    ``prompt_format = "plain"`` sends the conversation as one text prompt to
+    ``/v1/completions`` (for base models, which have no chat template).
+    """
 
     base_url: str
     model: str
@@ -95,14 +110,35 @@ class LlmOpenAIConfig:
 
     def __post_init__(self) -> None:
         check_url(self.base_url, "llm.openai.base_url")
-        _check_llm_model(
+        check_llm_model(
             "llm.openai",
             model=self.model,
             context_tokens=self.context_tokens,
             max_output_tokens=self.max_output_tokens,
             prompt_format=self.prompt_format,
             max_concurrent=self.max_concurrent,
+            timeout_seconds=self.timeout_seconds,
+            call_timeout_seconds=self.call_timeout_seconds,
         )
+
+    def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        """The key from the variable ``api_key_env`` names; ``bad_request`` when it is not set."""
+        if self.api_key_env is None:
+            return None
+        key = environ.get(self.api_key_env)
+        if not key:
+            raise BadRequest(
+                f"llm model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
+            )
+        return key
+
+    @property
+    def endpoint(self) -> str:
+        """``/v1/chat/completions`` or ``/v1/completions`` under ``base_url`` (which may end in ``/v1``)."""
+        base = self.base_url.rstrip("/")
+        if not base.endswith("/v1"):
+            base += "/v1"
+        return base + ("/chat/completions" if self.prompt_format == "chat" else "/completions")
 
 
 @dataclass(frozen=True)
@@ -121,12 +157,14 @@ class LlmLocalConfig:
     prompt_format: str = "plain"
 
     def __post_init__(self) -> None:
-        _check_llm_model(
+        check_llm_model(
             "llm.local",
             model=self.model,
             context_tokens=self.context_tokens,
             max_output_tokens=self.max_output_tokens,
             prompt_format=self.prompt_format,
+            timeout_seconds=self.timeout_seconds,
+            call_timeout_seconds=self.call_timeout_seconds,
         )
         if not 0 <= self.port <= 65535:
             raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")

@@ -25,6 +25,7 @@ import anyio
 import httpx
 import structlog
 
+from hearthnet.config.llm import check_llm_model
 from hearthnet.contracts.llm import ChatRequest
 from hearthnet.errors import BadRequest, Partition, Timeout
 from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
@@ -64,7 +65,15 @@ class LocalLlmConfig:
             raise BadRequest(f"llm.local.threads must be at least 1, got {self.threads}")
         if not 0 < self.start_timeout_seconds <= 3600:
             raise BadRequest("llm.local.start_timeout_seconds must be above 0 and at most 3600")
-        self.openai_config(0)  # the shared checks (window, timeouts, prompt format)
+        check_llm_model(  # the checks every chat model shares (window, timeouts, prompt format)
+            "llm.local",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            prompt_format=self.prompt_format,
+            timeout_seconds=self.timeout_seconds,
+            call_timeout_seconds=self.call_timeout_seconds,
+        )
 
     def openai_config(self, port: int) -> OpenAIChatConfig:
         # llama-cpp-python's server runs one generation at a time (a second would interrupt or

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from hearthnet.config.llm import LlmOpenAIConfig
 from hearthnet.contracts.llm import ChatRequest
 from hearthnet.errors import (
     BadRequest,
@@ -36,7 +37,6 @@ from hearthnet.errors import (
 from hearthnet.services.llm.sse import SSEDecoder
 
 __all__ = [
-    "PROMPT_FORMATS",
     "ChatCompletion",
     "OpenAIChatBackend",
     "OpenAIChatConfig",
@@ -45,7 +45,6 @@ __all__ = [
     "retry_after_ms",
 ]
 
-PROMPT_FORMATS = ("chat", "plain")
 DEFAULT_RETRY_MS = 1000
 MAX_RETRY_MS = 3_600_000
 MAX_ERROR_BODY = 64 * 1024
@@ -55,72 +54,9 @@ MAX_ANSWER_CHARS = 1 << 19
 OnDelta = Callable[[str], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class OpenAIChatConfig:
-    """One model on an OpenAI-compatible server.
-
-    ``timeout_seconds`` is how long the server may stay silent (connecting,
-    before its first byte while it reads the prompt, between chunks);
-    ``call_timeout_seconds`` bounds a whole answer (the descriptor's timeout).
-    ``prompt_format = "plain"`` sends the conversation as one text prompt to
-    ``/v1/completions`` (for base models, which have no chat template).
-    """
-
-    base_url: str
-    model: str
-    context_tokens: int = 8192
-    max_output_tokens: int = 1024
-    api_key_env: str | None = None
-    timeout_seconds: float = 60.0
-    call_timeout_seconds: float = 600.0
-    max_concurrent: int = 4
-    prompt_format: str = "chat"
-    stream_usage: bool = True
-
-    def __post_init__(self) -> None:
-        where = f"llm model {self.model!r:.80}"
-        try:
-            parts = urlsplit(self.base_url)
-            _ = parts.port
-        except ValueError:
-            raise BadRequest(f"{where}: base_url is not a valid URL: {self.base_url!r:.200}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadRequest(
-                f"{where}: base_url must be an http(s) URL with a host, got {self.base_url!r:.200}"
-            )
-        if not self.model or len(self.model) > 200:
-            raise BadRequest("llm model name must be 1..200 characters")
-        if not 1 <= self.max_output_tokens < self.context_tokens:
-            raise BadRequest(
-                f"{where}: max_output_tokens ({self.max_output_tokens}) must be at least 1 and below "
-                f"context_tokens ({self.context_tokens})"
-            )
-        for name in ("timeout_seconds", "call_timeout_seconds"):
-            value = getattr(self, name)
-            if not 0 < value <= 86_400:
-                raise BadRequest(f"{where}: {name} must be above 0 and at most 86400, got {value!r}")
-        if not 1 <= self.max_concurrent <= 1024:
-            raise BadRequest(f"{where}: max_concurrent must be 1..1024, got {self.max_concurrent}")
-        if self.prompt_format not in PROMPT_FORMATS:
-            raise BadRequest(f"{where}: prompt_format must be chat or plain, got {self.prompt_format!r:.40}")
-
-    @property
-    def endpoint(self) -> str:
-        """``/v1/chat/completions`` or ``/v1/completions`` under ``base_url`` (which may end in ``/v1``)."""
-        base = self.base_url.rstrip("/")
-        if not base.endswith("/v1"):
-            base += "/v1"
-        return base + ("/chat/completions" if self.prompt_format == "chat" else "/completions")
-
-    def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(
-                f"llm model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
-            )
-        return key
+OpenAIChatConfig = LlmOpenAIConfig
+"""One model on an OpenAI-compatible server: the ``[[llm.openai]]`` table itself (its checks and
+``endpoint`` are there), so the node hands its settings over as they are."""
 
 
 @dataclass(frozen=True)
