@@ -9,7 +9,6 @@ no text, over the size cap) gets its own error; the others go on.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,18 +18,13 @@ import numpy as np
 
 from hearthnet.blobs import BlobStore
 from hearthnet.contracts.embed import Embedder
-from hearthnet.errors import BusError, unwrap_group
-from hearthnet.runtime.blocking import run_blocking
-from hearthnet.services.rag.chunks import Chunk
+from hearthnet.errors import BusError
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
-from hearthnet.services.rag.ingest.embed import Progress, embed_streamed
+from hearthnet.services.rag.ingest.embed import ChunkSink, Progress, embed_while_reading, hand_over
 from hearthnet.services.rag.ingest.ocr import ScanReader
 from hearthnet.services.rag.inputs import IngestInput
 
 __all__ = ["ReadOutcome", "read_and_embed_many"]
-
-GROUPS_AHEAD = 16
-"""Chunk groups (pages) read ahead of the embedding."""
 
 
 @dataclass
@@ -63,9 +57,8 @@ async def read_and_embed_many(
     gives the reader of a document's scanned pages (``ocr.page``), as one document's ingest has.
     """
     outcomes = [ReadOutcome(inp) for inp in inputs]
-    send, receive = anyio.create_memory_object_stream[list[Chunk]](GROUPS_AHEAD)
 
-    def read_one(outcome: ReadOutcome) -> None:
+    def read_one(outcome: ReadOutcome, sink: ChunkSink) -> None:
         inp = outcome.inp
         doc = StreamedDocument(
             blobs.read_blob(inp.doc_cid),
@@ -77,37 +70,21 @@ async def read_and_embed_many(
             extra_metadata=inp.metadata,
             ocr=scans(inp.doc_cid) if scans is not None else None,
         )
-        with contextlib.closing(doc.chunk_groups()) as groups:
-            while True:
-                with parse_slot:  # one page's parsing at a time across ingests
-                    group = next(groups, None)
-                if group is None:
-                    break
-                outcome.sent += len(group)
-                anyio.from_thread.run(send.send, group)  # may wait for the embedder: no slot held
+
+        def counted(n: int) -> None:
+            outcome.sent += n
+
+        hand_over(doc, parse_slot, sink, counted)
         outcome.prepared = doc.prepared()
 
-    def read() -> None:
+    def read(sink: ChunkSink) -> None:
         for outcome in outcomes:
             try:
-                read_one(outcome)
+                read_one(outcome, sink)
             except BusError as exc:
                 outcome.error = exc
 
-    async def reader() -> None:
-        async with send:
-            try:
-                await run_blocking(read, limiter=limiter)
-            except anyio.BrokenResourceError:
-                return  # the embedding side failed and stopped listening: its error is reported
-
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            async with receive:
-                embedded = await embed_streamed(embedder, receive, progress)
-    except BaseExceptionGroup as group:
-        raise unwrap_group(group) from None
+    embedded = await embed_while_reading(read, embedder=embedder, limiter=limiter, progress=progress)
     row = 0
     for outcome in outcomes:
         if outcome.error is None and outcome.prepared is not None:

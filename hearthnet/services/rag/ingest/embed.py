@@ -6,21 +6,37 @@ The pipeline never imports an embedder: every vector comes from ``embed.text``
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import numpy as np
 import structlog
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from hearthnet.contracts.embed import Embedder
 from hearthnet.errors import InternalError, unwrap_group
+from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.chunks import Chunk
 
-__all__ = ["EMBED_BATCH", "EMBED_IN_FLIGHT", "EmbeddedDocument", "Progress", "embed_streamed"]
+if TYPE_CHECKING:
+    from hearthnet.services.rag.ingest.document import StreamedDocument
+
+__all__ = [
+    "EMBED_BATCH",
+    "EMBED_IN_FLIGHT",
+    "PAGES_AHEAD",
+    "ChunkSink",
+    "EmbeddedDocument",
+    "Progress",
+    "embed_streamed",
+    "embed_while_reading",
+    "hand_over",
+]
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
@@ -29,8 +45,15 @@ EMBED_BATCH = 32
 EMBED_IN_FLIGHT = 2
 """``embed.text`` calls an ingest keeps in flight (see :func:`embed_streamed`)."""
 
+PAGES_AHEAD = 16
+"""Pages of chunks read ahead of the embedding during an ingest: more than one embed call takes,
+so the next call's chunks are ready when the last returns (the buffer holds the reader back)."""
+
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
 """Where an ingest's progress frames go (the caller's stream)."""
+
+ChunkSink = MemoryObjectSendStream[list[Chunk]]
+"""Where the reader's worker hands each page's chunks to the embedder."""
 
 
 @dataclass(frozen=True)
@@ -123,3 +146,54 @@ async def embed_streamed(
         )
     matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
     return EmbeddedDocument(matrix, tokens, truncated)
+
+
+def hand_over(
+    doc: StreamedDocument,
+    parse_slot: threading.BoundedSemaphore,
+    sink: ChunkSink,
+    counted: Callable[[int], None] | None = None,
+) -> None:
+    """In the reader's worker: ``doc``'s chunks, a page's group at a time, to ``sink``, each
+    group's size told to ``counted`` first (a document that fails on a later page has its chunks
+    already handed over counted).  One page's parsing at a time across ingests (``parse_slot``),
+    never held while the embedder is waited for; the document is closed at once however this
+    ends, so the reader's pypdf warning capture ends with it."""
+    with contextlib.closing(doc.chunk_groups()) as groups:
+        while True:
+            with parse_slot:
+                group = next(groups, None)
+            if group is None:
+                return
+            if counted is not None:
+                counted(len(group))
+            anyio.from_thread.run(sink.send, group)  # may wait for the embedder: no slot held
+
+
+async def embed_while_reading(
+    read: Callable[[ChunkSink], None],
+    *,
+    embedder: Embedder,
+    limiter: anyio.CapacityLimiter,
+    progress: Progress | None,
+) -> EmbeddedDocument:
+    """``read`` (blocking: it hands chunks over with :func:`hand_over`) in a worker, while what it
+    has handed over is embedded (:func:`embed_streamed`); the vectors in the order handed over.
+    The document's bytes never reach the event loop; reading overlaps embedding."""
+    send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
+
+    async def reader() -> None:
+        async with send:
+            try:
+                await run_blocking(read, send, limiter=limiter)
+            except anyio.BrokenResourceError:
+                return  # the embedding side failed and stopped listening: its error is reported
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            async with receive:
+                embedded = await embed_streamed(embedder, receive, progress)
+    except BaseExceptionGroup as group:
+        raise unwrap_group(group) from None
+    return embedded

@@ -7,7 +7,6 @@ path for every document of a corpus, then swaps the corpus.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 import threading
 import time
@@ -23,15 +22,20 @@ from hearthnet.bus.context import CallContext
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.file import FileClient
 from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced
-from hearthnet.errors import BusError, NotFound, unwrap_group
+from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
-from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.gate import Reindexing
 from hearthnet.services.rag.ingest.batch import ReadOutcome, read_and_embed_many
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
-from hearthnet.services.rag.ingest.embed import EmbeddedDocument, Progress, embed_streamed
+from hearthnet.services.rag.ingest.embed import (
+    ChunkSink,
+    EmbeddedDocument,
+    Progress,
+    embed_while_reading,
+    hand_over,
+)
 from hearthnet.services.rag.ingest.ocr import ScanReader, ocr_route
 from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 from hearthnet.services.rag.inputs import IngestInput
@@ -43,10 +47,6 @@ __all__ = ["Ingestion"]
 log = structlog.get_logger("hearthnet.rag")
 
 Output = tuple[dict[str, Any], dict[str, Any]]
-
-PAGES_AHEAD = 16
-"""Pages of chunks read ahead of the embedding during an ingest: more than one embed call takes,
-so the next call's chunks are ready when the last returns."""
 
 
 class Ingestion:
@@ -203,20 +203,6 @@ class Ingestion:
             fresh = await self._fetch_many(ctx, fresh, results)
         if fresh:
             await ctx.send({"stage": "read", "current": 0, "total": len(fresh)})
-            route = ocr_route(self._bus)
-
-            def scans(doc_cid: str) -> ScanReader | None:  # in the reader's thread
-                if route is None:
-                    return None
-                private = self._blobs.is_private(doc_cid)
-                return route.reader(
-                    doc_cid,
-                    private=private,
-                    deadline=ctx.deadline,
-                    progress=ctx.send,
-                    parse_slot=self._parse_slot,
-                )
-
             outcomes = await read_and_embed_many(
                 fresh,
                 blobs=self._blobs,
@@ -225,7 +211,7 @@ class Ingestion:
                 parse_slot=self._parse_slot,
                 limiter=self._reader_limiter,
                 progress=ctx.send,
-                scans=scans,
+                scans=self._scans(ctx.deadline, ctx.send),
             )
             for o in outcomes:
                 if o.error is not None:
@@ -461,24 +447,12 @@ class Ingestion:
         between embed calls; the document's bytes never reach the event loop.
         Scanned PDF pages are read by ``ocr.page`` on the way (:mod:`.ocr`), within ``deadline``.
         """
-        send, receive = anyio.create_memory_object_stream[list[Chunk]](PAGES_AHEAD)
         result: list[PreparedDocument] = []
-        route = ocr_route(self._bus)
+        scans = self._scans(deadline, progress)
 
-        def read() -> None:
-            data = self._blobs.read_blob(doc_cid)
-            ocr = None
-            if route is not None:
-                private = self._blobs.is_private(doc_cid)
-                ocr = route.reader(
-                    doc_cid,
-                    private=private,
-                    deadline=deadline,
-                    progress=progress,
-                    parse_slot=self._parse_slot,
-                )
+        def read(sink: ChunkSink) -> None:
             doc = StreamedDocument(
-                data,
+                self._blobs.read_blob(doc_cid),
                 doc_cid=doc_cid,
                 title=title,
                 language=language,
@@ -486,33 +460,31 @@ class Ingestion:
                 filename_hint=filename,
                 extra_metadata=metadata,
                 max_text_bytes=max_text_bytes,
-                ocr=ocr,
+                ocr=scans(doc_cid),
             )
-            # Closed at once however this ends, so the reader's pypdf warning capture ends with it.
-            with contextlib.closing(doc.chunk_groups()) as groups:
-                while True:
-                    with self._parse_slot:  # one page's parsing at a time across ingests
-                        group = next(groups, None)
-                    if group is None:
-                        break
-                    anyio.from_thread.run(send.send, group)  # may wait for the embedder: no slot held
+            hand_over(doc, self._parse_slot, sink)
             result.append(doc.prepared())
 
-        async def reader() -> None:
-            async with send:
-                try:
-                    await run_blocking(read, limiter=self._reader_limiter)
-                except anyio.BrokenResourceError:
-                    return  # the embedding side failed and stopped listening: its error is reported
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(reader)
-                async with receive:
-                    embedded = await embed_streamed(self._embedder, receive, progress)
-        except BaseExceptionGroup as group:
-            raise unwrap_group(group) from None
+        embedded = await embed_while_reading(
+            read, embedder=self._embedder, limiter=self._reader_limiter, progress=progress
+        )
         return result[0], embedded
+
+    def _scans(self, deadline: float, progress: Progress | None) -> Callable[[str], ScanReader | None]:
+        """Who reads a document's scanned pages (``ocr.page``: this node's, else a peer's; a
+        private document's only this node's), or ``None`` for a document no OCR may read; called
+        in the reader's thread."""
+        route = ocr_route(self._bus)
+
+        def scans(doc_cid: str) -> ScanReader | None:
+            if route is None:
+                return None
+            private = self._blobs.is_private(doc_cid)
+            return route.reader(
+                doc_cid, private=private, deadline=deadline, progress=progress, parse_slot=self._parse_slot
+            )
+
+        return scans
 
     # rag.reindex ---------------------------------------------------------------------------
     async def reindex(self, ctx: CallContext, corpus: str, progress: Reindexing) -> int:

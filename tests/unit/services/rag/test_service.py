@@ -48,8 +48,7 @@ from hearthnet.services.embedding import (
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.file.service import FileService
 from hearthnet.services.rag.chunks import Chunk, chunk_id_for
-from hearthnet.services.rag.ingest.embed import EmbeddedDocument, embed_streamed
-from hearthnet.services.rag.ingest.flow import PAGES_AHEAD
+from hearthnet.services.rag.ingest.embed import PAGES_AHEAD, EmbeddedDocument, embed_streamed
 from hearthnet.services.rag.service import RagService, RagSettings
 from hearthnet.services.rag.store import CorpusStore
 from tests.openai_server import DIM, OpenAIEmbeddingServer
