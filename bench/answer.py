@@ -389,6 +389,21 @@ def page_range(src: Path, start: int, end: int, dest: Path) -> Path:
     return dest
 
 
+def _ingest_part(node: MeshNode, corpus: str, src: Path, start: int, end: int, tmp: str) -> None:
+    """Pages ``start..end-1`` of ``src`` into ``corpus``; halved and retried when the busy host's
+    embedder misses its deadline."""
+    pdf = page_range(src, start, end, Path(tmp) / f"{corpus}-{start}-{end}.pdf")
+    proc = node.cli("ingest", str(pdf), "--corpus", corpus, "--json", check=False, timeout=1800)
+    res = json.loads(proc.stdout)["results"][0] if proc.stdout.strip() else {}
+    if res.get("ok"):
+        return
+    if res.get("error") != "timeout" or end - start < 2:
+        raise RuntimeError(f"ingest of {src.name} pages {start + 1}-{end} failed: {res or proc.stderr}")
+    middle = (start + end) // 2
+    _ingest_part(node, corpus, src, start, middle, tmp)
+    _ingest_part(node, corpus, src, middle, end, tmp)
+
+
 async def _abstain_round(node: MeshNode) -> list[tuple[str, bool, float, str]]:
     """(question, answerable, best cosine, mode) per question of the set."""
     out = []
@@ -418,11 +433,9 @@ def abstention() -> list[Metric]:
         mesh.found(node)
         for corpus, (name, pages) in ABSTAIN_CORPORA.items():
             for start in range(0, pages, PART_PAGES):  # parts: one embed.text deadline each, on a busy host
-                end = min(pages, start + PART_PAGES)
-                pdf = page_range(SHARED_DATA / "pdfs" / name, start, end, Path(tmp) / f"{corpus}-{start}.pdf")
-                res = node.cli_json("ingest", str(pdf), "--corpus", corpus, timeout=1800)["results"][0]
-                if not res.get("ok"):
-                    raise RuntimeError(f"ingest of {name} pages {start + 1}-{end} failed: {res}")
+                _ingest_part(
+                    node, corpus, SHARED_DATA / "pdfs" / name, start, min(pages, start + PART_PAGES), tmp
+                )
         rows = anyio.run(_abstain_round, node, backend_options=event_loop_options())
     for question, answerable, best, mode in sorted(rows, key=lambda r: r[2]):  # the spread, for the bar
         print(
