@@ -50,7 +50,7 @@ class AnswerConfig:
     """Most tokens of document context in one prompt (also bounded by the model's window)."""
     top_k_max: int = 40
     similarity_threshold: float = 0.2
-    abstain_threshold: float = 0.3
+    abstain_threshold: float = 0.37
     """Below this cosine of the best chunk to the question, the documents do not say: the answer
     abstains (no model is asked) and offers the nearest passages (calibrated in bench/answer.py)."""
     cache_ttl_seconds: float = 300.0
