@@ -60,7 +60,7 @@ class CitationCheck:
 
     def _span(self, span: Span) -> str:
         if not span.is_marker:
-            return span.text if span.closed else f"{span.lead}({span.inner}"
+            return span.text  # a "[" still open at the end: nothing can close it any more
         kept: list[str] = []
         for ref in marker_ids(span.inner):
             cid = self._by_lower.get(ref.lower()) if span.closed else None

@@ -8,9 +8,9 @@ either names chunks the answer was given, or it does not reach a reader.  Bracke
 :class:`Brackets` splits text that arrives in pieces (a model's deltas) into plain text and
 closed bracket spans, holding a span back until it closes, at most :data:`MAX_MARKER_CHARS`
 characters.  A span that cannot be a marker (it overran the bound, or another ``[`` opened
-inside it) is released as text with its ``[`` turned into ``(``: so in what it lets through, every
-``[`` is closed by the next ``]`` with no bracket between, and any ``[...#...]`` a reader finds
-is one of the spans it handed over.  Pure and incremental: any split of the same text gives the
+inside it) is released as text with its ``[`` turned into ``(``: so in what it lets through, a
+``[`` is either closed by the next ``]`` with no bracket between, or left open at the very end,
+and any ``[...#...]`` a reader finds is one of the spans it handed over.  Pure and incremental: any split of the same text gives the
 same pieces' text.
 """
 

@@ -81,7 +81,7 @@ def test_a_marker_keeps_its_valid_refs_and_drops_what_follows_an_id() -> None:
 
 def test_a_marker_cut_off_at_the_end_is_dropped_and_an_unclosed_bracket_cannot_close_later() -> None:
     assert check_citations(f"Done [heating.pdf#{A}", CONTEXT).text == "Done"
-    assert check_citations("Done [and more", CONTEXT).text == "Done (and more"
+    assert check_citations("Done [and more", CONTEXT).text == "Done [and more"
     # another "[" opens inside: the first cannot be a marker, and is shown as "("
     text = "a [b [c] d#e]"
     assert check_citations(text, CONTEXT).text == "a (b [c] d#e]"
