@@ -25,7 +25,7 @@ from hearthnet.answer.budget import context_room, pack
 from hearthnet.answer.cache import AnswerCache, CacheKey
 from hearthnet.answer.citations import CitationCheck, neutralised, sources
 from hearthnet.answer.extractive import extract
-from hearthnet.answer.frames import Say, Send, announcing, checking, rounded
+from hearthnet.answer.frames import Say, Send, announcing, checking, rounded, where
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
 from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
@@ -537,7 +537,7 @@ class Composer:
         corpora = meta.get("corpora") or {}
         if corpora:
             await send({"stage": "retrieve", "corpora": {c: s["status"] for c, s in corpora.items()}})
-        await send({"stage": "answer", "mode": cached["mode"]})
+        await send({"stage": "answer", "mode": cached["mode"], "context": where(cached["sources"])})
         await send({"delta": cached["answer"]})
         if ask.session:
             cited = [c["chunk_id"] for c in cached["citations"]]

@@ -3,13 +3,13 @@ the first words, and the text as :class:`~hearthnet.answer.citations.CitationChe
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from hearthnet.answer.citations import CitationCheck
 from hearthnet.answer.hits import Hit
 
-__all__ = ["Say", "Send", "announcing", "checking", "rounded"]
+__all__ = ["Say", "Send", "announcing", "checking", "rounded", "where"]
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -37,6 +37,12 @@ def announcing(send: Send, context: Sequence[Hit]) -> Send:
         await send(frame)
 
     return sending
+
+
+def where(sources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``context`` of an answer frame: where each chunk the answer may cite is."""
+    keys = ("chunk_id", "file", "page", "corpus", "doc_cid")
+    return [{k: s.get(k) for k in keys} for s in sources]
 
 
 Say = Callable[[str | None], Awaitable[None]]

@@ -112,7 +112,12 @@ async def test_an_extractive_answer_quotes_a_documents_marker_as_text_never_as_a
     async with answer_node(tmp_path, minilm=minilm) as n:
         await ingest_text(n, "house", "plans.txt", PLANS)
         asked = await n.ask("When is the gas boiler serviced according to the plans?")
+        again = await n.ask("When is the gas boiler serviced according to the plans?")
     out = asked.output
+    # from the cache too, the answer frame says where the cited chunks are (a door numbers them)
+    assert again.output["meta"]["cache"] == "hit" and again.streamed == out["answer"]
+    (frame,) = [f for f in again.frames if f.get("stage") == "answer"]
+    assert {c["chunk_id"] for c in out["citations"]} <= {c["chunk_id"] for c in frame["context"]}
     assert out["mode"] == "extractive" and asked.streamed == out["answer"]
     assert "secret plans (secret-plans.pdf#p4)" in out["answer"]  # quoted, its brackets neutralised
     context = {c["chunk_id"] for c in out["sources"]}
@@ -135,5 +140,5 @@ async def test_a_question_the_documents_do_not_answer_abstains_without_asking_th
         assert out["answer"].startswith("The documents do not say") and asked.streamed == out["answer"]
         assert out["meta"]["abstain"]["best"] < out["meta"]["abstain"]["bar"]
         assert out["sources"] and all(s["nearest"] and not s["cited"] for s in out["sources"])
-        assert [f for f in asked.frames if f.get("stage") == "answer"][0]["mode"] == "abstained"
+        assert next(f for f in asked.frames if f.get("stage") == "answer")["mode"] == "abstained"
     assert on.output["mode"] == "generated" and "abstain" not in on.output["meta"]
