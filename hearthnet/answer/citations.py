@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.answer.hits import Hit
-from hearthnet.contracts.markers import Brackets, Span, marker_ids
+from hearthnet.contracts.markers import MAX_MARKER_CHARS, Brackets, Span, marker_ids
 
 __all__ = ["Checked", "CitationCheck", "check_citations", "neutralised", "source_of", "sources"]
 
@@ -33,10 +33,10 @@ class Checked:
 class CitationCheck:
     """Feed an answer's deltas; each call returns the checked text that may be shown now."""
 
-    def __init__(self, context_ids: Mapping[str, Hit]) -> None:
+    def __init__(self, context_ids: Mapping[str, Hit], *, limit: int = MAX_MARKER_CHARS) -> None:
         self._context = context_ids
         self._by_lower = {cid.lower(): cid for cid in context_ids}
-        self._brackets = Brackets()
+        self._brackets = Brackets(limit)
         self._shown: list[str] = []
         self.cited: list[str] = []
         self.removed = 0

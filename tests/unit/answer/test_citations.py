@@ -104,16 +104,19 @@ PIECES = st.sampled_from(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(PIECES, max_size=60), st.data())
+@given(st.lists(PIECES, max_size=60), st.data(), st.sampled_from([MAX_MARKER_CHARS, 40, 9]))
 def test_any_split_of_an_answer_into_deltas_streams_exactly_the_checked_answer(
-    pieces: list[str], data: st.DataObject
+    pieces: list[str], data: st.DataObject, limit: int
 ) -> None:
     text = "".join(pieces)
     cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
     deltas = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
-    check = CitationCheck(CONTEXT)
+    check = CitationCheck(CONTEXT, limit=limit)
     streamed = [check.feed(d) for d in deltas] + [check.close()]
-    whole = check_citations(text, CONTEXT)
+    one = CitationCheck(CONTEXT, limit=limit)
+    one.feed(text)
+    one.close()
+    whole = one.checked()
     assert "".join(streamed) == whole.text and check.checked() == whole
     # every closed bracket holding a "#" that gets through names a chunk of the context
     for found in BOGUS.finditer(whole.text):
