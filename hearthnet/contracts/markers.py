@@ -10,8 +10,8 @@ closed bracket spans, holding a span back until it closes, at most :data:`MAX_MA
 characters.  A span that cannot be a marker (it overran the bound, or another ``[`` opened
 inside it) is released as text with its ``[`` turned into ``(``: so in what it lets through, a
 ``[`` is either closed by the next ``]`` with no bracket between, or left open at the very end,
-and any ``[...#...]`` a reader finds is one of the spans it handed over.  Pure and incremental: any split of the same text gives the
-same pieces' text.
+and any ``[...#...]`` a reader finds is one of the spans it handed over.  Pure and incremental:
+any split of the same text gives the same pieces' text.
 """
 
 from __future__ import annotations
