@@ -26,18 +26,26 @@ asker, as a front door's would.
    answer.  Beside it, ``node.ping`` through the same client, just before (so
    neither pays for waking an idle node process).  Target: p50 <= 5 ms.
 
+4. **Abstention** (issue 34): one node holding five corpora (the first pages of five shared
+   PDFs, ``bench/answer_questions.py``) and no model answers the set's answerable and unanswerable
+   questions (``cache: false``): the share of unanswerable ones answered "the documents do not
+   say" (target >= 90 %) and the share of answerable ones answered (>= 90 %) at the node's
+   ``[answer] abstain_threshold``; beside them each question's best cosine (``rag.query``'s
+   similarity over the corpora), from which the bar was chosen.
+
 For each question of each round: (1) ask, rag.query + direct TTFT, (2) ask,
 three single queries, the three at once, (3) ping, cached ask -- so the
 machine's noise lands on ours and the floors alike.  Per round the p50 of each; reported: the median of the
 rounds' p50s with min-max.
 
-    python -m bench.answer [--quick]
+    python -m bench.answer [--quick] [--abstain-only]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -46,6 +54,8 @@ from typing import Any
 import anyio
 import httpx
 
+from bench.answer_questions import ANSWERABLE, UNANSWERABLE
+from bench.answer_questions import CORPORA as ABSTAIN_CORPORA
 from bench.common import (
     SHARED_DATA,
     Metric,
@@ -57,6 +67,7 @@ from bench.common import (
 )
 from bench.rag import first_pages
 from hearthnet.client import AsyncClient
+from hearthnet.config import AnswerConfig
 from hearthnet.runtime.process_settings import event_loop_options
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
@@ -242,6 +253,8 @@ def build_mesh(mesh: LocalMesh, tmp: Path, pages: int, llm_url: str) -> MeshNode
     }
     holders = [mesh.add("r1"), mesh.add("r2"), mesh.add("r3", env=llm)]
     asker = mesh.add("asker", env=bare)
+    with (asker.home / "config.toml").open("a") as f:  # timed: generated answers, whatever the question's fit
+        f.write("\n[answer]\nabstain_threshold = 0.0\n")
     mesh.found(holders[0])
     for node in holders[1:]:
         mesh.invite(holders[0], node, "trusted")
@@ -289,7 +302,7 @@ def run(quick: bool = False) -> list[Metric]:
     fan, slowest, at_once = p50("fanout"), p50("slowest")[0], p50("at_once")
     hit, ping = p50("hit"), p50("ping")[0]
     size = f"{len(questions)} questions x {rounds} rounds, {pages} pages per corpus"
-    return [
+    timed = [
         Metric(
             "answer",
             "answer.ask time to first token vs rag.query + the LLM server's own first token",
@@ -359,13 +372,123 @@ def run(quick: bool = False) -> list[Metric]:
             note=f"floor: node.ping through the same client; in the node {p50('node_hit')[0]:.2f} ms; {size}",
         ),
     ]
+    return [*timed, *abstention()]
+
+
+PART_PAGES = 4
+"""Pages per document the abstention corpora are ingested in."""
+
+
+def page_range(src: Path, start: int, end: int, dest: Path) -> Path:
+    """Pages ``start..end-1`` of ``src`` as a PDF of their own."""
+    from pypdf import PdfReader, PdfWriter
+
+    reader = PdfReader(str(src))
+    writer = PdfWriter()
+    for page in reader.pages[start:end]:
+        writer.add_page(page)
+    with dest.open("wb") as fh:
+        writer.write(fh)
+    return dest
+
+
+def _ingest_part(node: MeshNode, corpus: str, src: Path, start: int, end: int, tmp: str) -> None:
+    """Pages ``start..end-1`` of ``src`` into ``corpus``; halved and retried when the busy host's
+    embedder misses its deadline."""
+    pdf = page_range(src, start, end, Path(tmp) / f"{corpus}-{start}-{end}.pdf")
+    proc = node.cli("ingest", str(pdf), "--corpus", corpus, "--json", check=False, timeout=1800)
+    res = json.loads(proc.stdout)["results"][0] if proc.stdout.strip() else {}
+    if res.get("ok"):
+        return
+    if res.get("error") != "timeout" or end - start < 2:
+        raise RuntimeError(f"ingest of {src.name} pages {start + 1}-{end} failed: {res or proc.stderr}")
+    middle = (start + end) // 2
+    _ingest_part(node, corpus, src, start, middle, tmp)
+    _ingest_part(node, corpus, src, middle, end, tmp)
+
+
+async def _abstain_round(node: MeshNode) -> list[tuple[str, bool, float, str]]:
+    """(question, answerable, best cosine, mode) per question of the set."""
+    out = []
+    questions = [(q, True) for q, _, _ in ANSWERABLE] + [(q, False) for q in UNANSWERABLE]
+    async with AsyncClient(node.home) as client:
+        for question, answerable in questions:
+            best = 0.0
+            for corpus in ABSTAIN_CORPORA:
+                res = await client.call("rag.query", {"corpus": corpus}, {"query": question, "k": K})
+                for c in res.output["chunks"]:
+                    best = max(best, float(c.get("similarity", c["score"])))
+            inp = {"question": question, "corpora": list(ABSTAIN_CORPORA), "cache": False, "debug": False}
+            async with client.stream("answer.ask", input=inp) as call:
+                async for _ in call.frames():
+                    pass
+                mode = str((await call.result()).output["mode"])
+            out.append((question, answerable, best, mode))
+    return out
+
+
+def abstention() -> list[Metric]:
+    """Issue 34's abstention and answer rates on the question set, at the node's configured bar."""
+    node_like_process()
+    with tempfile.TemporaryDirectory(prefix="hn-abstain-") as tmp, LocalMesh(Path(tmp) / "mesh") as mesh:
+        mesh.env["HEARTHNET_LOG_LEVEL"] = "warning"
+        node = mesh.add("library")
+        mesh.found(node)
+        for corpus, (name, pages) in ABSTAIN_CORPORA.items():
+            for start in range(0, pages, PART_PAGES):  # parts: one embed.text deadline each, on a busy host
+                _ingest_part(
+                    node, corpus, SHARED_DATA / "pdfs" / name, start, min(pages, start + PART_PAGES), tmp
+                )
+        rows = anyio.run(_abstain_round, node, backend_options=event_loop_options())
+    for question, answerable, best, mode in sorted(rows, key=lambda r: r[2]):  # the spread, for the bar
+        print(
+            f"{best:.3f} {'answerable' if answerable else 'unanswerable':12} {mode:10} {question}",
+            file=sys.stderr,
+        )
+    bar = AnswerConfig().abstain_threshold
+    yes = [r for r in rows if r[1]]
+    no = [r for r in rows if not r[1]]
+    answered = sum(r[3] != "abstained" for r in yes) / len(yes)
+    abstained = sum(r[3] == "abstained" for r in no) / len(no)
+    missed = "; ".join(f"{q[:40]!r} {b:.3f}" for q, _, b, m in yes if m == "abstained") or "none"
+    wrong = "; ".join(f"{q[:40]!r} {b:.3f}" for q, _, b, m in no if m != "abstained") or "none"
+    spread = (
+        f"best cosine: answerable {min(r[2] for r in yes):.3f}..{max(r[2] for r in yes):.3f}, "
+        f"unanswerable {min(r[2] for r in no):.3f}..{max(r[2] for r in no):.3f}; bar {bar}"
+    )
+    return [
+        Metric(
+            "34",
+            f"abstention: unanswerable questions answered 'the documents do not say' ({len(no)})",
+            "%",
+            round(100 * abstained, 1),
+            None,
+            None,
+            ">= 90 %",
+            abstained >= 0.9,
+            note=f"{spread}; answered anyway: {wrong}",
+        ),
+        Metric(
+            "34",
+            f"abstention: answerable questions answered ({len(yes)})",
+            "%",
+            round(100 * answered, 1),
+            None,
+            None,
+            ">= 90 %",
+            answered >= 0.9,
+            note=f"abstained on: {missed}",
+        ),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--abstain-only", action="store_true", help="only the abstention rates (issue 34)")
     args = parser.parse_args()
-    print(json.dumps({"machine": machine(), "metrics": [m.to_json() for m in run(args.quick)]}, indent=2))
+    metrics = abstention() if args.abstain_only else run(args.quick)
+    print(json.dumps({"machine": machine(), "metrics": [m.to_json() for m in metrics]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ tests can check citations).  ``server.mode`` makes it misbehave on purpose:
 
 ``hold_after`` with mode ``normal`` pauses (until ``release``) after that many
 words: a test can then see pieces arrive before the answer is complete.
+``hostile`` makes it obey a document that says "see [secret-plans.pdf#p4]": the
+answer (:func:`hostile_reply`) cites the first context line, then chunks never
+retrieved in markers of every shape (:data:`BOGUS_MARKERS`).  ``piece_chars``
+streams the answer in pieces of that many characters instead of words, so a
+marker is split across deltas.
 ``cite_each_file`` makes the default answer cite the first context line of each
 file instead (the composer's ``From file#id (page N)`` lines), so an answer
 can cite passages of several corpora.  ``first_token_delay`` (seconds) is
@@ -51,6 +56,27 @@ def default_reply(prompt: str) -> str:
     return f"According to the documents, the answer is given in [{found.group(1)}]."
 
 
+BOGUS_MARKERS = (
+    "[secret-plans.pdf#p4]",
+    "[a#b]",
+    "[x y#§1]",
+    "[nothing-here.pdf#deadbeefcafe0000]",
+)
+"""Citations of chunks never retrieved, of every shape a check might let through."""
+
+
+def hostile_reply(prompt: str) -> str:
+    """An answer that cites the first context line of ``prompt``, then, mid-answer, chunks that
+    were never retrieved (:data:`BOGUS_MARKERS`)."""
+    first = CONTEXT_LINE.search(prompt)
+    real = f" [{first.group(1)}#{first.group(2)}]" if first else ""
+    bogus = " ".join(BOGUS_MARKERS)
+    return (
+        f"According to the documents{real}, the answer is there. See also {bogus} for the plans, "
+        f"and the summary{real}."
+    )
+
+
 def reply_citing_each_file(prompt: str) -> str:
     """An answer citing the first context line of each file in ``prompt``, in their order."""
     first: dict[str, str] = {}
@@ -82,6 +108,8 @@ class OpenAIChatServer:
         self.status = 500
         self.hold_after: int | None = None
         self.cite_each_file = False
+        self.hostile = False
+        self.piece_chars: int | None = None
         self.first_token_delay = 0.0
         self.release = threading.Event()
         self.disconnected = threading.Event()
@@ -241,6 +269,8 @@ class OpenAIChatServer:
     def _answer(self, prompt: str, body: dict[str, Any]) -> tuple[list[str], str]:
         if self.reply is not None:
             text = self.reply
+        elif self.hostile:
+            text = hostile_reply(prompt)
         else:
             text = reply_citing_each_file(prompt) if self.cite_each_file else default_reply(prompt)
         finish = "stop"
@@ -248,7 +278,11 @@ class OpenAIChatServer:
         for s in [stop] if isinstance(stop, str) else stop:
             if s in text:
                 text = text[: text.index(s)]
-        words = words_of(text)
+        if self.piece_chars:
+            n = self.piece_chars
+            words = [text[i : i + n] for i in range(0, len(text), n)]
+        else:
+            words = words_of(text)
         limit = body.get("max_tokens")
         if isinstance(limit, int) and len(words) > limit:
             words, finish = words[:limit], "length"
@@ -313,10 +347,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", action="append", help="model name (repeatable; default: test-chat)")
     parser.add_argument("--first-token-delay", type=float, default=0.0, help="seconds before the first word")
     parser.add_argument("--cite-each-file", action="store_true", help="cite each file's first context line")
+    parser.add_argument("--hostile", action="store_true", help="cite chunks never retrieved, mid-answer")
+    parser.add_argument("--piece-chars", type=int, help="stream pieces of N characters instead of words")
     args = parser.parse_args(argv)
     server = OpenAIChatServer(tuple(args.model or ["test-chat"]))
     server.first_token_delay = args.first_token_delay
     server.cite_each_file = args.cite_each_file
+    server.hostile = args.hostile
+    server.piece_chars = args.piece_chars
     print(server.port, flush=True)
     try:
         threading.Event().wait()

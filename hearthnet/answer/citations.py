@@ -1,27 +1,24 @@
-"""Citations in a generated answer: found, checked against the context, turned into sources.
+"""Citations in an answer: checked against the context as the text streams, turned into sources.
 
-A citation is ``[file#chunk_id]``; one bracket may hold several, separated by
-``,`` or ``;``.  A cited id that was not in the prompt's context (made up, or
-mistyped) is removed from the text and counted; a bracket left with no valid
-citation disappears.  Brackets that do not look like citations (``[1]``,
-``[see #3]``: ids are at least 6 characters) are left alone.  Pure functions.
+Markers are :mod:`hearthnet.contracts.markers`' (any closed bracket holding a ``#``, whatever
+its shape).  A ref whose id is not a chunk of the prompt's context (made up, mistyped, or
+copied from a document that says "see [secret-plans.pdf#p4]") is removed from the text and
+counted; a marker left with no valid ref disappears, with the space before it.  Kept refs are
+rewritten with the context's file name.  :class:`CitationCheck` does this incrementally, so
+the text a front door streams is the text the answer ends with: each span is held back until
+it closes (at most ``MAX_MARKER_CHARS``), then emitted or dropped.  Pure.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.answer.hits import Hit
+from hearthnet.contracts.markers import MAX_MARKER_CHARS, Brackets, Span, marker_ids
 
-__all__ = ["Checked", "check_citations", "source_of", "sources"]
-
-_ID = r"[A-Za-z0-9][A-Za-z0-9_.:\-]{5,127}"
-_ONE = rf"[^\[\]#\n;,]{{0,300}}#{_ID}"
-_BRACKET = re.compile(rf"[ \t]?\[\s*({_ONE}(?:\s*[;,]\s*{_ONE})*)\s*\]")
-_PAIR = re.compile(rf"([^\[\]#\n;,]{{0,300}})#({_ID})")
+__all__ = ["Checked", "CitationCheck", "check_citations", "neutralised", "source_of", "sources"]
 
 
 @dataclass(frozen=True)
@@ -33,30 +30,64 @@ class Checked:
     removed: int
 
 
-def check_citations(answer: str, context_ids: Mapping[str, Hit]) -> Checked:
-    """Keep citations of chunks in ``context_ids`` (by id, case-insensitively); drop the rest."""
-    by_lower = {cid.lower(): cid for cid in context_ids}
-    cited: list[str] = []
-    removed = 0
+class CitationCheck:
+    """Feed an answer's deltas; each call returns the checked text that may be shown now."""
 
-    def rewrite(m: re.Match[str]) -> str:
-        nonlocal removed
+    def __init__(self, context_ids: Mapping[str, Hit], *, limit: int = MAX_MARKER_CHARS) -> None:
+        self._context = context_ids
+        self._by_lower = {cid.lower(): cid for cid in context_ids}
+        self._brackets = Brackets(limit)
+        self._shown: list[str] = []
+        self.cited: list[str] = []
+        self.removed = 0
+
+    def feed(self, delta: str) -> str:
+        return self._text(self._brackets.feed(delta))
+
+    def close(self) -> str:
+        """What was held back at the end (an unclosed marker is dropped)."""
+        return self._text(self._brackets.close())
+
+    def checked(self) -> Checked:
+        """Everything returned so far, as one :class:`Checked` (call after :meth:`close`)."""
+        return Checked("".join(self._shown), list(self.cited), self.removed)
+
+    def _text(self, pieces: Sequence[str | Span]) -> str:
+        text = "".join(p if isinstance(p, str) else self._span(p) for p in pieces)
+        if text:
+            self._shown.append(text)
+        return text
+
+    def _span(self, span: Span) -> str:
+        if not span.is_marker:
+            return span.text  # a "[" still open at the end: nothing can close it any more
         kept: list[str] = []
-        for pair in _PAIR.finditer(m.group(1)):
-            cid = by_lower.get(pair.group(2).lower())
+        for ref in marker_ids(span.inner):
+            cid = self._by_lower.get(ref.lower()) if span.closed else None
             if cid is None:
-                removed += 1
+                self.removed += 1
                 continue
-            if cid not in cited:
-                cited.append(cid)
-            kept.append(f"{context_ids[cid].file}#{cid}")
+            if cid not in self.cited:
+                self.cited.append(cid)
+            if cid not in kept:
+                kept.append(cid)
         if not kept:
             return ""
-        lead = m.group(0)[0] if m.group(0)[0] in " \t" else ""
-        return f"{lead}[{'; '.join(kept)}]"
+        return f"{span.lead}[{'; '.join(f'{self._context[c].file}#{c}' for c in kept)}]"
 
-    text = _BRACKET.sub(rewrite, answer)
-    return Checked(text, cited, removed)
+
+def check_citations(answer: str, context_ids: Mapping[str, Hit]) -> Checked:
+    """Keep citations of chunks in ``context_ids`` (by id, case-insensitively); drop the rest."""
+    check = CitationCheck(context_ids)
+    check.feed(answer)
+    check.close()
+    return check.checked()
+
+
+def neutralised(quote: str) -> str:
+    """A document's text quoted in an answer: its brackets become parentheses, so nothing it says
+    can pose as a citation (``[secret-plans.pdf#p4]`` is quoted as ``(secret-plans.pdf#p4)``)."""
+    return quote.replace("[", "(").replace("]", ")")
 
 
 def source_of(hit: Hit, *, cited: bool) -> dict[str, Any]:

@@ -3,9 +3,10 @@
 The composer reaches ``rag.query``, ``embed.text`` and ``llm.chat`` only
 through the bus.  Progress goes to ``send`` as frames: ``{stage: "retrieve",
 corpora}`` while corpora answer, then ``{delta}`` text frames, so a front door
-can show the answer as it comes.  The final output is authoritative: citations
-are checked after generation, so a made-up citation streamed in a delta is
-gone from ``answer``.
+can show the answer as it comes.  Citations are checked as the text streams
+(:class:`~hearthnet.answer.citations.CitationCheck`): the deltas joined are the
+output's ``answer``, and a made-up citation is never sent.  When nothing retrieved
+is close enough to the question, the answer abstains (:mod:`hearthnet.answer.abstain`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from typing import Any
 import anyio
 import structlog
 
+from hearthnet.answer.abstain import DOCUMENTS_DO_NOT_SAY, abstains, best_cosine, nearest_sources
 from hearthnet.answer.archives import retrieve_archives
 from hearthnet.answer.budget import context_room, pack
 from hearthnet.answer.cache import AnswerCache, CacheKey
-from hearthnet.answer.citations import check_citations, sources
+from hearthnet.answer.citations import CitationCheck, neutralised, sources
 from hearthnet.answer.extractive import extract
+from hearthnet.answer.frames import Say, Send, announcing, checking, rounded, where
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
 from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
@@ -48,7 +51,6 @@ __all__ = ["Ask", "Composer", "ModelChoice", "choose_model", "should_skip"]
 
 log = structlog.get_logger("hearthnet.answer")
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 MAX_ANSWER_CHARS = 200_000
 """Most characters of generated text kept from one ``llm.chat`` stream (a provider that never stops)."""
 NO_PASSAGE = "(no passage of the documents matches the question)"
@@ -202,14 +204,18 @@ class Composer:
             ask.question, top, threshold=cfg.similarity_threshold, short_chars=cfg.short_question_chars
         ):
             rag, hits, skipped = "skipped", [], "short_question"
-        ranked, merged_by = merge([h for h in hits if h.cosine >= cfg.similarity_threshold])
-        ranked, reranking = await rerank(
-            self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
-        )
         if ask.history is not None:
             turns = list(ask.history)
         else:
             turns = await self._history(ask.session) if ask.session else []
+        # a follow-up ("and where is it kept?") may lean on earlier turns: a model decides then
+        abstain = (choice is None or not turns) and abstains(rag, hits, cfg.abstain_threshold)
+        ranked, merged_by = merge(
+            [] if abstain else [h for h in hits if h.cosine >= cfg.similarity_threshold]
+        )
+        ranked, reranking = await rerank(
+            self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
+        )
         # Retrieval that answered (even with nothing above the threshold) frames the answer in the
         # documents; skipped or failed retrieval leaves a plain conversation.
         with_context = rag in ("used", "partial")
@@ -229,22 +235,29 @@ class Composer:
             meta["skipped"] = skipped
         if offline:
             meta["corpora_unreachable"] = offline
-        send = _announcing(send)
+        send = announcing(send, selection.context)
+        check = CitationCheck({h.chunk_id: h for h in selection.context})
+        say = checking(send, check)
         ttft_ms: float | None = None
-        answer_text: str | None = None
+        answered = False
         mode = "extractive"
-        if choice is not None:
+        if abstain:
+            await send({"stage": "answer", "mode": "abstained"})
+            await say(DOCUMENTS_DO_NOT_SAY)
+            answered, mode = True, "abstained"
+            meta["abstain"] = {"best": rounded(best_cosine(hits)), "bar": cfg.abstain_threshold}
+        elif choice is not None:
             llm_started = time.perf_counter()
             try:
-                answer_text, first, usage = await self._generate(
-                    choice, selection, ask.question, max_tokens, temperature, send, deadline
+                first, usage = await self._generate(
+                    choice, selection, ask.question, max_tokens, temperature, say, deadline
                 )
-                mode = "generated"
+                answered, mode = True, "generated"
                 meta["usage"] = usage
                 ttft_ms = None if first is None else (first - llm_started) * 1000
             except _NoToken as exc:  # nothing was streamed yet: the documents still answer
                 meta["llm_error"] = exc.code
-        if answer_text is None:
+        if not answered:
             nothing = (
                 NOT_SEARCHED
                 if skipped == "no_rag"
@@ -252,9 +265,10 @@ class Composer:
                 if rag in ("unavailable", "timeout")
                 else NO_PASSAGE
             )
-            answer_text, how = await self._extract(ask.question, selection.context, send, nothing)
+            how = await self._extract(ask.question, selection.context, send, say, nothing)
             meta["extractive_ranking"] = how
-        checked = check_citations(answer_text, {h.chunk_id: h for h in selection.context})
+        await say(None)  # what the check held back at the end
+        checked = check.checked()
         by_id = {h.chunk_id: h for h in selection.context}
         meta["citations_removed"] = checked.removed
         meta["chunks"] = len(selection.context)
@@ -280,7 +294,7 @@ class Composer:
                 {"chunk_id": c, "file": by_id[c].file, "page": by_id[c].page, "corpus": by_id[c].corpus}
                 for c in checked.cited
             ],
-            "sources": sources(selection.context, checked.cited),
+            "sources": nearest_sources(hits) if abstain else sources(selection.context, checked.cited),
             "mode": mode,
             "session": ask.session,
             "meta": meta,
@@ -445,17 +459,16 @@ class Composer:
         question: str,
         max_tokens: int,
         temperature: float,
-        send: Send,
+        say: Say,
         deadline: float,
-    ) -> tuple[str, float | None, dict[str, Any] | None]:
-        """Stream ``llm.chat``'s deltas to ``send``; the whole text, when its first token came, and
-        the model's ``usage``.
+    ) -> tuple[float | None, dict[str, Any] | None]:
+        """Stream ``llm.chat``'s deltas to ``say`` (which checks their citations); when its first
+        token came, and the model's ``usage``.
 
         A failure before the first token raises :class:`_NoToken` (the caller
         falls back to an extractive answer); after it, the ``BusError`` itself.
         """
         timeout = max(0.001, min(self._config.llm_timeout_seconds, deadline - anyio.current_time()))
-        parts: list[str] = []
         size = 0
         first: float | None = None
         try:
@@ -478,9 +491,8 @@ class Composer:
                     delta = delta[: MAX_ANSWER_CHARS - size]
                     if first is None:
                         first = time.perf_counter()
-                    parts.append(delta)
                     size += len(delta)
-                    await send({"delta": delta})
+                    await say(delta)
                 result = await call.result()
         except BusError as exc:
             if first is None:
@@ -490,17 +502,17 @@ class Composer:
         content = message.get("content") if isinstance(message, dict) else message
         usage = result.output.get("usage")
         usage = dict(usage) if isinstance(usage, dict) else None
-        if not parts and isinstance(content, str) and content:
-            text = content[:MAX_ANSWER_CHARS]  # a provider that answered without streaming
-            await send({"delta": text})
-            return text, time.perf_counter(), usage
-        return "".join(parts), first, usage
+        if first is None and isinstance(content, str) and content:
+            await say(content[:MAX_ANSWER_CHARS])  # a provider that answered without streaming
+            return time.perf_counter(), usage
+        return first, usage
 
     async def _extract(
-        self, question: str, context: Sequence[Hit], send: Send, nothing: str = NO_PASSAGE
-    ) -> tuple[str, str]:
-        """The extractive answer's text (sent line by line) and how its sentences were ranked;
-        ``nothing`` is the line said when there is no sentence to quote (and why)."""
+        self, question: str, context: Sequence[Hit], send: Send, say: Say, nothing: str = NO_PASSAGE
+    ) -> str:
+        """The extractive answer, said line by line (its quotes' brackets neutralised: a document's
+        text never poses as a citation); returns how its sentences were ranked.  ``nothing`` is
+        the line said when there is no sentence to quote (and why)."""
         cfg = self._config
         best, how = await extract(
             self._bus,
@@ -512,11 +524,11 @@ class Composer:
             floor=cfg.extractive_floor,
         )
         lines = [cfg.extractive_header]
-        lines += [f'- "{s.text}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [nothing]
+        lines += [f'- "{neutralised(s.text)}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [nothing]
         await send({"stage": "answer", "mode": "extractive"})
         for i, line in enumerate(lines):
-            await send({"delta": line if i == 0 else "\n" + line})
-        return "\n".join(lines), how
+            await say(line if i == 0 else "\n" + line)
+        return how
 
     async def _replay(self, ask: Ask, cached: dict[str, Any], send: Send, started: float) -> dict[str, Any]:
         """A cached answer: sent as one delta, recorded in the session again, marked ``cache: hit``."""
@@ -525,7 +537,7 @@ class Composer:
         corpora = meta.get("corpora") or {}
         if corpora:
             await send({"stage": "retrieve", "corpora": {c: s["status"] for c, s in corpora.items()}})
-        await send({"stage": "answer", "mode": cached["mode"]})
+        await send({"stage": "answer", "mode": cached["mode"], "context": where(cached["sources"])})
         await send({"delta": cached["answer"]})
         if ask.session:
             cited = [c["chunk_id"] for c in cached["citations"]]
@@ -538,24 +550,6 @@ class Composer:
             "answer_composed", mode=cached["mode"], rag=meta.get("rag"), cache="hit", ms=round(total_ms, 1)
         )
         return {**cached, "session": ask.session, "meta": meta}
-
-
-def _announcing(send: Send) -> Send:
-    """``send`` that puts ``{stage: "answer", mode: "generated"}`` before a generated answer's
-    first delta (an extractive answer announces itself): a front door then knows what kind of
-    answer comes before its first words."""
-    announced = False
-
-    async def sending(frame: dict[str, Any]) -> None:
-        nonlocal announced
-        if frame.get("stage") == "answer":
-            announced = True
-        elif "delta" in frame and not announced:
-            announced = True
-            await send({"stage": "answer", "mode": "generated"})
-        await send(frame)
-
-    return sending
 
 
 class _NoToken(Exception):

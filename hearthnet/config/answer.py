@@ -50,6 +50,9 @@ class AnswerConfig:
     """Most tokens of document context in one prompt (also bounded by the model's window)."""
     top_k_max: int = 40
     similarity_threshold: float = 0.2
+    abstain_threshold: float = 0.37
+    """Below this cosine of the best chunk to the question, the documents do not say: the answer
+    abstains (no model is asked) and offers the nearest passages (calibrated in bench/answer.py)."""
     cache_ttl_seconds: float = 300.0
     cache_max_entries: int = 256
     retrieval_timeout_seconds: float = 6.0
@@ -94,7 +97,7 @@ class AnswerConfig:
             )
         if not 0.0 <= self.similarity_threshold <= 1.0:
             raise BadRequest(f"answer.similarity_threshold must be in 0..1, got {self.similarity_threshold}")
-        for name in ("extractive_margin", "extractive_floor"):
+        for name in ("extractive_margin", "extractive_floor", "abstain_threshold"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise BadRequest(f"answer.{name} must be in 0..1, got {getattr(self, name)}")
         if not 0.0 <= self.temperature <= 2.0:

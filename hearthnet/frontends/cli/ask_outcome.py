@@ -70,13 +70,15 @@ def verdict(output: Mapping[str, Any], *, named: bool, no_rag: bool) -> str | No
 
     ``unsearched`` (corpora were named and none could be searched), ``no_model`` (``--no-rag``
     with no language model), ``nothing`` (no model, and no corpus could be searched), ``empty``
-    (no model, and the corpora searched hold no documents)."""
+    (no model, and the corpora searched hold no documents: the answer abstained or quoted nothing)."""
     meta = output.get("meta") or {}
     corpora = {c: i for c, i in (meta.get("corpora") or {}).items() if isinstance(i, Mapping)}
     answered = {c: i for c, i in corpora.items() if i.get("status") == "ok"}
     if named and corpora and not answered:
         return "unsearched"
-    if output.get("mode") != "extractive":
+    if output.get("mode") == "abstained" and meta.get("model") is not None:
+        return None  # a model was there: "the documents do not say" is the answer
+    if output.get("mode") not in ("extractive", "abstained"):
         return None
     if no_rag:
         return "no_model"

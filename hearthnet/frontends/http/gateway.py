@@ -7,8 +7,9 @@ through :class:`~hearthnet.frontends.http.policy.GatedBus` with that level.
 - ``/v1/models``: every ``llm.chat`` and ``embed.text`` model of the mesh (``node.status``).
 - ``/v1/embeddings``: ``embed.text`` (normalised vectors), as a TEI server answers it too.
 - ``/v1/chat/completions``: ``llm.chat`` (streamed or not); with ``corpora`` or
-  ``rag_config`` the answer is ``answer.ask``'s, citations checked, and its sources ride in an
-  extra ``hearthnet`` field (the last chunk's, when streamed).
+  ``rag_config`` the answer is ``answer.ask``'s, its citations checked as it streams (the
+  deltas joined are the content unstreamed), and its sources ride in an extra ``hearthnet``
+  field (the last chunk's, when streamed).
 
 A request's model is looked up before anything runs (``404 model_not_found``).  Bus errors
 become OpenAI errors with the status of :data:`.gateway_answers.STATUS`; a ``Retry-After``
@@ -250,7 +251,6 @@ def _extension(out: Mapping[str, Any]) -> dict[str, Any]:
     assert isinstance(meta, dict)
     return {
         "mode": out.get("mode"),
-        "answer": out.get("answer"),
         "citations": out.get("citations", []),
         "sources": out.get("sources", []),
         "rag": meta.get("rag"),

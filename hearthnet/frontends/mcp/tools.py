@@ -233,7 +233,8 @@ async def _ask(calls: Calls, args: dict[str, Any]) -> tuple[str, dict[str, Any]]
     text = str(out.get("answer") or "")
     sources = _sources_text(out)
     if sources:
-        text += "\n\nSources:\n" + sources
+        nearest = out.get("mode") == "abstained"
+        text += ("\n\nNearest passages (not an answer):\n" if nearest else "\n\nSources:\n") + sources
     return text, doc
 
 

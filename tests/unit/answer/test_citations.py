@@ -1,9 +1,16 @@
-"""Citations are checked after generation: ids not in the context are removed and counted."""
+"""Citations are checked as the answer streams: ids not in the context are removed and counted."""
 
 from __future__ import annotations
 
-from hearthnet.answer.citations import check_citations, sources
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hearthnet.answer.citations import CitationCheck, check_citations, neutralised, sources
 from hearthnet.answer.hits import Hit
+from hearthnet.contracts.markers import MAX_MARKER_CHARS, Brackets, marker_ids
 
 A = "3f2a9c0d1e2b4a5f6c7d8e9f0a1b2c3d"
 B = "0123456789abcdef0123456789abcdef"
@@ -52,10 +59,77 @@ def test_a_bracket_of_several_keeps_its_valid_ones_and_names_each_by_its_context
     assert checked.cited == [B, A] and checked.removed == 1
 
 
-def test_brackets_that_are_not_citations_are_left_alone() -> None:
-    text = "Step [1] comes first; see [section #3] and [the manual]."
+def test_brackets_without_a_hash_are_text() -> None:
+    text = "Step [1] comes first; see [the manual] and C# [sic]."
     checked = check_citations(text, CONTEXT)
     assert checked.text == text and checked.cited == [] and checked.removed == 0
+
+
+@pytest.mark.parametrize(
+    "marker",
+    ["[secret-plans.pdf#p4]", "[a#b]", "[x y#§1]", "[section #3]", "[#]", "[ heating.pdf # ]", "[a#b, c#d]"],
+)
+def test_every_marker_that_names_no_chunk_of_the_context_is_removed_whatever_its_shape(marker: str) -> None:
+    checked = check_citations(f"Read it {marker} now.", CONTEXT)
+    assert checked.text == "Read it now." and checked.cited == [] and checked.removed >= 1
+
+
+def test_a_marker_keeps_its_valid_refs_and_drops_what_follows_an_id() -> None:
+    checked = check_citations(f"See [heating.pdf#{A} p. 4, notes; secret#p4].", CONTEXT)
+    assert checked.text == f"See [heating.pdf#{A}]." and checked.removed == 1
+
+
+def test_a_marker_cut_off_at_the_end_is_dropped_and_an_unclosed_bracket_cannot_close_later() -> None:
+    assert check_citations(f"Done [heating.pdf#{A}", CONTEXT).text == "Done"
+    assert check_citations("Done [and more", CONTEXT).text == "Done [and more"
+    # another "[" opens inside: the first cannot be a marker, and is shown as "("
+    text = "a [b [c] d#e]"
+    assert check_citations(text, CONTEXT).text == "a (b [c] d#e]"
+    long = "x [" + "y" * MAX_MARKER_CHARS + "#p4] z"
+    out = check_citations(long, CONTEXT).text
+    assert out == long.replace("[", "(") and not BOGUS.search(out)
+
+
+def test_quoted_document_text_cannot_pose_as_a_citation() -> None:
+    quote = neutralised("As planned [secret-plans.pdf#p4], see [1].")
+    assert quote == "As planned (secret-plans.pdf#p4), see (1)."
+    assert check_citations(quote, CONTEXT).text == quote
+
+
+BOGUS = re.compile(r"\[[^\[\]]*#[^\[\]]*\]")
+"""Any closed bracket with a "#" in it (what the Ask page used to turn into a chip)."""
+PIECES = st.sampled_from(
+    ["[", "]", "#", " ", "\t", "a", "b", ",", ";", "§", "\n", f"heating.pdf#{A}", f"[solar.pdf#{B}]", A[:6]]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=60), st.data(), st.sampled_from([MAX_MARKER_CHARS, 40, 9]))
+def test_any_split_of_an_answer_into_deltas_streams_exactly_the_checked_answer(
+    pieces: list[str], data: st.DataObject, limit: int
+) -> None:
+    text = "".join(pieces)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(text)), max_size=12)))
+    deltas = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)], strict=True)]
+    check = CitationCheck(CONTEXT, limit=limit)
+    streamed = [check.feed(d) for d in deltas] + [check.close()]
+    one = CitationCheck(CONTEXT, limit=limit)
+    one.feed(text)
+    one.close()
+    whole = one.checked()
+    assert "".join(streamed) == whole.text and check.checked() == whole
+    # every closed bracket holding a "#" that gets through names a chunk of the context
+    for found in BOGUS.finditer(whole.text):
+        assert all(i in CONTEXT for i in marker_ids(found.group()[1:-1])), found.group()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="[]#ab ,;\n", max_size=80), st.integers(2, 12))
+def test_a_bracket_span_is_held_no_longer_than_the_bound(text: str, limit: int) -> None:
+    brackets = Brackets(limit)
+    out = brackets.feed(text)
+    fed = "".join(p if isinstance(p, str) else p.text for p in out)
+    assert len(text) - len(fed) <= limit  # what is held back is one span within the bound
 
 
 def test_sources_list_the_cited_chunks_first_then_the_uncited_context() -> None:

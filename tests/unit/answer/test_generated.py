@@ -89,7 +89,8 @@ async def test_a_generated_answer_streams_its_tokens_and_keeps_only_citations_of
     out = asked.output
     assert out["mode"] == "generated" and out["meta"]["model"] == MODEL and out["meta"]["rag"] == "used"
     deltas = [f["delta"] for f in asked.frames if "delta" in f]
-    assert len(deltas) > 10 and asked.streamed == server.reply  # word by word, as the model wrote it
+    assert len(deltas) > 10  # word by word, as the model wrote it, citations checked on the way
+    assert asked.streamed == out["answer"] and MADE_UP not in asked.streamed
     # the made-up citation is gone; the real one names the chunk's file, not the title the model wrote
     assert out["answer"] == (
         f"It is serviced every October by a registered engineer [heating_handbook.pdf#{good}], "
@@ -147,10 +148,10 @@ async def test_a_follow_up_question_sees_the_sessions_earlier_turns(
         {"role": "assistant", "content": "Every October."},
         {"role": "user", "content": "Where is its record kept?"},
     ]
-    assert [m["role"] for m in server.requests[2]["messages"]] == ["system", "user"]
-    assert (
-        follow["meta"]["debug"]["tokens"]["history"] > 0 and alone["meta"]["debug"]["tokens"]["history"] == 0
-    )
+    assert follow["mode"] == "generated" and follow["meta"]["debug"]["tokens"]["history"] > 0
+    # asked alone, the vague question matches no passage well enough: the documents do not say,
+    # and the model is not asked (a follow-up leans on its turns, so the model decides there)
+    assert alone["mode"] == "abstained" and len(server.requests) == 2
 
 
 @pytest.mark.anyio

@@ -164,7 +164,7 @@ async def test_an_answer_with_nothing_to_quote_says_why_and_announces_its_kind(
     assert short.output["meta"]["skipped"] == "short_question" and short.output["meta"]["corpora"]["house"]
     for asked in (no_rag, unknown, short):
         first = next(i for i, f in enumerate(asked.frames) if "delta" in f)
-        assert asked.frames[first - 1] == {"stage": "answer", "mode": "extractive"}
+        assert asked.frames[first - 1] == {"stage": "answer", "mode": "extractive", "context": []}
         assert [f for f in asked.frames if f.get("stage") == "answer"] == [asked.frames[first - 1]]
 
 

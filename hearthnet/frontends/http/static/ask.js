@@ -83,7 +83,9 @@
     messages.replaceChildren();
     for (const turn of data.turns || []) {
       const view = addTurn(turn.question || "");
-      finish(view, { answer: turn.answer || "", mode: turn.mode, citations: [], sources: turn.sources || [] });
+      // the server's record of what the turn cited is the only source of its chips
+      const citations = (turn.cited || []).map((id) => ({ chunk_id: id }));
+      finish(view, { answer: turn.answer || "", mode: turn.mode, citations, sources: turn.sources || [] });
     }
     document.getElementById("chat-empty").hidden = messages.children.length > 0;
     await loadChats();
@@ -136,13 +138,15 @@
     return { li, status, mode, text, cites, debug, raw: "" };
   }
 
-  /** Citation markers in the answer text: [file#chunk_id; file#chunk_id] -> chips. */
+  /** Citation markers in the answer text: [file#chunk_id; file#chunk_id] -> chips, but only for
+   * chunks of the server's citation list: text that merely looks like a marker stays text. */
   const MARK = /\[([^\[\]]+#[^\[\]]+)\]/g;
 
   function finish(view, out) {
     const sources = out.sources || [];
     const byChunk = {};
     for (const s of sources) byChunk[s.chunk_id] = s;
+    const cited = new Set((out.citations || []).map((c) => c.chunk_id));
     const order = [];
     const number = (chunk) => {
       let i = order.indexOf(chunk);
@@ -157,7 +161,7 @@
     const answer = String(out.answer || "");
     for (const m of answer.matchAll(MARK)) {
       const refs = m[1].split(/[;,]/).map((p) => p.trim());
-      if (!refs.every((r) => r.includes("#"))) continue;
+      if (!refs.every((r) => r.includes("#") && cited.has(r.slice(r.lastIndexOf("#") + 1)))) continue;
       parts.push(answer.slice(last, m.index));
       for (const ref of refs) {
         const chunk = ref.slice(ref.lastIndexOf("#") + 1);
@@ -184,7 +188,16 @@
     );
     if (out.mode === "extractive") {
       view.mode.replaceChildren(el("span", { class: "badge", text: "Extractive answer: quoted from the documents, no language model" }));
+    } else if (out.mode === "abstained") {
+      view.mode.replaceChildren(el("span", { class: "badge", text: "Not in the documents" }));
     } else view.mode.replaceChildren();
+    const nearest = sources.filter((s) => s.nearest);
+    if (nearest.length) {
+      view.cites.replaceChildren(
+        el("h3", { class: "nearest", text: "Nearest passages (not an answer)" }),
+        ...nearest.map((s, i) => citationCard(i + 1, s, `near-${Math.random().toString(36).slice(2)}-${i}`)),
+      );
+    }
     view.status.textContent = "";
     if (out.meta && out.meta.debug) view.debug.replaceChildren(debugView(out.meta));
   }

@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hearthnet.config import AnswerConfig
 from hearthnet.errors import BadRequest, NotFound, Partition
@@ -21,6 +23,7 @@ from hearthnet.frontends.cli.ask import (
     node_names,
     source_lines,
 )
+from hearthnet.frontends.cli.ask_marks import Numbered
 from hearthnet.frontends.cli.ask_outcome import failure, offline_reasons, verdict
 
 NODE = "ed25519:Abcdefghijklmnopqrstuvwxyz0123456789"
@@ -258,3 +261,62 @@ def test_debug_lines_show_the_rerank_step_and_each_chunks_rerank_score() -> None
         "debug: rerank failed (partition) by bge\\u001b in 9.5 ms",
         "debug: context 1: c1 (house) score 0.57 fused 0.57",
     ]
+
+
+# -- citation markers numbered like the sources (issue 34.4) ----------------------------------
+A, B, C = "a" * 32, "b" * 32, "c" * 32
+CONTEXT = [
+    {"chunk_id": A, "file": "heating.pdf", "page": 2, "corpus": "house", "doc_cid": "blake3:h"},
+    {"chunk_id": B, "file": "solar.pdf", "page": 1, "corpus": "house", "doc_cid": "blake3:s"},
+    {"chunk_id": C, "file": "heating.pdf", "page": 2, "corpus": "house", "doc_cid": "blake3:h"},
+]
+
+
+def numbered(deltas: list[str]) -> str:
+    marks = Numbered()
+    marks.context(CONTEXT)
+    return "".join(marks.feed(d) for d in deltas) + marks.close()
+
+
+def test_markers_become_the_numbers_of_the_source_lines_printed_after_the_answer() -> None:
+    text = f"Solar first [solar.pdf#{B}], then the boiler [heating.pdf#{A}; heating.pdf#{C}] and see [2]."
+    shown = numbered([text])
+    # one number per document page, in the order of first citation, as source_lines numbers them
+    assert shown == "Solar first [1], then the boiler [2] and see (2)."  # a stray [2] is no citation
+    sources = [
+        source(chunk_id=B, file="solar.pdf", page=1, doc_cid="blake3:s"),
+        source(chunk_id=A, doc_cid="blake3:h"),
+        source(chunk_id=C, doc_cid="blake3:h"),
+    ]
+    lines = source_lines(sources, {})
+    assert lines[0].startswith("[1] Heating Handbook — solar.pdf, page 1")
+    assert lines[1].startswith("[2] Heating Handbook — heating.pdf, page 2") and "2 passages" in lines[1]
+
+
+@given(st.lists(st.integers(0, 80), max_size=10))
+def test_numbering_does_not_depend_on_how_the_answer_was_split(cuts: list[int]) -> None:
+    text = f"Boiler [heating.pdf#{A}] and panels [solar.pdf#{B}, heating.pdf#{C}] [1]."
+    at = sorted(c for c in cuts if c <= len(text))
+    pieces = [text[a:b] for a, b in zip([0, *at], [*at, len(text)], strict=True)]
+    assert numbered(pieces) == numbered([text]) == "Boiler [1] and panels [2, 1] (1)."
+
+
+def test_an_abstained_answer_says_so_and_lists_the_nearest_passages_as_no_answer() -> None:
+    out = {
+        "answer": "The documents do not say: no passage is close enough to the question to answer it.",
+        "mode": "abstained",
+        "sources": [source(cited=False, nearest=True)],
+        "meta": {"rag": "used", "model": "m", "corpora": {"house": {"status": "ok", "hits": 3}}},
+    }
+    notes = footer_lines(out)
+    assert notes == [
+        "(no passage of the documents came close enough to the question to answer it; the nearest "
+        "are listed below, not as an answer)"
+    ]
+    assert verdict(out, named=False, no_rag=False) is None
+    empty = {
+        **out,
+        "sources": [],
+        "meta": {"rag": "used", "model": None, "corpora": {"h": {"status": "ok", "hits": 0}}},
+    }
+    assert verdict(empty, named=False, no_rag=False) == "empty"  # no model, no documents at all
