@@ -10,7 +10,8 @@ import anyio.abc
 import pytest
 
 from hearthnet.errors import BadRequest
-from hearthnet.services.node.probe import dial, dial_back
+from hearthnet.services.node.probe import dial_back
+from hearthnet.transport.probe import dial
 
 CALLER = "ed25519:caller"
 
