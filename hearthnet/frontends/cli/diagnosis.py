@@ -25,7 +25,7 @@ from hearthnet.frontends.client.client import AsyncClient, no_home
 from hearthnet.frontends.client.corpora import seen_text
 from hearthnet.transport.probe import PROBE_SECONDS, dial
 
-__all__ = ["CLOCK_NOTE_SECONDS", "Diagnosis", "Finding", "diagnose", "firewall_hint"]
+__all__ = ["CLOCK_NOTE_SECONDS", "Diagnosis", "Finding", "diagnose", "firewall_hint", "judge_clocks"]
 
 CLOCK_PROBLEM_SECONDS = MANIFEST_TTL_MS / 1000
 """A peer's clock this far off makes its signed capability lists expire before they arrive (or
@@ -121,9 +121,7 @@ async def diagnose(home: Path) -> Diagnosis:
         try:
             status: dict[str, Any] = (await client.call("node.status", timeout=10)).output
         except BusError as exc:
-            d.add(
-                "node", "problem", f"the node is not running ({exc.message})", "start it: hearthnet node run"
-            )
+            d.add("node", "problem", f"the node does not answer: {exc.message}")
             _check_ui(d, config, running=False)
             return d
         names = {p["node_id"]: p.get("name") or p["node_id"][:16] for p in status.get("peers", [])}
@@ -318,6 +316,11 @@ async def _check_clock(d: Diagnosis, client: AsyncClient, peers: Sequence[Mappin
     async with anyio.create_task_group() as tg:
         for peer in peers:
             tg.start_soon(ping, peer)
+    judge_clocks(d, clocks)
+
+
+def judge_clocks(d: Diagnosis, clocks: Sequence[Mapping[str, Any]]) -> None:
+    """Findings for each peer's clock offset ``skew_s`` (positive: the peer is ahead)."""
     d.facts["clock"] = [{**c, "skew_s": round(c["skew_s"], 3)} for c in clocks]
     for c in clocks:
         who, skew = c["peer_name"] or c["peer"][:16], c["skew_s"]
