@@ -138,7 +138,7 @@ def run(quick: bool) -> list[Metric]:
             off <= 15.0,
             round(off_lo, 2),
             round(off_hi, 2),
-            note=f"floor: dead_after_seconds (silence counted from the last frame); {len(got['offline'])} round(s)",
+            note=f"floor: dead_after_seconds (silence from the last frame); {len(got['offline'])} round(s)",
         ),
         Metric(
             ISSUE,
