@@ -25,7 +25,15 @@ from hearthnet.frontends.client.client import AsyncClient, no_home
 from hearthnet.frontends.client.corpora import seen_text
 from hearthnet.transport.probe import PROBE_SECONDS, dial
 
-__all__ = ["CLOCK_NOTE_SECONDS", "Diagnosis", "Finding", "diagnose", "firewall_hint", "judge_clocks"]
+__all__ = [
+    "CLOCK_NOTE_SECONDS",
+    "Diagnosis",
+    "Finding",
+    "diagnose",
+    "firewall_hint",
+    "judge_clocks",
+    "judge_reach",
+]
 
 CLOCK_PROBLEM_SECONDS = MANIFEST_TTL_MS / 1000
 """A peer's clock this far off makes its signed capability lists expire before they arrive (or
@@ -254,8 +262,16 @@ async def _check_reach(
         for peer in peers:
             for address in dialable:
                 tg.start_soon(probe, peer, address)
-    d.facts["reach"] = reach
-    for address in dialable:
+    judge_reach(d, dialable, reach)
+
+
+def judge_reach(d: Diagnosis, addresses: Sequence[str], reach: Sequence[Mapping[str, Any]]) -> None:
+    """Findings from the peers' dial-backs: an address no peer reaches blocks only when no other
+    advertised address is reached either (one on an interface the peers have no route to, a
+    container bridge say, is a note while another works)."""
+    d.facts["reach"] = list(reach)
+    reached_somewhere = any(r.get("reachable") for r in reach)
+    for address in addresses:
         tried = [r for r in reach if r["address"] == address and r.get("reachable") is not None]
         good = [r["peer_name"] or r["peer"][:16] for r in tried if r["reachable"]]
         bad = [r for r in tried if not r["reachable"]]
@@ -266,11 +282,10 @@ async def _check_reach(
         else:
             why = "; ".join(f"{r['peer_name'] or r['peer'][:16]}: {r.get('message', '')}" for r in bad)
             port = _host_port(address)[1]
-            level = "note" if good else "problem"
             reached = f" (reached by {', '.join(good)})" if good else ""
             d.add(
                 "reach",
-                level,
+                "note" if reached_somewhere else "problem",
                 f"peers cannot connect to {address}{reached}: {why}",
                 firewall_hint(port) if any(r.get("reason") == "timeout" for r in bad) else "",
             )

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from hearthnet.frontends.cli.diagnosis import Diagnosis, _check_addresses, firewall_hint, judge_clocks
+from hearthnet.frontends.cli.diagnosis import (
+    Diagnosis,
+    _check_addresses,
+    firewall_hint,
+    judge_clocks,
+    judge_reach,
+)
 from hearthnet.frontends.cli.main import main
 
 
@@ -80,3 +86,33 @@ def test_the_firewall_fix_is_the_one_of_the_operating_system() -> None:
     assert "firewall-cmd --permanent --add-port=7700/tcp" in firewall_hint(7700, "Linux")
     assert "localport=7701" in firewall_hint(7701, "Windows") and "netsh" in firewall_hint(7701, "Windows")
     assert "System Settings" in firewall_hint(7700, "Darwin")
+
+
+def _dialled(peer: str, address: str, reachable: bool, reason: str = "ok") -> dict[str, object]:
+    return {
+        "peer": f"ed25519:{peer}",
+        "peer_name": peer,
+        "address": address,
+        "reachable": reachable,
+        "reason": reason,
+        "message": "no answer within 3 s" if reason == "timeout" else "connected",
+    }
+
+
+def test_an_address_no_peer_reaches_blocks_only_when_no_other_one_is_reached() -> None:
+    lan, bridge = "192.168.1.23:7700", "172.17.0.1:7700"
+    blocked = Diagnosis()
+    judge_reach(
+        blocked, [lan], [_dialled("kitchen", lan, False, "timeout"), _dialled("den", lan, False, "timeout")]
+    )
+    (finding,) = blocked.findings
+    assert finding.level == "problem" and "peers cannot connect to 192.168.1.23:7700" in finding.message
+    assert "kitchen: no answer" in finding.message and "ufw allow 7700/tcp" in finding.hint
+    partial = Diagnosis()
+    judge_reach(
+        partial,
+        [lan, bridge],
+        [_dialled("kitchen", lan, True), _dialled("kitchen", bridge, False, "unreachable")],
+    )
+    assert [(f.level, f.message.split(" ")[0]) for f in partial.findings] == [("ok", lan), ("note", "peers")]
+    assert not partial.problems
