@@ -355,7 +355,8 @@ def judge_clocks(d: Diagnosis, clocks: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _check_discovery(d: Diagnosis, status: Mapping[str, Any]) -> None:
-    """LAN discovery as the node reports it in ``status.discovery``, if its version has it."""
+    """LAN discovery as the node reports it: ``status.discovery`` ``{enabled, working, error,
+    found: {node id: addresses}}``, when its version has it."""
     disc = status.get("discovery")
     d.facts["discovery"] = disc
     if not isinstance(disc, Mapping):
@@ -365,17 +366,23 @@ def _check_discovery(d: Diagnosis, status: Mapping[str, Any]) -> None:
             "this node has no LAN discovery: it finds peers from the invite token's addresses "
             "and the addresses members pass on",
         )
-    elif not disc.get("enabled", True):
+        return
+    found = disc.get("found")
+    count = len(found) if isinstance(found, Mapping | list) else found
+    if not disc.get("enabled", True):
         d.add("discovery", "note", "LAN discovery is off ([network] discovery = false)")
-    elif disc.get("error"):
-        d.add("discovery", "note", f"LAN discovery does not work: {disc['error']}")
-    else:
-        found = disc.get("found")
+    elif disc.get("error") or disc.get("working") is False:
+        why = disc.get("error") or "no answer from the LAN yet"
         d.add(
             "discovery",
-            "ok",
-            "LAN discovery works" + (f" ({found} member(s) found)" if found is not None else ""),
+            "note",
+            f"LAN discovery does not work: {why}",
+            "mDNS (UDP port 5353) must pass between the devices; members still meet through "
+            "the addresses in tokens and in the signed address records",
         )
+    else:
+        seen = f" ({count} member(s) found on the LAN)" if isinstance(count, int) else ""
+        d.add("discovery", "ok", f"LAN discovery works{seen}")
 
 
 def _check_ui(d: Diagnosis, config: Any, *, running: bool) -> None:

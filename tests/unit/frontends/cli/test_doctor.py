@@ -12,6 +12,7 @@ import pytest
 from hearthnet.frontends.cli.diagnosis import (
     Diagnosis,
     _check_addresses,
+    _check_discovery,
     firewall_hint,
     judge_clocks,
     judge_reach,
@@ -116,3 +117,27 @@ def test_an_address_no_peer_reaches_blocks_only_when_no_other_one_is_reached() -
     )
     assert [(f.level, f.message.split(" ")[0]) for f in partial.findings] == [("ok", lan), ("note", "peers")]
     assert not partial.problems
+
+
+@pytest.mark.parametrize(
+    ("discovery", "level", "words"),
+    [
+        (None, "note", "no LAN discovery"),
+        ({"enabled": False, "working": False, "error": None, "found": {}}, "note", "discovery is off"),
+        (
+            {"enabled": True, "working": False, "error": "no multicast route", "found": {}},
+            "note",
+            "no multicast",
+        ),
+        (
+            {"enabled": True, "working": True, "error": None, "found": {"ed25519:a": ["10.0.0.2:7700"]}},
+            "ok",
+            "1 member",
+        ),
+    ],
+)
+def test_discovery_is_reported_as_the_node_sees_it(discovery: object, level: str, words: str) -> None:
+    d = Diagnosis()
+    _check_discovery(d, {"discovery": discovery})
+    (finding,) = d.findings
+    assert finding.level == level and words in finding.message
