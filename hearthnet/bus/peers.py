@@ -32,7 +32,9 @@ from hearthnet.transport.tcp import accept_forever, create_listener, listener_po
 
 log = structlog.get_logger("hearthnet.peers")
 
-MAX_BACKOFF = 15.0
+MAX_BACKOFF = 3.0
+"""Longest wait between two dials of an unreachable member: a device back from sleep is relinked
+within about this plus one connect, whichever side dials first."""
 _MAX_PEERS = 1024
 _MAX_ADDRESSES_PER_PEER = 8
 
