@@ -235,3 +235,87 @@ def test_tei_info_embed_and_errors(node: MeshNode, key: str) -> None:
     assert cut.status_code == 200
     no_reranker = httpx.post(base + "/rerank", json={"query": "q", "texts": ["a"]}, headers=auth)
     assert no_reranker.status_code >= 400 and "error_type" in no_reranker.json()
+
+
+# -- programs written for ChromaDB, unchanged ------------------------------------------------------
+class NodeEmbeddings:
+    """LangChain's ``Embeddings`` through the node's ``/v1/embeddings`` (the official openai client)."""
+
+    def __init__(self, node: MeshNode, key: str) -> None:
+        import openai
+
+        self._client = openai.OpenAI(base_url=ui_url(node) + "/v1", api_key=key, max_retries=0, timeout=120)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        got = self._client.embeddings.create(model=MINILM, input=texts, encoding_format="float")
+        return [d.embedding for d in got.data]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+PAPER_QUESTION = "What is preemptive information extraction?"
+
+
+def test_langchains_chroma_store_retrieves_the_right_chunk(node: MeshNode, key: str) -> None:
+    from langchain_chroma import Chroma
+    from langchain_core.embeddings import Embeddings
+
+    class Through(NodeEmbeddings, Embeddings):
+        pass
+
+    store = Chroma(
+        client=http_client(node, key), collection_name="manuals", embedding_function=Through(node, key)
+    )
+    docs = store.similarity_search_with_score(PAPER_QUESTION, k=3)
+    vector = embed(node, [PAPER_QUESTION])[0].tolist()
+    expected = rag_query(node, "manuals", vector, 3)
+    assert [d.id for d, _ in docs] == [h["metadata"]["chunk_id"] for h in expected]
+    top, distance = docs[0]
+    assert (
+        "preemptive" in top.page_content.lower() and top.metadata["page"] == expected[0]["metadata"]["page"]
+    )
+    assert distance == pytest.approx(1.0 - expected[0]["similarity"], abs=1e-4)
+
+
+SEED = sorted((ROOT.parent / "shared" / "seeds").glob("000_*.txt"))
+
+
+def seed_code(*names: str) -> str:
+    """The seed's Python blocks that define ``names``, verbatim and in the seed's order."""
+    text = SEED[0].read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    wanted = [b for b in blocks if any(re.search(rf"^(def|class) {n}\b", b, flags=re.M) for n in names)]
+    assert len(wanted) >= len(names) - 1, "the seed's retriever code was not found"
+    return "\n\n".join(wanted)
+
+
+@pytest.mark.skipif(not SEED, reason="seed 000 is not beside the repository")
+def test_the_seeds_retriever_unchanged_reads_the_mesh(
+    node: MeshNode, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import logging
+    import os
+
+    url = ui_url(node)
+    monkeypatch.setenv("DOCPROC_TEI_EMBEDDINGS_URL", f"{url}/t/{key}")
+    monkeypatch.setenv("CHROMA_CLIENT_AUTH_PROVIDER", "chromadb.auth.token_authn.TokenAuthClientProvider")
+    monkeypatch.setenv("CHROMA_CLIENT_AUTH_CREDENTIALS", key)
+    monkeypatch.setenv("ANONYMIZED_TELEMETRY", "False")
+    namespace: dict[str, Any] = {"os": os, "logger": logging.getLogger("seed"), "__name__": "seed"}
+    code = seed_code("RagArchiveConfig", "_embed_query", "create_archive_search_tool", "_parse_host")
+    exec(compile(code, str(SEED[0]), "exec"), namespace)  # the seed's own code, unchanged
+    config = namespace["RagConfig"](
+        archives=[
+            {"name": "papers", "collection_name": "manuals", "chromadb_url": url, "embedding_model": MINILM}
+        ]
+    )
+    tool = namespace["create_archive_search_tool"](config)
+    answer = tool.invoke({"query": PAPER_QUESTION, "top_k": 3})
+    vector = embed(node, [PAPER_QUESTION])[0].tolist()
+    expected = rag_query(node, "manuals", vector, 3, include_text=True)
+    passages = answer.split("\n\n---\n\n")
+    assert len(passages) == 3
+    for passage, hit in zip(passages, expected, strict=True):
+        assert passage.startswith("[") and "Archiv: papers" in passage
+        assert passage.split("\n", 1)[1] == hit["text"]
