@@ -88,6 +88,8 @@ def _door(path: str) -> str:
         return "chroma"
     if path in TEI_PATHS:
         return "tei"
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return "mcp"
     return "openai"
 
 
@@ -97,7 +99,7 @@ _TEI_KINDS: Final[Mapping[int, str]] = {401: "Unauthorized", 429: "Overloaded"}
 
 def door_error_body(path: str, status: int, message: str, code: str | None = None) -> bytes:
     """An error of the door's own shape: ChromaDB's ``{error, message}``, TEI's ``{error,
-    error_type}``, else OpenAI's."""
+    error_type}``, a JSON-RPC error on ``/mcp`` (what the MCP client reads), else OpenAI's."""
     door = _door(path)
     if door == "chroma":
         name = _CHROMA_NAMES.get(status, "InvalidArgumentError" if status < 500 else "InternalError")
@@ -105,6 +107,12 @@ def door_error_body(path: str, status: int, message: str, code: str | None = Non
     if door == "tei":
         kind = _TEI_KINDS.get(status, "Validation" if status < 500 else "Backend")
         return json.dumps({"error": message, "error_type": kind}, ensure_ascii=False).encode()
+    if door == "mcp":
+        error: dict[str, Any] = {"code": -32001, "message": message}
+        if code is not None:
+            error["data"] = {"code": code, "status": status}
+        rpc = {"jsonrpc": "2.0", "id": None, "error": error}
+        return json.dumps(rpc, ensure_ascii=False).encode()
     return openai_error_body(status, message, code)
 
 
