@@ -56,6 +56,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MiB = 1 << 20
 BODY_LIMITS: Final[Mapping[str, int]] = {
     "/v1/chat/completions": MiB,
+    "/v1/completions": MiB,
     "/v1/embeddings": 4 * MiB,  # 256 texts of 8,192 characters, JSON-escaped
     "/mcp": MiB,
 }
