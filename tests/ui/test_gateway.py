@@ -187,6 +187,21 @@ def test_chat_answers_whole_and_streamed_through_llm_chat(
         )
 
 
+def test_a_400_names_the_field_at_fault_as_the_client_sent_it(node: MeshNode, member_key: str) -> None:
+    gateway = client(node, member_key)
+    messages: Any = [{"role": "user", "content": "When?"}]
+    with pytest.raises(openai.BadRequestError) as err:  # the model's own limit, checked by llm.chat
+        gateway.chat.completions.create(model=MODEL, messages=messages, max_tokens=100_000)
+    assert err.value.param == "max_tokens" and "input." not in err.value.message
+    assert "max_tokens is 100000" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:  # the gateway's own check
+        gateway.chat.completions.create(model=MODEL, messages=messages, temperature=7)
+    assert err.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as err:
+        gateway.embeddings.create(model=MINILM, input=[""])
+    assert err.value.param == "input"
+
+
 def test_legacy_completions_ask_the_chat_model_and_answer_as_text_completion(
     node: MeshNode, member_key: str, server: OpenAIChatServer
 ) -> None:
