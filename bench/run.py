@@ -39,6 +39,7 @@ BENCHMARKS = (
     "fuzz",
     "ui",
     "wake",
+    "chroma_door",
 )
 
 

@@ -10,7 +10,11 @@ and its documents are private blobs, and ``system`` is read-only (:func:`check_r
 ``rag.query`` ``params {corpus}``, ``input {query, k = 5 (max 20), filter?, include_text = true,
 mode = hybrid (dense | keyword | hybrid)}`` -> ``output {chunks: [{rank, score, similarity, text,
 metadata {doc_cid, doc_title, page, chunk_id, ...}}]}`` (``similarity``: the cosine; ``score``:
-what the mode ranks by);
+what the mode ranks by; ``input.embedding``, a vector already made with the corpus's model,
+stands for the query's embedding, and alone answers dense);
+``rag.get`` ``params {corpus}``, ``input {ids?, filter?, contains?, limit = 100 (max 1000), offset = 0,
+include_text = true, include_embeddings = false}`` -> ``output {chunks: [{chunk_id, metadata, text?,
+embedding?}]}`` (complete documents' chunks in the store's order: the ChromaDB door's ``get``);
 ``rag.ingest`` (trusted) ``params {corpus}``, ``input {doc_cid, title?, language?, filename?,
 metadata?}``, or ``input {documents: [such inputs]}`` (up to ``MAX_INGEST_BATCH``, each document
 atomic and answered on its own); ``rag.list_documents`` pages ``{after, limit}``; ``rag.delete`` (trusted)
@@ -35,12 +39,15 @@ __all__ = [
     "DEFAULT_K",
     "DEFAULT_MODE",
     "DELETED",
+    "GET_PAGE",
     "INGESTED",
     "KEPT_LOCAL",
     "LANGUAGE",
     "LIST_PAGE",
+    "MAX_CONTAINS",
     "MAX_CORPUS_NAME",
     "MAX_FILENAME",
+    "MAX_GET_CHUNKS",
     "MAX_INGEST_BATCH",
     "MAX_K",
     "MAX_LIST_PAGE",
@@ -90,6 +97,7 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
 # -- the reserved corpora ----------------------------------------------------------------------
 KEPT_LOCAL: tuple[tuple[str, dict[str, str]], ...] = (
     ("rag.query", {"corpus": PERSONAL}),
+    ("rag.get", {"corpus": PERSONAL}),
     ("rag.ingest", {"corpus": PERSONAL}),
 )
 """Calls every node keeps to itself, whether or not it runs RAG (``CapabilityBus.keep_local``)."""
@@ -136,6 +144,11 @@ MAX_FILENAME = 255
 """Longest file name ``rag.ingest`` keeps (the common file-system limit, in characters)."""
 MAX_INGEST_BATCH = 64
 """Most documents in one ``rag.ingest {documents}`` call."""
+GET_PAGE = 100
+MAX_GET_CHUNKS = 1000
+"""Chunks per ``rag.get`` page: by default, and at most (also the most ``ids`` one call names)."""
+MAX_CONTAINS = 256
+"""Longest ``rag.get`` ``contains`` text."""
 LIST_PAGE = 200
 MAX_LIST_PAGE = 1000
 """Documents per ``rag.list_documents`` page: by default, and at most."""
@@ -157,7 +170,7 @@ DELETED = "rag.document.deleted"
 
 # -- which provider fits ------------------------------------------------------------------------
 BY_CORPUS: ParamsPredicate = params_key_equals("corpus")
-"""``rag.query``, ``rag.list_documents``, ``rag.delete``: the provider holds the named corpus."""
+"""``rag.query``, ``rag.get``, ``rag.list_documents``, ``rag.delete``: the provider holds the named corpus."""
 
 
 def ingest_predicate(offered: Mapping[str, Any], requested: Mapping[str, Any]) -> bool:
@@ -181,6 +194,7 @@ PREDICATES: Mapping[str, ParamsPredicate] = {"rag.ingest": ingest_predicate}
 PREFERENCES: Mapping[str, Preference] = {
     "rag.query": advertised_chunks,
     "rag.list_documents": advertised_chunks,
+    "rag.get": advertised_chunks,
 }
 """Among the providers that fit, which to try first (a higher rank first)."""
 
@@ -215,10 +229,16 @@ class RagClient:
         mode: str | None = None,
         timeout: float | None = None,
         provider: str | None = None,
+        embedding: list[float] | None = None,
     ) -> CallResult:
         """``rag.query`` of ``corpus``: its ``k`` chunks best for ``query`` (``mode``: one of
-        :data:`QUERY_MODES`, the corpus host's default if ``None``)."""
-        inp: dict[str, Any] = {"query": query, "k": k}
+        :data:`QUERY_MODES`, the corpus host's default if ``None``).  ``embedding``: the query's
+        vector, already made with the corpus's model (then ``query`` may be empty: dense only)."""
+        inp: dict[str, Any] = {"k": k}
+        if query:
+            inp["query"] = query
+        if embedding is not None:
+            inp["embedding"] = embedding
         if filter:
             inp["filter"] = dict(filter)
         if not include_text:
@@ -228,6 +248,32 @@ class RagClient:
         return await self._caller.call(
             "rag.query", params={"corpus": corpus}, input=inp, timeout=timeout, provider=provider
         )
+
+    async def get(
+        self,
+        corpus: str,
+        *,
+        ids: list[str] | None = None,
+        filter: Mapping[str, Any] | None = None,
+        contains: str | None = None,
+        limit: int = GET_PAGE,
+        offset: int = 0,
+        include_text: bool = True,
+        include_embeddings: bool = False,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """``rag.get``: chunks of ``corpus`` by id, filter or text, in the store's order, paged."""
+        inp: dict[str, Any] = {"limit": limit, "offset": offset, "include_text": include_text}
+        if ids:
+            inp["ids"] = ids
+        if filter:
+            inp["filter"] = dict(filter)
+        if contains:
+            inp["contains"] = contains
+        if include_embeddings:
+            inp["include_embeddings"] = True
+        result = await self._caller.call("rag.get", params={"corpus": corpus}, input=inp, timeout=timeout)
+        return list(result.output.get("chunks") or [])
 
     async def known_corpora(
         self, corpus: str | None = None, *, provider: str | None = None, timeout: float | None = None

@@ -187,6 +187,44 @@ def test_chat_answers_whole_and_streamed_through_llm_chat(
         )
 
 
+def test_a_400_names_the_field_at_fault_as_the_client_sent_it(node: MeshNode, member_key: str) -> None:
+    gateway = client(node, member_key)
+    messages: Any = [{"role": "user", "content": "When?"}]
+    with pytest.raises(openai.BadRequestError) as err:  # the model's own limit, checked by llm.chat
+        gateway.chat.completions.create(model=MODEL, messages=messages, max_tokens=100_000)
+    assert err.value.param == "max_tokens" and "input." not in err.value.message
+    assert "max_tokens is 100000" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:  # the gateway's own check
+        gateway.chat.completions.create(model=MODEL, messages=messages, temperature=7)
+    assert err.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as err:
+        gateway.embeddings.create(model=MINILM, input=[""])
+    assert err.value.param == "input"
+
+
+def test_legacy_completions_ask_the_chat_model_and_answer_as_text_completion(
+    node: MeshNode, member_key: str, server: OpenAIChatServer
+) -> None:
+    """LlamaIndex's ``OpenAILike`` (and other clients) default to ``/v1/completions``."""
+    server.reply = "The boiler is serviced every October."
+    gateway = client(node, member_key)
+    whole = gateway.completions.create(model=MODEL, prompt="When is the boiler serviced?", max_tokens=50)
+    assert whole.object == "text_completion" and whole.choices[0].text == server.reply
+    assert whole.choices[0].finish_reason == "stop" and whole.usage is not None
+    sent = server.requests[-1]
+    assert sent["messages"] == [{"role": "user", "content": "When is the boiler serviced?"}]
+    assert sent["max_tokens"] == 50
+    stream = list(gateway.completions.create(model=MODEL, prompt="When is the boiler serviced?", stream=True))
+    assert all(c.object == "text_completion" for c in stream)
+    assert "".join(c.choices[0].text for c in stream if c.choices) == server.reply
+    with pytest.raises(openai.BadRequestError, match="/v1/chat/completions"):
+        gateway.completions.create(model=MODEL, prompt="x", echo=True)
+    with pytest.raises(openai.BadRequestError, match="/v1/chat/completions"):
+        gateway.completions.create(model=MODEL, prompt=["a", "b"])
+    with pytest.raises(openai.NotFoundError):
+        gateway.completions.create(model="no-such-model", prompt="x")
+
+
 def test_a_rag_answer_cites_the_handbook_with_its_sources(
     node: MeshNode, member_key: str, server: OpenAIChatServer
 ) -> None:

@@ -237,15 +237,33 @@ def test_mcp_over_http_needs_a_live_key(node: MeshNode) -> None:
     with httpx.Client(base_url=ui_url(node), timeout=30) as http:
         assert http.post("/mcp", json=ping, headers=headers).status_code == 401
         bad = http.post("/mcp", json=ping, headers={**headers, "Authorization": "Bearer hn_made-up"})
-        assert bad.status_code == 401 and bad.json()["error"]["code"] == "invalid_api_key"
+        assert bad.status_code == 401 and bad.json()["error"]["data"]["code"] == "invalid_api_key"
         good = http.post("/mcp", json=ping, headers={**headers, "Authorization": f"Bearer {key}"})
         assert good.status_code == 200 and {t["name"] for t in good.json()["result"]["tools"]} == TOOLS
         huge = {**ping, "params": {"padding": "x" * (1 << 20)}}
         too_big = http.post("/mcp", json=huge, headers={**headers, "Authorization": f"Bearer {key}"})
-        assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "request_too_large"
+        assert too_big.status_code == 413 and too_big.json()["error"]["data"]["code"] == "request_too_large"
         node.cli_json("ui", "token", "revoke", "temporary")
         again = http.post("/mcp", json=ping, headers={**headers, "Authorization": f"Bearer {key}"})
         assert again.status_code == 401
+
+
+@pytest.mark.anyio
+async def test_the_mcp_client_reads_why_a_key_was_refused(node: MeshNode) -> None:
+    """The 401 is a JSON-RPC error, so the official client raises it with the node's reason
+    (not a bare "Server returned an error response")."""
+    from mcp.shared.exceptions import MCPError
+
+    def errors(exc: BaseException) -> list[BaseException]:
+        if isinstance(exc, BaseExceptionGroup):
+            return [e for sub in exc.exceptions for e in errors(sub)]
+        return [exc]
+
+    with pytest.raises(BaseException) as raised:
+        async with over_http(node, "hn_made-up"):
+            pass
+    refused = [e for e in errors(raised.value) if isinstance(e, MCPError)]
+    assert refused and "this API key is not valid" in str(refused[0])
 
 
 # -- stdio ----------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MiB = 1 << 20
 BODY_LIMITS: Final[Mapping[str, int]] = {
     "/v1/chat/completions": MiB,
+    "/v1/completions": MiB,
     "/v1/embeddings": 4 * MiB,  # 256 texts of 8,192 characters, JSON-escaped
     "/mcp": MiB,
 }
@@ -67,9 +68,53 @@ TOUCH_SECONDS = 60.0
 """A key's ``last_used`` is written at most this often."""
 
 
+CHROMA_PREFIX = "/api/v2"
+TEI_PATHS = frozenset({"/embed", "/embed_all", "/info", "/rerank", "/health"})
+PUBLIC_PATHS = frozenset({CHROMA_PREFIX + "/heartbeat", CHROMA_PREFIX + "/version"})
+"""Program routes that need no key (ChromaDB's liveness checks: they tell nothing)."""
+
+
 def is_bearer_path(path: str) -> bool:
     """Whether ``path`` belongs to the programs' door rather than the web UI."""
-    return path in ("/v1", "/mcp") or path.startswith(("/v1/", "/mcp/", PATH_TOKEN))
+    return (
+        path in ("/v1", "/mcp", CHROMA_PREFIX)
+        or path in TEI_PATHS
+        or path.startswith(("/v1/", "/mcp/", CHROMA_PREFIX + "/", PATH_TOKEN))
+    )
+
+
+def _door(path: str) -> str:
+    """Whose error shape a program route answers in: ``chroma``, ``tei`` or ``openai``."""
+    if path == CHROMA_PREFIX or path.startswith(CHROMA_PREFIX + "/"):
+        return "chroma"
+    if path in TEI_PATHS:
+        return "tei"
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return "mcp"
+    return "openai"
+
+
+_CHROMA_NAMES: Final[Mapping[int, str]] = {401: "AuthError", 403: "AuthorizationError", 429: "RateLimitError"}
+_TEI_KINDS: Final[Mapping[int, str]] = {401: "Unauthorized", 429: "Overloaded"}
+
+
+def door_error_body(path: str, status: int, message: str, code: str | None = None) -> bytes:
+    """An error of the door's own shape: ChromaDB's ``{error, message}``, TEI's ``{error,
+    error_type}``, a JSON-RPC error on ``/mcp`` (what the MCP client reads), else OpenAI's."""
+    door = _door(path)
+    if door == "chroma":
+        name = _CHROMA_NAMES.get(status, "InvalidArgumentError" if status < 500 else "InternalError")
+        return json.dumps({"error": name, "message": message}, ensure_ascii=False).encode()
+    if door == "tei":
+        kind = _TEI_KINDS.get(status, "Validation" if status < 500 else "Backend")
+        return json.dumps({"error": message, "error_type": kind}, ensure_ascii=False).encode()
+    if door == "mcp":
+        error: dict[str, Any] = {"code": -32001, "message": message}
+        if code is not None:
+            error["data"] = {"code": code, "status": status}
+        rpc = {"jsonrpc": "2.0", "id": None, "error": error}
+        return json.dumps(rpc, ensure_ascii=False).encode()
+    return openai_error_body(status, message, code)
 
 
 @dataclass(frozen=True)
@@ -211,8 +256,13 @@ async def send_error(
     *,
     param: str | None = None,
     headers: Mapping[str, str] | None = None,
+    path: str = "/v1",
 ) -> None:
-    body = openai_error_body(status, message, code, param)
+    body = (
+        door_error_body(path, status, message, code)
+        if param is None
+        else openai_error_body(status, message, code, param)
+    )
     out = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     out += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": out})
@@ -240,7 +290,10 @@ class BearerDoor:
             headers.setdefault(key, value)
         secret, problem = _key_of(scope, headers)
         if problem is not None:
-            await send_error(send, 400, problem, "invalid_api_key")
+            await send_error(send, 400, problem, "invalid_api_key", path=scope["path"])
+            return
+        if secret is None and scope["path"] in PUBLIC_PATHS:
+            await self.app(scope, receive, send)
             return
         if secret is None:
             cookie = b"hn_session=" in headers.get(b"cookie", b"")
@@ -252,6 +305,7 @@ class BearerDoor:
                 + (" (the web UI's sign-in cookie is not one)" if cookie else ""),
                 "invalid_api_key",
                 headers={"WWW-Authenticate": 'Bearer realm="hearthnet"'},
+                path=scope["path"],
             )
             return
         token = await self._tokens.lookup(secret)
@@ -263,6 +317,7 @@ class BearerDoor:
                 "this API key is not valid: it was revoked or never existed (see 'hearthnet ui token list')",
                 "invalid_api_key",
                 headers={"WWW-Authenticate": 'Bearer realm="hearthnet", error="invalid_token"'},
+                path=scope["path"],
             )
             return
         wait = self._bucket.take(token.id)
@@ -273,20 +328,29 @@ class BearerDoor:
                 f"too many requests with this API key: try again in {math.ceil(wait)} s",
                 "rate_limit_exceeded",
                 headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                path=scope["path"],
             )
             return
         limit = BODY_LIMITS.get(scope["path"], DEFAULT_BODY_LIMIT)
         declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > limit):
             await send_error(
-                send, 413, f"the request body is over {limit} bytes, this route's limit", "request_too_large"
+                send,
+                413,
+                f"the request body is over {limit} bytes, this route's limit",
+                "request_too_large",
+                path=scope["path"],
             )
             return
         try:
             body = await _read_body(receive, limit)
         except _TooLarge:
             await send_error(
-                send, 413, f"the request body is over {limit} bytes, this route's limit", "request_too_large"
+                send,
+                413,
+                f"the request body is over {limit} bytes, this route's limit",
+                "request_too_large",
+                path=scope["path"],
             )
             return
         if body is None:
@@ -315,6 +379,12 @@ def _key_of(scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[str | None, s
         scope["path"] = "/" + rest
         scope["raw_path"] = scope["path"].encode("utf-8")
     header = headers.get(b"authorization")
+    chroma = headers.get(b"x-chroma-token")
+    if header is None and chroma is not None:  # ChromaDB's client's other token header
+        if in_path is not None:
+            return None, "give the API key once: in a header or in the path, not both"
+        value = chroma.decode("latin-1").strip()
+        return (value or None), (None if value else "the X-Chroma-Token header is empty")
     if header is None:
         return in_path, None
     if in_path is not None:

@@ -35,6 +35,7 @@ from starlette.routing import BaseRoute, Route
 
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
 from hearthnet.frontends.client.corpora import requested_corpora, searchable_corpora
+from hearthnet.frontends.http import completions
 from hearthnet.frontends.http import openai_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, GatedCalls, openai_error_body
 from hearthnet.frontends.http.gateway_answers import (
@@ -304,6 +305,23 @@ def _content(out: Mapping[str, Any]) -> str:
     return content if isinstance(content, str) else ""
 
 
+# -- legacy completions ----------------------------------------------------------------------
+async def _completions(state: GatewayState, request: Request, caller: Caller) -> Response:
+    """``/v1/completions``: the prompt asked of the chat model, answered as ``text_completion``."""
+    req = shapes.parse_chat(completions.chat_body(await _body(request)))
+    await _require_model(state, caller, req.model, "chat")
+    inner = _llm_producer(state, caller, req, "chatcmpl-" + secrets.token_hex(12), int(time.time()))
+
+    async def produce(emit: Emit) -> dict[str, Any] | None:
+        async def as_text(doc: dict[str, Any]) -> None:
+            await emit(completions.text_completion(doc))
+
+        out = await inner(as_text)
+        return None if out is None else completions.text_completion(out)
+
+    return GatewayCall(produce, state.closing, req.stream)
+
+
 # -- the application --------------------------------------------------------------------------
 async def _not_found(request: Request, exc: Exception) -> Response:
     status = exc.status_code if isinstance(exc, HTTPException) else 404
@@ -324,6 +342,7 @@ def routes(state: GatewayState) -> list[BaseRoute]:
         r("/v1/models/{model:path}", _model, "GET"),
         r("/v1/embeddings", _embeddings, "POST"),
         r("/v1/chat/completions", _chat, "POST"),
+        r("/v1/completions", _completions, "POST"),
     ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -55,14 +56,47 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 Producer = Callable[[Emit], Awaitable[dict[str, Any] | None]]
 
 
+_CLIENT_FIELDS: Final[Mapping[str, str]] = {
+    "texts": "input",
+    "messages": "messages",
+    "max_tokens": "max_tokens",
+    "temperature": "temperature",
+    "stop": "stop",
+    "model": "model",
+}
+"""A capability's input field (as its contract names it, ``input.max_tokens``) -> the request's
+field as an OpenAI client sent it."""
+_INPUT_FIELD = re.compile(r"\binput\.([a-z_]+)")
+
+
+def client_terms(exc: BusError) -> tuple[str, str | None]:
+    """The error's message in the client's own field names, and the field at fault (``param``):
+    a :class:`~.openai_shapes.FieldError`'s, or the capability input field its message names."""
+    param: str | None = getattr(exc, "param", None)
+    message = exc.message
+    if exc.code not in ("bad_request", "schema_mismatch"):
+        return message, None
+
+    def rename(found: re.Match[str]) -> str:
+        nonlocal param
+        field = _CLIENT_FIELDS.get(found.group(1))
+        if field is None:
+            return found.group(0)
+        param = param or field
+        return field
+
+    return _INPUT_FIELD.sub(rename, message), param
+
+
 def error_response(exc: BusError) -> Response:
     status = STATUS.get(exc.code, 500)
     headers = {}
     if exc.retry_after_ms is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_ms / 1000)))
-    message = exc.message if status < 500 or exc.code != "internal_error" else exc.message[:300]
+    message, param = client_terms(exc)
+    message = message if status < 500 or exc.code != "internal_error" else message[:300]
     return Response(
-        openai_error_body(status, message, _code(exc)),
+        openai_error_body(status, message, _code(exc), param),
         status_code=status,
         media_type="application/json",
         headers=headers,

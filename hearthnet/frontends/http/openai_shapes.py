@@ -125,7 +125,9 @@ class ChatRequest:
         assistant messages as turns.  System messages are left out (the composer's own system
         prompt carries the documents); a user message with no answer joins the next question."""
         if not self.messages or self.messages[-1]["role"] != "user":
-            raise BadRequest("with corpora or rag_config the last message must be the user's question")
+            raise FieldError(
+                "messages", "with corpora or rag_config the last message must be the user's question"
+            )
         turns: list[Turn] = []
         pending: list[str] = []
         for message in self.messages[:-1]:
@@ -136,8 +138,16 @@ class ChatRequest:
                 pending = []
         question = "\n\n".join([*pending, self.messages[-1]["content"]])
         if not question.strip():
-            raise BadRequest("messages: the user's question is empty")
+            raise FieldError("messages", "messages: the user's question is empty")
         return question, turns
+
+
+class FieldError(BadRequest):
+    """``bad_request`` about one field of the request: OpenAI's error names it as ``param``."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
@@ -162,8 +172,8 @@ def _check_keys(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
 def _model(body: Mapping[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_NAME:
-        raise BadRequest(
-            f"model is required: a model name of 1..{MAX_MODEL_NAME} characters (GET /v1/models)"
+        raise FieldError(
+            "model", f"model is required: a model name of 1..{MAX_MODEL_NAME} characters (GET /v1/models)"
         )
     return model
 
@@ -172,7 +182,7 @@ def _whole(value: Any, field: str, low: int) -> int | None:
     if value is None:
         return None
     if type(value) is not int or value < low:
-        raise BadRequest(f"{field} must be a whole number of at least {low}")
+        raise FieldError(field, f"{field} must be a whole number of at least {low}")
     return value
 
 
@@ -188,30 +198,32 @@ def _text_of(content: Any, where: str) -> str:
                 or part.get("type") != "text"
                 or not isinstance(part.get("text"), str)
             ):
-                raise BadRequest(f"{where}.content[{i}]: only text parts are supported")
+                raise FieldError("messages", f"{where}.content[{i}]: only text parts are supported")
             parts.append(part["text"])
         return "".join(parts)
-    raise BadRequest(f"{where}.content must be a string or a list of text parts")
+    raise FieldError("messages", f"{where}.content must be a string or a list of text parts")
 
 
 def _messages(raw: Any) -> list[dict[str, str]]:
     if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_MESSAGES:
-        raise BadRequest(f"messages must be a list of 1..{MAX_MESSAGES} messages")
+        raise FieldError("messages", f"messages must be a list of 1..{MAX_MESSAGES} messages")
     out: list[dict[str, str]] = []
     for i, message in enumerate(raw):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise BadRequest(f"{where} must be an object")
+            raise FieldError("messages", f"{where} must be an object")
         role = message.get("role")
         if role in ("tool", "function"):
-            raise BadRequest(f"{where}: tool messages are not supported (this gateway offers no tools)")
+            raise FieldError(
+                "messages", f"{where}: tool messages are not supported (this gateway offers no tools)"
+            )
         if role not in _ROLES:
-            raise BadRequest(f"{where}.role must be system, developer, user or assistant")
+            raise FieldError("messages", f"{where}.role must be system, developer, user or assistant")
         if message.get("tool_calls") or message.get("function_call"):
-            raise BadRequest(f"{where}: tool calls are not supported")
+            raise FieldError("messages", f"{where}: tool calls are not supported")
         for key in message:
             if key not in ("role", "content", "name", "tool_calls", "function_call", "refusal"):
-                raise BadRequest(f"{where}: unrecognized field {str(key)[:40]}")
+                raise FieldError("messages", f"{where}: unrecognized field {str(key)[:40]}")
         out.append({"role": _ROLES[role], "content": _text_of(message.get("content"), where)})
     return out
 
@@ -219,7 +231,7 @@ def _messages(raw: Any) -> list[dict[str, str]]:
 def _refuse_if_set(body: Mapping[str, Any], key: str, harmless: Sequence[Any], why: str) -> None:
     value = body.get(key)
     if value is not None and value not in harmless:
-        raise BadRequest(f"{key} is not supported: {why}")
+        raise FieldError(key, f"{key} is not supported: {why}")
 
 
 def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
@@ -229,20 +241,20 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
     messages = _messages(body.get("messages"))
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise BadRequest("stream must be true or false")
+        raise FieldError("stream", "stream must be true or false")
     options = body.get("stream_options")
     include_usage = False
     if options is not None:
         if not isinstance(options, dict) or not stream:
-            raise BadRequest("stream_options is an object, given only with stream: true")
+            raise FieldError("stream_options", "stream_options is an object, given only with stream: true")
         flag = options.get("include_usage", False)
         if not isinstance(flag, bool):
-            raise BadRequest("stream_options.include_usage must be true or false")
+            raise FieldError("stream_options", "stream_options.include_usage must be true or false")
         include_usage = flag
     max_tokens = _whole(_given(body, "max_tokens"), "max_tokens", 1)
     max_completion = _whole(_given(body, "max_completion_tokens"), "max_completion_tokens", 1)
     if max_tokens is not None and max_completion is not None and max_tokens != max_completion:
-        raise BadRequest("max_tokens and max_completion_tokens differ: give one")
+        raise FieldError("max_tokens", "max_tokens and max_completion_tokens differ: give one")
     temperature = _given(body, "temperature")
     if temperature is not None and (
         isinstance(temperature, bool)
@@ -250,10 +262,10 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
         or not math.isfinite(temperature)
         or not 0 <= temperature <= 2
     ):
-        raise BadRequest("temperature must be a number from 0 to 2")
+        raise FieldError("temperature", "temperature must be a number from 0 to 2")
     stop = _given(body, "stop")
     if stop is not None and not isinstance(stop, str | list):
-        raise BadRequest("stop must be a string or a list of strings")
+        raise FieldError("stop", "stop must be a string or a list of strings")
     _refuse_if_set(body, "n", (1,), "one choice per request")
     _refuse_if_set(body, "logprobs", (False,), "no log-probabilities are available")
     _refuse_if_set(body, "top_logprobs", (0,), "no log-probabilities are available")
@@ -266,7 +278,7 @@ def parse_chat(body: Mapping[str, Any]) -> ChatRequest:
     corpora = _corpora(body)
     archives = _archives(body)
     if (corpora is not None or archives) and stop is not None:
-        raise BadRequest("stop is not supported with corpora or rag_config (the answer is composed)")
+        raise FieldError("stop", "stop is not supported with corpora or rag_config (the answer is composed)")
     return ChatRequest(
         model=model,
         messages=messages,
@@ -285,7 +297,7 @@ def _corpora(body: Mapping[str, Any]) -> list[str] | None:
     if raw is None:
         return None
     if not isinstance(raw, list) or len(raw) > MAX_CORPORA or not all(isinstance(c, str) for c in raw):
-        raise BadRequest(f"corpora must be a list of at most {MAX_CORPORA} corpus names")
+        raise FieldError("corpora", f"corpora must be a list of at most {MAX_CORPORA} corpus names")
     return sorted(set(raw))
 
 
@@ -296,15 +308,15 @@ def _archives(body: Mapping[str, Any]) -> list[Any] | None:
     if not raw:
         return None
     if not isinstance(raw, dict):
-        raise BadRequest("rag_config must be an object {archives: [...]}")
+        raise FieldError("rag_config", "rag_config must be an object {archives: [...]}")
     archives = raw.get("archives")
     if archives is None or archives == []:
         return None
     if not isinstance(archives, list):
-        raise BadRequest("rag_config.archives must be a list")
+        raise FieldError("rag_config", "rag_config.archives must be a list")
     for i, entry in enumerate(archives):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise BadRequest(f"rag_config.archives[{i}].name must be a string")
+            raise FieldError("rag_config", f"rag_config.archives[{i}].name must be a string")
     return archives
 
 
@@ -315,17 +327,17 @@ def parse_embeddings(body: Mapping[str, Any]) -> EmbeddingsRequest:
     raw = body.get("input")
     texts = [raw] if isinstance(raw, str) else raw
     if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_TEXTS:
-        raise BadRequest(f"input must be a string or a list of 1..{MAX_TEXTS} strings")
+        raise FieldError("input", f"input must be a string or a list of 1..{MAX_TEXTS} strings")
     for i, text in enumerate(texts):
         if not isinstance(text, str):
-            raise BadRequest(f"input[{i}]: only text is supported, not token ids")
+            raise FieldError("input", f"input[{i}]: only text is supported, not token ids")
         if not text:
-            raise BadRequest(f"input[{i}] is empty")
+            raise FieldError("input", f"input[{i}] is empty")
         if len(text) > MAX_TEXT_CHARS:
-            raise BadRequest(f"input[{i}] is {len(text)} characters long; at most {MAX_TEXT_CHARS}")
+            raise FieldError("input", f"input[{i}] is {len(text)} characters long; at most {MAX_TEXT_CHARS}")
     form = body.get("encoding_format") or "float"
     if form not in ("float", "base64"):
-        raise BadRequest("encoding_format must be float or base64")
+        raise FieldError("encoding_format", "encoding_format must be float or base64")
     dimensions = _whole(_given(body, "dimensions"), "dimensions", 1)
     return EmbeddingsRequest(model=model, texts=texts, base64=form == "base64", dimensions=dimensions)
 

@@ -35,12 +35,14 @@ CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {
     "rag.known_corpora": M,
     "rag.list_documents": M,
     "rag.query": M,
+    "rag.get": M,  # the ChromaDB door's get
     "file.list": M,
     "file.fetch": M,  # copies a cited blob into this node's cache to show it
     "file.read": M,
     # asking (the gateway and MCP too)
     "embed.text": M,
     "llm.chat": M,
+    "rerank.text": M,  # TEI's /rerank
     "rag.search_archives": M,  # asks only the ChromaDB servers the node's allow-list names
     "answer.ask": M,
     "answer.sessions": M,

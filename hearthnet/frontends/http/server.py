@@ -162,7 +162,9 @@ class UiServer:
             node_name=self._config.name,
             port=lambda: self.port,
         )
-        programs = build_programs(self._bus, store, cfg, self._config.name, state.closing)
+        programs = build_programs(
+            self._bus, store, cfg, self._config.name, state.closing, self._config.rag.embedding_model
+        )
         app = build_app(
             state,
             [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],

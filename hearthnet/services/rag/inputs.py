@@ -6,6 +6,7 @@ Pure functions (no I/O), one per capability, with the limits of :mod:`hearthnet.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -16,8 +17,11 @@ from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.rag import (
     DEFAULT_K,
     DEFAULT_MODE,
+    GET_PAGE,
     LIST_PAGE,
+    MAX_CONTAINS,
     MAX_FILENAME,
+    MAX_GET_CHUNKS,
     MAX_INGEST_BATCH,
     MAX_K,
     MAX_LIST_PAGE,
@@ -31,24 +35,54 @@ from hearthnet.services.rag.chunks import check_extra_metadata
 from hearthnet.services.rag.search.filters import build_where
 
 __all__ = [
+    "MAX_QUERY_DIM",
+    "GetInput",
     "IngestInput",
+    "QueryInput",
     "delete_input",
+    "get_input",
     "ingest_batch_input",
     "ingest_input",
     "list_input",
+    "query_embedding",
     "query_input",
     "query_mode",
 ]
 
+MAX_QUERY_DIM = 8192
+"""The longest query vector ``rag.query`` takes (a model's dimension is far below)."""
 
-def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None, bool]:
-    """``rag.query``: ``(query, k, where clause or None, include_text)``."""
-    check_input_keys(inp, {"query", "k", "filter", "include_text", "mode"}, "rag.query")
+
+@dataclass(frozen=True)
+class QueryInput:
+    """``rag.query``'s input, checked: a question, or a vector already embedded (or both: the vector
+    for the dense leg, the words for the keyword leg)."""
+
+    query: str | None
+    k: int
+    where: dict[str, Any] | None
+    include_text: bool
+    embedding: list[float] | None
+    """A query vector given by the caller (the ChromaDB door's ``query_embeddings``): not embedded again."""
+    mode: str
+
+    @property
+    def text(self) -> str:
+        return self.query or ""
+
+
+def query_input(inp: Mapping[str, Any]) -> QueryInput:
+    """``rag.query``'s input; ``bad_request`` with the reason."""
+    check_input_keys(inp, {"query", "k", "filter", "include_text", "mode", "embedding"}, "rag.query")
     query = inp.get("query")
-    if not isinstance(query, str) or not query.strip():
-        raise BadRequest("input.query must be a non-empty string")
-    if len(query) > MAX_QUERY_CHARS:
-        raise BadRequest(f"input.query is {len(query)} characters long; at most {MAX_QUERY_CHARS}")
+    embedding = query_embedding(inp.get("embedding"))
+    if query is None and embedding is None:
+        raise BadRequest("input.query must be a non-empty string (or input.embedding a query vector)")
+    if query is not None:
+        if not isinstance(query, str) or not query.strip():
+            raise BadRequest("input.query must be a non-empty string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise BadRequest(f"input.query is {len(query)} characters long; at most {MAX_QUERY_CHARS}")
     k = inp.get("k", DEFAULT_K)
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise BadRequest("input.k must be a positive integer")
@@ -61,8 +95,27 @@ def query_input(inp: Mapping[str, Any]) -> tuple[str, int, dict[str, Any] | None
     include_text = inp.get("include_text", True)
     if not isinstance(include_text, bool):
         raise BadRequest("input.include_text must be true or false")
-    query_mode(inp)
-    return query, k, where, include_text
+    mode = query_mode(inp)
+    if query is None:
+        if "mode" in inp and mode != "dense":
+            raise BadRequest(f"a {mode} query needs input.query (words): a vector alone answers dense")
+        mode = "dense"
+    return QueryInput(query, k, where, include_text, embedding, mode)
+
+
+def query_embedding(value: Any) -> list[float] | None:
+    """``input.embedding``: ``None``, or 1..``MAX_QUERY_DIM`` finite numbers (the corpus checks
+    its dimension)."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not 0 < len(value) <= MAX_QUERY_DIM:
+        raise BadRequest(f"input.embedding must be a list of 1..{MAX_QUERY_DIM} numbers")
+    out: list[float] = []
+    for x in value:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            raise BadRequest("input.embedding must hold finite numbers only")
+        out.append(float(x))
+    return out
 
 
 def query_mode(inp: Mapping[str, Any]) -> str:
@@ -134,6 +187,56 @@ def ingest_batch_input(inp: Mapping[str, Any]) -> list[IngestInput] | None:
     if len(set(cids)) != len(cids):
         raise BadRequest("input.documents names one doc_cid twice")
     return out
+
+
+@dataclass(frozen=True)
+class GetInput:
+    ids: list[str] | None
+    where: dict[str, Any] | None
+    contains: str | None
+    limit: int
+    offset: int
+    include_text: bool
+    include_embeddings: bool
+
+
+def get_input(inp: Mapping[str, Any]) -> GetInput:
+    """``rag.get``'s input; ``bad_request`` with the reason."""
+    keys = {"ids", "filter", "contains", "limit", "offset", "include_text", "include_embeddings"}
+    check_input_keys(inp, keys, "rag.get")
+    ids = inp.get("ids")
+    if ids is not None:
+        if not isinstance(ids, list) or len(ids) > MAX_GET_CHUNKS:
+            raise BadRequest(f"input.ids must be a list of at most {MAX_GET_CHUNKS} chunk ids")
+        if not all(isinstance(i, str) and 0 < len(i) <= 128 for i in ids):
+            raise BadRequest("input.ids must hold chunk ids (text of 1..128 characters)")
+    raw_filter = inp.get("filter")
+    if raw_filter is not None and not isinstance(raw_filter, dict):
+        raise BadRequest("input.filter must be an object")
+    contains = inp.get("contains")
+    if contains is not None and (not isinstance(contains, str) or not 0 < len(contains) <= MAX_CONTAINS):
+        raise BadRequest(f"input.contains must be text of 1..{MAX_CONTAINS} characters")
+    limit = inp.get("limit", GET_PAGE)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_GET_CHUNKS:
+        raise BadRequest(f"input.limit must be an integer 1..{MAX_GET_CHUNKS}")
+    offset = inp.get("offset", 0)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise BadRequest("input.offset must be an integer of at least 0")
+    flags = {}
+    for key, default in (("include_text", True), ("include_embeddings", False)):
+        value = inp.get(key, default)
+        if not isinstance(value, bool):
+            raise BadRequest(f"input.{key} must be true or false")
+        flags[key] = value
+    return GetInput(
+        ids=list(ids) if ids else None,
+        where=build_where(raw_filter) if raw_filter else None,
+        contains=contains,
+        limit=limit,
+        offset=offset,
+        include_text=flags["include_text"],
+        include_embeddings=flags["include_embeddings"],
+    )
 
 
 def list_input(inp: Mapping[str, Any]) -> tuple[str, int]:

@@ -1,5 +1,6 @@
-"""What this node offers for its corpora, kept current: ``rag.query``, ``rag.list_documents`` and
-``rag.delete`` registered once per corpus, and ``rag.ingest`` advertising the corpora it hosts.
+"""What this node offers for its corpora, kept current: ``rag.query``, ``rag.get``,
+``rag.list_documents`` and ``rag.delete`` registered once per corpus, and ``rag.ingest``
+advertising the corpora it hosts.
 
 The per-corpus params carry the corpus's ``docs`` and ``chunks``: the predicates match on
 ``corpus`` alone, and callers try the host advertising more chunks first
@@ -37,6 +38,7 @@ class Handlers:
     """The service's handlers, one per capability it registers."""
 
     query: Handler
+    get: Handler
     list_documents: Handler
     delete: Handler
     ingest: Handler
@@ -126,9 +128,10 @@ class CorpusOffers:
         size = {"docs": record.docs, "chunks": record.chunks}
         query = {"corpus": corpus, "embedding_model": record.embedding_model, "k_max": MAX_K, **size}
         listing = {"corpus": corpus, **size}
+        reads = {"corpus": corpus, "embedding_model": record.embedding_model, **size}
         delete = {"corpus": corpus}
         self._queries[corpus] = query
-        self._others[corpus] = {"rag.list_documents": listing, "rag.delete": delete}
+        self._others[corpus] = {"rag.list_documents": listing, "rag.get": reads, "rag.delete": delete}
         local_only = not announced(corpus)
         h = self._handlers
         return [
@@ -144,6 +147,20 @@ class CorpusOffers:
                     description=f"search corpus {corpus}",
                 ),
                 h.query,
+                BY_CORPUS,
+            ),
+            Registration(
+                CapabilityDescriptor(
+                    "rag.get",
+                    (1, 0),
+                    params=reads,
+                    max_concurrent=8,
+                    timeout_seconds=30.0,
+                    idempotent=True,
+                    local_only=local_only,
+                    description=f"read chunks of corpus {corpus}",
+                ),
+                h.get,
                 BY_CORPUS,
             ),
             Registration(

@@ -54,9 +54,9 @@ from hearthnet.services.rag.inputs import (
     ingest_input,
     list_input,
     query_input,
-    query_mode,
 )
 from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
+from hearthnet.services.rag.reads import ChunkReads
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -114,12 +114,14 @@ class RagService:
         one pass through the event loop to reach one, see :mod:`hearthnet.runtime.worker_threads`)."""
         self._gate = CorpusGate()
         self._documents = DocumentLocks()
+        self._reads = ChunkReads(store, self._read_threads, lambda corpus: self._offers.query_params(corpus))
         self._offers = CorpusOffers(
             bus=bus,
             store=store,
             threads=self._read_threads,
             handlers=Handlers(
                 query=self._handle_query,
+                get=self._reads.handle_get,
                 list_documents=self._handle_list_documents,
                 delete=self._handle_delete,
                 ingest=self._handle_ingest,
@@ -220,8 +222,8 @@ class RagService:
         started = time.perf_counter()
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_reachable(corpus, is_local=ctx.is_local)
-        query, k, where, include_text = query_input(ctx.input)
-        mode = query_mode(ctx.input)
+        q = query_input(ctx.input)
+        query, k, where, include_text, mode = q.text, q.k, q.where, q.include_text, q.mode
         registered = self._offers.query_params(corpus)
         if registered is None:
             raise NotFound(f"corpus {corpus} is not held by this node")
@@ -246,7 +248,7 @@ class RagService:
             if mode != "dense":
                 tg.start_soon(keyword_leg)
             try:
-                vector = await self._query_embedder.embed(query)
+                vector = q.embedding if q.embedding is not None else await self._query_embedder.embed(query)
             except BusError as exc:
                 tg.cancel_scope.cancel()
                 failed.insert(0, exc)

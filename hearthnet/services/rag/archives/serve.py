@@ -26,7 +26,7 @@ from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
 from hearthnet.services.rag.chunks import query_hit
-from hearthnet.services.rag.inputs import list_input, query_input, query_mode
+from hearthnet.services.rag.inputs import list_input, query_input
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
     from hearthnet.services.rag.archives.archive import Archive
@@ -130,11 +130,16 @@ class ServedArchives:
         archive = self._served.get(corpus)
         if archive is None:
             raise NotFound(f"corpus {corpus} is not an archive served by this node")
-        query, k, where, include_text = query_input(ctx.input)
-        mode = query_mode(ctx.input)  # an archive has no keyword index: it answers dense, and says so
+        q = query_input(ctx.input)
+        k, where, include_text, mode = q.k, q.where, q.include_text, q.mode
+        # an archive has no keyword index: it answers dense, and says so
         model = archive.embedding_model
         embedding = time.perf_counter()
-        vector = await embed_query(self._bus, model, query, timeout=self._embed_timeout)
+        vector = (
+            q.embedding
+            if q.embedding is not None
+            else await embed_query(self._bus, model, q.text, timeout=self._embed_timeout)
+        )
         embedded = time.perf_counter()
         hits = await archive.query(vector, k=k, where=where, include_text=include_text)
         chunks = [

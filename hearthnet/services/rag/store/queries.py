@@ -5,7 +5,8 @@ through ChromaDB's HNSW index; only complete documents either way."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,13 +15,13 @@ import structlog
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.services.rag.corpus import Hit
 from hearthnet.services.rag.search.exact import ExactIndex
-from hearthnet.services.rag.search.filters import build_where, compile_where
+from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 from hearthnet.services.rag.search.hnsw import hnsw_search
 from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import CollectionGone, chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
 
-__all__ = ["CorpusQueries", "query_vector"]
+__all__ = ["ChunkRow", "CorpusQueries", "query_vector"]
 
 _log = structlog.get_logger("hearthnet.rag.store")
 
@@ -34,6 +35,16 @@ def query_vector(embedding: np.ndarray, dim: int, k: int) -> np.ndarray:
     if k < 1:
         raise BadRequest("k must be at least 1")
     return vec
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    """A stored chunk as ``rag.get`` reads it (text and vector only when asked for)."""
+
+    chunk_id: str
+    metadata: dict[str, Any]
+    text: str | None
+    embedding: list[float] | None
 
 
 class CorpusQueries:
@@ -228,3 +239,69 @@ class CorpusQueries:
             except BusError as exc:
                 _log.warning("rag_exact_warm_failed", corpus=name, code=exc.code, error=exc.message)
         return loaded
+
+    def get_chunks(
+        self,
+        name: str,
+        *,
+        ids: Sequence[str] | None,
+        where: Mapping[str, Any] | None,
+        contains: str | None,
+        limit: int,
+        offset: int,
+        include_text: bool,
+        include_embeddings: bool,
+    ) -> list[ChunkRow]:
+        """Chunks of complete documents in the store's order: by ``ids`` and/or a ``rag.query`` filter
+        (``where``) and/or a substring of their text (``contains``), ``offset`` of them skipped.
+
+        The filter goes to ChromaDB as :func:`chroma_where` (a widened clause) and each row is
+        checked against its exact meaning after; a row a widened comparison let in (rare) is left
+        out of the page rather than replaced, so such a page may hold fewer than ``limit``.
+        """
+        col = self._collection(name)
+        clause = build_where(where) if where else None
+        parts: list[dict[str, Any]] = []
+        if clause is not None:
+            widened = chroma_where(clause)
+            if widened is not None:
+                parts.append(widened)
+        with self._lock:
+            hidden = set(self._pending.get(name, ())) | self._ledger.not_complete(name)
+        if hidden:
+            parts.append({"doc_cid": {"$nin": sorted(hidden)}})
+        chroma_clause = None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}
+        include = [
+            "metadatas",
+            *(["documents"] if include_text else []),
+            *(["embeddings"] if include_embeddings else []),
+        ]
+        with chroma_errors("get"):
+            res = col.get(
+                ids=list(ids) if ids else None,
+                where=chroma_clause,
+                where_document={"$contains": contains} if contains else None,
+                limit=limit,
+                offset=offset,
+                include=include,
+            )
+        matches = None if clause is None else compile_where(clause)
+        rows: list[ChunkRow] = []
+        metas = res.get("metadatas") or [{}] * len(res["ids"])
+        texts = res.get("documents") if include_text else None
+        vectors = res.get("embeddings") if include_embeddings else None
+        for i, chunk_id in enumerate(res["ids"]):
+            meta = dict(metas[i] or {})
+            if matches is not None and not matches(meta):
+                continue
+            rows.append(
+                ChunkRow(
+                    chunk_id=str(chunk_id),
+                    metadata=meta,
+                    text=None if texts is None else str(texts[i]),
+                    embedding=None if vectors is None else [float(x) for x in vectors[i]],
+                )
+            )
+        with self._lock:
+            complete = self._ledger.complete_among(name, [str(r.metadata.get("doc_cid")) for r in rows])
+        return [r for r in rows if r.metadata.get("doc_cid") in complete]

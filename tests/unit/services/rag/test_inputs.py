@@ -1,5 +1,5 @@
 """``rag.query``'s ``mode``: one of three, ``hybrid`` unless asked, anything else a clear
-``bad_request``."""
+``bad_request``; its ``embedding`` (a vector instead of words); ``rag.get``'s input."""
 
 from __future__ import annotations
 
@@ -9,13 +9,21 @@ import pytest
 
 from hearthnet.contracts.rag import DEFAULT_MODE, QUERY_MODES
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.inputs import query_input, query_mode
+from hearthnet.services.rag.inputs import get_input, query_input, query_mode
 
 
 @pytest.mark.parametrize("mode", QUERY_MODES)
 def test_each_mode_is_accepted(mode: str) -> None:
     inp = {"query": "boiler", "mode": mode}
-    assert query_input(inp) == ("boiler", 5, None, True)
+    q = query_input(inp)
+    assert (q.query, q.k, q.where, q.include_text, q.embedding, q.mode) == (
+        "boiler",
+        5,
+        None,
+        True,
+        None,
+        mode,
+    )
     assert query_mode(inp) == mode
 
 
@@ -29,3 +37,48 @@ def test_another_mode_is_bad_request_naming_the_three(bad: Any) -> None:
     with pytest.raises(BadRequest, match="dense, keyword, hybrid") as err:
         query_input({"query": "x", "mode": bad})
     assert len(err.value.message) <= 200
+
+
+def test_a_vector_alone_answers_dense_and_words_stay_optional() -> None:
+    q = query_input({"embedding": [0.5, 1, -2.0], "k": 3})
+    assert q.embedding == [0.5, 1.0, -2.0] and q.query is None and q.mode == "dense" and q.text == ""
+    both = query_input({"embedding": [1.0], "query": "boiler", "mode": "hybrid"})
+    assert both.mode == "hybrid" and both.text == "boiler"
+
+
+@pytest.mark.parametrize(
+    "inp, match",
+    [
+        ({}, "input.query"),
+        ({"embedding": []}, "1..8192 numbers"),
+        ({"embedding": [1.0, float("nan")]}, "finite"),
+        ({"embedding": [True]}, "finite"),
+        ({"embedding": ["1"]}, "finite"),
+        ({"embedding": "1,2"}, "list"),
+        ({"embedding": [0.0] * 8193}, "1..8192"),
+        ({"embedding": [1.0], "mode": "keyword"}, "needs input.query"),
+    ],
+)
+def test_a_bad_vector_is_bad_request(inp: dict[str, Any], match: str) -> None:
+    with pytest.raises(BadRequest, match=match):
+        query_input(inp)
+
+
+def test_get_input_defaults_and_limits() -> None:
+    got = get_input({})
+    assert (got.ids, got.where, got.contains, got.limit, got.offset) == (None, None, None, 100, 0)
+    assert got.include_text and not got.include_embeddings
+    got = get_input({"ids": ["a"], "filter": {"page": 2}, "contains": "boil", "limit": 1000, "offset": 5})
+    assert got.ids == ["a"] and got.where == {"page": {"$eq": 2}} and got.contains == "boil"
+    for bad, match in (
+        ({"limit": 1001}, "limit"),
+        ({"limit": 0}, "limit"),
+        ({"offset": -1}, "offset"),
+        ({"ids": ["x"] * 1001}, "ids"),
+        ({"ids": [""]}, "ids"),
+        ({"contains": "x" * 257}, "contains"),
+        ({"include_embeddings": 1}, "include_embeddings"),
+        ({"where": {}}, "unknown"),
+    ):
+        with pytest.raises(BadRequest, match=match):
+            get_input(bad)
