@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -25,6 +26,7 @@ from hearthnet.config import UiConfig
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import pages
 from hearthnet.frontends.http.jobs import Jobs
+from hearthnet.frontends.http.last_resort import LastResort, ui_door, ui_shape
 from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import CAPABILITY_LEVELS, GatedBus
@@ -192,7 +194,7 @@ def build_app(state: UiState, routes: list[BaseRoute], programs: ASGIApp | None 
         *routes,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=core)
+    app = Starlette(routes=core, middleware=[Middleware(LastResort, shape=ui_shape, door=ui_door)])
     login = pages.login_page().encode()
     return Guard(
         app,

@@ -33,6 +33,7 @@ from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.tokens import TokenInfo, TokenStore, digest
+from hearthnet.frontends.json_input import MAX_JSON_DEPTH, json_deeper
 
 __all__ = [
     "BODY_LIMITS",
@@ -42,6 +43,7 @@ __all__ = [
     "GatedCalls",
     "TokenBucket",
     "is_bearer_path",
+    "jsonrpc_error_body",
     "openai_error_body",
 ]
 
@@ -203,6 +205,23 @@ def openai_error_body(status: int, message: str, code: str | None = None, param:
     return json.dumps(doc, ensure_ascii=False).encode()
 
 
+JSONRPC_CODES: Final[Mapping[str, int]] = {
+    "bad_request": -32600,
+    "schema_mismatch": -32600,
+    "internal_error": -32603,
+}
+"""JSON-RPC's error code of a bus error (any other: -32000, a server error); the bus code rides in
+``data.error``."""
+
+
+def jsonrpc_error_body(code: str, message: str, *, parse_error: bool = False) -> bytes:
+    """A JSON-RPC error answer (the ``/mcp`` door's shape) to a request whose id is unknown: it
+    failed before it was read."""
+    number = -32700 if parse_error else JSONRPC_CODES.get(code, -32000)
+    error = {"code": number, "message": message, "data": {"error": code}}
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, ensure_ascii=False).encode()
+
+
 async def send_error(
     send: Send,
     status: int,
@@ -291,6 +310,9 @@ class BearerDoor:
             return
         if body is None:
             return  # the client went away
+        if json_deeper(body):
+            await _send_too_deep(scope["path"], send)
+            return
         scope["hn.caller"] = Caller(token.id, token.name, token.level)
         given = False
 
@@ -342,6 +364,19 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def _send_too_deep(path: str, send: Send) -> None:
+    """``400`` for a body nested deeper than any request of these routes (``json_input``), in the
+    route's shape: JSON-RPC's parse error on ``/mcp``, OpenAI's on ``/v1``."""
+    message = f"the request body is nested more than {MAX_JSON_DEPTH} levels deep"
+    if path != "/mcp":
+        await send_error(send, 400, message, "bad_request")
+        return
+    body = jsonrpc_error_body("bad_request", message, parse_error=True)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _route(path: str) -> str:
