@@ -9,6 +9,7 @@ request here is refused or answered before a model would be asked.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import resource
 import selectors
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +26,16 @@ import pytest
 from hearthnet.config import UiConfig
 from hearthnet.frontends.http.connections import connection_limits
 from hearthnet.testing import LocalMesh, MeshNode
-from tests.ui.harness import Ui, owner_link, person_link, token_of, ui_url
+from tests.ui.harness import (
+    Ui,
+    chromium,
+    owner_link,
+    person_link,
+    screenshot,
+    skip_without_browser,
+    token_of,
+    ui_url,
+)
 
 LIGHT = {"HEARTHNET_UI_LISTEN": "127.0.0.1:0", "HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"}
 CAPS = {"max_connections": 256, "max_connections_per_client": 64}
@@ -266,3 +277,119 @@ def test_the_default_caps_leave_the_node_its_descriptors(mesh: LocalMesh) -> Non
     for nofile in (256, 1024, 4096, 1 << 20, int(soft) if soft.isdigit() else 1 << 20):
         caps = connection_limits(UiConfig(), nofile)
         assert caps.max_per_client <= caps.max_connections <= nofile // 2 < nofile, (nofile, caps)
+
+
+# -- login CSRF ----------------------------------------------------------------------------------
+class _Foreign:
+    """A page of another site (``localhost`` on its own port, the UI being ``127.0.0.1``) that
+    sends the browser to a sign-in link, as an attacker's page would."""
+
+    def __init__(self, link: str) -> None:
+        import http.server
+        import threading
+
+        page = f'<!doctype html><title>cats</title><script>location.href = "{link}";</script>'.encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://localhost:{self.server.server_address[1]}/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _page_fetch(driver: Any, method: str, path: str) -> tuple[int, Any]:
+    """A request the page itself makes (its cookie, its CSRF token)."""
+    script = """
+        const [method, path, done] = arguments;
+        const meta = document.querySelector('meta[name="hn-csrf"]');
+        const headers = meta ? {"X-CSRF-Token": meta.content} : {};
+        fetch(path, {method, headers}).then(async (r) => done([r.status, await r.text()]));
+    """
+    status, text = driver.execute_async_script(script, method, path)
+    return int(status), json.loads(text) if text.startswith("{") else text
+
+
+def _shown(driver: Any, selector: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    found = driver.find_elements(By.CSS_SELECTOR, selector)
+    return found[0].text if found and found[0].is_displayed() else ""
+
+
+def _wait(driver: Any, condition: Any, what: str, timeout: float = 60) -> Any:
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
+    except TimeoutException:
+        screenshot(driver, "login-csrf-timeout")
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}") from None
+
+
+def test_a_sign_in_link_sent_by_another_site_never_replaces_the_owner(mesh: LocalMesh) -> None:
+    skip_without_browser()
+    a = mesh.nodes["a"]
+    base = ui_url(a)
+    with chromium() as driver:
+        driver.set_script_timeout(30)
+        driver.get(owner_link(a))  # the first sign-in, as 'hearthnet ui --open' does it: no prompt
+        _wait(driver, lambda d: d.current_url == base + "/ask", "the owner's sign-in to land on Ask")
+        assert _page_fetch(driver, "GET", "/api/session")[1]["owner"] is True
+
+        attacker = _Foreign(person_link(a, "Mallory", "member"))
+        try:
+            driver.get(attacker.url)
+            _wait(driver, lambda d: _shown(d, "#login-switch"), "the sign-in page to ask")
+            screenshot(driver, "login-csrf-asks")
+            assert "You are signed in as owner (anchor)." in _shown(driver, "#login-current")
+            assert "would sign you in as Mallory (member) instead" in _shown(driver, "#login-would")
+            assert "another site" in _shown(driver, "#login-origin")
+            status, me = _page_fetch(driver, "GET", "/api/session")
+            assert status == 200 and me["owner"] is True and me["name"] == "owner", me
+            driver.find_element("css selector", "#login-switch").click()  # the person's own choice
+            _wait(driver, lambda d: d.current_url == base + "/ask", "the switch to land on Ask")
+            status, me = _page_fetch(driver, "GET", "/api/session")
+            assert (me["name"], me["level"], me["owner"]) == ("Mallory", "member", False), me
+
+            # Signed out, a link another site sends still asks first.
+            assert _page_fetch(driver, "POST", "/api/logout")[0] == 200
+            driver.get(attacker.url)
+            _wait(driver, lambda d: _shown(d, "#login-switch"), "the sign-in page to ask again")
+            assert "not signed in" in _shown(driver, "#login-current")
+            assert "another site" in _shown(driver, "#login-origin")
+            assert _page_fetch(driver, "GET", "/api/session")[0] == 401
+        finally:
+            attacker.close()
+
+
+def test_the_login_api_never_replaces_a_live_session_unasked(mesh: LocalMesh, owner: Ui) -> None:
+    a = mesh.nodes["a"]
+    link = person_link(a, "Eve", "member")
+    preview = owner.post("/api/login/preview", json={"token": token_of(link)})
+    assert preview.json() == {
+        "link": {"name": "Eve", "level": "member"},
+        "current": {"name": "owner", "level": "anchor"},
+    }
+    refused = owner.post("/api/login", json={"token": token_of(link)})
+    assert refused.status_code == 409 and "signed in as owner" in refused.json()["message"]
+    assert owner.get("/api/session").json()["owner"] is True
+    used = owner_link(a)
+    assert owner.post("/api/login/preview", json={"token": token_of(used)}).status_code == 200
+    with httpx.Client(base_url=ui_url(a)) as http:  # a preview used nothing: the link still works
+        assert http.post("/api/login", json={"token": token_of(used)}).status_code == 200
+    assert owner.post("/api/login/preview", json={"token": token_of(used)}).status_code == 401

@@ -7,6 +7,7 @@ import time
 
 import anyio
 
+from hearthnet.community.levels import Level
 from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import Session, TokenStore, digest
 
@@ -64,6 +65,16 @@ class SessionCache:
         if redeemed is None:
             return None
         return await self._bounded(redeemed[0]), redeemed[1]
+
+    async def preview(self, token: str) -> tuple[str, Level] | None:
+        """Who a login token would sign in (its name and the level it would act with), without
+        using it; ``None`` if it would not sign anyone in."""
+        info = await anyio.to_thread.run_sync(self._store.peek, token, limiter=self._limiter)
+        if info is None:
+            return None
+        if self._standing is None:
+            return info.name, info.level
+        return info.name, min(info.level, (await self._standing.get()).level)
 
     async def _bounded(self, session: Session) -> Session:
         """``session`` acting with at most the node's level, and told if the node was revoked."""
