@@ -18,6 +18,7 @@ code}}``.  A handler finds the caller in ``scope["hn.caller"]`` and the body alr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -31,6 +32,7 @@ import structlog
 
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
+from hearthnet.errors import DiskFull
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.tokens import TokenInfo, TokenStore, digest
 from hearthnet.frontends.json_input import MAX_JSON_DEPTH, json_deeper
@@ -182,7 +184,8 @@ class BearerTokens:
         now = time.time()
         if now - self._touched.get(token.id, 0.0) >= TOUCH_SECONDS:
             self._touched[token.id] = now
-            await anyio.to_thread.run_sync(self._store.touch, token.id, limiter=self._limiter)
+            with contextlib.suppress(DiskFull):  # a note of when it was used: not worth refusing over
+                await anyio.to_thread.run_sync(self._store.touch, token.id, limiter=self._limiter)
         return token
 
 

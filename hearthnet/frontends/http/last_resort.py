@@ -27,6 +27,7 @@ from hearthnet.errors import BusError, InternalError, bus_error_in
 from hearthnet.frontends.http.bearer import is_bearer_path, jsonrpc_error_body, openai_error_body
 from hearthnet.frontends.http.gateway_answers import STATUS as OPENAI_STATUS
 from hearthnet.frontends.http.policy import http_status
+from hearthnet.runtime.disk_full import disk_full, is_disk_full
 
 __all__ = [
     "LastResort",
@@ -112,6 +113,8 @@ class LastResort:
             await self.app(scope, receive, tracked)
         except Exception as exc:  # the last answer: anything a route let escape
             error = bus_error_in(exc)
+            if error is None and is_disk_full(exc):  # a store that did not say it: said here
+                error = disk_full(None, "what this request writes")
             if error is None:
                 trace_id = _trace_id()
                 door = self._door(scope.get("path", ""))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
 import anyio
 
 from hearthnet.community.levels import Level
+from hearthnet.errors import DiskFull
 from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import Session, TokenStore, digest
 
@@ -56,7 +58,8 @@ class SessionCache:
             return None
         if now - self._touched.get(session.token_id, 0.0) >= TOUCH_SECONDS:
             self._touched[session.token_id] = now
-            await anyio.to_thread.run_sync(self._store.touch, session.token_id, limiter=self._limiter)
+            with contextlib.suppress(DiskFull):  # a note of when it was used: not worth refusing over
+                await anyio.to_thread.run_sync(self._store.touch, session.token_id, limiter=self._limiter)
         return await self._bounded(session)
 
     async def redeem(self, token: str) -> tuple[Session, str] | None:
