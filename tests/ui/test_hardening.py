@@ -393,3 +393,57 @@ def test_the_login_api_never_replaces_a_live_session_unasked(mesh: LocalMesh, ow
     with httpx.Client(base_url=ui_url(a)) as http:  # a preview used nothing: the link still works
         assert http.post("/api/login", json={"token": token_of(used)}).status_code == 200
     assert owner.post("/api/login/preview", json={"token": token_of(used)}).status_code == 401
+
+
+# -- what held, kept as regression tests -------------------------------------------------------------
+def test_an_owner_link_raced_by_20_redeems_signs_in_exactly_one(mesh: LocalMesh) -> None:
+    import threading
+
+    a = mesh.nodes["a"]
+    token = token_of(owner_link(a))
+    start = threading.Barrier(20)
+    codes: list[int] = []
+    lock = threading.Lock()
+
+    def redeem() -> None:
+        with httpx.Client(base_url=ui_url(a), timeout=60) as http:
+            start.wait(timeout=60)
+            code = http.post("/api/login", json={"token": token}).status_code
+        with lock:
+            codes.append(code)
+
+    threads = [threading.Thread(target=redeem) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(codes) == [200] + [401] * 19, codes
+
+
+PAYLOAD = "<img src=x onerror=alert(1)>"
+
+
+def test_a_name_holding_markup_is_shown_as_text(mesh: LocalMesh) -> None:
+    skip_without_browser()
+    a = mesh.nodes["a"]
+    link = person_link(a, PAYLOAD, "member")
+    with httpx.Client(base_url=ui_url(a), timeout=60) as http:  # the server's own HTML escapes it
+        assert http.post("/api/login", json={"token": token_of(link)}).status_code == 200
+        page = http.get("/mesh").text
+        assert PAYLOAD not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    with chromium() as driver:
+        driver.set_script_timeout(30)
+        driver.get(link)
+        _wait(driver, lambda d: d.current_url.endswith("/ask"), "the sign-in to land on Ask")
+        for path in ("/ask", "/library", "/mesh"):
+            driver.get(ui_url(a) + path)
+            _wait(driver, lambda d: _shown(d, ".who"), f"the header of {path}")
+            assert PAYLOAD in _shown(driver, ".who"), path
+            images = driver.execute_script("return document.querySelectorAll('img').length")
+            assert images == 0, f"{path}: {images} image elements"
+            try:
+                alert = driver.switch_to.alert.text
+            except Exception:
+                alert = None
+            assert alert is None, f"{path}: an alert showed {alert!r}"
+        screenshot(driver, "xss-name-as-text")
