@@ -242,6 +242,9 @@ def test_connections_past_the_total_cap_are_refused_at_once(mesh: LocalMesh, own
     try:
         for i in range(20):  # 20 addresses x 30: under the per-client cap, over the total one
             flood.open(port, f"127.0.1.{i + 1}", 30, _half_open(port))
+        assert a.status()["node_id"] == a.node_id  # the control socket answers meanwhile
+        peer = mesh.nodes["b"].cli_json("call", "node.info", "--provider", a.node_id, timeout=60)
+        assert peer["output"]["node_id"] == a.node_id  # and so does the bus
         flood.wait_closed(max(flood.opened.values()) + HEADER_SECONDS + SLACK_SECONDS)
         counts = flood.status_counts()
     finally:
@@ -259,12 +262,20 @@ def test_a_body_that_stops_coming_is_cut_off(mesh: LocalMesh) -> None:
         f"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         "Content-Length: 1000\r\n\r\n" + '{"token": "'
     ).encode()
+    failures = _log_count(a, "http_failed")
     try:
         flood.open(port, "127.0.0.3", 1, request)
         flood.wait_closed(max(flood.opened.values()) + BODY_SECONDS + SLACK_SECONDS)
     finally:
         flood.close()
     assert len(flood.closed) == 1, "a stalled body held its connection"
+    assert a.status()["node_id"] == a.node_id  # the log is written by now
+    assert _log_count(a, "http_failed") == failures  # a client cut off is no failure of the node
+
+
+def _log_count(node: MeshNode, event: str) -> int:
+    assert node.log_path is not None
+    return node.log_path.read_text(errors="replace").count(f'"event": "{event}"')
 
 
 def test_the_default_caps_leave_the_node_its_descriptors(mesh: LocalMesh) -> None:

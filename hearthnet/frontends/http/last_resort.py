@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import structlog
+from starlette.requests import ClientDisconnect
 
 from hearthnet.errors import BusError, InternalError, bus_error_in
 from hearthnet.frontends.http.bearer import is_bearer_path, jsonrpc_error_body, openai_error_body
@@ -111,6 +112,8 @@ class LastResort:
 
         try:
             await self.app(scope, receive, tracked)
+        except ClientDisconnect:
+            return  # the client went away (or was cut off for a stalled body): nobody to answer
         except Exception as exc:  # the last answer: anything a route let escape
             error = bus_error_in(exc)
             if error is None and is_disk_full(exc):  # a store that did not say it: said here
