@@ -25,7 +25,7 @@ as a call's input (:data:`hearthnet.frontends.control.protocol.MAX_INPUT_DEPTH`)
 
 # A string, its closing quote optional: an unterminated one runs to the end, so every match is
 # consumed once and blanking is linear whatever the text (a mandatory quote backtracks: quadratic).
-_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"?', re.DOTALL)
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET: Final = re.compile(rb"[^\[\]{}]+")
 
 

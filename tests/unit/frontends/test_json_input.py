@@ -35,12 +35,9 @@ def test_not_json_is_bad_request() -> None:
 
 
 def test_unterminated_strings_cost_linear_time() -> None:
-    """A body of escaped quotes with no closing one: a pattern that backtracked would take hours."""
+    """A body of escaped quotes with no closing one: a pattern that backtracked from every quote
+    would take hours on it (10^11 steps); a linear one takes well under a second."""
     body = b'"' + b'\\"' * 500_000
     started = time.perf_counter()
     assert not json_deeper(body)
-    plain = time.perf_counter() - started
-    started = time.perf_counter()
-    json_deeper(b'"' + b"a" * 1_000_000 + b'"')
-    reference = time.perf_counter() - started
-    assert plain < 50 * reference + 0.5, (plain, reference)
+    assert time.perf_counter() - started < 30
