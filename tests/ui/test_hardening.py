@@ -231,6 +231,8 @@ def test_half_open_requests_are_shed_while_the_node_keeps_answering(mesh: LocalM
     assert counts.get("HTTP/1.1 408", 0) <= CAPS["max_connections_per_client"], counts
     assert counts.get("HTTP/1.1 503", 0) >= FLOOD - CAPS["max_connections_per_client"], counts
     assert longest <= HEADER_SECONDS + SLACK_SECONDS, longest
+    busy = next(v for v in flood.answers.values() if v.startswith(b"HTTP/1.1 503"))
+    assert json.loads(busy.split(b"\r\n\r\n", 1)[1])["error"] == "capacity_exceeded"
     assert owner.get("/api/session").status_code == 200
 
 

@@ -22,6 +22,7 @@ counted here.  Shed connections are counted and logged at most once a minute
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -38,16 +39,26 @@ log = structlog.get_logger("hearthnet.ui")
 
 SHED_LOG_SECONDS: Final = 60.0
 """Shed connections are logged as one summary at most this often."""
-_BUSY: Final = (
-    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 48\r\nretry-after: 5\r\nconnection: close\r\n\r\n"
-    b"too many connections to the node's web UI: retry"
+
+
+def _answer(status: str, code: str, text: str, extra: str = "") -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection, written before any request was read
+    (so before its door is known): the bus's ``{error, message}``, as the web UI answers."""
+    body = json.dumps({"error": code, "message": text}).encode()
+    head = (
+        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n{extra}connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_BUSY: Final = _answer(
+    "503 Service Unavailable",
+    "capacity_exceeded",
+    "too many connections to the node's web UI: retry",
+    "retry-after: 5\r\n",
 )
-_SLOW: Final = (
-    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"content-length: 35\r\nconnection: close\r\n\r\n"
-    b"the request's headers came too late"
-)
+_SLOW: Final = _answer("408 Request Timeout", "timeout", "the request's headers came too late")
 
 
 @dataclass(frozen=True)
