@@ -106,10 +106,15 @@ def sign_in(driver: Any, link: str) -> None:
     driver.get(link)
 
     def landed_or_asked(d: Any) -> str | None:
+        from selenium.common.exceptions import StaleElementReferenceException
+
         if d.current_url.endswith("/ask"):
             return "landed"
-        box = css(d, "#login-confirm")
-        return "asked" if box and box[0].is_displayed() else None
+        try:
+            box = css(d, "#login-confirm")
+            return "asked" if box and box[0].is_displayed() else None
+        except StaleElementReferenceException:  # the page moved on to Ask meanwhile
+            return None
 
     if wait(driver, landed_or_asked, what="the sign-in to land on Ask or ask first") == "asked":
         css(driver, "#login-switch")[0].click()

@@ -337,10 +337,14 @@ def _page_fetch(driver: Any, method: str, path: str) -> tuple[int, Any]:
 
 
 def _shown(driver: Any, selector: str) -> str:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
 
-    found = driver.find_elements(By.CSS_SELECTOR, selector)
-    return found[0].text if found and found[0].is_displayed() else ""
+    try:
+        found = driver.find_elements(By.CSS_SELECTOR, selector)
+        return str(found[0].text) if found and found[0].is_displayed() else ""
+    except StaleElementReferenceException:  # the page navigated meanwhile
+        return ""
 
 
 def _wait(driver: Any, condition: Any, what: str, timeout: float = 60) -> Any:
