@@ -18,6 +18,7 @@ Tree::
     ├── Timeout                   timeout
     ├── Partition                 partition
     ├── CapacityExceeded          capacity_exceeded
+    │   └── DiskFull              capacity_exceeded  (its message starts "disk full")
     ├── RateLimited               rate_limited
     ├── InvalidSignature          invalid_signature
     ├── Expired                   expired
@@ -35,6 +36,7 @@ __all__ = [
     "BadRequest",
     "BusError",
     "CapacityExceeded",
+    "DiskFull",
     "Expired",
     "InternalError",
     "InvalidSignature",
@@ -153,6 +155,12 @@ class CapacityExceeded(BusError):
     """The provider is at ``max_concurrent`` or over a quota; retry later."""
 
     code = "capacity_exceeded"
+
+
+class DiskFull(CapacityExceeded):
+    """A write found the disk (or a quota) full: said so, never as an internal error.  Crosses the
+    wire as ``capacity_exceeded``; made by :mod:`hearthnet.runtime.disk_full` at the storage
+    boundaries."""
 
 
 class RateLimited(BusError):

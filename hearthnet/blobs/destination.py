@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final
 
-from hearthnet.errors import BadRequest, CapacityExceeded
+from hearthnet.errors import BadRequest, DiskFull
 
 TEMP_NAME_KEEP: Final = 100
 """Bytes of the destination's name kept in its temporary file's name (names are <= 255 bytes)."""
@@ -178,8 +178,8 @@ def export_errors(dest: Path, size: int) -> Iterator[None]:
                 free = shutil.disk_usage(dest.parent).free
             except OSError:
                 free = 0
-            raise CapacityExceeded(
-                f"no room to export {size} bytes to {dest} ({free} bytes free there)"
+            raise DiskFull(
+                f"disk full: no room to export {size} bytes to {dest} ({free} bytes free there)"
             ) from exc
         if exc.errno in _DEST_MISSING:
             raise BadRequest(f"cannot export to {dest}: directory {dest.parent} does not exist") from exc

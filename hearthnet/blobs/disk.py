@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import shutil
 import sqlite3
@@ -21,34 +20,28 @@ from typing import BinaryIO, Final
 
 from hearthnet.blobs.cid import chunk_cid
 from hearthnet.blobs.manifest import MAX_CHUNK_SIZE, Manifest, ManifestBuilder
-from hearthnet.errors import BadRequest, CapacityExceeded
+from hearthnet.errors import BadRequest, DiskFull
+from hearthnet.runtime.disk_full import is_disk_full
 
 _MAX_PENDING_DIRS: Final = 1024
 """Directory fsyncs batched by one put before they are flushed (bounds memory)."""
 
-_NO_SPACE: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-_SQLITE_FULL: Final = 13
-
 
 @contextlib.contextmanager
 def disk_full_is_capacity(root: Path, needed: int) -> Iterator[None]:
-    """A write that fails because the disk (or a quota) is full is ``capacity_exceeded``, not a crash."""
+    """A write that fails because the disk (or a quota) is full is :class:`DiskFull`
+    (``capacity_exceeded``, "disk full: ..."), not a crash."""
     try:
         yield
     except (OSError, sqlite3.Error) as exc:
-        full = (
-            exc.errno in _NO_SPACE
-            if isinstance(exc, OSError)
-            else getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL
-        )
-        if not full:
+        if not is_disk_full(exc, root):
             raise
         try:
             free = shutil.disk_usage(root).free
         except OSError:
             free = 0
-        raise CapacityExceeded(
-            f"the blob store under {root} is out of disk space ({free} bytes free, about {needed} "
+        raise DiskFull(
+            f"disk full: the blob store under {root} is out of space ({free} bytes free, about {needed} "
             "more needed): free some space, then send again (whole chunks already stored are kept "
             "and not sent again)"
         ) from exc

@@ -40,6 +40,7 @@ from hearthnet.errors import (
     Unauthorized,
     bus_error_in,
 )
+from hearthnet.runtime.disk_full import disk_full, is_disk_full
 from hearthnet.wire.codec import wire_shape_problem
 
 log = structlog.get_logger("hearthnet.bus")
@@ -92,6 +93,9 @@ def _handler_failure(
     inner = bus_error_in(exc)
     if inner is not None:
         return inner, None
+    if is_disk_full(exc):  # a store that did not say it itself: no traceback for a full disk
+        log.warning("handler_disk_full", capability=d.ref, trace_id=trace_id)
+        return disk_full(None, f"what {d.ref} writes"), exc
     log.exception("handler_failed", capability=d.ref, trace_id=trace_id)
     return InternalError(f"internal error in {d.ref} (trace_id={trace_id})"), exc
 

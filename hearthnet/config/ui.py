@@ -7,13 +7,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hearthnet.config.values import flag, get, integer, parse_listen
+from hearthnet.config.values import flag, get, integer, parse_listen, seconds
 from hearthnet.errors import BadRequest
 
 __all__ = ["KEYS", "UI_DEFAULT_PORT", "UI_MAX_UPLOAD_BYTES", "UiConfig", "ui_env", "ui_from"]
 
 KEYS = frozenset(
-    {"enabled", "listen", "allowed_hosts", "max_upload_bytes", "api_requests_per_minute", "api_burst"}
+    {
+        "enabled",
+        "listen",
+        "allowed_hosts",
+        "max_upload_bytes",
+        "api_requests_per_minute",
+        "api_burst",
+        "max_connections",
+        "max_connections_per_client",
+        "header_timeout_seconds",
+        "body_timeout_seconds",
+    }
 )
 UI_DEFAULT_PORT = 7780
 UI_MAX_UPLOAD_BYTES = 512 * 1024 * 1024
@@ -35,12 +46,29 @@ class UiConfig:
     """Requests one API key may make to the gateway and MCP routes, on average (a token bucket)."""
     api_burst: int = 60
     """Requests one API key may make at once before the per-minute rate applies."""
+    max_connections: int = 1024
+    """Open HTTP connections at most (in all; never more than half the node's descriptor limit)."""
+    max_connections_per_client: int = 128
+    """Open HTTP connections at most from one client address."""
+    header_timeout_seconds: float = 10.0
+    """A request's headers must be complete this long after its first byte."""
+    body_timeout_seconds: float = 30.0
+    """A request's body may pause this long between two bytes."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
             raise BadRequest("ui.listen port must be 0..65535")
         if not 1 <= self.api_requests_per_minute <= 1_000_000 or not 1 <= self.api_burst <= 100_000:
             raise BadRequest("ui.api_requests_per_minute must be 1..1000000 and ui.api_burst 1..100000")
+        if not 1 <= self.max_connections_per_client <= self.max_connections <= 1_000_000:
+            raise BadRequest(
+                "ui.max_connections_per_client must be 1..ui.max_connections, and ui.max_connections "
+                "at most 1000000"
+            )
+        for key in ("header_timeout_seconds", "body_timeout_seconds"):
+            value = getattr(self, key)
+            if not 0.1 <= value <= 3600:
+                raise BadRequest(f"ui.{key} must be 0.1..3600 seconds, got {value}")
 
 
 def ui_from(ui_s: Mapping[str, Any]) -> UiConfig:
@@ -63,6 +91,10 @@ def ui_from(ui_s: Mapping[str, Any]) -> UiConfig:
         max_upload_bytes=integer(ui_s, "max_upload_bytes", UI_MAX_UPLOAD_BYTES, 1, "ui"),
         api_requests_per_minute=integer(ui_s, "api_requests_per_minute", 600, 1, "ui"),
         api_burst=integer(ui_s, "api_burst", 60, 1, "ui"),
+        max_connections=integer(ui_s, "max_connections", 1024, 1, "ui"),
+        max_connections_per_client=integer(ui_s, "max_connections_per_client", 128, 1, "ui"),
+        header_timeout_seconds=seconds(ui_s, "header_timeout_seconds", 10.0, "ui"),
+        body_timeout_seconds=seconds(ui_s, "body_timeout_seconds", 30.0, "ui"),
     )
 
 

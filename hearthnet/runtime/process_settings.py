@@ -1,5 +1,5 @@
 """Process-wide settings a running node applies to itself before its threads start: the event
-loop it runs on, and glibc's allocator.
+loop it runs on, glibc's allocator, and its limit of open files.
 
 Only glibc's allocator is tuned here (``mallopt``); elsewhere (musl, macOS)
 nothing changes.  An operator's own choice wins: an environment variable that
@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MallocSettings", "event_loop_options", "tune_malloc"]
+__all__ = [
+    "MallocSettings",
+    "event_loop_options",
+    "open_files_limit",
+    "raise_open_files_limit",
+    "tune_malloc",
+]
 
 # From <malloc.h>.
 _M_TRIM_THRESHOLD = -1
@@ -86,3 +93,21 @@ def event_loop_options() -> dict[str, Any]:
     except ImportError:
         return {}
     return {"use_uvloop": True}
+
+
+def raise_open_files_limit() -> int:
+    """Raise the soft limit of open descriptors to the hard one (a node holds a socket per HTTP
+    connection and bus link, besides its files); the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            return open_files_limit()
+    return open_files_limit()
+
+
+def open_files_limit() -> int:
+    """The soft limit of open descriptors (a large number when there is none)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 20 if soft == resource.RLIM_INFINITY else int(soft)

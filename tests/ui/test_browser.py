@@ -101,9 +101,24 @@ def text_of(driver: Any, selector: str) -> str:
 
 
 def sign_in(driver: Any, link: str) -> None:
+    """Open ``link``; when the browser is signed in already, the page asks first: confirm."""
     driver.get("about:blank")  # from /login itself, the link would only change the fragment
     driver.get(link)
-    wait(driver, lambda d: d.current_url.endswith("/ask"), what="the sign-in to land on Ask")
+
+    def landed_or_asked(d: Any) -> str | None:
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        if d.current_url.endswith("/ask"):
+            return "landed"
+        try:
+            box = css(d, "#login-confirm")
+            return "asked" if box and box[0].is_displayed() else None
+        except StaleElementReferenceException:  # the page moved on to Ask meanwhile
+            return None
+
+    if wait(driver, landed_or_asked, what="the sign-in to land on Ask or ask first") == "asked":
+        css(driver, "#login-switch")[0].click()
+        wait(driver, lambda d: d.current_url.endswith("/ask"), what="the sign-in to land on Ask")
 
 
 def fetch(driver: Any, method: str, path: str, body: Any = None, *, csrf: bool = True) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def test_every_route_refuses_a_request_without_a_session(mesh: LocalMesh) -> Non
     a, _ = nodes(mesh)
     routes = all_routes()
     assert ("GET", "/api/live") in routes and ("POST", "/api/upload") in routes
-    public = {"/login", "/api/login", "/static/app.css"}
+    public = {"/login", "/api/login", "/api/login/preview", "/static/app.css"}
     with httpx.Client(base_url=ui_url(a), timeout=30) as http:
         for method, path in routes:
             response = http.request(method, path, content=b"{}")

@@ -237,12 +237,12 @@ def test_mcp_over_http_needs_a_live_key(node: MeshNode) -> None:
     with httpx.Client(base_url=ui_url(node), timeout=30) as http:
         assert http.post("/mcp", json=ping, headers=headers).status_code == 401
         bad = http.post("/mcp", json=ping, headers={**headers, "Authorization": "Bearer hn_made-up"})
-        assert bad.status_code == 401 and bad.json()["error"]["data"]["code"] == "invalid_api_key"
+        assert bad.status_code == 401 and bad.json()["error"]["data"]["error"] == "invalid_api_key"
         good = http.post("/mcp", json=ping, headers={**headers, "Authorization": f"Bearer {key}"})
         assert good.status_code == 200 and {t["name"] for t in good.json()["result"]["tools"]} == TOOLS
         huge = {**ping, "params": {"padding": "x" * (1 << 20)}}
         too_big = http.post("/mcp", json=huge, headers={**headers, "Authorization": f"Bearer {key}"})
-        assert too_big.status_code == 413 and too_big.json()["error"]["data"]["code"] == "request_too_large"
+        assert too_big.status_code == 413 and too_big.json()["error"]["data"]["error"] == "request_too_large"
         node.cli_json("ui", "token", "revoke", "temporary")
         again = http.post("/mcp", json=ping, headers={**headers, "Authorization": f"Bearer {key}"})
         assert again.status_code == 401

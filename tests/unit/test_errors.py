@@ -36,7 +36,7 @@ def test_codes_are_exactly_the_contracts() -> None:
         for n in errors.__all__
         if isinstance(getattr(errors, n), type)
         and issubclass(getattr(errors, n), BusError)
-        and getattr(errors, n) not in (errors.ProtocolError, errors.BusError)
+        and getattr(errors, n) not in (errors.ProtocolError, errors.DiskFull, errors.BusError)
     ],
 )
 def test_each_class_round_trips_through_msgpack(cls: type[BusError]) -> None:
@@ -46,6 +46,11 @@ def test_each_class_round_trips_through_msgpack(cls: type[BusError]) -> None:
     assert rebuilt.code == original.code
     assert rebuilt.message == "something specific"
     assert rebuilt.retry_after_ms == 250
+
+
+def test_disk_full_travels_as_capacity_exceeded_saying_disk_full() -> None:
+    rebuilt = error_from_wire(unpack_map(pack(errors.DiskFull("disk full: the blob store").to_wire())))
+    assert type(rebuilt) is errors.CapacityExceeded and rebuilt.message == "disk full: the blob store"
 
 
 def test_protocol_error_travels_as_bad_request() -> None:

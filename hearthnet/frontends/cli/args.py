@@ -5,7 +5,6 @@ user typed it."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import re
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest
 from hearthnet.frontends.control.protocol import timeout_problem
+from hearthnet.frontends.json_input import MAX_JSON_DEPTH, loads_bounded
 from hearthnet.wire.codec import value_problem
 
 __all__ = [
@@ -28,33 +28,13 @@ __all__ = [
     "timeout_arg",
 ]
 
-MAX_JSON_DEPTH = 32
-"""How deep ``--params``, ``--input`` and ``--filter`` may nest (the node takes a call's input
-that deep, :data:`hearthnet.frontends.control.protocol.MAX_INPUT_DEPTH`); checked before the text
-is parsed."""
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_JSON_BRACKET = re.compile(r"[\[\]{}]")
 
-
-def _json_deeper(text: str, limit: int) -> bool:
-    """Whether JSON ``text`` opens more than ``limit`` arrays and objects inside each other.
-
-    Counted on the text, strings blanked out, so Python's parser (which recurses once per
-    level and fails with ``RecursionError`` near 1,000) never sees a deeper document.
-    """
-    depth = 0
-    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
-        if bracket.group() in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        else:
-            depth -= 1
-    return False
+class _NotFinite(Exception):
+    pass
 
 
 def _not_a_json_number(text: str) -> Any:
-    raise BadRequest(f"{text[:40]} is not a finite number")
+    raise _NotFinite(f"{text[:40]} is not a finite number")
 
 
 def _finite(text: str) -> float:
@@ -68,14 +48,10 @@ def load_json(text: str | None, what: str) -> dict[str, Any]:
     """A JSON object given on the command line; anything else is ``bad_request`` saying what."""
     if text is None:
         return {}
-    if _json_deeper(text, MAX_JSON_DEPTH):
-        raise BadRequest(f"{what} is nested more than {MAX_JSON_DEPTH} levels deep")
     try:
-        value = json.loads(text, parse_constant=_not_a_json_number, parse_float=_finite)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"{what} is not valid JSON: {exc.msg} at position {exc.pos}") from exc
-    except BadRequest as exc:
-        raise BadRequest(f"{what}: {exc.message}") from None
+        value = loads_bounded(text, what=what, parse_constant=_not_a_json_number, parse_float=_finite)
+    except _NotFinite as exc:
+        raise BadRequest(f"{what}: {exc}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be a JSON object")
     problem = value_problem(value, max_depth=MAX_JSON_DEPTH)

@@ -18,7 +18,7 @@ import anyio
 from hearthnet.errors import BadRequest, unwrap_group
 from hearthnet.frontends.cli.output import CliError, emit
 from hearthnet.frontends.client.client import no_home
-from hearthnet.runtime.process_settings import event_loop_options, tune_malloc
+from hearthnet.runtime.process_settings import event_loop_options, raise_open_files_limit, tune_malloc
 
 __all__ = ["add_community", "add_init", "add_join", "add_node", "write_atomically"]
 
@@ -223,6 +223,7 @@ def cmd_node_run(args: argparse.Namespace) -> None:
     # stealing the core the next embedding needs (specs/node.md); 2^4 cycles, then sleep.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     tune_malloc()
+    raise_open_files_limit()  # before any socket: the HTTP server's caps are read from it
     from hearthnet.answer.hosting import answer_service
     from hearthnet.config import load_config
     from hearthnet.frontends.doors import front_door_factories

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -25,6 +26,7 @@ from hearthnet.config import UiConfig
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import pages
 from hearthnet.frontends.http.jobs import Jobs
+from hearthnet.frontends.http.last_resort import LastResort, ui_door, ui_shape
 from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import CAPABILITY_LEVELS, GatedBus
@@ -92,30 +94,86 @@ async def _home(state: UiState, request: Request, session: Session) -> Response:
 
 
 async def _login_page(request: Request) -> Response:
-    return HTMLResponse(pages.login_page())
+    return HTMLResponse(pages.login_page(navigation(request.headers, request.url.netloc)))
+
+
+def navigation(headers: Mapping[str, str], host: str) -> str:
+    """How the browser came to a page: ``none`` (typed, a bookmark, another program),
+    ``same-origin`` (a page of this UI), ``cross-site`` or ``same-site`` (another site's page), or
+    ``unknown`` (a browser that says neither ``Sec-Fetch-Site`` nor ``Referer``)."""
+    site = headers.get("sec-fetch-site")
+    if site in ("none", "same-origin", "same-site", "cross-site"):
+        return site
+    referer = headers.get("referer")
+    if referer is None:
+        return "unknown"
+    return "same-origin" if referer.startswith((f"http://{host}/", f"https://{host}/")) else "cross-site"
 
 
 # -- sign-in -------------------------------------------------------------------------------
+LINK_REFUSED = (
+    "this link is not valid: it was revoked, has expired, or was already used (a link from "
+    "'hearthnet ui' works once)"
+)
+
+
+async def _login_token(request: Request) -> tuple[dict[str, Any], str] | Response:
+    try:
+        body = await json_body(request)
+    except BusError as exc:
+        return error_response(exc)
+    token = body.get("token")
+    if not isinstance(token, str) or not 0 < len(token) <= 256:
+        return json_response({"error": "bad_request", "message": "no token in the link"}, 400)
+    return body, token
+
+
+def _preview(state: UiState) -> Callable[[Request], Awaitable[Response]]:
+    """Who a sign-in link would make this browser, and who it is now; nothing is used or changed.
+    The sign-in page asks before acting on a link when the browser is signed in already, or
+    when another site sent it there (``specs/ui.md``)."""
+
+    async def endpoint(request: Request) -> Response:
+        given = await _login_token(request)
+        if isinstance(given, Response):
+            return given
+        found = await state.sessions.preview(given[1])
+        if found is None:
+            return json_response({"error": "unauthorized", "message": LINK_REFUSED}, 401)
+        current: Session | None = request.scope.get("hn.session")
+        return json_response(
+            {
+                "link": {"name": found[0], "level": found[1].label},
+                "current": None if current is None else {"name": current.name, "level": current.level.label},
+            }
+        )
+
+    return endpoint
+
+
 def _login(state: UiState) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        try:
-            body = await json_body(request)
-        except BusError as exc:
-            return error_response(exc)
-        token = body.get("token")
-        if not isinstance(token, str) or not 0 < len(token) <= 256:
-            return json_response({"error": "bad_request", "message": "no token in the link"}, 400)
-        redeemed = await state.sessions.redeem(token)
-        if redeemed is None:
+        given = await _login_token(request)
+        if isinstance(given, Response):
+            return given
+        body, token = given
+        current: Session | None = request.scope.get("hn.session")
+        if current is not None and body.get("replace") is not True:
+            # A link never silently replaces a live session: the page asks first (login CSRF).
             return json_response(
                 {
-                    "error": "unauthorized",
-                    "message": "this link is not valid: it was revoked, has expired, or was already "
-                    "used (a link from 'hearthnet ui' works once)",
+                    "error": "bad_request",
+                    "message": f"this browser is signed in as {current.name} ({current.level.label}): "
+                    "confirm on the sign-in page to switch",
                 },
-                401,
+                409,
             )
+        redeemed = await state.sessions.redeem(token)
+        if redeemed is None:
+            return json_response({"error": "unauthorized", "message": LINK_REFUSED}, 401)
         session, cookie = redeemed
+        if current is not None:
+            await state.sessions.end(current)
         response = json_response({"name": session.name, "level": session.level.label})
         response.set_cookie(
             COOKIE, cookie, max_age=SESSION_SECONDS, path="/", httponly=True, samesite="strict"
@@ -185,6 +243,7 @@ def build_app(state: UiState, routes: list[BaseRoute], programs: ASGIApp | None 
         Route("/mesh", page(pages.mesh_page)),
         Route("/login", _login_page),
         Route("/api/login", _login(state), methods=["POST"]),
+        Route("/api/login/preview", _preview(state), methods=["POST"]),
         Route("/api/logout", api(state, _logout), methods=["POST"]),
         Route("/api/session", api(state, _whoami)),
         Route("/api/node", api(state, _node)),
@@ -192,8 +251,8 @@ def build_app(state: UiState, routes: list[BaseRoute], programs: ASGIApp | None 
         *routes,
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
-    app = Starlette(routes=core)
-    login = pages.login_page().encode()
+    app = Starlette(routes=core, middleware=[Middleware(LastResort, shape=ui_shape, door=ui_door)])
+    login = pages.login_page("unknown").encode()
     return Guard(
         app,
         sessions=state.sessions,

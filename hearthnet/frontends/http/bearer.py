@@ -18,6 +18,7 @@ code}}``.  A handler finds the caller in ``scope["hn.caller"]`` and the body alr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -31,8 +32,10 @@ import structlog
 
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
+from hearthnet.errors import DiskFull
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.tokens import TokenInfo, TokenStore, digest
+from hearthnet.frontends.json_input import MAX_JSON_DEPTH, json_deeper
 
 __all__ = [
     "BODY_LIMITS",
@@ -42,6 +45,7 @@ __all__ = [
     "GatedCalls",
     "TokenBucket",
     "is_bearer_path",
+    "jsonrpc_error_body",
     "openai_error_body",
 ]
 
@@ -109,11 +113,7 @@ def door_error_body(path: str, status: int, message: str, code: str | None = Non
         kind = _TEI_KINDS.get(status, "Validation" if status < 500 else "Backend")
         return json.dumps({"error": message, "error_type": kind}, ensure_ascii=False).encode()
     if door == "mcp":
-        error: dict[str, Any] = {"code": -32001, "message": message}
-        if code is not None:
-            error["data"] = {"code": code, "status": status}
-        rpc = {"jsonrpc": "2.0", "id": None, "error": error}
-        return json.dumps(rpc, ensure_ascii=False).encode()
+        return jsonrpc_error_body(code or "bad_request", message)
     return openai_error_body(status, message, code)
 
 
@@ -225,7 +225,8 @@ class BearerTokens:
         now = time.time()
         if now - self._touched.get(token.id, 0.0) >= TOUCH_SECONDS:
             self._touched[token.id] = now
-            await anyio.to_thread.run_sync(self._store.touch, token.id, limiter=self._limiter)
+            with contextlib.suppress(DiskFull):  # a note of when it was used: not worth refusing over
+                await anyio.to_thread.run_sync(self._store.touch, token.id, limiter=self._limiter)
         return token
 
 
@@ -246,6 +247,23 @@ def openai_error_body(status: int, message: str, code: str | None = None, param:
     kind = ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     doc = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return json.dumps(doc, ensure_ascii=False).encode()
+
+
+JSONRPC_CODES: Final[Mapping[str, int]] = {
+    "bad_request": -32600,
+    "schema_mismatch": -32600,
+    "internal_error": -32603,
+}
+"""JSON-RPC's error code of a bus error (any other: -32000, a server error); the bus code rides in
+``data.error``."""
+
+
+def jsonrpc_error_body(code: str, message: str, *, parse_error: bool = False) -> bytes:
+    """A JSON-RPC error answer (the ``/mcp`` door's shape) to a request whose id is unknown: it
+    failed before it was read."""
+    number = -32700 if parse_error else JSONRPC_CODES.get(code, -32000)
+    error = {"code": number, "message": message, "data": {"error": code}}
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": error}, ensure_ascii=False).encode()
 
 
 async def send_error(
@@ -355,6 +373,9 @@ class BearerDoor:
             return
         if body is None:
             return  # the client went away
+        if json_deeper(body):
+            await _send_too_deep(scope["path"], send)
+            return
         scope["hn.caller"] = Caller(token.id, token.name, token.level)
         given = False
 
@@ -412,6 +433,19 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+async def _send_too_deep(path: str, send: Send) -> None:
+    """``400`` for a body nested deeper than any request of these routes (``json_input``), in the
+    route's shape: JSON-RPC's parse error on ``/mcp``, OpenAI's on ``/v1``."""
+    message = f"the request body is nested more than {MAX_JSON_DEPTH} levels deep"
+    if path != "/mcp":
+        await send_error(send, 400, message, "bad_request", path=path)
+        return
+    body = jsonrpc_error_body("bad_request", message, parse_error=True)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _route(path: str) -> str:

@@ -27,6 +27,7 @@ from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import chroma_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
 from hearthnet.frontends.http.policy import GatedBus
+from hearthnet.frontends.json_input import loads_bounded
 
 __all__ = ["ChromaState", "routes"]
 
@@ -78,10 +79,7 @@ def _endpoint(state: ChromaState, handler: Handler) -> Callable[[Request], Await
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    try:
-        value = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadRequest("the request body is not valid JSON") from exc
+    value = loads_bounded(await request.body())
     if not isinstance(value, dict):
         raise BadRequest("the request body must be a JSON object")
     return value

@@ -19,7 +19,6 @@ ordinary error answer; after it, an ``error`` event ends the stream.
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -29,6 +28,7 @@ from typing import Any
 import anyio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -47,7 +47,9 @@ from hearthnet.frontends.http.gateway_answers import (
     error_response,
     json_response,
 )
+from hearthnet.frontends.http.last_resort import LastResort, programs_door, programs_shape
 from hearthnet.frontends.http.policy import GatedBus
+from hearthnet.frontends.json_input import loads_bounded
 
 __all__ = ["GatewayState", "build", "mesh_models", "routes"]
 
@@ -62,10 +64,7 @@ class GatewayState:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    try:
-        value = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest("the request body is not valid JSON") from exc
+    value = loads_bounded(await request.body())
     if not isinstance(value, dict):
         raise BadRequest("the request body must be a JSON object")
     return value
@@ -352,4 +351,5 @@ def build(state: GatewayState, extra: list[BaseRoute]) -> Starlette:
     return Starlette(
         routes=[*routes(state), *extra],
         exception_handlers={404: _not_found, 405: _not_found},
+        middleware=[Middleware(LastResort, shape=programs_shape, door=programs_door)],
     )

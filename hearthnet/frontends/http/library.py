@@ -22,6 +22,7 @@ from hearthnet.frontends.http import policy
 from hearthnet.frontends.http.app import UiState, api, check_text
 from hearthnet.frontends.http.responses import json_body, json_response
 from hearthnet.frontends.http.tokens import Session
+from hearthnet.runtime.disk_full import disk_full_said
 
 __all__ = ["routes"]
 
@@ -163,7 +164,8 @@ async def _upload(state: UiState, request: Request, session: Session) -> Respons
         return json_response({"error": "bad_request", "message": _too_big(cap)}, 413)
     path = state.jobs.upload_dir / f"{secrets.token_hex(12)}.part"
     try:
-        size = await _receive(request, path, cap)
+        with disk_full_said(state.jobs.upload_dir, "the uploaded file"):
+            size = await _receive(request, path, cap)
     except ClientDisconnect:  # the browser went away mid-upload: nothing kept, nobody to answer
         return Response(status_code=400)
     if size is None:

@@ -213,12 +213,23 @@ def mesh_page(session: Session, node_name: str) -> str:
     return _layout("Mesh", body, scripts=("common.js", "mesh.js"), head=head, nav=nav)
 
 
-def login_page() -> str:
+def login_page(navigation: str) -> str:
+    """The sign-in page; ``navigation`` (``app.navigation``) tells its script whether another site
+    sent the browser here, in which case a link is acted on only after a click."""
     body = """
 <div class="login card">
   <h1><span class="logo" aria-hidden="true">◠</span> HearthNet</h1>
-  <p id="login-status">To sign in, open the link that <code>hearthnet ui</code> prints on the
-    node's computer, or the personal link the node's owner gave you.</p>
+  <p id="login-status" role="status">To sign in, open the link that <code>hearthnet ui</code> prints on
+    the node's computer, or the personal link the node's owner gave you.</p>
+  <div id="login-confirm" hidden>
+    <p id="login-current"></p>
+    <p id="login-would"></p>
+    <p id="login-origin" class="muted" hidden>This sign-in link was opened from another site. Use it
+      only if you meant to.</p>
+    <div class="row"><button type="button" id="login-switch">Sign in</button>
+      <button type="button" id="login-stay" class="secondary">Cancel</button></div>
+  </div>
   <p><a id="login-continue" href="/ask" hidden>Continue</a></p>
 </div>"""
-    return _layout("Sign in", body, scripts=("login.js",))
+    head = f'<meta name="hn-navigation" content="{escape(navigation)}">'
+    return _layout("Sign in", body, scripts=("login.js",), head=head)

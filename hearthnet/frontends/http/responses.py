@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http.live import sse
 from hearthnet.frontends.http.policy import http_status
+from hearthnet.frontends.json_input import loads_bounded
 
 __all__ = ["EventStream", "error_response", "json_body", "json_response"]
 
@@ -50,10 +51,7 @@ async def json_body(request: Request) -> dict[str, Any]:
         if size > MAX_JSON_BODY:
             raise BadRequest(f"the request body is over {MAX_JSON_BODY} bytes")
         chunks.append(chunk)
-    try:
-        value = json.loads(b"".join(chunks) or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest("the request body is not valid JSON") from exc
+    value = loads_bounded(b"".join(chunks) or b"{}")
     if not isinstance(value, dict):
         raise BadRequest("the request body must be a JSON object")
     return value

@@ -45,7 +45,7 @@ CSP = (
     "object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 SAFE_METHODS = frozenset({"GET", "HEAD"})
-PUBLIC_PATHS = frozenset({"/login", "/api/login", "/favicon.ico"})
+PUBLIC_PATHS = frozenset({"/login", "/api/login", "/api/login/preview", "/favicon.ico"})
 PUBLIC_PREFIXES = ("/static/",)
 
 _HEADERS: list[tuple[bytes, bytes]] = [

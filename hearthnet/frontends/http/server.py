@@ -30,7 +30,9 @@ from hearthnet.config import UI_DEFAULT_PORT, NodeConfig
 from hearthnet.errors import BadRequest, InternalError
 from hearthnet.frontends.http import ask, files, library, mesh
 from hearthnet.frontends.http.app import UiState, build_app
+from hearthnet.frontends.http.connections import ConnectionTally, connection_limits, guarded_protocol
 from hearthnet.frontends.http.jobs import Jobs
+from hearthnet.frontends.http.last_resort import LastResort, any_door, any_shape
 from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import GatedBus
@@ -38,6 +40,7 @@ from hearthnet.frontends.http.programs import build_programs
 from hearthnet.frontends.http.sessions import SessionCache
 from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import TokenStore
+from hearthnet.runtime.process_settings import open_files_limit
 
 __all__ = ["UiServer", "read_ui_state", "ui_url"]
 
@@ -165,10 +168,14 @@ class UiServer:
         programs = build_programs(
             self._bus, store, cfg, self._config.name, state.closing, self._config.rag.embedding_model
         )
-        app = build_app(
-            state,
-            [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],
-            programs.app,
+        app = LastResort(
+            build_app(
+                state,
+                [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],
+                programs.app,
+            ),
+            any_shape,
+            any_door,
         )
         server = _Server(
             uvicorn.Config(
@@ -180,6 +187,7 @@ class UiServer:
                 timeout_graceful_shutdown=SHUTDOWN_SECONDS,
                 timeout_keep_alive=30,
                 h11_max_incomplete_event_size=64 * 1024,
+                http=guarded_protocol(ConnectionTally(connection_limits(cfg, open_files_limit()))),
             )
         )
         try:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
 import anyio
 
+from hearthnet.community.levels import Level
+from hearthnet.errors import DiskFull
 from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import Session, TokenStore, digest
 
@@ -55,7 +58,8 @@ class SessionCache:
             return None
         if now - self._touched.get(session.token_id, 0.0) >= TOUCH_SECONDS:
             self._touched[session.token_id] = now
-            await anyio.to_thread.run_sync(self._store.touch, session.token_id, limiter=self._limiter)
+            with contextlib.suppress(DiskFull):  # a note of when it was used: not worth refusing over
+                await anyio.to_thread.run_sync(self._store.touch, session.token_id, limiter=self._limiter)
         return await self._bounded(session)
 
     async def redeem(self, token: str) -> tuple[Session, str] | None:
@@ -64,6 +68,16 @@ class SessionCache:
         if redeemed is None:
             return None
         return await self._bounded(redeemed[0]), redeemed[1]
+
+    async def preview(self, token: str) -> tuple[str, Level] | None:
+        """Who a login token would sign in (its name and the level it would act with), without
+        using it; ``None`` if it would not sign anyone in."""
+        info = await anyio.to_thread.run_sync(self._store.peek, token, limiter=self._limiter)
+        if info is None:
+            return None
+        if self._standing is None:
+            return info.name, info.level
+        return info.name, min(info.level, (await self._standing.get()).level)
 
     async def _bounded(self, session: Session) -> Session:
         """``session`` acting with at most the node's level, and told if the node was revoked."""

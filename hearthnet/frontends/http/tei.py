@@ -25,6 +25,7 @@ from hearthnet.contracts.embed import MAX_TEXT_CHARS, MAX_TEXTS, decode_embeddin
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
 from hearthnet.frontends.http.policy import GatedBus
+from hearthnet.frontends.json_input import loads_bounded
 
 __all__ = ["TeiState", "routes", "tei_error"]
 
@@ -94,9 +95,9 @@ def _endpoint(state: TeiState, handler: Handler) -> Callable[[Request], Awaitabl
 
 async def _body(request: Request) -> dict[str, Any]:
     try:
-        value = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise TeiProblem(422, "Validation", "the request body is not valid JSON") from exc
+        value = loads_bounded(await request.body())
+    except BadRequest as exc:
+        raise TeiProblem(422, "Validation", exc.message) from exc
     if not isinstance(value, dict):
         raise TeiProblem(422, "Validation", "the request body must be a JSON object")
     return value

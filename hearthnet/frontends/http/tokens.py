@@ -250,9 +250,7 @@ class TokenStore:
             if row is None:
                 return None
             token = _token(row)
-            if token.revoked is not None or (token.expires is not None and token.expires < now):
-                return None
-            if token.one_time and token.used is not None:
+            if not _usable(token, now):
                 return None
             self._db.execute("UPDATE tokens SET used = ?, last_used = ? WHERE id = ?", (now, now, token.id))
             expires = now + SESSION_SECONDS
@@ -262,6 +260,15 @@ class TokenStore:
             )
         session = Session(digest(cookie), token.id, token.name, token.level, token.owner, csrf, expires)
         return session, cookie
+
+    def peek(self, secret: str) -> TokenInfo | None:
+        """The token a login secret names, if it would sign someone in now (nothing is used)."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE hash = ?", (digest(secret),)
+            ).fetchone()
+        token = None if row is None else _token(row)
+        return token if token is not None and _usable(token, time.time()) else None
 
     def sessions(self) -> dict[str, Session]:
         """Every live session by the hash of its cookie (the server keeps them in memory)."""
@@ -292,6 +299,13 @@ class TokenStore:
         """Record that a token's session was used now (the caller throttles this)."""
         with self._lock, transaction(self._db):
             self._db.execute("UPDATE tokens SET last_used = ? WHERE id = ?", (time.time(), token_id))
+
+
+def _usable(token: TokenInfo, now: float) -> bool:
+    """Whether ``token`` signs someone in now: not revoked, not expired, not a used owner link."""
+    if token.revoked is not None or (token.expires is not None and token.expires < now):
+        return False
+    return not (token.one_time and token.used is not None)
 
 
 _TOKEN_COLUMNS = "id, name, level, one_time, created, expires, used, last_used, revoked"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hearthnet.errors import BadRequest, CapacityExceeded
+from hearthnet.errors import BadRequest, CapacityExceeded, DiskFull
 from hearthnet.services.rag.chunks import RESERVED_METADATA, Chunk
 
 __all__ = ["CHUNK_KEYS", "DocumentSource", "DocumentWrite", "out_of_space", "user_metadata"]
@@ -111,7 +111,7 @@ def out_of_space(root: Path, exc: Exception, *, needed: int) -> CapacityExceeded
         free = -1
     if not by_code and not (0 <= free < max(needed, _MIN_FREE_BYTES)):
         return None
-    return CapacityExceeded(
-        f"the corpus store under {root} is out of disk space ({max(free, 0)} bytes free, "
+    return DiskFull(
+        f"disk full: the corpus store under {root} is out of space ({max(free, 0)} bytes free, "
         f"about {needed} needed): free some space, then ingest again; nothing was stored"
     )
