@@ -30,7 +30,9 @@ from hearthnet.community.levels import Level
 from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
+    BEHIND,
     PERSONAL,
+    REPLICA_OF,
     RagClient,
     announced,
     check_reachable,
@@ -57,6 +59,12 @@ from hearthnet.services.rag.inputs import (
     query_mode,
 )
 from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
+from hearthnet.services.rag.replicas.announce import DigestedAppends
+from hearthnet.services.rag.replicas.export import ExportServer
+from hearthnet.services.rag.replicas.follower import Follower
+from hearthnet.services.rag.replicas.handlers import Replicas, export_registration
+from hearthnet.services.rag.replicas.log import ReadView
+from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -80,6 +88,10 @@ class RagSettings:
     accept_new_corpora: bool = True
     store_threads: int = 2
     query_max_concurrent: int = QUERY_CONCURRENCY
+    replicas: tuple[str, ...] = ()
+    """Corpora to hold replicas of (``[[rag.replicas]]``)."""
+    max_replicas: int | None = None
+    """Replicas each corpus this node hosts may have (``None``: no cap)."""
 
 
 class RagService:
@@ -98,6 +110,7 @@ class RagService:
         corpus_changed: CorpusChanged | None = None,
         archives: Sequence[ArchiveConfig] = (),
         append_events: AppendEvents | None = None,
+        corpus_view: ReadView | None = None,
     ) -> None:
         self._bus = bus
         self._corpus_changed = corpus_changed
@@ -114,6 +127,14 @@ class RagService:
         one pass through the event loop to reach one, see :mod:`hearthnet.runtime.worker_threads`)."""
         self._gate = CorpusGate()
         self._documents = DocumentLocks()
+        digested = DigestedAppends(store, self._read_threads, append_event, append_events)
+        append_event, append_events = digested.append_event, digested.append_events
+        self._export = ExportServer(
+            store,
+            self._read_threads,
+            admit=ReplicaCap(settings.max_replicas, store.root / "replica_holders.json", bus.node_id).admit,
+        )
+        self.replicas = self._replicas(corpus_view, append_event, blobs) if corpus_view is not None else None
         self._offers = CorpusOffers(
             bus=bus,
             store=store,
@@ -130,6 +151,8 @@ class RagService:
             accept_new_corpora=settings.accept_new_corpora,
             query_timeout_seconds=settings.query_timeout_seconds,
             query_max_concurrent=settings.query_max_concurrent,
+            replica_params=self.replicas.follower.params if self.replicas is not None else None,
+            more=self._more_registrations,
         )
         self._ingestion = Ingestion(
             bus=bus,
@@ -165,6 +188,51 @@ class RagService:
         self.ingests = 0
         self.deletes = 0
 
+    def _replicas(self, view: ReadView, append_event: AppendEvent, blobs: BlobStore) -> Replicas:
+        follower = Follower(
+            bus=self._bus,
+            store=self._store,
+            view=view,
+            policy=ReplicaPolicy(self._settings.replicas, self._store.root / "replicas.json"),
+            embedder=self._embedder,
+            store_limiter=self._store_limiter,
+            read_threads=self._read_threads,
+            announce=self._replica_changed,
+            forget=self._replica_dropped,
+            pin=blobs.pin,
+        )
+        return Replicas(
+            bus=self._bus,
+            follower=follower,
+            export=self._export,
+            view=view,
+            own_level=self._own_level,
+            append_event=append_event,
+            read_threads=self._read_threads,
+        )
+
+    def _more_registrations(self, corpus: str) -> list[Registration]:
+        """``rag.export`` beside each announced corpus's ``rag.query``."""
+        return [export_registration(self._export, corpus)]
+
+    async def _replica_changed(self, corpus: str) -> None:
+        await self._offers.announce(corpus)
+        self._changed(corpus)
+
+    async def _replica_dropped(self, corpus: str) -> None:
+        await self._offers.withdraw(corpus)
+        self._changed(corpus)
+
+    def events_stored(self) -> None:
+        """New events arrived (or a peer came up): the replicas look at the log again."""
+        if self.replicas is not None:
+            self.replicas.follower.wake()
+
+    async def run_background(self) -> None:
+        """The replicas' follower, for as long as the node runs."""
+        if self.replicas is not None:
+            await self.replicas.follower.run()
+
     # Service protocol ---------------------------------------------------------------
     async def start(self) -> None:
         recovered = await run_blocking(self._store.recover, limiter=self._store_limiter)
@@ -177,6 +245,8 @@ class RagService:
         # Small corpora are searched exactly from memory: load them now, not on the first query.
         await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
         await self._deletions.announce_pending()
+        if self.replicas is not None:
+            await self.replicas.follower.load()
 
     async def stop(self) -> None:
         await self._archives.aclose()
@@ -185,7 +255,12 @@ class RagService:
 
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
-        return [*self._offers.registrations(), *self._archives.registrations(self._store.corpora())]
+        mine = self.replicas.registrations() if self.replicas is not None else []
+        return [
+            *self._offers.registrations(),
+            *self._archives.registrations(self._store.corpora()),
+            *mine,
+        ]
 
     def health(self) -> dict[str, Any]:
         """Served to peers by ``node.stats``: the personal corpus is never named."""
@@ -196,6 +271,8 @@ class RagService:
             "deletes": self.deletes,
             "embedding_model": self._settings.embedding_model,
             "archives": self._archives.health(),
+            "replicas": self.replicas.health() if self.replicas is not None else [],
+            "exports": self._export.served,
         }
 
     def _corpus(self, name: str, embedding_model: str) -> LocalCorpus:
@@ -263,6 +340,14 @@ class RagService:
             leg=leg[0] if leg else None,
         )
         warnings = self._duplicate_warnings(corpus, "this answer")
+        replica = {k: registered[k] for k in (REPLICA_OF, BEHIND) if k in registered}
+        if replica.get(BEHIND):
+            n = replica[BEHIND]
+            warnings.append(
+                f"from a copy {n} document{'s' if n != 1 else ''} behind: node {self._bus.node_id} holds a "
+                f"replica of corpus {corpus}, whose host {replica.get(REPLICA_OF)} is not online "
+                "with a fresher one"
+            )
         if used != mode:
             warnings.append(
                 f"corpus {corpus} has no keyword index yet (it is built when the node starts): "
@@ -306,6 +391,7 @@ class RagService:
         }
         if used != mode:
             meta["mode_requested"] = mode
+        meta.update(replica)
         if warnings:
             meta["warnings"] = warnings
         return {"chunks": chunks}, meta
@@ -313,9 +399,13 @@ class RagService:
     def _duplicate_warnings(self, corpus: str, what: str) -> list[str]:
         """A warning when other nodes host a corpus of the same name (made before names were
         checked, or by two nodes creating it at once): ``what`` covers only this node's copy."""
-        if not announced(corpus):
-            return []
-        others = [p for p in self._bus.providers("rag.query", (1, 0), {"corpus": corpus}) if not p.is_local]
+        if not announced(corpus) or (self.replicas is not None and self.replicas.follower.host_of(corpus)):
+            return []  # a replica's copy is the host's (its lag, if any, is said beside)
+        others = [
+            p
+            for p in self._bus.providers("rag.query", (1, 0), {"corpus": corpus})
+            if not p.is_local and not p.descriptor.params.get(REPLICA_OF)
+        ]
         if not others:
             return []
         own = (self._offers.query_params(corpus) or {}).get("chunks", "?")
@@ -333,6 +423,8 @@ class RagService:
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="documents")
         self._archives.refuse_write(corpus, "ingest into")
+        if self.replicas is not None:
+            self.replicas.refuse_write(corpus, "documents")
         batch = ingest_batch_input(ctx.input)
         inp = ingest_input(ctx.input) if batch is None else None
         if announced(corpus):  # personal is never announced, so it needs no trust
@@ -476,6 +568,8 @@ class RagService:
         started = time.perf_counter()
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="deletions")
+        if self.replicas is not None:
+            self.replicas.refuse_write(corpus, "deletions")
         doc_cid = delete_input(ctx.input)
         if announced(corpus):
             await self._check_own_trust("announce deletions")
