@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from hearthnet.blobs.cid import blob_cid
+from hearthnet.services.rag.store.chroma import collection_name
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.shared_data import PDF_DIR
 
@@ -64,8 +66,8 @@ def ingest(node: MeshNode, *paths: Path) -> dict[str, Any]:
     return out
 
 
-def cid_of(node: MeshNode, path: Path) -> str:
-    return str(node.cli_json("file", "import", str(path))["doc_cid"])
+def cid_of(path: Path) -> str:
+    return blob_cid(path.read_bytes())
 
 
 def replicas(node: MeshNode) -> dict[str, dict[str, Any]]:
@@ -177,10 +179,10 @@ def test_a_delete_and_an_ingest_made_while_the_replica_was_off_apply_on_its_retu
     a.wait_ready(timeout=120)
     mesh.wait_full_mesh([a, b, c], timeout=120)
     b.stop()
-    gone = cid_of(a, FIRST[2])
+    gone = cid_of(FIRST[2])
     a.cli_json("delete", gone, "--corpus", CORPUS)
     ingest(a, LATER)
-    later = cid_of(a, LATER)
+    later = cid_of(LATER)
     b.start()
     b.wait_ready(timeout=120)
     state = wait_for(lambda: replica_current(b, 3), timeout=300, what="B to catch up on its return")
@@ -208,21 +210,36 @@ def test_kill_9_of_the_replica_mid_copy_leaves_no_partial_document_and_the_next_
     a, b, _ = nodes(mesh)
     b.stop()
     ingest(a, BIG)
-    big = cid_of(a, BIG)
+    big = cid_of(BIG)
     b.start()
     assert b.process is not None
-    wait_for(lambda: _pending_rows(b) > 0, timeout=300, what="B to start writing the big document", interval=0.005)
+    wait_for(
+        lambda: _pending_rows(b) > 0, timeout=300, what="B to start writing the big document", interval=0.005
+    )
     os.kill(b.process.pid, signal.SIGSTOP)  # frozen mid-write, then killed: no clean-up of any kind
     b.kill()
     assert _pending_rows(b) > 0  # the kill left a document half-written on disk...
     b.start()
     b.wait_ready(timeout=120)
-    assert log_records(b, "partial_documents_removed") or log_records(b, "rag_store_recovered")
     state = wait_for(lambda: replica_current(b, 4), timeout=300, what="B to complete the copy")
     assert state["behind"] == 0
     docs = {d["doc_cid"]: d for d in b.cli_json("docs", "--corpus", CORPUS, "--on", b.node_id)["documents"]}
     on_a = {d["doc_cid"]: d for d in a.cli_json("docs", "--corpus", CORPUS, "--on", a.node_id)["documents"]}
     assert docs[big]["chunks"] == on_a[big]["chunks"]
+    # Nothing of the killed write is left beside the complete copy: ChromaDB holds exactly the
+    # ledger's chunks.
+    b.stop()
+    assert _chroma_count(b.home / "rag") == sum(d["chunks"] for d in docs.values())
+    b.start()
+    b.wait_ready(timeout=120)
+
+
+def _chroma_count(rag_dir: Path) -> int:
+    import chromadb
+
+    client = chromadb.PersistentClient(path=str(rag_dir / "chroma"))
+    col = client.get_collection(collection_name(CORPUS), embedding_function=None)
+    return int(col.count())
 
 
 def test_a_tampered_copy_is_refused_and_nothing_is_written(mesh: LocalMesh) -> None:
@@ -232,10 +249,10 @@ def test_a_tampered_copy_is_refused_and_nothing_is_written(mesh: LocalMesh) -> N
     _tamper_one_vector(b.home / "rag")
     b.start()
     b.wait_ready(timeout=120)
-    a.stop()  # only B (tampered) can serve the copy
     d.start()
     d.wait_ready(timeout=120)
-    mesh.wait_full_mesh([b, d], timeout=120)
+    mesh.wait_full_mesh([a, b, d], timeout=120)
+    a.stop()  # only B (tampered) can serve the copy
     wait_for(
         lambda: any(e["event_type"] == "rag.document.ingested" for e in d.cli_json("events")["events"]),
         timeout=60,
@@ -243,7 +260,9 @@ def test_a_tampered_copy_is_refused_and_nothing_is_written(mesh: LocalMesh) -> N
     )
     out = d.cli_json("corpus", "replicate", CORPUS, timeout=600)
     assert out["replicating"]
-    wait_for(lambda: log_records(d, "replica_copy_refused"), timeout=120, what="D to refuse B's tampered copy")
+    wait_for(
+        lambda: log_records(d, "replica_copy_refused"), timeout=120, what="D to refuse B's tampered copy"
+    )
     state = replicas(d)[CORPUS]
     assert state["behind"] > 0 and "digest" in (state["error"] or "")
     # The refused document is not in D's corpus (the untampered ones may be).
@@ -272,7 +291,7 @@ def _tamper_one_vector(rag_dir: Path) -> None:
     import numpy as np
 
     client = chromadb.PersistentClient(path=str(rag_dir / "chroma"))
-    col = next(c for c in client.list_collections() if CORPUS in c.name)
+    col = client.get_collection(collection_name(CORPUS), embedding_function=None)
     got = col.get(limit=1, include=["embeddings", "metadatas", "documents"])
     vector = np.asarray(got["embeddings"][0], dtype=np.float32)
     vector[0] += 0.25
@@ -285,3 +304,42 @@ def test_a_member_cannot_hold_a_replica_and_personal_never_replicates(mesh: Loca
     assert proc.returncode != 0 and "unauthorized" in proc.stderr and "member" in proc.stderr
     proc = c.cli("corpus", "replicate", "personal", check=False)
     assert proc.returncode != 0 and "bad_request" in proc.stderr and "never replicates" in proc.stderr
+
+
+MOVED_IN = PDF_DIR / "scanned_with_ocr_text_layer.pdf"
+
+
+def test_corpus_move_to_the_replica_and_the_old_host_returning_does_not_fork(mesh: LocalMesh) -> None:
+    a, b, c = nodes(mesh)
+    wait_for(lambda: replica_current(b, 4), timeout=300, what="B up to date before the move")
+    # The status and the corpus list show the replica and its lag.
+    status = b.cli_json("status")
+    assert [r["corpus"] for r in status["replicas"]] == [CORPUS]
+    assert "REPLICA of" in c.cli("corpora").stdout
+    a.cli_json("member", "promote", b.node_id, "--level", "anchor")
+    wait_for(lambda: b.status()["level"] == "anchor", timeout=60, what="B to hear of its promotion")
+    a.stop()  # the host is gone (for all B knows, for good)
+    out = wait_for(
+        lambda: (
+            (p := b.cli("corpus", "move", CORPUS, "--to", b.node_id, "--json", check=False)).returncode == 0
+            and p
+        ),
+        timeout=60,
+        what="the move",
+    )
+    assert json.loads(out.stdout)["from"] == a.node_id
+    wait_for(lambda: CORPUS not in replicas(b), timeout=60, what="B to become the host")
+    ingest(b, MOVED_IN)  # the new host takes writes
+    a.start()
+    a.wait_ready(timeout=120)
+    # A learns of the move, becomes a replica of B and copies what B ingested meanwhile.
+    state = wait_for(lambda: replica_current(a, 5), timeout=300, what="A to follow B")
+    assert state["host"] == b.node_id
+    proc = a.cli("ingest", str(LATER), "--corpus", CORPUS, "--on", a.node_id, "--json", check=False)
+    assert proc.returncode != 0 and b.node_id in proc.stdout + proc.stderr
+    known = c.cli_json("call", "rag.known_corpora", "--input", json.dumps({"corpus": CORPUS}))["output"]
+    entry = known["corpora"][0]
+    hosting = [h["node"] for h in entry["hosts"] if h["hosting"]]
+    assert hosting == [b.node_id] and not entry["duplicate"]
+    roles = {h["node"]: h["role"] for h in entry["hosts"] if h["serving"]}
+    assert roles.get(a.node_id) == "replica" and roles.get(b.node_id) == "host"

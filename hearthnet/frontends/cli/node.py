@@ -8,6 +8,7 @@ from typing import Any
 
 from hearthnet.frontends.cli.args import load_json
 from hearthnet.frontends.cli.output import emit, jsonable, shown
+from hearthnet.frontends.cli.replicas import own_replicas, replica_lines
 from hearthnet.frontends.client.client import Client
 
 __all__ = ["add_call", "add_events", "add_status"]
@@ -17,7 +18,9 @@ EVENTS_PAGE = 1000
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    st = Client(args.home).call("node.status").output
+    client = Client(args.home)
+    st = client.call("node.status").output
+    st["replicas"] = own_replicas(client)
 
     def human() -> None:
         print(f"node       {st['node_id']} ({st.get('name', '')})")
@@ -40,6 +43,8 @@ def cmd_status(args: argparse.Namespace) -> None:
             heard = f"  heard {p['last_heard_s']:g} s ago" if "last_heard_s" in p else ""
             level = p.get("level") or "?"
             print(f"  {p['node_id']}  {level:8} {p.get('address', '')}  {p.get('name', '')}{heard}")
+        for line in replica_lines(st["replicas"]):
+            print(f"replicas   {line}")
         print("capabilities")
         print(capability_table(st.get("capabilities", [])))
 

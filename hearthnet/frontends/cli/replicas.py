@@ -9,12 +9,13 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import RagClient
+from hearthnet.contracts.rag import REPLICATE, RagClient
+from hearthnet.errors import NotFound
 from hearthnet.frontends.cli.args import corpus_arg
 from hearthnet.frontends.cli.output import emit_text, plural
-from hearthnet.frontends.client.client import AsyncClient
+from hearthnet.frontends.client.client import AsyncClient, Client
 
-__all__ = ["add_corpus", "replica_lines"]
+__all__ = ["add_corpus", "own_replicas", "replica_lines"]
 
 REPLICATE_TIMEOUT = 600.0
 """Seconds ``corpus replicate`` waits for the first copy (it goes on in the background after)."""
@@ -56,6 +57,14 @@ def cmd_move(args: argparse.Namespace) -> None:
     corpus = corpus_arg(args.corpus)
     out = _rag(args, lambda rag: rag.move(corpus, args.to))
     emit_text(args, out, f"corpus {corpus} moved from {out['from']} to {out['to']} (event {out['event_id']})")
+
+
+def own_replicas(client: Client) -> list[dict[str, Any]]:
+    """The corpora this node replicates (``status``); none on a node without RAG."""
+    try:
+        return list(client.call(REPLICATE, input={}, timeout=10.0).output.get("replicas") or [])
+    except NotFound:
+        return []
 
 
 def replica_lines(replicas: list[dict[str, Any]]) -> list[str]:

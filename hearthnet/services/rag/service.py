@@ -30,7 +30,6 @@ from hearthnet.community.levels import Level
 from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
-    BEHIND,
     PERSONAL,
     REPLICA_OF,
     RagClient,
@@ -61,8 +60,7 @@ from hearthnet.services.rag.inputs import (
 from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
 from hearthnet.services.rag.replicas.announce import DigestedAppends
 from hearthnet.services.rag.replicas.export import ExportServer
-from hearthnet.services.rag.replicas.follower import Follower
-from hearthnet.services.rag.replicas.handlers import Replicas, export_registration
+from hearthnet.services.rag.replicas.handlers import Replicas, export_registration, replica_meta
 from hearthnet.services.rag.replicas.log import ReadView
 from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
 from hearthnet.services.rag.search.filters import filter_keys
@@ -134,7 +132,22 @@ class RagService:
             self._read_threads,
             admit=ReplicaCap(settings.max_replicas, store.root / "replica_holders.json", bus.node_id).admit,
         )
-        self.replicas = self._replicas(corpus_view, append_event, blobs) if corpus_view is not None else None
+        self.replicas = None
+        if corpus_view is not None:
+            self.replicas = Replicas(
+                bus=bus,
+                store=store,
+                view=corpus_view,
+                policy=ReplicaPolicy(settings.replicas, store.root / "replicas.json"),
+                embedder=self._embedder,
+                export=self._export,
+                own_level=own_level,
+                append_event=append_event,
+                limiters=(self._store_limiter, self._read_threads),
+                announce=self._replica_changed,
+                forget=lambda corpus: self._replica_changed(corpus, dropped=True),
+                pin=blobs.pin,
+            )
         self._offers = CorpusOffers(
             bus=bus,
             store=store,
@@ -152,7 +165,7 @@ class RagService:
             query_timeout_seconds=settings.query_timeout_seconds,
             query_max_concurrent=settings.query_max_concurrent,
             replica_params=self.replicas.follower.params if self.replicas is not None else None,
-            more=self._more_registrations,
+            more=lambda corpus: [export_registration(self._export, corpus)],  # beside rag.query
         )
         self._ingestion = Ingestion(
             bus=bus,
@@ -188,39 +201,8 @@ class RagService:
         self.ingests = 0
         self.deletes = 0
 
-    def _replicas(self, view: ReadView, append_event: AppendEvent, blobs: BlobStore) -> Replicas:
-        follower = Follower(
-            bus=self._bus,
-            store=self._store,
-            view=view,
-            policy=ReplicaPolicy(self._settings.replicas, self._store.root / "replicas.json"),
-            embedder=self._embedder,
-            store_limiter=self._store_limiter,
-            read_threads=self._read_threads,
-            announce=self._replica_changed,
-            forget=self._replica_dropped,
-            pin=blobs.pin,
-        )
-        return Replicas(
-            bus=self._bus,
-            follower=follower,
-            export=self._export,
-            view=view,
-            own_level=self._own_level,
-            append_event=append_event,
-            read_threads=self._read_threads,
-        )
-
-    def _more_registrations(self, corpus: str) -> list[Registration]:
-        """``rag.export`` beside each announced corpus's ``rag.query``."""
-        return [export_registration(self._export, corpus)]
-
-    async def _replica_changed(self, corpus: str) -> None:
-        await self._offers.announce(corpus)
-        self._changed(corpus)
-
-    async def _replica_dropped(self, corpus: str) -> None:
-        await self._offers.withdraw(corpus)
+    async def _replica_changed(self, corpus: str, dropped: bool = False) -> None:
+        await (self._offers.withdraw(corpus) if dropped else self._offers.announce(corpus))
         self._changed(corpus)
 
     def events_stored(self) -> None:
@@ -340,14 +322,8 @@ class RagService:
             leg=leg[0] if leg else None,
         )
         warnings = self._duplicate_warnings(corpus, "this answer")
-        replica = {k: registered[k] for k in (REPLICA_OF, BEHIND) if k in registered}
-        if replica.get(BEHIND):
-            n = replica[BEHIND]
-            warnings.append(
-                f"from a copy {n} document{'s' if n != 1 else ''} behind: node {self._bus.node_id} holds a "
-                f"replica of corpus {corpus}, whose host {replica.get(REPLICA_OF)} is not online "
-                "with a fresher one"
-            )
+        replica, lag = replica_meta(self._bus.node_id, corpus, registered)  # a replica's lag, if any
+        warnings += lag
         if used != mode:
             warnings.append(
                 f"corpus {corpus} has no keyword index yet (it is built when the node starts): "

@@ -19,6 +19,7 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
 from hearthnet.contracts.base import check_input_keys
+from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
     BEHIND,
     BY_CORPUS,
@@ -35,15 +36,30 @@ from hearthnet.errors import BadRequest, CapacityExceeded, NotFound, Unauthorize
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.replicas.export import ExportServer
-from hearthnet.services.rag.replicas.follower import Follower
+from hearthnet.services.rag.replicas.follower import Announce, Follower
 from hearthnet.services.rag.replicas.log import ReadView
+from hearthnet.services.rag.replicas.policy import ReplicaPolicy
+from hearthnet.services.rag.store import CorpusStore
 
-__all__ = ["Replicas", "export_registration"]
+__all__ = ["Replicas", "export_registration", "replica_meta"]
 
 OwnLevel = Callable[[], Level | None]
 Append = Callable[[str, dict[str, Any]], Awaitable[str]]
 FIRST_SYNC_SECONDS = 600.0
 """How long ``rag.replicate`` waits for the first copy before answering with the lag so far."""
+
+
+def replica_meta(node: str, corpus: str, params: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A replica's ``rag.query`` meta (``replica_of``, ``behind``) and, when it is behind, the warning
+    that says so ("from a copy 2 documents behind"); nothing for a host."""
+    meta = {k: params[k] for k in (REPLICA_OF, BEHIND) if k in params}
+    behind = meta.get(BEHIND)
+    if not behind:
+        return meta, []
+    return meta, [
+        f"from a copy {behind} document{'s' if behind != 1 else ''} behind: node {node} holds a replica "
+        f"of corpus {corpus}, whose host {meta.get(REPLICA_OF)} is not online with a fresher one"
+    ]
 
 
 def export_registration(export: ExportServer, corpus: str) -> Registration:
@@ -72,20 +88,36 @@ class Replicas:
         self,
         *,
         bus: BusAPI,
-        follower: Follower,
-        export: ExportServer,
+        store: CorpusStore,
         view: ReadView,
+        policy: ReplicaPolicy,
+        embedder: Embedder,
+        export: ExportServer,
         own_level: OwnLevel,
         append_event: Append,
-        read_threads: WorkerThreads,
+        limiters: tuple[anyio.CapacityLimiter, WorkerThreads],
+        announce: Announce,
+        forget: Announce,
+        pin: Callable[[str], None],
     ) -> None:
         self._bus = bus
-        self.follower = follower
+        self.follower = Follower(
+            bus=bus,
+            store=store,
+            view=view,
+            policy=policy,
+            embedder=embedder,
+            store_limiter=limiters[0],
+            read_threads=limiters[1],
+            announce=announce,
+            forget=forget,
+            pin=pin,
+        )
         self.export = export
         self._view = view
         self._own_level = own_level
         self._append = append_event
-        self._threads = read_threads
+        self._threads = limiters[1]
 
     def registrations(self) -> list[Registration]:
         return [
