@@ -128,10 +128,17 @@ class Follower:
     # the loop -------------------------------------------------------------------------------
     async def load(self) -> None:
         """Before the node registers anything: which held corpora are replicas (no copying yet)."""
-        for corpus in await self._followed():
-            view = await run_blocking(self._view, corpus, limiter=self._read_threads)
-            if view.host is not None and view.host != self._bus.node_id:
-                self.states[corpus] = ReplicaState(corpus, view.host, behind=len(view.documents))
+        try:
+            for corpus in await self._followed():
+                view = await run_blocking(self._view, corpus, limiter=self._read_threads)
+                if view.host is not None and view.host != self._bus.node_id:
+                    held = await run_blocking(self._held, corpus, limiter=self._read_threads)
+                    wanted = {f.doc_cid for f in view.documents}
+                    self.states[corpus] = ReplicaState(
+                        corpus, view.host, behind=len(held ^ wanted), held=len(held)
+                    )
+        except BusError as exc:  # the loop tries again; a node must start whatever its log says
+            log.warning("replica_load_failed", code=exc.code, reason=exc.message[:200])
 
     async def run(self) -> None:
         while True:

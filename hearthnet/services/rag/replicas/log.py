@@ -72,7 +72,10 @@ def view_of(events: list[Event], corpus: str, *, is_anchor: Callable[[str], bool
 
 
 def corpus_view(log: EventLog[Membership], corpus: str) -> CorpusView:
-    """:func:`view_of` over ``log``'s effective events (blocking: SQLite and decoding)."""
+    """:func:`view_of` over ``log``'s effective events (blocking: SQLite and decoding); nothing before
+    the node is in a community."""
+    if log.community_id is None:
+        return CorpusView(corpus, None, (), frozenset())
     kinds = [log.events_of_type(t, effective_only=True) for t in (INGESTED, DELETED, MOVED)]
     membership = log.membership()
     return view_of(
