@@ -343,3 +343,40 @@ def test_corpus_move_to_the_replica_and_the_old_host_returning_does_not_fork(mes
     assert hosting == [b.node_id] and not entry["duplicate"]
     roles = {h["node"]: h["role"] for h in entry["hosts"] if h["serving"]}
     assert roles.get(a.node_id) == "replica" and roles.get(b.node_id) == "host"
+
+
+LAGGED = PDF_DIR / "zh_quarterly_report.pdf"
+
+
+def test_a_lagging_replica_answers_only_when_nothing_fresher_is_online_and_says_so(mesh: LocalMesh) -> None:
+    """Runs after the move: B hosts, A replicates B.  A is off while B ingests; then B goes away and
+    A hears of the ingest from C (the log travels by gossip), but nobody can serve the copy."""
+    a, b, c = nodes(mesh)
+    mesh.nodes["d"].stop()  # another copy would be fresher than A's
+    wait_for(lambda: replica_current(a, 5), timeout=300, what="A up to date")
+    a.stop()
+    ingest(b, LAGGED)
+    wait_for(
+        lambda: sum(e["event_type"] == "rag.document.ingested" for e in c.cli_json("events")["events"]) >= 7,
+        timeout=60,
+        what="C to hold B's new ingest event",
+    )
+    b.stop()
+    a.start()
+    a.wait_ready(timeout=120)
+    state = wait_for(
+        lambda: (r := replicas(a).get(CORPUS)) and r["behind"] == 1 and r,
+        timeout=120,
+        what="A to know it is one document behind",
+    )
+    assert state["host"] == b.node_id
+    answer = wait_for(
+        lambda: (q := query(c)) and q["provider"] == a.node_id and q,
+        timeout=120,
+        what="C's query to be answered by A",
+    )
+    assert answer["meta"]["behind"] == 1
+    assert any("from a copy 1 document behind" in w for w in answer["meta"]["warnings"])
+    assert "1 document behind" in c.cli("corpora").stdout
+    ask = c.cli("ask", QUESTION, "--corpus", CORPUS, timeout=120)
+    assert "from a copy 1 document behind" in ask.stdout, ask.stdout
