@@ -198,8 +198,9 @@ class CorpusOffers:
         ]
 
     def _ingest(self, held: Sequence[str]) -> Registration:
-        self._ingest_params = {
-            "corpora": sorted(c for c in held if announced(c)),
+        replica = self._replica_params or (lambda _corpus: {})
+        self._ingest_params = {  # a replica's corpora take no ingest here: not listed
+            "corpora": sorted(c for c in held if announced(c) and not replica(c)),
             "accepts_new": self._accept_new,
             "embedding_model": self._model,
         }

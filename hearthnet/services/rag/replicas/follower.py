@@ -59,6 +59,8 @@ class ReplicaState:
     copied: int = 0
     bytes_received: int = 0
     sources: dict[str, int] = field(default_factory=dict)
+    pass_seconds: float | None = None
+    """How long the last pass that copied something took, from reading the log to the last write."""
 
     def json(self) -> dict[str, Any]:
         return {
@@ -68,10 +70,23 @@ class ReplicaState:
             "docs": self.held,
             "last_applied": self.last_applied,
             "error": self.error,
+            "copied": self.copied,
+            "bytes_received": self.bytes_received,
+            "pass_seconds": self.pass_seconds,
         }
 
 
 Announce = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A document copied and checked, ready to write (``vectors`` of this node's ``model``)."""
+
+    exported: Exported
+    vectors: np.ndarray
+    model: str
+    seconds: float
 
 
 class Follower:
@@ -105,6 +120,7 @@ class Follower:
         self.states: dict[str, ReplicaState] = {}
         """Corpora this node holds as a replica now (its host another node)."""
         self._wake = anyio.Event()
+        self._locks: dict[str, anyio.Lock] = {}
         self._failures = 0
         self.synced = anyio.Event()
         """Set after each pass over every followed corpus (tests and the CLI wait on it)."""
@@ -187,7 +203,13 @@ class Follower:
         return self.states.setdefault(corpus, ReplicaState(corpus))
 
     async def sync(self, corpus: str) -> bool:
-        """Bring ``corpus`` up to the log; ``False`` if a document could not be copied yet."""
+        """Bring ``corpus`` up to the log; ``False`` if a document could not be copied yet (one pass
+        per corpus at a time: ``rag.replicate``'s first pass and the loop's wait for each other)."""
+        async with self._locks.setdefault(corpus, anyio.Lock()):
+            return await self._sync(corpus)
+
+    async def _sync(self, corpus: str) -> bool:
+        started = time.perf_counter()
         view = await run_blocking(self._view, corpus, limiter=self._read_threads)
         if view.host is None:
             self._state(corpus).error = "no document announced yet: nothing to copy"
@@ -210,18 +232,10 @@ class Follower:
             state.behind -= 1
             state.held -= 1
             await self._publish(corpus, held)
-        ok = True
-        for facts in missing:
-            try:
-                await self._copy(state, facts)
-            except BusError as exc:
-                ok = False
-                state.error = f"{exc.code}: {exc.message}"
-                log.warning("replica_copy_failed", corpus=corpus, doc_cid=facts.doc_cid, code=exc.code)
-                continue
-            state.behind -= 1
-            state.held += 1
-            await self._publish(corpus, held | {facts.doc_cid})
+        copied = state.copied
+        ok = await self._copy_all(state, missing, held)
+        if state.copied > copied:
+            state.pass_seconds = round(time.perf_counter() - started, 3)
         if ok:
             state.error = None
         state.last_applied = time.time()
@@ -242,18 +256,78 @@ class Follower:
             await run_blocking(self._store.delete_document, corpus, doc_cid, limiter=self._store_limiter)
         log.info("replica_deleted", corpus=corpus, doc_cid=doc_cid)
 
-    async def _copy(self, state: ReplicaState, facts: IngestFacts) -> None:
+    async def _copy_all(self, state: ReplicaState, missing: list[IngestFacts], held: set[str]) -> bool:
+        """Copy ``missing`` in log order: the next document is fetched while one is written (one
+        ahead at most); ``False`` if one could not be copied (the others still are)."""
+        send, receive = anyio.create_memory_object_stream[tuple[IngestFacts, Fetched | BusError]](1)
+
+        async def fetch_all() -> None:
+            async with send:
+                for facts in missing:
+                    try:
+                        got: Fetched | BusError = await self._fetch(facts)
+                    except BusError as exc:
+                        got = exc
+                    await send.send((facts, got))
+
+        ok = True
+        async with anyio.create_task_group() as tg, receive:
+            tg.start_soon(fetch_all)
+            async for facts, got in receive:
+                if isinstance(got, BusError):
+                    ok = False
+                    state.error = f"{got.code}: {got.message}"
+                    log.warning(
+                        "replica_copy_failed", corpus=facts.corpus, doc_cid=facts.doc_cid, code=got.code
+                    )
+                    continue
+                await self._write(state, facts, got)
+                state.behind -= 1
+                state.held += 1
+                held = held | {facts.doc_cid}
+                await self._publish(facts.corpus, held)
+        return ok
+
+    async def _fetch(self, facts: IngestFacts) -> Fetched:
+        """The document's chunks and vectors (checked against its event) and, at the same time, its
+        source blob; embedded here only when this node runs another model."""
         started = time.perf_counter()
-        exported = await self._export(facts)
-        vectors = exported.vectors
-        model = exported.embedding_model
+        timeout = COPY_TIMEOUT_FLOOR + SECONDS_PER_CHUNK * facts.chunks
+        got: list[Exported] = []
+        failed: list[BusError] = []  # raised after the task group, as themselves (not a group)
+
+        async def blob() -> None:
+            try:
+                await self._blob(facts, timeout)
+            except BusError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(blob)
+            try:
+                got.append(await self._export(facts))
+            except BusError as exc:
+                tg.cancel_scope.cancel()
+                failed.insert(0, exc)
+        if failed:
+            raise failed[0]
+        exported = got[0]
+        vectors, model = exported.vectors, exported.embedding_model
         if model != self._embedder.model:  # another model here: embed the same chunks with ours
             vectors = await self._reembed([c.text for c in exported.chunks])
             model = self._embedder.model
-        timeout = COPY_TIMEOUT_FLOOR + SECONDS_PER_CHUNK * facts.chunks
+        return Fetched(exported, vectors, model, time.perf_counter() - started)
+
+    async def _blob(self, facts: IngestFacts, timeout: float) -> None:
+        """The source by ``file.fetch`` (the host first), so a citation opens the PDF here."""
         await FileClient(self._bus).fetch(
-            facts.doc_cid, hint=exported.source, provider=self._bus.node_id, timeout=timeout
+            facts.doc_cid, hint=facts.host, provider=self._bus.node_id, timeout=timeout
         )
+
+    async def _write(self, state: ReplicaState, facts: IngestFacts, fetched: Fetched) -> None:
+        """The store's one atomic write (as ingest's), then the source pinned."""
+        started = time.perf_counter()
+        exported, vectors, model = fetched.exported, fetched.vectors, fetched.model
         source = DocumentSource(filename=exported.filename, pages=exported.pages, ingested_by=facts.host)
         dim = int(vectors.shape[1])
 
@@ -277,7 +351,8 @@ class Follower:
             chunks=len(exported.chunks),
             source=exported.source,
             reembedded=model != exported.embedding_model,
-            ms=round((time.perf_counter() - started) * 1000, 3),
+            fetch_ms=round(fetched.seconds * 1000, 3),
+            write_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
     async def _export(self, facts: IngestFacts) -> Exported:
