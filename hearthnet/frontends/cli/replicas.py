@@ -98,5 +98,5 @@ def add_corpus(sub: Any, common: argparse.ArgumentParser) -> None:
         "move", parents=[common], help="make an up-to-date replica the corpus's host (anchors)"
     )
     m.add_argument("corpus", help="the corpus to move")
-    m.add_argument("--to", required=True, metavar="NODE_ID", help="the replica to become its host")
+    m.add_argument("--to", required=True, metavar="NODE_ID", help="the replica to become its host (required)")
     m.set_defaults(func=cmd_move)
