@@ -13,6 +13,7 @@ It runs again whenever events arrive or a peer comes up, and after a failed copy
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ RETRY_SECONDS = (2.0, 5.0, 15.0, 30.0, 60.0)
 COPY_TIMEOUT_FLOOR = 30.0
 """Seconds a document's copy may take at least; more for a larger one (``SECONDS_PER_CHUNK``)."""
 SECONDS_PER_CHUNK = 0.05
+PUBLISH_SECONDS = 1.0
+"""During a pass, a replica registers its new counts and lag at most this often (and at its end)."""
 
 
 @dataclass
@@ -121,6 +124,7 @@ class Follower:
         """Corpora this node holds as a replica now (its host another node)."""
         self._wake = anyio.Event()
         self._locks: dict[str, anyio.Lock] = {}
+        self._published: dict[str, float] = {}
         self._failures = 0
         self.synced = anyio.Event()
         """Set after each pass over every followed corpus (tests and the CLI wait on it)."""
@@ -226,14 +230,16 @@ class Follower:
         missing = [f for f in view.documents if f.doc_cid not in held]
         state.behind = len(extra) + len(missing)
         state.held = len(held)
-        await self._publish(corpus, held)
+        await self._publish(corpus, bool(held))
         for doc_cid in extra:
             await self._remove(corpus, doc_cid)
             state.behind -= 1
             state.held -= 1
-            await self._publish(corpus, held)
+            await self._publish(corpus, bool(held), at_most_every=PUBLISH_SECONDS)
         copied = state.copied
-        ok = await self._copy_all(state, missing, held)
+        ok = await self._copy_all(state, missing)
+        if extra or state.copied > copied:
+            await self._publish(corpus, True)  # the pass's last counts and lag, always
         if state.copied > copied:
             state.pass_seconds = round(time.perf_counter() - started, 3)
         if ok:
@@ -246,9 +252,14 @@ class Follower:
             return set()
         return {str(d["doc_cid"]) for d in self._store.documents(corpus)}
 
-    async def _publish(self, corpus: str, held: set[str]) -> None:
-        """Register the corpus again with the new counts and lag (once it exists here)."""
+    async def _publish(self, corpus: str, held: bool, *, at_most_every: float = 0.0) -> None:
+        """Register the corpus again with the new counts and lag (once it exists here); during a
+        pass at most every ``at_most_every`` seconds (each registration goes to every peer)."""
+        now = time.monotonic()
+        if now - self._published.get(corpus, -math.inf) < at_most_every:
+            return
         if held or corpus in await run_blocking(self._store.corpora, limiter=self._read_threads):
+            self._published[corpus] = now
             await self._announce(corpus)
 
     async def _remove(self, corpus: str, doc_cid: str) -> None:
@@ -256,7 +267,7 @@ class Follower:
             await run_blocking(self._store.delete_document, corpus, doc_cid, limiter=self._store_limiter)
         log.info("replica_deleted", corpus=corpus, doc_cid=doc_cid)
 
-    async def _copy_all(self, state: ReplicaState, missing: list[IngestFacts], held: set[str]) -> bool:
+    async def _copy_all(self, state: ReplicaState, missing: list[IngestFacts]) -> bool:
         """Copy ``missing`` in log order: the next document is fetched while one is written (one
         ahead at most); ``False`` if one could not be copied (the others still are)."""
         send, receive = anyio.create_memory_object_stream[tuple[IngestFacts, Fetched | BusError]](1)
@@ -284,8 +295,7 @@ class Follower:
                 await self._write(state, facts, got)
                 state.behind -= 1
                 state.held += 1
-                held = held | {facts.doc_cid}
-                await self._publish(facts.corpus, held)
+                await self._publish(facts.corpus, True, at_most_every=PUBLISH_SECONDS)
         return ok
 
     async def _fetch(self, facts: IngestFacts) -> Fetched:
