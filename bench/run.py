@@ -34,6 +34,7 @@ BENCHMARKS = (
     "scifact",
     "hybrid",
     "ocr",
+    "replicas",
     "load",
     "drafts",
     "fuzz",

@@ -123,6 +123,7 @@ def rag_service(parts: NodeParts) -> Service | None:
     if not cfg.enabled:
         return None
     from hearthnet.services.rag.catalog import effective_ingest
+    from hearthnet.services.rag.replicas.log import corpus_view
     from hearthnet.services.rag.service import RagService, RagSettings
     from hearthnet.services.rag.store import CorpusStore
 
@@ -139,7 +140,7 @@ def rag_service(parts: NodeParts) -> Service | None:
         # must be announced again)
         return effective_ingest(event_log, corpus, doc_cid, own_id)
 
-    return RagService(
+    service = RagService(
         bus=parts.bus,
         store=CorpusStore(parts.config.rag_dir, server_url=cfg.chroma_url),
         blobs=parts.blob_store,
@@ -149,6 +150,8 @@ def rag_service(parts: NodeParts) -> Service | None:
             query_max_concurrent=cfg.query_max_concurrent,
             embed_timeout_seconds=cfg.embed_timeout_seconds,
             accept_new_corpora=cfg.accept_new_corpora,
+            replicas=cfg.replicas,
+            max_replicas=cfg.max_replicas,
         ),
         append_event=append_event,
         append_events=append_events,
@@ -156,7 +159,15 @@ def rag_service(parts: NodeParts) -> Service | None:
         own_level=lambda: event_log.view(lambda m: m.level_of(own_id)),
         corpus_changed=parts.corpus_changed,
         archives=cfg.archives,
+        corpus_view=lambda corpus: corpus_view(event_log, corpus),
     )
+    community.on_events(lambda _events: service.events_stored())  # replicas follow the log
+
+    async def peer_up(_peer: str) -> None:
+        service.events_stored()  # a node that can serve a copy may be back
+
+    parts.bus.on_peer_up(peer_up)
+    return service
 
 
 def rag_catalog_service(parts: NodeParts) -> Service | None:
@@ -468,6 +479,9 @@ class Node:
                     await service.start()
                     for registration in service.registrations():
                         bus.register(registration)
+                    background = getattr(service, "run_background", None)
+                    if background is not None:  # e.g. the RAG service's replica follower
+                        tg.start_soon(background)
                 tg.start_soon(bus.run_announcer)
                 tg.start_soon(community.run)
                 for door in self.front_doors:  # the control socket, the web UI

@@ -49,11 +49,16 @@ class CorpusResult:
     ms: float = 0.0
     node: str = ""
     code: str = ""
+    replica_of: str = ""
+    """The corpus's host when a replica answered (``behind``: documents it had not applied yet)."""
+    behind: int = 0
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": self.status, "hits": len(self.hits), "ms": round(self.ms, 1)}
         if self.node:
             out["node"] = self.node
+        if self.replica_of:  # "from a copy 2 documents behind"
+            out["replica_of"], out["behind"] = self.replica_of, self.behind
         if self.code:
             out["code"] = self.code
         return out
@@ -199,6 +204,9 @@ async def retrieve(
             if not isinstance(model, str) or not model:
                 model = models.get(target.corpus, "")
             result.node = answer.provider
+            replica_of, behind = answer.meta.get("replica_of"), answer.meta.get("behind")
+            if isinstance(replica_of, str) and type(behind) is int:
+                result.replica_of, result.behind = replica_of[:128], max(0, behind)
             result.hits = _hits(answer.output, target.corpus, answer.provider, model)
             result.status = "ok"
         result.ms = (time.perf_counter() - started) * 1000

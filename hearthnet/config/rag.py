@@ -33,8 +33,12 @@ KEYS = frozenset(
         "embedding_model",
         "archives",
         "archive_urls",
+        "replicas",
+        "max_replicas",
     }
 )
+REPLICA_KEYS = frozenset({"corpus"})
+MAX_REPLICA_TABLES = 64
 ARCHIVE_KEYS = frozenset({"name", "label", "collection_name", "chromadb_url", "embedding_model", "layer"})
 MAX_ARCHIVES = 64
 """``[[rag.archives]]`` tables one node may serve."""
@@ -61,6 +65,11 @@ class RagConfig:
     those of ``archives`` and ``DOCPROC_CHROMADB_URL``: see :attr:`allowed_archive_urls`."""
     archive_defaults: ArchiveDefaults = field(default_factory=ArchiveDefaults)
     """What an archive leaves out, after the seeds' environment variables (``RAG_DEFAULT_LAYER`` ...)."""
+    replicas: tuple[str, ...] = ()
+    """Corpora this node holds a replica of (``[[rag.replicas]] corpus = "family"``): it follows their
+    host's signed events (``specs/replicas.md``)."""
+    max_replicas: int | None = None
+    """How many other nodes may replicate each corpus this node hosts (``None``: no cap)."""
 
     @property
     def allowed_archive_urls(self) -> frozenset[str]:
@@ -85,6 +94,8 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
         archives=_archives(rag_s, defaults),
         archive_urls=_archive_urls(rag_s, env),
         archive_defaults=defaults,
+        replicas=_replicas(rag_s),
+        max_replicas=_max_replicas(rag_s),
     )
 
 
@@ -161,3 +172,34 @@ def _archive_urls(rag_s: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str
     if from_env:
         out.append(check_server_url(from_env, ENV_CHROMADB_URL))
     return tuple(out)
+
+
+def _replicas(rag_s: Mapping[str, Any]) -> tuple[str, ...]:
+    """``[[rag.replicas]]``: each ``{corpus}`` a valid corpus name, not ``personal``, given once."""
+    from hearthnet.contracts.rag import check_replicable
+
+    tables = get(rag_s, "replicas", list, [], "rag")
+    if len(tables) > MAX_REPLICA_TABLES:
+        raise BadRequest(
+            f"[[rag.replicas]] in config.toml has {len(tables)} tables; at most {MAX_REPLICA_TABLES}"
+        )
+    out: list[str] = []
+    for i, raw in enumerate(tables, start=1):
+        t = table(raw, "rag.replicas", REPLICA_KEYS)
+        where = f"[[rag.replicas]] #{i} in config.toml"
+        if "corpus" not in t:
+            raise BadRequest(f"{where} needs corpus")
+        try:
+            corpus = check_replicable(get(t, "corpus", str, None, "rag.replicas"))
+        except BadRequest as exc:
+            raise BadRequest(f"{where}: {exc.message}") from exc
+        if corpus in out:
+            raise BadRequest(f"{where}: corpus {corpus!r} is named by an earlier table")
+        out.append(corpus)
+    return tuple(out)
+
+
+def _max_replicas(rag_s: Mapping[str, Any]) -> int | None:
+    if "max_replicas" not in rag_s:
+        return None
+    return integer(rag_s, "max_replicas", 0, 0, "rag")

@@ -35,10 +35,12 @@ from hearthnet.contracts.base import Caller
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 
 __all__ = [
+    "BEHIND",
     "BY_CORPUS",
     "DEFAULT_K",
     "DEFAULT_MODE",
     "DELETED",
+    "EXPORT",
     "GET_PAGE",
     "INGESTED",
     "KEPT_LOCAL",
@@ -53,21 +55,27 @@ __all__ = [
     "MAX_LIST_PAGE",
     "MAX_QUERY_CHARS",
     "MAX_TITLE",
+    "MOVE",
+    "MOVED",
     "PERSONAL",
     "PREDICATES",
     "PREFERENCES",
     "QUERY_MODES",
+    "REPLICATE",
+    "REPLICA_OF",
     "RESERVED",
     "SYSTEM",
     "RagClient",
     "advertised_chunks",
     "announced",
     "check_reachable",
+    "check_replicable",
     "check_writable",
     "host_label",
     "ingest_predicate",
     "is_language",
     "is_private",
+    "query_rank",
     "validate_corpus_name",
 ]
 
@@ -166,6 +174,33 @@ INGESTED = "rag.document.ingested"
 """``{corpus, doc_cid, title, language, chunks}``: a host indexed a document (rules: :mod:`.rag_events`)."""
 DELETED = "rag.document.deleted"
 """``{corpus, doc_cid}``: a host took a document out of a corpus."""
+MOVED = "rag.corpus.moved"
+"""``{corpus, from, to}``: an anchor handed a corpus's host role to an up-to-date replica."""
+EXPORT = "rag.export"
+"""``rag.export@1.0`` (trusted, streamed) ``params {corpus}``, ``input {doc_cid}``: a document's chunks,
+metadata and vectors, from any node holding them (``specs/replicas.md``)."""
+REPLICATE = "rag.replicate"
+"""``rag.replicate@1.0`` (this node only) ``input {corpus, replicate: bool}``: hold a replica of the
+corpus, or give it up; ``input {}`` lists this node's replicas."""
+MOVE = "rag.move"
+"""``rag.move@1.0`` (this node only, an anchor's) ``input {corpus, to}``: make the up-to-date replica
+``to`` the corpus's host (a signed ``rag.corpus.moved``)."""
+REPLICA_OF = "replica_of"
+"""In a replica's ``rag.query`` params: the node id of the corpus's host it follows."""
+BEHIND = "behind"
+"""In a replica's ``rag.query`` params: the documents it knows of and has not applied yet."""
+
+
+def check_replicable(corpus: object) -> str:
+    """``corpus`` if another node may hold a replica of it; ``bad_request`` with the reason otherwise."""
+    name = validate_corpus_name(corpus)
+    if name == PERSONAL:
+        raise BadRequest(
+            "corpus personal never replicates: its documents never leave the node that holds them"
+        )
+    if name == SYSTEM:
+        raise BadRequest("corpus system is reserved and read-only: there is nothing to replicate")
+    return name
 
 
 # -- which provider fits ------------------------------------------------------------------------
@@ -189,12 +224,22 @@ def advertised_chunks(offered: Mapping[str, Any]) -> int:
     return chunks if type(chunks) is int and chunks > 0 else 0
 
 
+def query_rank(offered: Mapping[str, Any]) -> int:
+    """A ``rag.query`` provider's rank: the host and every replica that has applied all it knows of
+    rank by their chunks (:func:`advertised_chunks`); a replica that is behind ranks below all of them
+    (the less behind, the higher), so it answers only when nothing fresher is online."""
+    behind = offered.get(BEHIND)
+    if offered.get(REPLICA_OF) and type(behind) is int and behind > 0:
+        return -behind
+    return advertised_chunks(offered)
+
+
 PREDICATES: Mapping[str, ParamsPredicate] = {"rag.ingest": ingest_predicate}
 """How a remote provider's params are matched, where it is not every requested key equal."""
 PREFERENCES: Mapping[str, Preference] = {
-    "rag.query": advertised_chunks,
-    "rag.list_documents": advertised_chunks,
-    "rag.get": advertised_chunks,
+    "rag.query": query_rank,
+    "rag.list_documents": query_rank,
+    "rag.get": query_rank,
 }
 """Among the providers that fit, which to try first (a higher rank first)."""
 
@@ -296,6 +341,25 @@ class RagClient:
         except NotFound:
             return []  # a node without the catalog (an older version)
         return [h for c in known for h in c.get("hosts", []) if h.get("hosting")]
+
+    async def replicate(
+        self, corpus: str, *, replicate: bool = True, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """``rag.replicate``: hold a replica of ``corpus`` on this node (or give it up)."""
+        result = await self._caller.call(
+            REPLICATE, input={"corpus": corpus, "replicate": replicate}, timeout=timeout
+        )
+        return result.output
+
+    async def replicas(self, *, timeout: float | None = None) -> list[dict[str, Any]]:
+        """The corpora this node holds replicas of, with their host and lag."""
+        result = await self._caller.call(REPLICATE, input={}, timeout=timeout)
+        return list(result.output.get("replicas") or [])
+
+    async def move(self, corpus: str, to: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """``rag.move``: hand ``corpus``'s host role to the up-to-date replica ``to``."""
+        result = await self._caller.call(MOVE, input={"corpus": corpus, "to": to}, timeout=timeout)
+        return result.output
 
     async def list_corpora(self, provider: str, *, timeout: float) -> list[dict[str, Any]]:
         """``rag.list_corpora`` of one node: its corpora with their counts and models."""

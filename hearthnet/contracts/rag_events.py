@@ -6,8 +6,12 @@ stores and relays the same events.  Only a member that is ``trusted`` at that
 point of the replay may emit either.  The data is bounded like ``rag.ingest``'s
 input, so an event stays small: ``ingested`` has exactly the keys ``corpus`` (a
 corpus name), ``doc_cid`` (a canonical blob cid), ``title`` (<= 1000 chars),
-``language`` (1..16 letters, digits, '-' or '_') and ``chunks`` (0 .. 2^31);
-``deleted`` exactly ``corpus`` and ``doc_cid``.  The corpus may not be
+``language`` (1..16 letters, digits, '-' or '_') and ``chunks`` (0 .. 2^31), and since replicas
+three more together or none (older events stay valid): ``digest`` (``blake3:`` + 64 hex digits, of
+the document's chunk ids, texts, metadata and vectors: :mod:`hearthnet.services.rag.replicas.digest`),
+``embedding_model`` (<= 200 chars) and ``dim`` (1 .. 8192);
+``deleted`` exactly ``corpus`` and ``doc_cid``; ``rag.corpus.moved`` exactly ``corpus``, ``from``
+and ``to`` (node ids), by an anchor.  The corpus may not be
 ``personal`` or ``system``: no honest node announces a document there.
 
 Who may *delete*: the log stores and relays a ``deleted`` event of any member
@@ -19,16 +23,33 @@ host, which is who answers ``rag.delete``) or a current anchor; see
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from hearthnet.blobs.cid import is_cid
 from hearthnet.community.levels import Level
-from hearthnet.contracts.rag import DELETED, INGESTED, MAX_TITLE, is_language, validate_corpus_name
+from hearthnet.contracts.rag import (
+    DELETED,
+    INGESTED,
+    MAX_TITLE,
+    MOVED,
+    check_replicable,
+    is_language,
+    validate_corpus_name,
+)
 from hearthnet.errors import BadRequest
 from hearthnet.events.rules import EventRule
 
-__all__ = ["deleted_rule", "ingested_rule", "validate_deleted", "validate_ingested"]
+__all__ = [
+    "DIGEST_FIELDS",
+    "deleted_rule",
+    "ingested_rule",
+    "moved_rule",
+    "validate_deleted",
+    "validate_ingested",
+    "validate_moved",
+]
 
 MAX_LANGUAGE = 16
 MAX_CHUNKS = 1 << 31
@@ -39,12 +60,23 @@ _FIELDS: dict[str, type] = {
     "language": str,
     "chunks": int,
 }
+DIGEST_FIELDS: dict[str, type] = {"digest": str, "embedding_model": str, "dim": int}
+"""What a replica needs of an ingest event beside the rest (all three, or none: an older event)."""
+MAX_MODEL = 200
+MAX_DIM = 8192
+_DIGEST = re.compile(r"blake3:[0-9a-f]{64}")
+_NODE_ID = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
 
 
 def validate_ingested(data: Mapping[str, Any]) -> None:
-    if set(data) != set(_FIELDS):
-        raise BadRequest(f"{INGESTED} data must have exactly the keys {', '.join(_FIELDS)}")
-    for key, kind in _FIELDS.items():
+    keys = set(data)
+    if keys != set(_FIELDS) and keys != set(_FIELDS) | set(DIGEST_FIELDS):
+        raise BadRequest(
+            f"{INGESTED} data must have exactly the keys {', '.join(_FIELDS)} "
+            f"(and {', '.join(DIGEST_FIELDS)} together, or none of them)"
+        )
+    fields = {**_FIELDS, **DIGEST_FIELDS} if "digest" in keys else _FIELDS
+    for key, kind in fields.items():
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BadRequest(f"{INGESTED}.{key} has the wrong type")
@@ -57,6 +89,13 @@ def validate_ingested(data: Mapping[str, Any]) -> None:
         raise BadRequest(f"{INGESTED}.language must be 1..{MAX_LANGUAGE} letters, digits, '-' or '_'")
     if not 0 <= data["chunks"] <= MAX_CHUNKS:
         raise BadRequest(f"{INGESTED}.chunks must be in 0..{MAX_CHUNKS}")
+    if "digest" in keys:
+        if not _DIGEST.fullmatch(data["digest"]):
+            raise BadRequest(f"{INGESTED}.digest must be 'blake3:' + 64 lowercase hex digits")
+        if not 0 < len(data["embedding_model"]) <= MAX_MODEL or not data["embedding_model"].isprintable():
+            raise BadRequest(f"{INGESTED}.embedding_model must be 1..{MAX_MODEL} printable characters")
+        if not 0 < data["dim"] <= MAX_DIM:
+            raise BadRequest(f"{INGESTED}.dim must be in 1..{MAX_DIM}")
 
 
 def ingested_rule() -> EventRule:
@@ -76,3 +115,21 @@ def validate_deleted(data: Mapping[str, Any]) -> None:
 def deleted_rule() -> EventRule:
     """Stored and relayed like ``ingested``; whom it cancels is decided by the corpus view (module doc)."""
     return EventRule(event_type=DELETED, min_level=Level.TRUSTED, validate=validate_deleted)
+
+
+def validate_moved(data: Mapping[str, Any]) -> None:
+    if set(data) != {"corpus", "from", "to"}:
+        raise BadRequest(f"{MOVED} data must have exactly the keys corpus, from, to")
+    if not all(isinstance(data[k], str) for k in ("corpus", "from", "to")):
+        raise BadRequest(f"{MOVED} corpus, from and to must be strings")
+    check_replicable(data["corpus"])
+    for key in ("from", "to"):
+        if not _NODE_ID.fullmatch(data[key]):
+            raise BadRequest(f"{MOVED}.{key} must be a node id ('ed25519:' + 43 base64url characters)")
+    if data["from"] == data["to"]:
+        raise BadRequest(f"{MOVED}: from and to are the same node")
+
+
+def moved_rule() -> EventRule:
+    """Only an anchor hands a corpus on (the host may be gone for good)."""
+    return EventRule(event_type=MOVED, min_level=Level.ANCHOR, validate=validate_moved)

@@ -24,7 +24,7 @@ from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.ask_marks import Numbered, source_key
-from hearthnet.frontends.cli.ask_outcome import failed_reasons, failure, offline_reasons, verdict
+from hearthnet.frontends.cli.ask_outcome import copy_notes, failed_reasons, failure, offline_reasons, verdict
 from hearthnet.frontends.cli.output import emit_text, plural, short_id, shown
 from hearthnet.frontends.client.client import Client
 
@@ -121,6 +121,7 @@ def footer_lines(output: Mapping[str, Any], left_out: Sequence[str] = ()) -> lis
         notes.append("(a short question that no passage matches: answered without the documents)")
     if left_out:
         notes.append(f"(left out: {'; '.join(left_out)})")
+    notes += [f"({note})" for note in copy_notes(meta)]  # a lagging replica answered
     more = meta.get("corpora_left_out")
     if isinstance(more, int) and more > 0:
         notes.append(

@@ -15,7 +15,23 @@ from hearthnet.frontends.cli.output import shown
 from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.frontends.client.corpora import explain_unreachable, seen_text
 
-__all__ = ["failed_reasons", "failure", "offline_reasons", "verdict"]
+__all__ = ["copy_notes", "failed_reasons", "failure", "offline_reasons", "verdict"]
+
+
+def copy_notes(meta: Mapping[str, Any]) -> list[str]:
+    """For each corpus a lagging replica answered: "corpus 'family': from a copy 2 documents behind"."""
+    out = []
+    for corpus, info in sorted((meta.get("corpora") or {}).items()):
+        if not isinstance(info, Mapping) or not info.get("replica_of"):
+            continue
+        behind = info.get("behind")
+        if type(behind) is int and behind > 0:
+            out.append(
+                f"corpus {shown(str(corpus))!r}: from a copy {behind} document{'s' if behind != 1 else ''} "
+                f"behind (a replica on {shown(str(info.get('node')))}; its host "
+                f"{shown(str(info['replica_of']))} is offline)"
+            )
+    return out
 
 
 def offline_reasons(meta: Mapping[str, Any]) -> list[str]:

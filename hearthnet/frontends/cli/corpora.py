@@ -117,6 +117,11 @@ def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
         return  # a node without the catalog (an older version)
     listed = {(c["name"], c["node"]) for c in corpora}
     for entry in known:
+        for h in entry["hosts"]:  # a replica: whose copy it holds, and how far behind
+            if h.get("role") == "replica":
+                for c in corpora:
+                    if (c["name"], c["node"]) == (entry["name"], h["node"]):
+                        c.update(replica_of=h.get("replica_of"), behind=h.get("behind", 0))
         hosts = [h for h in entry["hosts"] if h["hosting"]]
         for h in hosts:
             if (entry["name"], h["node"]) in listed or h["online"]:
@@ -187,6 +192,10 @@ def _corpus_line(c: dict[str, Any], names: dict[str, str]) -> str:
         line += f"  (OFFLINE since {when})" if when else "  (OFFLINE: not seen since this node started)"
     elif not c.get("served", True):
         line += "  (not served: embedded with another model; rag reindex)"
+    if c.get("replica_of"):
+        behind = int(c.get("behind") or 0)
+        lag = "up to date" if not behind else f"{plural(behind, 'document')} behind"
+        line += f"  (REPLICA of {node(str(c['replica_of']))}: {lag})"
     if "duplicate_of" in c:
         line += f"  (DUPLICATE name: queries go to the copy on {node(str(c['duplicate_of']))})"
     elif c.get("hosts"):

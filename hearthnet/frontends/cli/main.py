@@ -31,6 +31,7 @@ from hearthnet.frontends.cli.logs import add_logs
 from hearthnet.frontends.cli.mcp import add_mcp
 from hearthnet.frontends.cli.node import add_call, add_events, add_status
 from hearthnet.frontends.cli.output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, one_line
+from hearthnet.frontends.cli.replicas import add_corpus
 from hearthnet.frontends.cli.ui import add_ui
 from hearthnet.frontends.client.client import resolve_home
 
@@ -62,6 +63,7 @@ COMMANDS: tuple[AddCommand, ...] = (
     add_ingest,
     add_query,
     add_corpora,
+    add_corpus,
     add_docs,
     add_delete,
     add_rag,

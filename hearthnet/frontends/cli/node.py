@@ -8,6 +8,7 @@ from typing import Any
 
 from hearthnet.frontends.cli.args import load_json
 from hearthnet.frontends.cli.output import emit, jsonable, shown
+from hearthnet.frontends.cli.replicas import own_replicas, replica_lines
 from hearthnet.frontends.client.client import Client
 from hearthnet.frontends.client.corpora import seen_text
 
@@ -18,7 +19,9 @@ EVENTS_PAGE = 1000
 
 
 def cmd_status(args: argparse.Namespace) -> None:
-    st = Client(args.home).call("node.status").output
+    client = Client(args.home)
+    st = client.call("node.status").output
+    st["replicas"] = own_replicas(client)
 
     def human() -> None:
         print(f"node       {st['node_id']} ({st.get('name', '')})")
@@ -47,6 +50,8 @@ def cmd_status(args: argparse.Namespace) -> None:
         for p in offline:
             level = p.get("level") or "?"
             print(f"  {p['node_id']}  {level:8} {p.get('name', '') or '-'}  {seen_text(p)}")
+        for line in replica_lines(st["replicas"]):
+            print(f"replicas   {line}")
         print("capabilities")
         print(capability_table(st.get("capabilities", [])))
 

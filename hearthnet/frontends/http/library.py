@@ -79,10 +79,26 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
                 }
             )
     duplicates = {str(c.get("name")) for c in known.get("corpora", []) if c.get("duplicate")}
+    copies = _replicas(known)
     for row in rows:
         row["duplicate"] = row["name"] in duplicates
+        row.update(copies.get((str(row["name"]), str(row["node"])), {}))
     rows.sort(key=lambda r: (str(r["name"]), str(r["node"])))
     return rows
+
+
+def _replicas(known: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per ``(corpus, node)``: a replica's ``replica_of`` and ``behind``; its host's ``replicas`` (how many
+    are online)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for corpus in known.get("corpora", []):
+        name = str(corpus.get("name"))
+        copies = [h for h in corpus.get("hosts", []) if h.get("role") == "replica" and h.get("replica_of")]
+        for h in copies:
+            out[(name, str(h["node"]))] = {"replica_of": h["replica_of"], "behind": h.get("behind", 0)}
+        for host in {str(h["replica_of"]) for h in copies}:
+            out[(name, host)] = {"replicas": sum(1 for h in copies if h["replica_of"] == host)}
+    return out
 
 
 async def _corpora(state: UiState, request: Request, session: Session) -> Response:

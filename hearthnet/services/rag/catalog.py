@@ -32,7 +32,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Membership
 from hearthnet.contracts.base import check_input_keys
-from hearthnet.contracts.rag import DELETED, INGESTED, validate_corpus_name
+from hearthnet.contracts.rag import BEHIND, DELETED, INGESTED, MOVED, REPLICA_OF, validate_corpus_name
 from hearthnet.events.envelope import Event
 from hearthnet.events.log import EventLog
 
@@ -50,11 +50,15 @@ def documents_in_effect(events: Iterable[Event], *, is_anchor: Callable[[str], b
     delete takes it off the copy of its author (the host that ran
     ``rag.delete``), or off every copy when its author is an anchor now.  A
     delete cancels only what replays before it, so a document ingested again
-    after a delete is in effect again.
+    after a delete is in effect again.  A ``rag.corpus.moved`` hands the documents
+    on its ``from`` node's copy to its ``to`` node (the corpus's new host).
     """
     held: dict[DocKey, Event] = {}
     hosts: dict[tuple[str, str], set[str]] = {}
     for event in events:
+        if event.event_type == MOVED:
+            _move(held, hosts, str(event.data["corpus"]), str(event.data["from"]), str(event.data["to"]))
+            continue
         corpus, doc_cid = str(event.data["corpus"]), str(event.data["doc_cid"])
         if event.event_type == INGESTED:
             held[(corpus, doc_cid, event.author)] = event
@@ -67,14 +71,27 @@ def documents_in_effect(events: Iterable[Event], *, is_anchor: Callable[[str], b
     return held
 
 
+def _move(
+    held: dict[DocKey, Event], hosts: dict[tuple[str, str], set[str]], corpus: str, old: str, new: str
+) -> None:
+    """Every document on ``old``'s copy of ``corpus`` is on ``new``'s from here on."""
+    for key in [k for k in held if k[0] == corpus and k[2] == old]:
+        event = held.pop(key)
+        held[(corpus, key[1], new)] = event
+        holders = hosts.setdefault((corpus, key[1]), set())
+        holders.discard(old)
+        holders.add(new)
+
+
 def documents_in_log(log: EventLog[Membership], author: str | None = None) -> dict[DocKey, Event]:
     """:func:`documents_in_effect` over ``log`` (only ``author``'s ingests if given; blocking: SQLite
     and decoding)."""
     ingests = log.events_of_type(INGESTED, effective_only=True, author=author)
     deletes = log.events_of_type(DELETED, effective_only=True)
+    moves = log.events_of_type(MOVED, effective_only=True)
     membership = log.membership()
     return documents_in_effect(
-        heapq.merge(ingests, deletes, key=lambda e: e.key),
+        heapq.merge(ingests, deletes, moves, key=lambda e: e.key),
         is_anchor=lambda node: membership.level_of(node) == Level.ANCHOR,
     )
 
@@ -193,7 +210,9 @@ class RagCatalog:
                 hosts.append(self._host(node, serving.get(node), heard.get(node), own))
             if not hosts:
                 continue
-            hosts.sort(key=lambda h: (not h["hosting"], -h["chunks"], h["node"]))
+            hosts.sort(
+                key=lambda h: (not h["hosting"], h["role"] != "host", h["behind"], -h["chunks"], h["node"])
+            )
             out.append(
                 {"name": corpus, "hosts": hosts, "duplicate": sum(1 for h in hosts if h["hosting"]) > 1}
             )
@@ -209,6 +228,8 @@ class RagCatalog:
         if params is not None:  # what the host says now beats what the log heard
             docs = _count(params.get("docs"), docs)
             chunks = _count(params.get("chunks"), chunks)
+        replica_of = params.get(REPLICA_OF) if params is not None else None
+        behind = params.get(BEHIND) if params is not None else None
         return {
             "node": node,
             "node_name": self._bus.name if node == own else (sighting.name if sighting else ""),
@@ -217,8 +238,12 @@ class RagCatalog:
             "online": online,
             "serving": params is not None,
             # an offline host, or one that serves it: a connected host that no longer serves the
-            # corpus (its store was wiped, RAG turned off) does not hold the name
-            "hosting": params is not None or not online,
+            # corpus (its store was wiped, RAG turned off) does not hold the name; a replica holds
+            # a copy of its host's, never a name of its own
+            "hosting": (params is not None or not online) and not replica_of,
+            "role": "replica" if replica_of else "host",
+            "replica_of": replica_of if isinstance(replica_of, str) else None,
+            "behind": _count(behind, 0) if replica_of else 0,
             "last_seen": None if online or sighting is None else sighting.last_seen,
             "announced_docs": heard.docs if heard else 0,
             "last_ingest": heard.last_ingest if heard else None,

@@ -11,7 +11,7 @@ every ingest, delete and reindex the corpus is announced again with its new coun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +60,8 @@ class CorpusOffers:
         accept_new_corpora: bool,
         query_timeout_seconds: float,
         query_max_concurrent: int = QUERY_CONCURRENCY,
+        replica_params: Callable[[str], dict[str, Any]] | None = None,
+        more: Callable[[str], list[Registration]] | None = None,
     ) -> None:
         self._bus = bus
         self._store = store
@@ -75,6 +77,10 @@ class CorpusOffers:
         self._others: dict[str, dict[str, dict[str, Any]]] = {}
         """corpus -> capability -> params of its other per-corpus registrations."""
         self._ingest_params: dict[str, Any] | None = None
+        self._replica_params = replica_params
+        """A replicated corpus's ``replica_of`` and ``behind`` (in its query and listing params)."""
+        self._more = more
+        """Further per-corpus registrations of an announced corpus (``rag.export``)."""
 
     def query_params(self, corpus: str) -> dict[str, Any] | None:
         """The params ``rag.query`` of ``corpus`` is registered with, if it is."""
@@ -114,6 +120,15 @@ class CorpusOffers:
                 self._bus.unregister("rag.ingest", self._ingest_params)
             self._bus.register(self._ingest(held))
 
+    async def withdraw(self, corpus: str) -> None:
+        """Stop offering ``corpus`` (a replica given up), and ``rag.ingest`` without it."""
+        async with self._lock:
+            self._withdraw(corpus)
+            held = [c for c in await run_blocking(self._store.corpora, limiter=self._threads) if c != corpus]
+            if self._ingest_params is not None:
+                self._bus.unregister("rag.ingest", self._ingest_params)
+            self._bus.register(self._ingest(held))
+
     def _withdraw(self, corpus: str) -> None:
         """Remove the corpus's registrations (by their exact params, as the registry needs)."""
         query = self._queries.pop(corpus, None)
@@ -125,7 +140,8 @@ class CorpusOffers:
     def _of_corpus(self, record: CorpusRecord) -> list[Registration]:
         """``rag.query``, ``rag.list_documents`` and ``rag.delete`` of one corpus."""
         corpus = record.name
-        size = {"docs": record.docs, "chunks": record.chunks}
+        replica = self._replica_params(corpus) if self._replica_params is not None else {}
+        size = {"docs": record.docs, "chunks": record.chunks, **replica}
         query = {"corpus": corpus, "embedding_model": record.embedding_model, "k_max": MAX_K, **size}
         listing = {"corpus": corpus, **size}
         reads = {"corpus": corpus, "embedding_model": record.embedding_model, **size}
@@ -133,8 +149,12 @@ class CorpusOffers:
         self._queries[corpus] = query
         self._others[corpus] = {"rag.list_documents": listing, "rag.get": reads, "rag.delete": delete}
         local_only = not announced(corpus)
+        more = self._more(corpus) if self._more is not None and not local_only else []
+        for registration in more:
+            self._others[corpus][registration.descriptor.name] = dict(registration.descriptor.params)
         h = self._handlers
         return [
+            *more,
             Registration(
                 CapabilityDescriptor(
                     "rag.query",
@@ -195,8 +215,9 @@ class CorpusOffers:
         ]
 
     def _ingest(self, held: Sequence[str]) -> Registration:
-        self._ingest_params = {
-            "corpora": sorted(c for c in held if announced(c)),
+        replica = self._replica_params or (lambda _corpus: {})
+        self._ingest_params = {  # a replica's corpora take no ingest here: not listed
+            "corpora": sorted(c for c in held if announced(c) and not replica(c)),
             "accepts_new": self._accept_new,
             "embedding_model": self._model,
         }

@@ -31,6 +31,7 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
     PERSONAL,
+    REPLICA_OF,
     RagClient,
     announced,
     check_reachable,
@@ -57,6 +58,11 @@ from hearthnet.services.rag.inputs import (
 )
 from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
 from hearthnet.services.rag.reads import ChunkReads
+from hearthnet.services.rag.replicas.announce import DigestedAppends
+from hearthnet.services.rag.replicas.export import ExportServer
+from hearthnet.services.rag.replicas.handlers import Replicas, export_registration, replica_meta
+from hearthnet.services.rag.replicas.log import ReadView
+from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -80,6 +86,10 @@ class RagSettings:
     accept_new_corpora: bool = True
     store_threads: int = 2
     query_max_concurrent: int = QUERY_CONCURRENCY
+    replicas: tuple[str, ...] = ()
+    """Corpora to hold replicas of (``[[rag.replicas]]``)."""
+    max_replicas: int | None = None
+    """Replicas each corpus this node hosts may have (``None``: no cap)."""
 
 
 class RagService:
@@ -98,6 +108,7 @@ class RagService:
         corpus_changed: CorpusChanged | None = None,
         archives: Sequence[ArchiveConfig] = (),
         append_events: AppendEvents | None = None,
+        corpus_view: ReadView | None = None,
     ) -> None:
         self._bus = bus
         self._corpus_changed = corpus_changed
@@ -115,6 +126,29 @@ class RagService:
         self._gate = CorpusGate()
         self._documents = DocumentLocks()
         self._reads = ChunkReads(store, self._read_threads, lambda corpus: self._offers.query_params(corpus))
+        digested = DigestedAppends(store, self._read_threads, append_event, append_events)
+        append_event, append_events = digested.append_event, digested.append_events
+        self._export = ExportServer(
+            store,
+            self._read_threads,
+            admit=ReplicaCap(settings.max_replicas, store.root / "replica_holders.json", bus.node_id).admit,
+        )
+        self.replicas = None
+        if corpus_view is not None:
+            self.replicas = Replicas(
+                bus=bus,
+                store=store,
+                view=corpus_view,
+                policy=ReplicaPolicy(settings.replicas, store.root / "replicas.json"),
+                embedder=self._embedder,
+                export=self._export,
+                own_level=own_level,
+                append_event=append_event,
+                limiters=(self._store_limiter, self._read_threads),
+                announce=self._replica_changed,
+                forget=lambda corpus: self._replica_changed(corpus, dropped=True),
+                pin=blobs.pin,
+            )
         self._offers = CorpusOffers(
             bus=bus,
             store=store,
@@ -132,6 +166,8 @@ class RagService:
             accept_new_corpora=settings.accept_new_corpora,
             query_timeout_seconds=settings.query_timeout_seconds,
             query_max_concurrent=settings.query_max_concurrent,
+            replica_params=self.replicas.follower.params if self.replicas is not None else None,
+            more=lambda corpus: [export_registration(self._export, corpus)],  # beside rag.query
         )
         self._ingestion = Ingestion(
             bus=bus,
@@ -167,6 +203,20 @@ class RagService:
         self.ingests = 0
         self.deletes = 0
 
+    async def _replica_changed(self, corpus: str, dropped: bool = False) -> None:
+        await (self._offers.withdraw(corpus) if dropped else self._offers.announce(corpus))
+        self._changed(corpus)
+
+    def events_stored(self) -> None:
+        """New events arrived (or a peer came up): the replicas look at the log again."""
+        if self.replicas is not None:
+            self.replicas.follower.wake()
+
+    async def run_background(self) -> None:
+        """The replicas' follower, for as long as the node runs."""
+        if self.replicas is not None:
+            await self.replicas.follower.run()
+
     # Service protocol ---------------------------------------------------------------
     async def start(self) -> None:
         recovered = await run_blocking(self._store.recover, limiter=self._store_limiter)
@@ -179,6 +229,8 @@ class RagService:
         # Small corpora are searched exactly from memory: load them now, not on the first query.
         await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
         await self._deletions.announce_pending()
+        if self.replicas is not None:
+            await self.replicas.follower.load()
 
     async def stop(self) -> None:
         await self._archives.aclose()
@@ -187,7 +239,12 @@ class RagService:
 
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
-        return [*self._offers.registrations(), *self._archives.registrations(self._store.corpora())]
+        mine = self.replicas.registrations() if self.replicas is not None else []
+        return [
+            *self._offers.registrations(),
+            *self._archives.registrations(self._store.corpora()),
+            *mine,
+        ]
 
     def health(self) -> dict[str, Any]:
         """Served to peers by ``node.stats``: the personal corpus is never named."""
@@ -198,6 +255,8 @@ class RagService:
             "deletes": self.deletes,
             "embedding_model": self._settings.embedding_model,
             "archives": self._archives.health(),
+            "replicas": self.replicas.health() if self.replicas is not None else [],
+            "exports": self._export.served,
         }
 
     def _corpus(self, name: str, embedding_model: str) -> LocalCorpus:
@@ -265,6 +324,8 @@ class RagService:
             leg=leg[0] if leg else None,
         )
         warnings = self._duplicate_warnings(corpus, "this answer")
+        replica, lag = replica_meta(self._bus.node_id, corpus, registered)  # a replica's lag, if any
+        warnings += lag
         if used != mode:
             warnings.append(
                 f"corpus {corpus} has no keyword index yet (it is built when the node starts): "
@@ -308,6 +369,7 @@ class RagService:
         }
         if used != mode:
             meta["mode_requested"] = mode
+        meta.update(replica)
         if warnings:
             meta["warnings"] = warnings
         return {"chunks": chunks}, meta
@@ -315,9 +377,13 @@ class RagService:
     def _duplicate_warnings(self, corpus: str, what: str) -> list[str]:
         """A warning when other nodes host a corpus of the same name (made before names were
         checked, or by two nodes creating it at once): ``what`` covers only this node's copy."""
-        if not announced(corpus):
-            return []
-        others = [p for p in self._bus.providers("rag.query", (1, 0), {"corpus": corpus}) if not p.is_local]
+        if not announced(corpus) or (self.replicas is not None and self.replicas.follower.host_of(corpus)):
+            return []  # a replica's copy is the host's (its lag, if any, is said beside)
+        others = [
+            p
+            for p in self._bus.providers("rag.query", (1, 0), {"corpus": corpus})
+            if not p.is_local and not p.descriptor.params.get(REPLICA_OF)
+        ]
         if not others:
             return []
         own = (self._offers.query_params(corpus) or {}).get("chunks", "?")
@@ -335,6 +401,8 @@ class RagService:
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="documents")
         self._archives.refuse_write(corpus, "ingest into")
+        if self.replicas is not None:
+            self.replicas.refuse_write(corpus, "documents")
         batch = ingest_batch_input(ctx.input)
         inp = ingest_input(ctx.input) if batch is None else None
         if announced(corpus):  # personal is never announced, so it needs no trust
@@ -478,6 +546,8 @@ class RagService:
         started = time.perf_counter()
         corpus = validate_corpus_name(ctx.params.get("corpus"))
         check_writable(corpus, is_local=ctx.is_local, what="deletions")
+        if self.replicas is not None:
+            self.replicas.refuse_write(corpus, "deletions")
         doc_cid = delete_input(ctx.input)
         if announced(corpus):
             await self._check_own_trust("announce deletions")

@@ -42,6 +42,15 @@
             el("span", { class: `badge ${c.online ? "online" : "offline"}`, text: c.online ? "online" : c.last_seen ? `offline · ${HN.ago(c.last_seen)}` : "offline" }),
             c.read_only ? el("span", { class: "badge", text: "archive · read-only", attrs: { title: c.label || c.name } }) : null,
             c.duplicate ? el("span", { class: "badge error", text: "name used twice", attrs: { title: "two nodes host a corpus of this name: queries go to the larger" } }) : null,
+            c.replica_of
+              ? el("span", {
+                  class: `badge ${c.behind ? "error" : ""}`,
+                  text: c.behind ? `replica · ${c.behind} behind` : "replica · up to date",
+                  attrs: { title: `a copy of the corpus hosted on ${c.replica_of}` },
+                })
+              : c.replicas
+                ? el("span", { class: "badge", text: `host · ${c.replicas} ${c.replicas === 1 ? "replica" : "replicas"}` })
+                : null,
           ),
         );
         if (selected && selected.name === c.name && selected.node === c.node) row.classList.add("selected");

@@ -226,6 +226,29 @@ class CorpusQueries:
         _log.info("rag_exact_index_loaded", corpus=name, chunks=total, bytes=index.nbytes)
         return index
 
+    def document_chunks(
+        self, name: str, doc_cid: str
+    ) -> tuple[list[str], list[str], list[dict[str, Any]], np.ndarray] | None:
+        """A complete document's chunk ids, texts, metadata and vectors, in chunk order (``chunk_index``,
+        then id), as stored; ``None`` if the corpus does not hold it complete (blocking)."""
+        col = self._collection(name)
+        with self._lock:
+            if doc_cid not in self._ledger.complete_among(name, [doc_cid]):
+                return None
+        with chroma_errors("read a document's chunks"):
+            got = col.get(where={"doc_cid": doc_cid}, include=["embeddings", "documents", "metadatas"])
+        metas = [dict(m or {}) for m in got["metadatas"]]
+        order = sorted(
+            range(len(got["ids"])), key=lambda i: (int(metas[i].get("chunk_index", 0)), got["ids"][i])
+        )
+        vectors = np.asarray(got["embeddings"], dtype=np.float32)
+        return (
+            [str(got["ids"][i]) for i in order],
+            [str(got["documents"][i] or "") for i in order],
+            [metas[i] for i in order],
+            vectors[order] if len(order) else vectors.reshape(0, 0),
+        )
+
     def warm_exact(self) -> list[str]:
         """Load the exact copy of every corpus that fits the budget (blocking); returns their names.
 

@@ -116,6 +116,26 @@ class CorpusSwap:
             )
         return self.info(name)
 
+    def drop_corpus(self, name: str) -> bool:
+        """Remove ``name`` wholly: its ledger rows (one transaction: from then on it does not exist),
+        then its collection (a leftover collection is dropped by the next :meth:`drop_corpus` or
+        replaced by a new one).  ``False`` if it did not exist.  A replica given up does this."""
+        from chromadb.errors import NotFoundError
+
+        validate_corpus_name(name)
+        with self._lock:
+            if self._ledger.corpus(name) is None:
+                return False
+            if self._pending.get(name):
+                raise BadRequest(f"corpus {name!r} is being written; drop it when that is done")
+            self._ledger.forget_corpus(name)
+            self._collections.pop(name, None)
+            self._keys.pop(name, None)
+            self._memory.forget(name)
+        with chroma_errors("drop a corpus"), contextlib.suppress(NotFoundError):
+            self._client.delete_collection(collection_name(name))
+        return True
+
     def _finish_swap(self, name: str) -> None:
         """Put the rebuilt collection of ``name`` in place of the old one (caller holds the lock)."""
         from chromadb.errors import NotFoundError
