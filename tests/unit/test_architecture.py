@@ -44,7 +44,13 @@ them: ``errors`` (the one error tree) below everything; ``client`` (the public f
 ``testing`` and ``demo`` above everything."""
 NODE_RUN = "hearthnet.frontends.cli.home"
 """``hearthnet node run``: it puts the node, the composer's factory and the front doors together."""
-TOP = {"errors": -1, "client": len(LAYERS), "testing": len(LAYERS), "demo": len(LAYERS) + 1}
+TOP = {
+    "errors": -1,
+    "client": len(LAYERS),
+    "testing": len(LAYERS),
+    "testing_lan": len(LAYERS),
+    "demo": len(LAYERS) + 1,
+}
 CAPABILITY_FAMILIES = ("embed", "rag", "llm", "file", "ocr", "answer", "rerank", "events", "member")
 CAPABILITY_BLIND = ("bus", "wire", "transport")
 
