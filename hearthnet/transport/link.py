@@ -140,6 +140,15 @@ class Link:
         return f"Link({self.peer_id} at {self.remote_address}, {role}{', closed' if self._closed else ''})"
 
     @property
+    def local_host(self) -> str | None:
+        """This end's IP address (``None`` for a stream that is not a socket)."""
+        try:
+            address = self._stream.extra(anyio.abc.SocketAttribute.local_address)
+        except (anyio.TypedAttributeLookupError, OSError):
+            return None
+        return str(address[0]) if isinstance(address, tuple) else None
+
+    @property
     def closed(self) -> bool:
         return self._closed
 
