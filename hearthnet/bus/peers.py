@@ -118,12 +118,16 @@ class PeerManager:
         """Where peers can dial this node (``specs/transport.md``, "Addresses"); never a wildcard."""
         return list(self._own)
 
-    def current_addresses(self) -> list[str]:
-        """What this node should advertise now, from its interfaces (blocking: a few syscalls)."""
+    def current_addresses(self) -> tuple[list[str], list[str]]:
+        """What this node should advertise now, and its own addresses on the LAN (what discovery
+        announces: the interfaces', whatever is configured), read now (blocking: a few syscalls)."""
         if self.bound_port is None:
-            return []
-        listen = self._listen_host
-        return select_advertised(listen, self.bound_port, interface_addresses(), self._advertise)
+            return [], []
+        interfaces = interface_addresses()
+        lan = select_advertised(self._listen_host, self.bound_port, interfaces)
+        if not self._advertise:
+            return lan, lan
+        return select_advertised(self._listen_host, self.bound_port, interfaces, self._advertise), lan
 
     async def set_addresses(self, addresses: list[str]) -> bool:
         """Take ``addresses`` as this node's own; True if they changed.  Links whose local
@@ -224,7 +228,7 @@ class PeerManager:
         state = await anyio.to_thread.run_sync(self._load_state)
         listener = await self._listen(state.get("port"))
         self.bound_port = listener_port(listener)
-        self._own = await anyio.to_thread.run_sync(self.current_addresses)
+        self._own = (await anyio.to_thread.run_sync(self.current_addresses))[0]
         log.info("listening", host=self._listen_host, port=self.bound_port, addresses=self._own)
         self._book_dirty.set()
         try:

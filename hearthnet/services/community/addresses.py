@@ -35,7 +35,7 @@ class AddressedPeers(Protocol):
 
     def addresses(self) -> list[str]: ...
 
-    def current_addresses(self) -> list[str]: ...
+    def current_addresses(self) -> tuple[list[str], list[str]]: ...
 
     async def set_addresses(self, addresses: list[str]) -> bool: ...
 
@@ -61,6 +61,7 @@ class AddressKeeper:
         self._newest: dict[str, tuple[int, str]] = {}
         self._own_record: list[str] | None = None
         self._announced: tuple[str, list[str]] | None = None
+        """The community and LAN addresses last announced (announced again when either changes)."""
         self.discovery = LanDiscovery(node_id, self._found) if discovery else None
         self.discovered: dict[str, list[str]] = {}
         """What the LAN said of each member (node id -> addresses), for ``status``/``doctor``."""
@@ -88,7 +89,7 @@ class AddressKeeper:
 
     async def check(self) -> bool:
         """Read the interfaces once; re-announce if this node's addresses changed.  True if they did."""
-        current = await anyio.to_thread.run_sync(self._peers.current_addresses)
+        current, lan = await anyio.to_thread.run_sync(self._peers.current_addresses)
         changed = await self._peers.set_addresses(current)
         if changed:
             log.info("own_addresses_changed", addresses=current)
@@ -96,9 +97,9 @@ class AddressKeeper:
         if community_id is None or not current:
             return changed
         await self._publish(current)
-        if self.discovery is not None and self._announced != (community_id, current):
-            self._announced = (community_id, current)
-            await self.discovery.announce(community_id, current)
+        if self.discovery is not None and self._announced != (community_id, lan):
+            self._announced = (community_id, lan)
+            await self.discovery.announce(community_id, lan)
         return changed
 
     # the signed record -------------------------------------------------------------------
