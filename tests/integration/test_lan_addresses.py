@@ -65,8 +65,10 @@ def test_a_renumbered_device_is_queried_again_within_30_s(tmp_path: Path) -> Non
         start = time.monotonic()
         for node in (a, c):
             wait_for(
-                lambda node=node: (_peer(node, b) or {}).get("address") == f"{new}:7700"  # type: ignore[misc]
-                and _pinged(node, b),
+                lambda node=node: (
+                    (_peer(node, b) or {}).get("address") == f"{new}:7700"  # type: ignore[misc]
+                    and _pinged(node, b)
+                ),
                 timeout=30 - (time.monotonic() - start),
                 what=f"{node.name} to reach the renumbered device at {new} (was {old})",
             )
