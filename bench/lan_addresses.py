@@ -33,13 +33,13 @@ from hearthnet.testing_lan import LanMesh, firewall_tool, lan_unavailable
 NO_MODELS = {"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0", "HEARTHNET_OCR": "0"}
 DROPPED_PORT = 7799
 _DIAL = """
-import json, sys, time, anyio
+import json, pathlib, sys, time, anyio
 from hearthnet.identity import load_identity
 from hearthnet.transport.dial import dial_first
 from hearthnet.transport.link import open_link
 home, community, peer, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 lists = json.loads(sys.argv[5])
-me = load_identity(home + "/identity.key")
+me = load_identity(pathlib.Path(home) / "identity.key")
 async def attempt(address):
     host, _, port = address.rpartition(":")
     return await open_link(host.strip("[]"), int(port), identity=me, community_id=community,

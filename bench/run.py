@@ -38,6 +38,7 @@ BENCHMARKS = (
     "drafts",
     "fuzz",
     "ui",
+    "lan_addresses",
 )
 
 

@@ -63,6 +63,9 @@ class AddressKeeper:
         self._announced: tuple[str, list[str]] | None = None
         """The community and LAN addresses last announced (announced again when either changes)."""
         self.discovery = LanDiscovery(node_id, self._found) if discovery else None
+        self._wake = anyio.Event()
+        """Set when events arrive before this node has recorded its addresses (it may have just
+        become a member: a joiner's first sync), so the record goes out without waiting a poll."""
         self.discovered: dict[str, list[str]] = {}
         """What the LAN said of each member (node id -> addresses), for ``status``/``doctor``."""
 
@@ -82,7 +85,9 @@ class AddressKeeper:
         try:
             while True:
                 await self.check()
-                await anyio.sleep(self._poll_seconds)
+                with anyio.move_on_after(self._poll_seconds):
+                    await self._wake.wait()
+                self._wake = anyio.Event()
         finally:
             if self.discovery is not None:
                 await self.discovery.close()
@@ -122,6 +127,8 @@ class AddressKeeper:
         self._own_record = list(current)
 
     def _on_events(self, events: Sequence[Event]) -> None:
+        if self._own_record is None:
+            self._wake.set()
         for author, (key, addresses) in newest_addresses(events).items():
             held = self._newest.get(author)
             if held is not None and held >= key:
