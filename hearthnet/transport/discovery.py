@@ -19,6 +19,7 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -110,6 +111,9 @@ class LanDiscovery:
     def __init__(self, node_id: str, found: Found) -> None:
         self._node_id = node_id
         self._found = found
+        # zeroconf reports every send that fails on some interface (no multicast route, an
+        # interface going away) as a warning: discovery is optional, so only its errors show.
+        logging.getLogger("zeroconf").setLevel(logging.ERROR)
         self._zc: Any = None
         self._browser: Any = None
         self._community: str | None = None

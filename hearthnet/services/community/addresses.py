@@ -84,7 +84,10 @@ class AddressKeeper:
         self._community.on_events(self._on_events)
         try:
             while True:
-                await self.check()
+                try:
+                    await self.check()
+                except OSError as exc:  # the interfaces could not be read this time: next poll
+                    log.warning("interfaces_unreadable", error=type(exc).__name__)
                 with anyio.move_on_after(self._poll_seconds):
                     await self._wake.wait()
                 self._wake = anyio.Event()
