@@ -16,7 +16,7 @@ from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest
 from hearthnet.events.envelope import Event
 from hearthnet.events.rules import EventRule
-from hearthnet.transport.addresses import MAX_ADVERTISED, is_wildcard, split_address
+from hearthnet.transport.addresses import MAX_ADVERTISED, format_address, is_wildcard, split_address
 
 __all__ = ["NODE_ADDRESSES", "newest_addresses", "node_addresses_rule", "validate_node_addresses"]
 
@@ -33,9 +33,11 @@ def validate_node_addresses(data: Mapping[str, Any]) -> None:
         if not isinstance(address, str) or len(address) > 270:
             raise BadRequest(f"{NODE_ADDRESSES}.addresses must be 'host:port' strings")
         try:
-            host, _port = split_address(address)
+            host, port = split_address(address)
         except ValueError as exc:
             raise BadRequest(f"{NODE_ADDRESSES}: {exc}") from exc
+        if format_address(host, port) != address:
+            raise BadRequest(f"{NODE_ADDRESSES}: write {address!r} as {format_address(host, port)!r}")
         if is_wildcard(host):
             raise BadRequest(f"{NODE_ADDRESSES}: {address} is a wildcard, not a dialable address")
 

@@ -58,7 +58,11 @@ def format_address(host: str, port: int) -> str:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` (IPv6 in brackets) -> ``(host, port)``; ``ValueError`` if it is not one."""
+    """``host:port`` (IPv6 in brackets) -> ``(host, port)``; ``ValueError`` if it is not one.
+
+    An IPv6 host without brackets (``::1:7000``, as older nodes wrote it) is read as the
+    address before the last colon when that is a valid IPv6 address.
+    """
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"not a host:port address: {address!r}")
@@ -67,7 +71,10 @@ def split_address(address: str) -> tuple[str, int]:
             raise ValueError(f"not a host:port address: {address!r}")
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"an IPv6 address goes in brackets: {address!r}")
+        try:
+            ipaddress.IPv6Address(host.split("%")[0])
+        except ValueError:
+            raise ValueError(f"not a host:port address (IPv6 goes in brackets): {address!r}") from None
     return host, int(port)
 
 

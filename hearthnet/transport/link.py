@@ -29,6 +29,7 @@ import anyio.lowlevel
 
 from hearthnet.errors import BusError, Partition, ProtocolError, Timeout
 from hearthnet.identity.keys import Identity
+from hearthnet.transport.addresses import format_address
 from hearthnet.transport.handshake import (
     InitiatorHandshake,
     ResponderHandshake,
@@ -494,11 +495,6 @@ async def accept_link(
         frames=frames,
         max_frame=max_frame,
     )
-
-
-def format_address(host: str, port: int) -> str:
-    """``host:port``, with brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def socket_peer_address(stream: anyio.abc.ByteStream, *, default: str = "unknown") -> str:

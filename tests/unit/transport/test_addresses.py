@@ -110,3 +110,12 @@ def test_a_wildcard_or_nothing_is_refused(entry: str) -> None:
 def test_a_malformed_entry_is_refused(entry: str) -> None:
     with pytest.raises(ValueError, match="--advertise"):
         parse_advertise(entry, "--advertise")
+
+
+def test_addresses_are_split_as_written_and_as_older_nodes_wrote_them() -> None:
+    assert split_address("[fd00::2]:7700") == ("fd00::2", 7700)
+    assert split_address("192.168.1.20:7700") == ("192.168.1.20", 7700)
+    assert split_address("::1:7000") == ("::1", 7000)  # an older node's peers.json
+    for bad in ("a:b:7000", "[fd00::2:7700", "host:0", "host", ":7000"):
+        with pytest.raises(ValueError):
+            split_address(bad)
