@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,10 +170,21 @@ class PeerManager:
         if not link.initiator or not all(_is_ip(h) for h in hosts):
             return  # an inbound link's source, or a name we resolved, says nothing about this
         remote = link.remote_address.rpartition(":")[0].strip("[]")
-        quiet = anyio.current_time() - link.last_received > _QUIET_SECONDS
-        if remote not in hosts and (signed or quiet) and self._tg is not None:
+        if remote in hosts or self._tg is None:
+            return
+        if signed:
             log.info("link_to_old_address", peer=node_id, address=link.remote_address)
             self._tg.start_soon(link.aclose)
+        else:
+            self._tg.start_soon(self._close_if_quiet, node_id, link)
+
+    async def _close_if_quiet(self, node_id: str, link: Link) -> None:
+        """Close ``link`` once nothing has arrived on it for ``_QUIET_SECONDS``; keep it if it speaks."""
+        heard = link.last_received
+        await anyio.sleep(max(0.0, heard + _QUIET_SECONDS - time.monotonic()))
+        if not link.closed and link.last_received == heard:
+            log.info("link_to_old_address", peer=node_id, address=link.remote_address)
+            await link.aclose()
 
     def add_bootstrap(self, node_id: str, address: str) -> None:
         """A peer we may dial before our log says it is a member (the inviter)."""
