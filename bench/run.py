@@ -39,6 +39,7 @@ BENCHMARKS = (
     "fuzz",
     "ui",
     "lan_addresses",
+    "wake",
 )
 
 

@@ -368,7 +368,41 @@ class Node:
             for p in self.bus.registry.all_capabilities()
         ]
         discovery = self.addresses.state() if self.addresses is not None else None
-        return {**self.info(), "peers": peers, "capabilities": caps, "discovery": discovery}
+        return {
+            **self.info(),
+            "peers": peers,
+            "offline": self._offline_members(),
+            "capabilities": caps,
+            "discovery": discovery,
+        }
+
+    def _advertised_by(self, node_id: str) -> tuple[str, ...]:
+        """The addresses in ``node_id``'s current signed manifest (this node's own for itself)."""
+        assert self.bus is not None
+        if self.identity is not None and node_id == self.identity.node_id:
+            return tuple(self.peers.addresses() if self.peers else ())
+        manifest = self.bus.registry.remote_nodes().get(node_id)
+        return manifest.addresses if manifest else ()
+
+    def _offline_members(self) -> list[dict[str, Any]]:
+        """Members with no link now: the name they last gave and when their link went down
+        (``last_seen`` wall-clock seconds; ``None`` if this node never saw them connected)."""
+        assert self.bus is not None and self.event_log is not None and self.identity is not None
+        members = self.event_log.view(lambda m: m.members())
+        out = []
+        for node_id, member in sorted(members.items()):
+            if node_id == self.identity.node_id or node_id in self.bus.sessions:
+                continue
+            seen = self.bus.sightings.get(node_id)
+            out.append(
+                {
+                    "node_id": node_id,
+                    "name": shown_name(seen.name) if seen else "",
+                    "level": member.level.label,
+                    "last_seen": seen.last_seen if seen else None,
+                }
+            )
+        return out
 
     # running ---------------------------------------------------------------------
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -426,7 +460,9 @@ class Node:
             peers=peers,
             discovery=config.network.discovery,
         )
-        node_service = NodeService(info=self.info, stats=self.stats, status=self.status)
+        node_service = NodeService(
+            info=self.info, stats=self.stats, status=self.status, advertised=self._advertised_by
+        )
         parts = NodeParts(config, identity, bus, event_log, rules, community)
         factories = self._factories if self._factories is not None else default_service_factories()
         self.services = [node_service, community]

@@ -26,7 +26,7 @@ from hearthnet.bus.descriptors import (
 from hearthnet.bus.flow import loop_time
 from hearthnet.bus.registry import Registry, lookup_key, remember
 from hearthnet.bus.router import Preference, Router
-from hearthnet.bus.session import OutgoingCall, PeerSession
+from hearthnet.bus.session import Liveness, OutgoingCall, PeerSession
 from hearthnet.bus.stats import StatsBook
 from hearthnet.bus.versions import version_text
 from hearthnet.community.levels import Level
@@ -64,6 +64,7 @@ class Calling:
 
     if TYPE_CHECKING:  # the bus's state (CapabilityBus sets it) and its serving side
         registry: Registry
+        liveness: Liveness
         router: Router
         stats: StatsBook
         sessions: dict[str, PeerSession]
@@ -112,13 +113,31 @@ class Calling:
             if c.is_local:
                 stats = self.stats.get(c.descriptor.ref)
                 local_saturated = not stats.slots.would_take(self.node_id, c.descriptor.max_concurrent, now)
-        return self.router.order(
+        ordered = self.router.order(
             candidates,
             capability,
             now=now,
             local_saturated=local_saturated,
             preference=self._preferences.get(capability),
         )
+        return self._silent_last(ordered)
+
+    def _silent_last(self, candidates: list[ProviderInfo]) -> list[ProviderInfo]:
+        """Providers whose link has been silent for two keepalive periods go last: a peer whose lid
+        closed or whose cable was pulled sends nothing, and until its link is given up as dead
+        (``dead_after_seconds``) a call sent to it would only wait for that."""
+        window = 2 * self.liveness.keepalive_seconds
+        now = time.monotonic()
+        silent = [
+            c
+            for c in candidates
+            if not c.is_local
+            and (s := self.sessions.get(c.node_id)) is not None
+            and now - s.link.last_received > window
+        ]
+        if not silent:
+            return candidates
+        return [c for c in candidates if c not in silent] + silent
 
     def _eligible(
         self, capability: str, version: Version, params: Mapping[str, Any], provider: str | None

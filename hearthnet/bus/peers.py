@@ -36,11 +36,14 @@ from hearthnet.transport.tcp import accept_forever, create_listener, listener_po
 
 log = structlog.get_logger("hearthnet.peers")
 
-MAX_BACKOFF = 15.0
+MAX_BACKOFF = 3.0
+"""Longest wait between two dials of an unreachable member: a device back from sleep is relinked
+within about this plus one connect, whichever side dials first."""
 _MAX_PEERS = 1024
 _MAX_ADDRESSES_PER_PEER = 8
-_QUIET_SECONDS = 2.0
-"""A link nothing arrived on for this long may be closed on a LAN announcement of new addresses."""
+_QUIET_SECONDS = 4.0
+"""A link nothing arrived on for this long (longer than the 3 s keepalive of a healthy link) may be
+closed on a LAN announcement that no longer names its host."""
 
 Refused = Callable[[str, BusError], Awaitable[None]]
 """``on_refused(peer_id, error)``: the peer we dialled refused the handshake as ``revoked``."""

@@ -69,8 +69,8 @@ _TimerEntry = tuple[float, int, int, bool]
 class Liveness:
     """When to send a ``keepalive`` and when to give a silent link up."""
 
-    keepalive_seconds: float = 10.0
-    dead_after_seconds: float = 30.0
+    keepalive_seconds: float = 3.0
+    dead_after_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         if not (0 < self.keepalive_seconds and self.dead_after_seconds >= 2 * self.keepalive_seconds):

@@ -51,10 +51,11 @@ class NetworkConfig:
     """Announce this node and find members on the LAN by mDNS (``specs/transport.md``)."""
     max_frame: int = DEFAULT_MAX_FRAME
     handshake_timeout: float = 5.0
-    keepalive_seconds: float = 10.0
+    keepalive_seconds: float = 3.0
     """A link we have written nothing on for this long gets a keepalive frame."""
-    dead_after_seconds: float = 30.0
-    """A link nothing has arrived on for this long is closed as dead (peer off or network cut)."""
+    dead_after_seconds: float = 10.0
+    """A link nothing has arrived on for this long is closed as dead (lid closed, cable pulled): a
+    peer that vanished without a word is shown offline, and its calls move on, within this time."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -86,8 +87,8 @@ def network_from(net: Mapping[str, Any]) -> NetworkConfig:
         discovery=get(net, "discovery", bool, True, "network"),
         max_frame=integer(net, "max_frame", DEFAULT_MAX_FRAME, 1 << 16, "network"),
         handshake_timeout=seconds(net, "handshake_timeout", 5.0, "network"),
-        keepalive_seconds=seconds(net, "keepalive_seconds", 10.0, "network"),
-        dead_after_seconds=seconds(net, "dead_after_seconds", 30.0, "network"),
+        keepalive_seconds=seconds(net, "keepalive_seconds", NetworkConfig.keepalive_seconds, "network"),
+        dead_after_seconds=seconds(net, "dead_after_seconds", NetworkConfig.dead_after_seconds, "network"),
     )
 
 

@@ -119,7 +119,9 @@ def test_gossip_converges_after_a_two_way_cut(
     mesh = LocalMesh(tmp_path_factory.mktemp("partition"))
     mesh.env.update(NO_MODELS)
     try:
-        a, b = _linked_pair(mesh, namespaces, {})
+        # A link given 30 s of silence: early in the cut it still looks up, so the pulls fail.
+        slow_liveness = {"HEARTHNET_KEEPALIVE_SECONDS": "10", "HEARTHNET_DEAD_AFTER_SECONDS": "30"}
+        a, b = _linked_pair(mesh, namespaces, slow_liveness)
         wait_for(lambda: event_ids(a) == event_ids(b), timeout=30, what="A and B to agree before the cut")
         before = event_ids(a)
         report(

@@ -23,15 +23,17 @@ PORT = 7710
 
 
 def _listen(lan: LanMesh, name: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A TCP server on 0.0.0.0:PORT inside a new device; waits until it listens."""
+    """A TCP server on [::]:PORT (IPv4 too) inside a new device; waits until it listens."""
     device = lan.device(name)
     server = subprocess.Popen(
         [
             *device.command()[:4],
             sys.executable,
             "-c",
-            "import socket\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
-            f"s.bind(('0.0.0.0',{PORT}));s.listen();print('up',flush=True)\n"
+            "import socket\ns=socket.socket(socket.AF_INET6)\n"
+            "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+            "s.setsockopt(socket.IPPROTO_IPV6,socket.IPV6_V6ONLY,0)\n"
+            f"s.bind(('::',{PORT}));s.listen();print('up',flush=True)\n"
             "while True:\n c,_=s.accept();c.close()",
         ],
         stdout=subprocess.PIPE,
@@ -41,11 +43,13 @@ def _listen(lan: LanMesh, name: str) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def test_devices_reach_each_other_over_the_bridge_only(tmp_path: Path) -> None:
-    with LanMesh(tmp_path) as lan:
+    with LanMesh(tmp_path, ipv6=True) as lan:
         server, address = _listen(lan, "server")
         try:
             client = lan.device("client")
             assert lan.connects(client, address, PORT)
+            address6 = lan.devices["server"].address6
+            assert address6 is not None and lan.connects(client, address6, PORT)
             # No shortcut: the server's port is not on the client's own loopback.
             assert not lan.connects(client, "127.0.0.1", PORT, timeout=1)
             assert client.run("ip", "-4", "-o", "addr", "show", "eth0").stdout.count("inet ") == 1

@@ -7,6 +7,7 @@ or a cut network cable looks like (no FIN, no RST).
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -168,3 +169,69 @@ async def test_silent_link_is_closed_on_both_sides_and_fails_pending_calls() -> 
             assert session.close_reason.startswith("peer silent for"), session.close_reason
         assert b.node_id not in a.sessions and a.node_id not in b.sessions
         assert not a.providers("test.hangs")
+
+
+@asynccontextmanager
+async def caller_with_two_providers(liveness: Liveness) -> AsyncIterator[tuple[CapabilityBus, ...]]:
+    """A linked to B through a relay that can freeze and to C directly, over real TCP; B and C
+    both serve ``test.where`` (idempotent), and A prefers B's."""
+    ids = [Identity.generate() for _ in range(3)]
+    levels = {i.node_id: Level.TRUSTED for i in ids}
+    a, b, c = (
+        CapabilityBus(i, level_of=levels.get, community_id=lambda: COMMUNITY, name=n, liveness=liveness)
+        for i, n in zip(ids, "abc", strict=True)
+    )
+
+    def served_by(name: str) -> Any:
+        async def where(ctx: Any) -> dict[str, Any]:
+            return {"served_by": name}
+
+        return where
+
+    for bus, name in ((b, "b"), (c, "c")):
+        descriptor = CapabilityDescriptor("test.where", (1, 0), params={"where": name}, idempotent=True)
+        bus.register(Registration(descriptor, served_by(name)))
+    a.register_preference("test.where", lambda offered: 1 if offered.get("where") == "b" else 0)
+    listeners = [await create_listener("127.0.0.1", 0) for _ in range(2)]
+    async with listeners[0], listeners[1], anyio.create_task_group() as tg:
+        for listener, bus, ident in ((listeners[0], b, ids[1]), (listeners[1], c, ids[2])):
+            tg.start_soon(
+                lambda listener=listener, bus=bus, ident=ident: serve_links(
+                    listener, bus.attach, identity=ident, community_id=COMMUNITY, admit=lambda _p: None
+                )
+            )
+        try:
+            async with relay_to(listener_port(listeners[0])) as relay:
+                for port in (relay.port, listener_port(listeners[1])):
+                    link = await open_link(
+                        "127.0.0.1", port, identity=ids[0], community_id=COMMUNITY, admit=lambda _p: None
+                    )
+                    tg.start_soon(a.attach, link)
+                for bus in (a, b, c):
+                    tg.start_soon(bus.run_announcer)
+                await wait_until(lambda: len(a.providers("test.where")) == 2, timeout=10)
+                yield a, b, c, relay  # type: ignore[misc]
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_calls_leave_a_provider_whose_link_went_silent_at_once() -> None:
+    """B's network goes silent (no FIN): a call made then goes to C at once, not after waiting
+    for B; once B's link is given up, B's capability is gone; nothing waits out a deadline."""
+    async with caller_with_two_providers(Liveness(keepalive_seconds=0.2, dead_after_seconds=3.0)) as (
+        a,
+        b,
+        c,
+        relay,
+    ):
+        first = await a.call("test.where", timeout=30)
+        assert first.output == {"served_by": "b"}  # preferred while heard from
+        relay.frozen = True
+        await wait_until(lambda: time.monotonic() - a.sessions[b.node_id].link.last_received > 0.5, timeout=5)
+        started = anyio.current_time()
+        moved = await a.call("test.where", timeout=30)
+        assert moved.output == {"served_by": "c"} and anyio.current_time() - started < 1.0
+        assert b.node_id in a.sessions  # not yet given up: only the choice moved
+        await wait_until(lambda: b.node_id not in a.sessions, timeout=10)
+        assert [p.node_id for p in a.providers("test.where")] == [c.node_id]

@@ -22,6 +22,7 @@ from hearthnet.frontends.cli.args import timeout_arg
 from hearthnet.frontends.cli.ask import add_ask, add_sessions
 from hearthnet.frontends.cli.community import add_invite, add_member
 from hearthnet.frontends.cli.corpora import add_corpora, add_delete, add_docs, add_query, add_rag
+from hearthnet.frontends.cli.doctor import add_doctor
 from hearthnet.frontends.cli.files import add_file
 from hearthnet.frontends.cli.home import add_community, add_init, add_join, add_node
 from hearthnet.frontends.cli.ingest import add_ingest
@@ -53,6 +54,7 @@ COMMANDS: tuple[AddCommand, ...] = (
     add_join,
     add_node,
     add_status,
+    add_doctor,
     add_call,
     add_events,
     add_member,

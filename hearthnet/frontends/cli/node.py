@@ -9,6 +9,7 @@ from typing import Any
 from hearthnet.frontends.cli.args import load_json
 from hearthnet.frontends.cli.output import emit, jsonable, shown
 from hearthnet.frontends.client.client import Client
+from hearthnet.frontends.client.corpora import seen_text
 
 __all__ = ["add_call", "add_events", "add_status"]
 
@@ -41,6 +42,12 @@ def cmd_status(args: argparse.Namespace) -> None:
             heard = f"  heard {p['last_heard_s']:g} s ago" if "last_heard_s" in p else ""
             level = p.get("level") or "?"
             print(f"  {p['node_id']}  {level:8} {p.get('address', '')}  {p.get('name', '')}{heard}")
+        offline = st.get("offline", [])
+        if offline:
+            print(f"offline    {len(offline)}")
+        for p in offline:
+            level = p.get("level") or "?"
+            print(f"  {p['node_id']}  {level:8} {p.get('name', '') or '-'}  {seen_text(p)}")
         print("capabilities")
         print(capability_table(st.get("capabilities", [])))
 

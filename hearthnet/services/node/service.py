@@ -1,4 +1,5 @@
-"""Introspection: ``node.ping|echo|info|stats`` (members) and ``node.status`` (this node only)."""
+"""Introspection: ``node.ping|echo|info|stats`` (members), ``node.dial_back`` (a member asks to be
+dialled at one of its own addresses) and ``node.status`` (this node only)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import anyio
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.errors import BadRequest
+from hearthnet.services.node.probe import DIAL_BACK_SECONDS, Advertised, dial_back
 
 MAX_ECHO_DELAY_MS = 5000
 
@@ -23,9 +25,16 @@ class NodeService:
     name = "node"
 
     def __init__(
-        self, *, info: StatusSource, stats: StatusSource, status: StatusSource, echo_concurrency: int = 32
+        self,
+        *,
+        info: StatusSource,
+        stats: StatusSource,
+        status: StatusSource,
+        advertised: Advertised = lambda _node_id: (),
+        echo_concurrency: int = 32,
     ) -> None:
         self._echo_concurrency = echo_concurrency
+        self._advertised = advertised
         self._info = info
         self._stats = stats
         self._status = status
@@ -52,6 +61,16 @@ class NodeService:
             Registration(desc("node.info"), self._handle_info),
             Registration(desc("node.stats"), self._handle_stats),
             Registration(desc("node.status", local_only=True), self._handle_status),
+            Registration(
+                CapabilityDescriptor(
+                    "node.dial_back",
+                    (1, 0),
+                    max_concurrent=8,
+                    timeout_seconds=DIAL_BACK_SECONDS + 2.0,
+                    idempotent=True,
+                ),
+                self._dial_back,
+            ),
         ]
 
     async def start(self) -> None:
@@ -83,3 +102,6 @@ class NodeService:
 
     async def _handle_status(self, ctx: CallContext) -> dict[str, Any]:
         return self._status()
+
+    async def _dial_back(self, ctx: CallContext) -> dict[str, Any]:
+        return await dial_back(ctx.caller, dict(ctx.input), self._advertised)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -989,3 +990,23 @@ async def test_streamed_calls_close_every_memory_stream_they_open() -> None:
             del call
             gc.collect()
         assert _unclosed_streams(caught) == []
+
+
+@pytest.mark.anyio
+async def test_a_provider_whose_link_went_silent_is_tried_last_before_its_link_is_given_up() -> None:
+    """A peer whose lid closed sends nothing, not even keepalives; until its link is closed as
+    dead, calls go first to a provider that is still heard from."""
+    async with mesh(3) as m:
+        _ALL.extend(m.buses)
+        a, b, c = m.buses
+        b.register(reg("test.idem", echo, idempotent=True))
+        c.register(reg("test.idem", echo, idempotent=True))
+        await announce(b, c)
+        first = a._candidates("test.idem", (1, 0), {}, None, now=anyio.current_time())[0].node_id
+        other = c.node_id if first == b.node_id else b.node_id
+        # Heard from last 2.5 keepalive periods ago: silent, not yet dead (dead_after is 10/3 of it).
+        a.sessions[first].link.last_received = time.monotonic() - 2.5 * a.liveness.keepalive_seconds
+        order = [p.node_id for p in a._candidates("test.idem", (1, 0), {}, None, now=anyio.current_time())]
+        assert order == [other, first]
+        assert (await a.call("test.idem", input={"x": 1}, timeout=5)).provider == other
+        assert first in a.sessions  # still linked: only the choice of provider changed

@@ -77,10 +77,10 @@ def test_the_seeds_embed_timeout_reaches_server_models_without_their_own(tmp_pat
 
 def test_link_liveness_settings_from_toml_and_environment(tmp_path: Path) -> None:
     base = config_from_mapping(tmp_path, {})
-    assert (base.network.keepalive_seconds, base.network.dead_after_seconds) == (10.0, 30.0)
+    assert (base.network.keepalive_seconds, base.network.dead_after_seconds) == (3.0, 10.0)
     toml = config_from_mapping(tmp_path, {"network": {"keepalive_seconds": 5, "dead_after_seconds": 12}})
     assert (toml.network.keepalive_seconds, toml.network.dead_after_seconds) == (5.0, 12.0)
-    # Both together, although the keepalive alone would not fit the default dead_after (2 x 25 > 30).
+    # Both together, although the keepalive alone would not fit the default dead_after (2 x 25 > 10).
     env = apply_env(base, {"HEARTHNET_KEEPALIVE_SECONDS": "25", "HEARTHNET_DEAD_AFTER_SECONDS": "60"})
     assert (env.network.keepalive_seconds, env.network.dead_after_seconds) == (25.0, 60.0)
     with pytest.raises(BadRequest, match="at least twice"):
