@@ -41,6 +41,8 @@ ours, for it): its capabilities vanish from the mesh."""
 CLOCK_NOTE_SECONDS = 5.0
 """Clocks this far apart are worth fixing before they drift further (signed times look odd)."""
 CALL_SECONDS = PROBE_SECONDS + 5.0
+DIAL_BACKS_PER_PEER = 2
+"""A peer serves two ``node.dial_back`` calls at a time."""
 
 
 @dataclass(frozen=True)
@@ -239,10 +241,12 @@ async def _check_reach(
         d.facts["reach"] = []
         return
     reach: list[dict[str, Any]] = []
+    # as many at once as a peer serves (node.dial_back's max_concurrent), 8 peers at a time
     limiter = anyio.CapacityLimiter(8)
+    per_peer = {p["node_id"]: anyio.CapacityLimiter(DIAL_BACKS_PER_PEER) for p in peers}
 
     async def probe(peer: Mapping[str, Any], address: str) -> None:
-        async with limiter:
+        async with limiter, per_peer[peer["node_id"]]:
             entry = {"peer": peer["node_id"], "peer_name": peer.get("name") or "", "address": address}
             try:
                 out = await client.call(

@@ -1,7 +1,9 @@
 """``node.dial_back``: a member asks this node to open a TCP connection to one of the addresses
 the member itself advertises, to learn whether other devices can reach it there (``hearthnet
-doctor``).  Only addresses in the caller's own signed manifest are dialled, so the probe cannot
-be turned on any other host or port; the connection is closed as soon as it opens."""
+doctor``).  Only addresses in the caller's own signed manifest are dialled, and nothing is sent
+on the connection, which is closed as soon as it opens.  A member names its own addresses, so
+one that advertised another host's port would learn whether that port answers from here (and
+nothing more): two probes at a time per node keep that to a trickle."""
 
 from __future__ import annotations
 

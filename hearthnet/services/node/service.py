@@ -65,7 +65,7 @@ class NodeService:
                 CapabilityDescriptor(
                     "node.dial_back",
                     (1, 0),
-                    max_concurrent=8,
+                    max_concurrent=2,
                     timeout_seconds=DIAL_BACK_SECONDS + 2.0,
                     idempotent=True,
                 ),
