@@ -85,7 +85,7 @@ async def test_a_silent_and_a_refusing_address_cost_the_stagger_not_the_timeout(
             assert address == addresses[2] == alone_address and link.peer_id == peer.node_id
             # two staggers (the silent one, then the refused one fails at once and the next
             # starts), plus the good one's own time; far below the silent one's timeout
-            assert elapsed < alone_s + 2 * STAGGER + 2.0 < HANDSHAKE_TIMEOUT / 4
+            assert elapsed < alone_s + 2 * STAGGER + 2.0 and elapsed < HANDSHAKE_TIMEOUT / 2
             await link.aclose()
             # the silent address's attempt was cancelled and its connection closed
             silent.settimeout(10)
