@@ -21,6 +21,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -154,7 +155,7 @@ class LanDiscovery:
             label = instance_label(self._node_id)
             try:
                 zc = Zeroconf(
-                    interfaces=[h for h in hosts if ":" not in h] if loopback_only else _all(),
+                    interfaces=["127.0.0.1"] if loopback_only else _all(),
                     ip_version=IPVersion.All if v6 and not loopback_only else IPVersion.V4Only,
                 )
                 self._zc = zc
@@ -169,6 +170,7 @@ class LanDiscovery:
                 zc.register_service(info, allow_name_change=True)
                 self._browser = ServiceBrowser(zc, SERVICE_TYPE, listener=_Listener(self))
             except Exception as exc:  # no multicast here (errno varies by OS): discovery is optional
+                _close_sockets_in(exc)
                 self._stop_locked()
                 if self.error is None:
                     log.debug("discovery_unavailable", error=type(exc).__name__, reason=str(exc)[:200])
@@ -213,6 +215,19 @@ class LanDiscovery:
             anyio.from_thread.run_sync(self._found, node_id, found, token=self._token)
         except Exception:  # the node is stopping
             return
+
+
+def _close_sockets_in(exc: BaseException) -> None:
+    """Close the sockets zeroconf opened before it failed (it leaves them to the garbage
+    collector, whose ``ResourceWarning`` would land in whatever runs next)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        for value in list(tb.tb_frame.f_locals.values()):
+            items = value if isinstance(value, list | tuple) else (value,)
+            for item in items:
+                if isinstance(item, socket.socket):
+                    item.close()
+        tb = tb.tb_next
 
 
 def _all() -> Any:

@@ -3,6 +3,11 @@ a member recognises a member; a real mDNS round trip on this host finds it."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import anyio
 import pytest
 
@@ -69,3 +74,40 @@ async def test_a_member_is_found_over_real_mdns_and_a_stranger_is_not() -> None:
         for d in (finder, announcer, outsider):
             await d.close()
     assert b not in stranger_found and a not in stranger_found
+
+
+_CHILD = """
+import sys, anyio
+from hearthnet.transport.discovery import LanDiscovery
+async def main():
+    d = LanDiscovery("ed25519:x", lambda n, a: None)
+    ok = await d.announce("hc1:abc", ["127.0.0.1:7000"])
+    await d.close()
+    print(ok, d.working, d.error)
+anyio.run(main)
+"""
+
+
+def test_without_multicast_discovery_fails_soft_and_says_why() -> None:
+    """A host where multicast cannot work (here: a network namespace whose only interface, lo,
+    is down): announcing returns False with the reason, raises nothing, and closes cleanly."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and ip (a network namespace without multicast)")
+    netns = f"hnl{os.getpid()}zc"
+    subprocess.run(["ip", "netns", "add", netns], check=True, capture_output=True)
+    try:
+        proc = subprocess.run(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", _CHILD],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONWARNINGS": "error"},
+        )
+    finally:
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    *logged, result = proc.stdout.strip().splitlines()
+    ok, working, error = result.split(" ", 2)
+    assert all("[debug" in line for line in logged)  # said once, at debug level: a node at info is quiet
+    assert (ok, working) == ("False", "False") and error.startswith("OSError")
+    assert "Traceback" not in proc.stderr and "WARNING" not in proc.stderr.upper()
