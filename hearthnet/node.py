@@ -388,6 +388,8 @@ class Node:
         """Members with no link now: the name they last gave and when their link went down
         (``last_seen`` wall-clock seconds; ``None`` if this node never saw them connected)."""
         assert self.bus is not None and self.event_log is not None and self.identity is not None
+        if self.event_log.community_id is None:
+            return []  # no community yet: no members to miss
         members = self.event_log.view(lambda m: m.members())
         out = []
         for node_id, member in sorted(members.items()):
