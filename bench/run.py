@@ -39,6 +39,7 @@ BENCHMARKS = (
     "drafts",
     "fuzz",
     "ui",
+    "lan_addresses",
     "wake",
     "chroma_door",
 )

@@ -40,6 +40,7 @@ from hearthnet.events.rules import EventRules
 from hearthnet.identity import Identity, load_identity
 from hearthnet.runtime.observability import process_figures
 from hearthnet.services.base import Service
+from hearthnet.services.community.addresses import AddressKeeper
 from hearthnet.services.community.service import CommunityService
 from hearthnet.services.node.service import NodeService
 
@@ -271,6 +272,7 @@ class Node:
         self.peers: PeerManager | None = None
         self.event_log: EventLog[Membership] | None = None
         self.community: CommunityService | None = None
+        self.addresses: AddressKeeper | None = None
         self.services: list[Service] = []
         self.front_doors: list[FrontDoor] = []
         self.started = anyio.Event()
@@ -376,7 +378,14 @@ class Node:
             }
             for p in self.bus.registry.all_capabilities()
         ]
-        return {**self.info(), "peers": peers, "offline": self._offline_members(), "capabilities": caps}
+        discovery = self.addresses.state() if self.addresses is not None else None
+        return {
+            **self.info(),
+            "peers": peers,
+            "offline": self._offline_members(),
+            "capabilities": caps,
+            "discovery": discovery,
+        }
 
     def _advertised_by(self, node_id: str) -> tuple[str, ...]:
         """The addresses in ``node_id``'s current signed manifest (this node's own for itself)."""
@@ -438,7 +447,7 @@ class Node:
             may_dial=lambda: self._own_revocation() is None,
             listen_host=config.network.listen_host,
             listen_port=config.network.listen_port,
-            advertise_host=config.network.advertise_host,
+            advertise=config.network.advertise,
             max_frame=config.network.max_frame,
             handshake_timeout=config.network.handshake_timeout,
             state_path=config.home / "peers.json",
@@ -456,6 +465,13 @@ class Node:
             addresses=peers.addresses,
             on_membership_changed=self._membership_changed,
             revocation_path=config.revocation_path,
+        )
+        self.addresses = AddressKeeper(
+            node_id=identity.node_id,
+            community=community,
+            event_log=event_log,
+            peers=peers,
+            discovery=config.network.discovery,
         )
         node_service = NodeService(
             info=self.info, stats=self.stats, status=self.status, advertised=self._advertised_by
@@ -484,6 +500,7 @@ class Node:
                         tg.start_soon(background)
                 tg.start_soon(bus.run_announcer)
                 tg.start_soon(community.run)
+                tg.start_soon(self.addresses.run)  # this node's addresses: record, LAN, renumbering
                 for door in self.front_doors:  # the control socket, the web UI
                     await tg.start(door.run)
                 log.info(

@@ -233,6 +233,10 @@ class CapabilityBus(Serving, Calling):
             capabilities=descriptors,
         )
 
+    def announce_soon(self) -> None:
+        """Send every peer a fresh manifest now (this node's addresses changed)."""
+        self._announce_event.set()
+
     async def run_announcer(self, *, refresh_seconds: float = MANIFEST_TTL_MS / 3000) -> None:
         """Push a fresh manifest to every peer when capabilities change and periodically."""
         while True:

@@ -12,9 +12,11 @@ dialling (a node that knows it was revoked).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.session import PeerSession
 from hearthnet.errors import BusError, ProtocolError, Revoked
 from hearthnet.identity import Identity
+from hearthnet.transport.addresses import interface_addresses, select_advertised, split_address
+from hearthnet.transport.dial import DialFailed, dial_first
 from hearthnet.transport.link import Admit, Link, accept_link, open_link, socket_peer_address
 from hearthnet.transport.tcp import accept_forever, create_listener, listener_port
 
@@ -37,6 +41,9 @@ MAX_BACKOFF = 3.0
 within about this plus one connect, whichever side dials first."""
 _MAX_PEERS = 1024
 _MAX_ADDRESSES_PER_PEER = 8
+_QUIET_SECONDS = 4.0
+"""A link nothing arrived on for this long (longer than the 3 s keepalive of a healthy link) may be
+closed on a LAN announcement that no longer names its host."""
 
 Refused = Callable[[str, BusError], Awaitable[None]]
 """``on_refused(peer_id, error)``: the peer we dialled refused the handshake as ``revoked``."""
@@ -49,10 +56,20 @@ class _DialState:
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"not a host:port address: {address!r}")
-    return host.strip("[]"), int(port)
+    """``host:port`` (an IPv6 host in brackets) -> ``(host, port)``; ``ValueError`` if not one."""
+    return split_address(address)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+    except ValueError:
+        return False
+    return True
+
+
+async def _close_link(link: Link) -> None:
+    await link.aclose()
 
 
 class PeerManager:
@@ -66,7 +83,7 @@ class PeerManager:
         is_member: Callable[[str], bool],
         listen_host: str,
         listen_port: int,
-        advertise_host: str | None = None,
+        advertise: Sequence[tuple[str, int | None]] = (),
         max_frame: int,
         handshake_timeout: float = 5.0,
         state_path: Path | None = None,
@@ -82,7 +99,8 @@ class PeerManager:
         self._is_member = is_member
         self._listen_host = listen_host
         self._listen_port = listen_port
-        self._advertise_host = advertise_host or listen_host
+        self._advertise = list(advertise)
+        self._own: list[str] = []
         self._max_frame = max_frame
         self._handshake_timeout = handshake_timeout
         self.bound_port: int | None = None
@@ -101,9 +119,75 @@ class PeerManager:
 
     # addresses ---------------------------------------------------------------
     def addresses(self) -> list[str]:
+        """Where peers can dial this node (``specs/transport.md``, "Addresses"); never a wildcard."""
+        return list(self._own)
+
+    def current_addresses(self) -> tuple[list[str], list[str]]:
+        """What this node should advertise now, and its own addresses on the LAN (what discovery
+        announces: the interfaces', whatever is configured), read now (blocking: a few syscalls)."""
         if self.bound_port is None:
-            return []
-        return [f"{self._advertise_host}:{self.bound_port}"]
+            return [], []
+        interfaces = interface_addresses()
+        lan = select_advertised(self._listen_host, self.bound_port, interfaces)
+        if not self._advertise:
+            return lan, lan
+        return select_advertised(self._listen_host, self.bound_port, interfaces, self._advertise), lan
+
+    async def set_addresses(self, addresses: list[str]) -> bool:
+        """Take ``addresses`` as this node's own; True if they changed.  Links whose local
+        address is no longer one of this host's (the device was renumbered) are closed, so
+        both sides dial again at once instead of waiting for the dead link to go silent."""
+        if addresses == self._own:
+            return False
+        self._own = list(addresses)
+        self._book_dirty.set()
+        self._bus.announce_soon()  # the manifest carries them
+        hosts = {a.ip.split("%")[0] for a in await anyio.to_thread.run_sync(interface_addresses)}
+        for peer, link in list(self._links.items()):
+            local = link.local_host
+            if local is not None and hosts and local not in hosts:
+                log.info("link_address_gone", peer=peer, local=local)
+                await link.aclose()
+        return True
+
+    def learn_addresses(self, node_id: str, addresses: Sequence[str], *, signed: bool) -> None:
+        """``node_id`` says it is at ``addresses`` (its signed record, or a LAN announcement).
+
+        They go first in its book, and a dial starts at once if it is not connected.  A link to
+        a host it no longer names is closed when the record is signed (an announcement, which
+        anyone on the LAN could fake, closes it only if the link has gone quiet).  Only a link
+        this node dialled is judged: an inbound link's source address is not an advertised one.
+        """
+        for address in reversed(list(addresses)[:_MAX_ADDRESSES_PER_PEER]):
+            self.add_address(node_id, address)
+        link = self._links.get(node_id)
+        if link is None or link.closed:
+            self.wake()
+            return
+        hosts = set()
+        for address in addresses:
+            try:
+                hosts.add(parse_address(address)[0])
+            except ValueError:
+                continue
+        if not link.initiator or not all(_is_ip(h) for h in hosts):
+            return  # an inbound link's source, or a name we resolved, says nothing about this
+        remote = link.remote_address.rpartition(":")[0].strip("[]")
+        if remote in hosts or self._tg is None:
+            return
+        if signed:
+            log.info("link_to_old_address", peer=node_id, address=link.remote_address)
+            self._tg.start_soon(link.aclose)
+        else:
+            self._tg.start_soon(self._close_if_quiet, node_id, link)
+
+    async def _close_if_quiet(self, node_id: str, link: Link) -> None:
+        """Close ``link`` once nothing has arrived on it for ``_QUIET_SECONDS``; keep it if it speaks."""
+        heard = link.last_received
+        await anyio.sleep(max(0.0, heard + _QUIET_SECONDS - time.monotonic()))
+        if not link.closed and link.last_received == heard:
+            log.info("link_to_old_address", peer=node_id, address=link.remote_address)
+            await link.aclose()
 
     def add_bootstrap(self, node_id: str, address: str) -> None:
         """A peer we may dial before our log says it is a member (the inviter)."""
@@ -159,7 +243,8 @@ class PeerManager:
         state = await anyio.to_thread.run_sync(self._load_state)
         listener = await self._listen(state.get("port"))
         self.bound_port = listener_port(listener)
-        log.info("listening", host=self._listen_host, port=self.bound_port)
+        self._own = (await anyio.to_thread.run_sync(self.current_addresses))[0]
+        log.info("listening", host=self._listen_host, port=self.bound_port, addresses=self._own)
         self._book_dirty.set()
         try:
             async with anyio.create_task_group() as tg:
@@ -306,36 +391,41 @@ class PeerManager:
                 self._tg.start_soon(self._dial_one, node_id, list(addresses), community)
 
     async def _dial_one(self, node_id: str, addresses: list[str], community: str) -> None:
+        """Dial every address of ``node_id`` staggered in parallel; keep the first link made."""
         state = self._dial.setdefault(node_id, _DialState())
+
+        async def attempt(address: str) -> Link:
+            host, port = parse_address(address)
+            return await open_link(
+                host,
+                port,
+                identity=self._identity,
+                community_id=community,
+                admit=self._admit,
+                expected_peer=node_id,
+                max_frame=self._max_frame,
+                handshake_timeout=self._handshake_timeout,
+            )
+
         try:
-            for address in addresses:
-                try:
-                    host, port = parse_address(address)
-                    link = await open_link(
-                        host,
-                        port,
-                        identity=self._identity,
-                        community_id=community,
-                        admit=self._admit,
-                        expected_peer=node_id,
-                        max_frame=self._max_frame,
-                        handshake_timeout=self._handshake_timeout,
-                    )
-                except (BusError, ValueError, OSError) as exc:
+            try:
+                _address, link = await dial_first(addresses, attempt, close=_close_link)
+            except DialFailed as failed:
+                for address, exc in failed.errors.items():
                     code = exc.code if isinstance(exc, BusError) else "bad_request"
                     log.debug("dial_failed", peer=node_id, address=address, code=code)
-                    if isinstance(exc, Revoked) and self._on_refused is not None:
-                        await self._on_refused(node_id, exc)
-                        if not self._may_dial():
-                            return
-                    continue
-                state.failures = 0
-                state.next_try = 0.0
-                self._dialing.discard(node_id)
-                await self._serve(link)
+                revoked = [e for e in failed.errors.values() if isinstance(e, Revoked)]
+                if revoked and self._on_refused is not None:
+                    await self._on_refused(node_id, revoked[0])
+                    if not self._may_dial():
+                        return
+                state.failures += 1
+                state.next_try = anyio.current_time() + min(MAX_BACKOFF, 0.25 * 2**state.failures)
                 return
-            state.failures += 1
-            state.next_try = anyio.current_time() + min(MAX_BACKOFF, 0.25 * 2**state.failures)
+            state.failures = 0
+            state.next_try = 0.0
+            self._dialing.discard(node_id)
+            await self._serve(link)
         finally:
             self._dialing.discard(node_id)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from hearthnet.config.embedding import EmbeddingConfig, embedding_env, embedding
 from hearthnet.config.llm import KEYS as LLM_KEYS
 from hearthnet.config.llm import LlmConfig, llm_env, llm_from
 from hearthnet.config.network import KEYS as NETWORK_KEYS
-from hearthnet.config.network import NetworkConfig, network_env, network_from
+from hearthnet.config.network import NetworkConfig, advertise_entries, network_env, network_from
 from hearthnet.config.rag import KEYS as RAG_KEYS
 from hearthnet.config.rag import RagConfig, rag_env, rag_from
 from hearthnet.config.rerank import RerankConfig, rerank_config, rerank_from_env
@@ -287,16 +287,25 @@ def load_config(home: Path, env: Mapping[str, str] | None = None) -> NodeConfig:
     return apply_env(config_from_mapping(home, data, environ), environ)
 
 
-def default_config_text(*, name: str, listen: str) -> str:
-    """The ``local`` preset written by ``hearthnet init`` (``name`` and ``listen`` checked as its flags)."""
+def default_config_text(*, name: str, listen: str, advertise: Sequence[str] = ()) -> str:
+    """The ``local`` preset written by ``hearthnet init`` (``name``, ``listen`` and each
+    ``advertise`` entry checked as its flags)."""
     check_name(name, "--name")
     parse_listen(listen, "--listen")
+    advertise_entries(list(advertise), "--advertise")
+    advertised = (
+        f"advertise = [{', '.join(toml_string(a.strip()) for a in advertise)}]\n"
+        if advertise
+        else '# advertise = ["100.64.0.7"]   # what peers dial (default: every interface\'s address)\n'
+    )
     return (
         "# HearthNet node configuration (see specs/node.md)\n"
         f"name = {toml_string(name)}\n"
         'log_level = "info"\n\n'
         "[network]\n"
-        f"listen = {toml_string(listen)}\n\n"
+        f"listen = {toml_string(listen)}\n"
+        f"{advertised}"
+        "# discovery = true            # announce this node and find members on the LAN (mDNS)\n\n"
         "[embedding]\n"
         "enabled = true\n\n"
         "[rag]\n"

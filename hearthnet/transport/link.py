@@ -29,6 +29,7 @@ import anyio.lowlevel
 
 from hearthnet.errors import BusError, Partition, ProtocolError, Timeout
 from hearthnet.identity.keys import Identity
+from hearthnet.transport.addresses import format_address
 from hearthnet.transport.handshake import (
     InitiatorHandshake,
     ResponderHandshake,
@@ -138,6 +139,15 @@ class Link:
     def __repr__(self) -> str:
         role = "initiator" if self.initiator else "responder"
         return f"Link({self.peer_id} at {self.remote_address}, {role}{', closed' if self._closed else ''})"
+
+    @property
+    def local_host(self) -> str | None:
+        """This end's IP address (``None`` for a stream that is not a socket)."""
+        try:
+            address = self._stream.extra(anyio.abc.SocketAttribute.local_address)
+        except (anyio.TypedAttributeLookupError, OSError):
+            return None
+        return str(address[0]) if isinstance(address, tuple) else None
 
     @property
     def closed(self) -> bool:
@@ -485,11 +495,6 @@ async def accept_link(
         frames=frames,
         max_frame=max_frame,
     )
-
-
-def format_address(host: str, port: int) -> str:
-    """``host:port``, with brackets around an IPv6 host."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def socket_peer_address(stream: anyio.abc.ByteStream, *, default: str = "unknown") -> str:

@@ -100,7 +100,8 @@ def cmd_init(args: argparse.Namespace) -> None:
         return
     name = args.name if args.name is not None else _default_name(home)
     listen = args.listen if args.listen is not None else "127.0.0.1:0"
-    config_text = default_config_text(name=name, listen=listen)  # checked before any file
+    advertise = args.advertise or []
+    config_text = default_config_text(name=name, listen=listen, advertise=advertise)  # checked first
     home.mkdir(parents=True, exist_ok=True)
     os.chmod(home, 0o700)
     identity = create_identity(home / "identity.key")
@@ -131,7 +132,7 @@ def _report_existing_home(args: argparse.Namespace, home: Path) -> None:
 
     identity = load_identity(home / "identity.key")
     name = load_config(home, env={}).name  # the file's own name, not an environment override
-    ignored = [flag for flag in ("--name", "--listen") if getattr(args, flag[2:]) is not None]
+    ignored = [flag for flag in ("--name", "--listen", "--advertise") if getattr(args, flag[2:]) is not None]
 
     def human() -> None:
         print(identity.node_id)
@@ -276,6 +277,13 @@ def add_init(sub: Any, common: argparse.ArgumentParser) -> None:
         "--listen",
         metavar="HOST:PORT",
         help="address to listen on (default: 127.0.0.1:0; port 0 takes any free port)",
+    )
+    p.add_argument(
+        "--advertise",
+        metavar="HOST[:PORT]",
+        action="append",
+        help="an address peers dial instead of this device's interfaces, e.g. a VPN address "
+        "(repeatable; default port: the one listened on; default: every interface's address)",
     )
     p.set_defaults(func=cmd_init)
 

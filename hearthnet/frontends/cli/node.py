@@ -39,6 +39,7 @@ def cmd_status(args: argparse.Namespace) -> None:
         else:
             print(f"level      {st.get('level') or '-'}")
         print(f"listening  {', '.join(st.get('addresses', [])) or '-'}")
+        print(f"discovery  {discovery_line(st.get('discovery'))}")
         print(f"peers      {len(st.get('peers', []))}")
         for p in st.get("peers", []):
             heard = f"  heard {p['last_heard_s']:g} s ago" if "last_heard_s" in p else ""
@@ -56,6 +57,15 @@ def cmd_status(args: argparse.Namespace) -> None:
         print(capability_table(st.get("capabilities", [])))
 
     emit(args, st, human)
+
+
+def discovery_line(state: dict[str, Any] | None) -> str:
+    """``status``'s word on LAN discovery: off, not working (and why), or how many it found."""
+    if not state or not state.get("enabled"):
+        return "off ([network] discovery = false)"
+    if not state.get("working"):
+        return f"not working: {shown(str(state.get('error') or 'not announced yet'))}"
+    return f"on the LAN, {len(state.get('found') or {})} member(s) found"
 
 
 def capability_table(caps: list[dict[str, Any]]) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 
 from hearthnet.bus.bus import CapabilityBus
@@ -52,3 +54,57 @@ async def test_a_members_peer_list_cannot_evict_another_members_real_address() -
     assert peers.known_addresses()[gossiper][0] == "192.168.1.30:7000"
     await ours.aclose()
     await _theirs.aclose()
+
+
+def _manager(me: Identity, levels: dict[str, Level]) -> tuple[CapabilityBus, PeerManager]:
+    bus = CapabilityBus(me, level_of=levels.get, community_id=lambda: COMMUNITY, name="n")
+    peers = PeerManager(
+        bus,
+        me,
+        community_id=lambda: COMMUNITY,
+        admit=lambda _p: None,
+        is_member=lambda p: p in levels,
+        listen_host="127.0.0.1",
+        listen_port=0,
+        max_frame=1 << 20,
+    )
+    return bus, peers
+
+
+@pytest.mark.anyio
+async def test_a_signed_record_naming_other_hosts_closes_only_the_link_we_dialled() -> None:
+    a, b = Identity.generate(), Identity.generate()
+    levels = {a.node_id: Level.MEMBER, b.node_id: Level.MEMBER}
+    bus_a, peers_a = _manager(a, levels)
+    bus_b, peers_b = _manager(b, levels)
+    async with anyio.create_task_group() as tg:
+        await tg.start(peers_a.run)
+        port_b = await tg.start(peers_b.run)
+        assert peers_b.addresses() == [f"127.0.0.1:{port_b}"]  # what it listens on, never a wildcard
+        peers_a.add_address(b.node_id, f"127.0.0.1:{port_b}")
+        with anyio.fail_after(30):
+            await bus_a.wait_peer(b.node_id)
+            await bus_b.wait_peer(a.node_id)
+        inbound = bus_b.sessions[a.node_id]
+        # b says (signed) where a is now: b's link is inbound, its source port says nothing: kept
+        peers_b.learn_addresses(a.node_id, ["10.77.0.9:7700"], signed=True)
+        dialled = bus_a.sessions[b.node_id]
+        # a's link was dialled to 127.0.0.1: kept while b's record still names that host
+        peers_a.learn_addresses(b.node_id, ["10.77.0.8:7700", f"127.0.0.1:{port_b}"], signed=True)
+        for _ in range(20):  # give a close that was wrongly scheduled every chance to run
+            await anyio.lowlevel.checkpoint()
+        assert not inbound.link.closed and not dialled.link.closed
+        # ... and closed once the record no longer names it (a redial follows)
+        down = anyio.Event()
+
+        async def went_down(session: PeerSession) -> None:
+            if session is dialled:
+                down.set()
+
+        bus_a.on_session_down(went_down)
+        peers_a.learn_addresses(b.node_id, ["10.77.0.8:7700"], signed=True)
+        with anyio.fail_after(30):
+            await down.wait()
+        assert dialled.link.closed
+        assert peers_a.known_addresses()[b.node_id][0] == "10.77.0.8:7700"  # first in line
+        tg.cancel_scope.cancel()

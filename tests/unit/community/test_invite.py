@@ -119,3 +119,12 @@ def test_decode_only_raises_bus_errors(text: str) -> None:
         decode_token("hn1." + text, now_ms=NOW)
     except BusError:
         pass
+
+
+def test_a_token_carries_every_advertised_address_and_old_tokens_still_decode() -> None:
+    addresses = ["192.168.1.20:7700", "[fd00::20]:7700", "100.64.0.7:7700", "vpn.example.net:7701"]
+    token = _token(addresses=addresses)
+    assert decode_token(encode_token(token, INVITER), now_ms=NOW).addresses == addresses
+    # a token made before address lists (one address, the same body) is read as before
+    old = encode_token(_token(addresses=["192.168.1.20:7447"]), INVITER)
+    assert decode_token(old, now_ms=NOW).addresses == ["192.168.1.20:7447"]

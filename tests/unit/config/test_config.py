@@ -274,7 +274,31 @@ def test_an_advertised_host_is_checked_like_a_listen_host(tmp_path: Path) -> Non
     with pytest.raises(BadRequest, match=r"^HEARTHNET_ADVERTISE_HOST must be an IP"):
         apply_env(config_from_mapping(tmp_path, {}), {"HEARTHNET_ADVERTISE_HOST": "a b"})
     kept = config_from_mapping(tmp_path, {"network": {"advertise_host": "192.168.1.20"}})
-    assert kept.network.advertise_host == "192.168.1.20"
+    assert kept.network.advertise == (("192.168.1.20", None),)  # the older key, folded in
+
+
+def test_advertised_addresses_and_discovery_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    entries = ["100.64.0.7", "vpn.example.net:7701", "[fd7a::1]:7702", "fd7a::2"]
+    net = {"advertise": entries, "discovery": False}
+    config = config_from_mapping(tmp_path, {"network": net})
+    assert config.network.advertise == (
+        ("100.64.0.7", None),
+        ("vpn.example.net", 7701),
+        ("fd7a::1", 7702),
+        ("fd7a::2", None),
+    )
+    assert config.network.discovery is False
+    assert config_from_mapping(tmp_path, {}).network.discovery is True
+    env = apply_env(config, {"HEARTHNET_ADVERTISE": "10.0.0.5:7000, 10.0.0.6", "HEARTHNET_DISCOVERY": "on"})
+    assert env.network.advertise == (("10.0.0.5", 7000), ("10.0.0.6", None))
+    assert env.network.discovery is True
+    for wildcard in ("0.0.0.0", "[::]:7700", "::"):
+        with pytest.raises(BadRequest, match="wildcard"):
+            config_from_mapping(tmp_path, {"network": {"advertise": [wildcard]}})
+    with pytest.raises(BadRequest, match="port"):
+        config_from_mapping(tmp_path, {"network": {"advertise": ["10.0.0.5:70000"]}})
+    with pytest.raises(BadRequest, match="true/false"):
+        config_from_mapping(tmp_path, {"network": {"discovery": "yes"}})
 
 
 @pytest.mark.parametrize(

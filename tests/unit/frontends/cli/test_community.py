@@ -44,6 +44,22 @@ def test_init_escapes_the_name_and_checks_everything_before_it_writes(
     assert config.name == sneaky and config.network.listen_host == "127.0.0.1"
 
 
+def test_init_writes_the_advertised_addresses_and_refuses_a_wildcard(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hearthnet.config import load_config
+
+    home = tmp_path / "home"
+    args = ["init", "--home", str(home), "--listen", "0.0.0.0:7700"]
+    assert main([*args, "--advertise", "0.0.0.0"]) == 1
+    assert "wildcard" in capsys.readouterr().err
+    assert not home.exists()  # checked before any file
+    assert main([*args, "--advertise", "100.64.0.7", "--advertise", "[fd7a::1]:7701"]) == 0
+    config = load_config(home, env={})
+    assert config.network.advertise == (("100.64.0.7", None), ("fd7a::1", 7701))
+    assert config.network.discovery is True
+
+
 def test_init_on_an_existing_home_shows_its_node_and_changes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
