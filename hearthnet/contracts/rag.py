@@ -21,23 +21,30 @@ community knows of and its hosts).  See ``specs/rag.md``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
 from hearthnet.bus.router import Preference
-from hearthnet.contracts.base import Caller
+from hearthnet.contracts.base import Caller, Streamed, opened, streamed_result, streamer
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 
 __all__ = [
     "BY_CORPUS",
+    "CORPUS_NAME",
     "DEFAULT_K",
     "DEFAULT_MODE",
+    "DELETE",
     "DELETED",
+    "INGEST",
     "INGESTED",
     "KEPT_LOCAL",
+    "KNOWN_CORPORA",
     "LANGUAGE",
+    "LIST_CORPORA",
+    "LIST_DOCUMENTS",
     "LIST_PAGE",
     "MAX_CORPUS_NAME",
     "MAX_FILENAME",
@@ -49,27 +56,51 @@ __all__ = [
     "PERSONAL",
     "PREDICATES",
     "PREFERENCES",
+    "QUERY",
     "QUERY_MODES",
+    "REINDEX",
     "RESERVED",
+    "SEARCH_ARCHIVES",
     "SYSTEM",
+    "OnFrame",
     "RagClient",
     "advertised_chunks",
     "announced",
     "check_reachable",
     "check_writable",
     "host_label",
+    "ingest_input",
     "ingest_predicate",
+    "is_corpus_name",
     "is_language",
     "is_private",
     "validate_corpus_name",
 ]
+
+# -- capability names ----------------------------------------------------------------------------
+QUERY = "rag.query"
+INGEST = "rag.ingest"
+DELETE = "rag.delete"
+LIST_DOCUMENTS = "rag.list_documents"
+LIST_CORPORA = "rag.list_corpora"
+KNOWN_CORPORA = "rag.known_corpora"
+REINDEX = "rag.reindex"
+SEARCH_ARCHIVES = "rag.search_archives"
+
 
 # -- corpus names --------------------------------------------------------------------------------
 MAX_CORPUS_NAME = 64
 RESERVED: frozenset[str] = frozenset({"personal", "system"})
 PERSONAL = "personal"
 SYSTEM = "system"
-_NAME = re.compile(r"[a-z0-9-]+")
+CORPUS_NAME = re.compile(r"[a-z0-9-]{1,64}")
+"""The corpus-name pattern, written once: every check of a name (the CLI's, the doors', the
+services', an archive's) uses it or :func:`validate_corpus_name`."""
+
+
+def is_corpus_name(value: object) -> bool:
+    """Whether ``value`` is a valid corpus name (reserved ones included)."""
+    return isinstance(value, str) and CORPUS_NAME.fullmatch(value) is not None
 
 
 def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
@@ -80,7 +111,7 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
         raise BadRequest("corpus name is empty: use 1-64 characters of a-z, 0-9 and '-'")
     if len(name) > MAX_CORPUS_NAME:
         raise BadRequest(f"corpus name is {len(name)} characters long: at most {MAX_CORPUS_NAME} allowed")
-    if _NAME.fullmatch(name) is None:
+    if CORPUS_NAME.fullmatch(name) is None:
         raise BadRequest(f"corpus name {name!r} is invalid: use only lowercase a-z, digits 0-9 and '-'")
     if not allow_reserved and name in RESERVED:
         raise BadRequest(f"corpus name {name!r} is reserved")
@@ -89,8 +120,8 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
 
 # -- the reserved corpora ----------------------------------------------------------------------
 KEPT_LOCAL: tuple[tuple[str, dict[str, str]], ...] = (
-    ("rag.query", {"corpus": PERSONAL}),
-    ("rag.ingest", {"corpus": PERSONAL}),
+    (QUERY, {"corpus": PERSONAL}),
+    (INGEST, {"corpus": PERSONAL}),
 )
 """Calls every node keeps to itself, whether or not it runs RAG (``CapabilityBus.keep_local``)."""
 
@@ -176,11 +207,11 @@ def advertised_chunks(offered: Mapping[str, Any]) -> int:
     return chunks if type(chunks) is int and chunks > 0 else 0
 
 
-PREDICATES: Mapping[str, ParamsPredicate] = {"rag.ingest": ingest_predicate}
+PREDICATES: Mapping[str, ParamsPredicate] = {INGEST: ingest_predicate}
 """How a remote provider's params are matched, where it is not every requested key equal."""
 PREFERENCES: Mapping[str, Preference] = {
-    "rag.query": advertised_chunks,
-    "rag.list_documents": advertised_chunks,
+    QUERY: advertised_chunks,
+    LIST_DOCUMENTS: advertised_chunks,
 }
 """Among the providers that fit, which to try first (a higher rank first)."""
 
@@ -198,8 +229,34 @@ def host_label(node_id: str, name: str | None = None) -> str:
 
 
 # -- the typed client ---------------------------------------------------------------------------
+OnFrame = Callable[[dict[str, Any]], None]
+"""What a streamed call's progress frames (``{stage, current, total}``) are handed to."""
+
+
+def ingest_input(
+    doc_cid: str,
+    *,
+    filename: str | None = None,
+    title: str | None = None,
+    language: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One document of ``rag.ingest``'s input (alone, or one of its ``documents``)."""
+    inp: dict[str, Any] = {"doc_cid": doc_cid}
+    if filename is not None:
+        inp["filename"] = filename
+    if title is not None:
+        inp["title"] = title  # otherwise the document's own title, or its file name
+    if language is not None:
+        inp["language"] = language
+    if metadata:
+        inp["metadata"] = dict(metadata)
+    return inp
+
+
 class RagClient:
-    """The ``rag.*`` capabilities as a caller uses them (through the node's bus or its control socket)."""
+    """The ``rag.*`` capabilities as a caller uses them (through the node's bus, its control socket
+    or one web login): every field of each capability's input, and nothing else, reaches it."""
 
     def __init__(self, caller: Caller) -> None:
         self._caller = caller
@@ -213,11 +270,13 @@ class RagClient:
         filter: Mapping[str, Any] | None = None,
         include_text: bool = True,
         mode: str | None = None,
+        embedding_model: str | None = None,
         timeout: float | None = None,
         provider: str | None = None,
     ) -> CallResult:
         """``rag.query`` of ``corpus``: its ``k`` chunks best for ``query`` (``mode``: one of
-        :data:`QUERY_MODES`, the corpus host's default if ``None``)."""
+        :data:`QUERY_MODES`, the corpus host's default if ``None``; ``embedding_model``: only a
+        host whose copy is embedded with that model)."""
         inp: dict[str, Any] = {"query": query, "k": k}
         if filter:
             inp["filter"] = dict(filter)
@@ -225,9 +284,97 @@ class RagClient:
             inp["include_text"] = False
         if mode is not None:
             inp["mode"] = mode
-        return await self._caller.call(
-            "rag.query", params={"corpus": corpus}, input=inp, timeout=timeout, provider=provider
+        params = {"corpus": corpus}
+        if embedding_model is not None:
+            params["embedding_model"] = embedding_model
+        return await self._caller.call(QUERY, params=params, input=inp, timeout=timeout, provider=provider)
+
+    def ingesting(
+        self,
+        corpus: str,
+        documents: Sequence[Mapping[str, Any]],
+        *,
+        provider: str | None = None,
+        timeout: float | None = None,
+    ) -> AbstractAsyncContextManager[Streamed]:
+        """``rag.ingest`` streamed: one document (a list of one: its input is sent alone, as older
+        hosts take it) or a batch ``{documents}`` (each made by :func:`ingest_input`)."""
+        inp = dict(documents[0]) if len(documents) == 1 else {"documents": [dict(d) for d in documents]}
+        return opened(
+            streamer(self._caller),
+            INGEST,
+            params={"corpus": corpus},
+            input=inp,
+            provider=provider,
+            timeout=timeout,
         )
+
+    async def ingest(
+        self,
+        corpus: str,
+        documents: Sequence[Mapping[str, Any]],
+        *,
+        provider: str | None = None,
+        timeout: float | None = None,
+        on_frame: OnFrame | None = None,
+    ) -> CallResult:
+        """:meth:`ingesting` run to its end, each progress frame handed to ``on_frame``."""
+        return await streamed_result(
+            self.ingesting(corpus, documents, provider=provider, timeout=timeout), on_frame
+        )
+
+    async def delete(
+        self, corpus: str, doc_cid: str, *, provider: str | None = None, timeout: float | None = None
+    ) -> CallResult:
+        """``rag.delete``: the document out of ``corpus`` (on ``provider``, else where it is hosted)."""
+        return await self._caller.call(
+            DELETE, params={"corpus": corpus}, input={"doc_cid": doc_cid}, provider=provider, timeout=timeout
+        )
+
+    async def list_documents(
+        self,
+        corpus: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        provider: str | None = None,
+        timeout: float | None = None,
+    ) -> CallResult:
+        """``rag.list_documents``: one page of ``corpus``'s documents, after the doc_cid ``after``."""
+        inp: dict[str, Any] = {}
+        if after:
+            inp["after"] = after
+        if limit is not None:
+            inp["limit"] = limit
+        return await self._caller.call(
+            LIST_DOCUMENTS, params={"corpus": corpus}, input=inp, provider=provider, timeout=timeout
+        )
+
+    async def reindex(
+        self, corpus: str, *, timeout: float | None = None, on_frame: OnFrame | None = None
+    ) -> CallResult:
+        """``rag.reindex``: re-embed this node's ``corpus`` with its configured model."""
+        call = opened(streamer(self._caller), REINDEX, input={"corpus": corpus}, timeout=timeout)
+        return await streamed_result(call, on_frame)
+
+    async def search_archives(
+        self,
+        query: str,
+        *,
+        format: str | None = None,
+        top_k: int | None = None,
+        rag_config: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> CallResult:
+        """``rag.search_archives``: the archives the node's allow-list names, searched at once."""
+        inp: dict[str, Any] = {"query": query}
+        if format is not None:
+            inp["format"] = format
+        if top_k is not None:
+            inp["top_k"] = top_k
+        if rag_config is not None:
+            inp["rag_config"] = rag_config
+        return await self._caller.call(SEARCH_ARCHIVES, input=inp, timeout=timeout)
 
     async def known_corpora(
         self, corpus: str | None = None, *, provider: str | None = None, timeout: float | None = None
@@ -235,7 +382,7 @@ class RagClient:
         """``rag.known_corpora``: every corpus the community knows of (or just ``corpus``) with its hosts;
         ``not_found`` from a node without the catalog."""
         result = await self._caller.call(
-            "rag.known_corpora",
+            KNOWN_CORPORA,
             input={} if corpus is None else {"corpus": corpus},
             provider=provider,
             timeout=timeout,
@@ -253,5 +400,5 @@ class RagClient:
 
     async def list_corpora(self, provider: str, *, timeout: float) -> list[dict[str, Any]]:
         """``rag.list_corpora`` of one node: its corpora with their counts and models."""
-        result = await self._caller.call("rag.list_corpora", provider=provider, timeout=timeout)
+        result = await self._caller.call(LIST_CORPORA, provider=provider, timeout=timeout)
         return list(result.output.get("corpora") or [])

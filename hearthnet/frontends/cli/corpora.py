@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import MAX_K, QUERY_MODES, host_label
+from hearthnet.contracts.rag import MAX_K, QUERY_MODES, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
 from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
@@ -57,18 +57,17 @@ def cmd_query(args: argparse.Namespace) -> None:
     corpora = checked_corpora([corpus_arg(c) for c in args.corpus])
     # '-': the question from stdin (a long one, or one with quotes the shell would eat)
     text = stdin_text("the query", MAX_STDIN_QUERY) if args.text == "-" else args.text
-    inp: dict[str, Any] = {"query": text_arg(text, "the query"), "k": args.k}
-    if args.filter:
-        inp["filter"] = load_json(args.filter, "--filter")
-    if args.mode:
-        inp["mode"] = args.mode
+    query = text_arg(text, "the query")
+    filter = load_json(args.filter, "--filter") if args.filter else None
     client = Client(args.home)
     if len(corpora) > 1:  # several corpora (or archives): one merged ranking
-        query_corpora(args, corpora, inp, _node_names(client))
+        query_corpora(args, corpora, query, filter, _node_names(client))
         return
     (corpus,) = corpora
     try:
-        result = client.call("rag.query", params={"corpus": corpus}, input=inp)
+        result = client.run(
+            lambda c: RagClient(c).query(corpus, query, k=args.k, filter=filter, mode=args.mode or None)
+        )
     except (NotFound, Partition) as exc:
         raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
     chunks = result.output["chunks"]

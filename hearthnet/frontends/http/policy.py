@@ -11,7 +11,7 @@ at least its level.  The node's owner is the only anchor.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
 from hearthnet.bus.api import BusAPI, CallStream
@@ -141,6 +141,19 @@ class LoginBus:
         provider: str | None = None,
     ) -> CallResult:
         return await self._gated.call(
+            self._level, capability, params=params, input=input, timeout=timeout, provider=provider
+        )
+
+    def stream(
+        self,
+        capability: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> AbstractAsyncContextManager[CallStream]:
+        return self._gated.stream(
             self._level, capability, params=params, input=input, timeout=timeout, provider=provider
         )
 
