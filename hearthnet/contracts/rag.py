@@ -34,6 +34,7 @@ from hearthnet.errors import BadRequest, NotFound, Unauthorized
 __all__ = [
     "BY_CORPUS",
     "CORPUS_NAME",
+    "CORPUS_PATTERN",
     "DEFAULT_K",
     "DEFAULT_MODE",
     "DELETE",
@@ -93,7 +94,8 @@ MAX_CORPUS_NAME = 64
 RESERVED: frozenset[str] = frozenset({"personal", "system"})
 PERSONAL = "personal"
 SYSTEM = "system"
-CORPUS_NAME = re.compile(r"[a-z0-9-]{1,64}")
+CORPUS_PATTERN = "[a-z0-9-]{1,64}"
+CORPUS_NAME = re.compile(CORPUS_PATTERN)
 """The corpus-name pattern, written once: every check of a name (the CLI's, the doors', the
 services', an archive's) uses it or :func:`validate_corpus_name`."""
 

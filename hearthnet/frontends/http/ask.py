@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from hearthnet.contracts.answer import ASK, AnswerClient, AskInput
 from hearthnet.contracts.rag import PERSONAL, validate_corpus_name
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.frontends.http import policy
@@ -75,17 +76,20 @@ async def _ask(state: UiState, request: Request, session: Session) -> Response:
     if not isinstance(debug, bool):
         raise BadRequest("debug must be true or false")
     corpora = await _corpora(state, session, body.get("corpora"))
-    inp: dict[str, Any] = {"question": question, "session": chat_id, "debug": debug}
-    if corpora is not None:
-        inp["corpora"] = corpora
-    elif not session.owner:
-        inp["no_rag"] = True  # nothing this person may search yet: the model answers alone
-    policy.check(session.level, "answer.ask")  # before the stream starts: a refusal is a 403
+    # corpora None: every reachable one for the owner; nothing this person may search yet: the
+    # model answers alone
+    ask = AskInput(
+        question,
+        session=chat_id,
+        debug=debug,
+        corpora=corpora,
+        no_rag=True if corpora is None and not session.owner else None,
+    )
+    policy.check(session.level, ASK)  # before the stream starts: a refusal is a 403
 
     async def produce(emit: Emit) -> None:
         await emit("chat", {"session": chat_id})
-        async with state.bus.stream(session.level, "answer.ask", input=inp) as call:
-            await call.end_input()
+        async with AnswerClient(state.bus.login(session.level)).asking(ask) as call:
             async for frame in call.frames():
                 await emit("frame", frame)
             result = await call.result()
@@ -95,7 +99,7 @@ async def _ask(state: UiState, request: Request, session: Session) -> Response:
 
 
 async def _chats(state: UiState, request: Request, session: Session) -> Response:
-    listing = (await state.bus.call(session.level, "answer.sessions", input={"limit": CHATS_LIMIT})).output
+    listing = await AnswerClient(state.bus.login(session.level)).sessions(limit=CHATS_LIMIT)
     chats = [
         c for c in listing.get("sessions", []) if isinstance(c, dict) and _mine(session, str(c.get("id")))
     ]
@@ -104,24 +108,19 @@ async def _chats(state: UiState, request: Request, session: Session) -> Response
 
 async def _chat(state: UiState, request: Request, session: Session) -> Response:
     chat = _chat_id(session, request.query_params.get("session"))
-    out = await state.bus.call(session.level, "answer.session.get", input={"session": chat})
-    return json_response(out.output)
+    return json_response(await AnswerClient(state.bus.login(session.level)).session(chat))
 
 
 async def _rename(state: UiState, request: Request, session: Session) -> Response:
     body = await json_body(request)
     chat = _chat_id(session, body.get("session"))
-    out = await state.bus.call(
-        session.level, "answer.session.rename", input={"session": chat, "title": body.get("title")}
-    )
-    return json_response(out.output)
+    return json_response(await AnswerClient(state.bus.login(session.level)).rename(chat, body.get("title")))
 
 
 async def _delete(state: UiState, request: Request, session: Session) -> Response:
     body = await json_body(request)
     chat = _chat_id(session, body.get("session"))
-    out = await state.bus.call(session.level, "answer.session.delete", input={"session": chat})
-    return json_response(out.output)
+    return json_response(await AnswerClient(state.bus.login(session.level)).delete(chat))
 
 
 def routes(state: UiState) -> list[BaseRoute]:

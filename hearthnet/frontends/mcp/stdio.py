@@ -15,6 +15,7 @@ from typing import Any
 from mcp.server.stdio import stdio_server
 
 from hearthnet.bus.context import CallResult
+from hearthnet.contracts.node import NodeClient
 from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.frontends.mcp.server import build_server
 
@@ -51,7 +52,7 @@ async def serve_stdio(home: Path) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin.  The node must run: checked first,
     so a missing node is one error line, not a server whose every call fails."""
     async with AsyncClient(home) as client:
-        await client.call("node.info", timeout=10.0)
+        await NodeClient(client).info(timeout=10.0)
         calls = OwnerCalls(client)
         server = build_server(lambda ctx: calls)
         async with stdio_server() as (read, write):

@@ -18,7 +18,7 @@ import anyio
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
-from hearthnet.community.levels import Level
+from hearthnet.contracts.levels import trust_required
 from hearthnet.contracts.rag import BY_CORPUS, MAX_K, announced
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
@@ -165,7 +165,7 @@ class CorpusOffers:
                     "rag.delete",
                     (1, 0),
                     params=delete,
-                    trust_required=Level.TRUSTED,
+                    trust_required=trust_required("rag.delete"),
                     max_concurrent=2,
                     timeout_seconds=300.0,
                     idempotent=True,
@@ -187,7 +187,7 @@ class CorpusOffers:
             "rag.ingest",
             (1, 0),
             params=self._ingest_params,
-            trust_required=Level.TRUSTED,
+            trust_required=trust_required("rag.ingest"),
             max_concurrent=2,
             timeout_seconds=900.0,
             idempotent=True,
