@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from hearthnet.contracts import formats
 from hearthnet.contracts.rag import SYSTEM, is_language
 from hearthnet.errors import BadRequest
 from hearthnet.frontends.cli.args import corpus_arg, meta_args
@@ -28,13 +29,15 @@ from hearthnet.frontends.client.client import Client
 from hearthnet.frontends.client.corpora import ingest_host
 from hearthnet.frontends.client.ingest import Document, ingest_files
 
-__all__ = ["SUPPORTED_SUFFIXES", "add_ingest"]
+__all__ = ["add_ingest"]
 
-SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
 BATCH_FILES = 32
 """Small files ingested by one ``rag.ingest {documents}`` call."""
 BATCH_FILE_BYTES = 256 * 1024
 """Files up to this size go in batches; larger ones (a book, a long PDF) are ingested one by one."""
+
+
+_SUFFIXES = ", ".join(formats.SUFFIXES)
 
 
 def _failure(path: Path, code: str, message: str) -> dict[str, Any]:
@@ -46,9 +49,10 @@ def _expand(
 ) -> tuple[list[Path], list[dict[str, Any]]]:
     """The files to ingest, each once, in the order given; and failures for what cannot be walked.
 
-    A folder contributes its supported files (``SUPPORTED_SUFFIXES``), sorted, skipping
-    names that start with '.' (``.git/``, macOS ``._x.pdf`` resource forks) and following
-    symlinked folders once each; what it skips goes to ``skipped`` (``{path, reason}``).
+    A folder contributes the files of the formats HearthNet reads
+    (:mod:`~hearthnet.contracts.formats`), sorted, skipping names that start with '.' (``.git/``,
+    macOS ``._x.pdf`` resource forks) and following symlinked folders once each; what it skips
+    goes to ``skipped`` (``{path, reason}``).
     A file named directly is taken whatever its name.
     """
     files: list[Path] = []
@@ -109,9 +113,9 @@ def _walk(top: Path, problems: list[dict[str, Any]], skipped: list[dict[str, Any
             if name.startswith("."):
                 skipped.append(_skip(candidate, "hidden: its name starts with '.'"))
                 continue
-            if suffix not in SUPPORTED_SUFFIXES:
+            if formats.by_suffix(name) is None:
                 kind = f"unsupported type {suffix}" if suffix else "no file extension"
-                skipped.append(_skip(candidate, f"{kind}: only .pdf, .txt, .md and .markdown are ingested"))
+                skipped.append(_skip(candidate, f"{kind}: only {_SUFFIXES} are ingested"))
                 continue
             try:
                 if candidate.is_file():
@@ -183,7 +187,7 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
     files, problems = _expand(args.paths, skipped)
     if not files and not problems:
         why = f": {_skipped_text(skipped)}" if skipped else ""
-        raise BadRequest(f"no files to ingest (supported: PDF, .txt, .md, .markdown){why}")
+        raise BadRequest(f"no files to ingest (supported: {formats.supported_text()}){why}")
     if args.title is not None and len(files) > 1:
         raise BadRequest(f"--title names one document, but {len(files)} files were given")
     walked = {path_text(f) for f in files} - {path_text(Path(p)) for p in args.paths}
@@ -351,7 +355,8 @@ def add_ingest(sub: Any, common: argparse.ArgumentParser) -> None:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="files (PDF, .txt, .md) or folders, walked for those; names starting with '.' skipped; "
+        help=f"files ({formats.supported_text()}: {_SUFFIXES}) or folders, walked for those; "
+        "names starting with '.' skipped; "
         "'-' reads one document from stdin",
     )
     p.add_argument(

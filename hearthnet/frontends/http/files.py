@@ -18,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from hearthnet.blobs.cid import is_cid
 from hearthnet.community.levels import Level
+from hearthnet.contracts import formats
 from hearthnet.contracts.file import FileClient
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.http.app import UiState, api
@@ -112,10 +113,12 @@ class BlobResponse(Response):
 
 def _headers(cid: str, first: bytes, size: int) -> list[tuple[bytes, bytes]]:
     name = cid.split(":", 1)[1][:16]
-    if first.startswith(b"%PDF-"):
-        kind, disposition = b"application/pdf", f'inline; filename="{name}.pdf"'
+    pdf, text = formats.PDF, formats.TEXT
+    if pdf.magic is not None and first.startswith(pdf.magic):
+        kind, disposition = pdf.content_type.encode(), f'inline; filename="{name}{pdf.suffixes[0]}"'
     elif _is_text(first):
-        kind, disposition = b"text/plain; charset=utf-8", f'inline; filename="{name}.txt"'
+        kind = f"{text.content_type}; charset=utf-8".encode()
+        disposition = f'inline; filename="{name}{text.suffixes[0]}"'
     else:
         kind, disposition = b"application/octet-stream", f'attachment; filename="{name}"'
     return [

@@ -10,6 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from hearthnet.community.levels import Level
+from hearthnet.contracts import formats
 from hearthnet.contracts.rag import CORPUS_PATTERN
 from hearthnet.frontends.http.tokens import Session
 
@@ -121,7 +122,7 @@ def library_page(session: Session, node_name: str) -> str:
         <button type="button" id="choose-files" class="secondary">Choose files</button>
         <button type="button" id="choose-folder" class="secondary">Choose a folder</button>
         <input type="file" id="pick-files" multiple class="visually-hidden" tabindex="-1"
-          aria-hidden="true" accept=".pdf,.txt,.md,.markdown,application/pdf,text/plain,text/markdown">
+          aria-hidden="true" accept="{formats.accept()}">
         <input type="file" id="pick-folder" webkitdirectory multiple class="visually-hidden"
           tabindex="-1" aria-hidden="true">
       </div>
