@@ -69,6 +69,7 @@ __all__ = [
     "announced",
     "check_reachable",
     "check_writable",
+    "embedded_with_another",
     "host_label",
     "ingest_input",
     "ingest_predicate",
@@ -152,6 +153,16 @@ def announced(corpus: str) -> bool:
 def is_private(corpus: str) -> bool:
     """Whether a document ingested into ``corpus`` is a private blob, never given to a peer."""
     return corpus == PERSONAL
+
+
+def embedded_with_another(corpus: str, has: str, wants: str, *, then: str = "") -> NotFound:
+    """The refusal of a corpus embedded with model ``has`` by a node that embeds with ``wants``:
+    queries and new documents would be compared in different vector spaces.  ``then`` ends the
+    advice (" first": before an ingest)."""
+    return NotFound(
+        f"corpus {corpus} was embedded with {has} but this node embeds with {wants}: "
+        f"run 'hearthnet rag reindex --corpus {corpus}'{then}"
+    )
 
 
 # -- limits ------------------------------------------------------------------------------------

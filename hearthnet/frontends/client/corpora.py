@@ -293,7 +293,7 @@ def requested_corpora(calls: Calls, names: Sequence[Any]) -> list[str]:
         raise BadRequest(f"at most {MAX_CORPORA} corpora")
     checked = sorted({validate_corpus_name(c) for c in names})
     if PERSONAL in checked and not calls.owner:
-        raise Unauthorized("the personal corpus is the node owner's; this API key cannot search it")
+        raise Unauthorized("the personal corpus is the node owner's: only the owner may search it")
     return checked
 
 

@@ -18,11 +18,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from hearthnet.contracts.answer import ASK, AnswerClient, AskInput
-from hearthnet.contracts.rag import PERSONAL, validate_corpus_name
-from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.errors import BadRequest, NotFound
+from hearthnet.frontends.client.corpora import MAX_CORPORA, requested_corpora, searchable_corpora
 from hearthnet.frontends.http import policy
 from hearthnet.frontends.http.app import UiState, api, check_text
-from hearthnet.frontends.http.library import corpora_of
+from hearthnet.frontends.http.bearer import Caller, GatedCalls
 from hearthnet.frontends.http.responses import Emit, EventStream, json_body, json_response
 from hearthnet.frontends.http.tokens import Session
 
@@ -30,7 +30,6 @@ __all__ = ["routes"]
 
 WEB = "web."
 MAX_QUESTION = 4000
-MAX_CORPORA = 64
 CHATS_LIMIT = 1000
 
 
@@ -53,18 +52,14 @@ def _chat_id(session: Session, value: Any) -> str:
 
 async def _corpora(state: UiState, session: Session, requested: Any) -> list[str] | None:
     """The corpora to search: those asked for, or every one this login may search (``None``: let
-    the composer ask every reachable corpus, for the owner)."""
+    the composer ask every reachable corpus, for the owner) — the rule the gateway and MCP follow
+    (:func:`~hearthnet.frontends.client.corpora.requested_corpora`)."""
+    calls = GatedCalls(state.bus, Caller(session.token_id, session.name, session.level, session.owner))
     if requested is None or requested == []:
-        if session.owner:
-            return None
-        names = sorted({str(c["name"]) for c in await corpora_of(state, session) if c["name"] != PERSONAL})
-        return names[:MAX_CORPORA] or None
-    if not isinstance(requested, list) or len(requested) > MAX_CORPORA:
+        return None if session.owner else (await searchable_corpora(calls) or None)
+    if not isinstance(requested, list):
         raise BadRequest(f"corpora must be a list of at most {MAX_CORPORA} corpus names")
-    names = sorted({validate_corpus_name(c) for c in requested})
-    if PERSONAL in names and not session.owner:
-        raise Unauthorized("the personal corpus is the node owner's")
-    return names
+    return requested_corpora(calls, requested)
 
 
 async def _ask(state: UiState, request: Request, session: Session) -> Response:

@@ -35,6 +35,7 @@ from hearthnet.contracts.rag import (
     announced,
     check_reachable,
     check_writable,
+    embedded_with_another,
     host_label,
     validate_corpus_name,
 )
@@ -227,10 +228,7 @@ class RagService:
             raise NotFound(f"corpus {corpus} is not held by this node")
         model = str(registered["embedding_model"])
         if model != self._settings.embedding_model:
-            raise NotFound(
-                f"corpus {corpus} was embedded with {model} but this node embeds with "
-                f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
-            )
+            raise embedded_with_another(corpus, model, self._settings.embedding_model)
         local = self._corpus(corpus, model)
         leg: list[KeywordLeg] = []
         failed: list[BusError] = []  # raised after the task group, as themselves (not a group)
