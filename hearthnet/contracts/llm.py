@@ -41,7 +41,7 @@ from typing import Any
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
-from hearthnet.contracts.base import Caller, Streamed, check_input_keys, opened, streamer
+from hearthnet.contracts.base import Caller, Streamed, check_input_keys, opened, streamed_result, streamer
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -254,14 +254,18 @@ class LlmClient:
         timeout: float | None = None,
         provider: str | None = None,
     ) -> CallResult:
-        """The model's whole answer ``{message, finish_reason, usage}`` (``model`` ``None``: any)."""
-        return await self._caller.call(
-            CAPABILITY,
-            params={} if model is None else {"model": model},
-            input=chat_input(messages, max_tokens=max_tokens, temperature=temperature, stop=stop),
+        """The model's whole answer ``{message, finish_reason, usage}`` (``model`` ``None``: any):
+        :meth:`chatting` run to its end."""
+        chatting = self.chatting(
+            model,
+            messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
             timeout=timeout,
             provider=provider,
         )
+        return await streamed_result(chatting)
 
     def chatting(
         self,
