@@ -55,21 +55,12 @@ class StreamCaller(Caller, Protocol):
 
 
 @asynccontextmanager
-async def opened(
-    caller: StreamCaller,
-    capability: str,
-    *,
-    params: Mapping[str, Any] | None = None,
-    input: Mapping[str, Any] | None = None,
-    timeout: float | None = None,
-    provider: str | None = None,
-) -> AsyncIterator[Streamed]:
-    """``capability`` streamed through ``caller``, its input ended (a typed client sends none)."""
-    async with caller.stream(
-        capability, params=params, input=input, timeout=timeout, provider=provider
-    ) as call:
-        await call.end_input()
-        yield call
+async def opened(caller: StreamCaller, capability: str, **call: Any) -> AsyncIterator[Streamed]:
+    """``capability`` streamed through ``caller`` (``call``: its params, input, timeout and
+    provider), its input ended: a typed client sends no input frames."""
+    async with caller.stream(capability, **call) as streamed:
+        await streamed.end_input()
+        yield streamed
 
 
 def streamer(caller: Caller) -> StreamCaller:

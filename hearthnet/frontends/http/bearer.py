@@ -97,18 +97,8 @@ class GatedCalls:
     def key(self) -> str:
         return "owner" if self.caller.owner else self.caller.token_id
 
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult:
-        return await self.bus.call(
-            self.caller.level, capability, params=params, input=input, timeout=timeout, provider=provider
-        )
+    async def call(self, capability: str, **call: Any) -> CallResult:
+        return await self.bus.call(self.caller.level, capability, **call)
 
 
 class TokenBucket:

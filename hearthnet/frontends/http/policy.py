@@ -129,38 +129,19 @@ class GatedBus:
 
 
 class LoginBus:
-    """A :class:`GatedBus` bound to one login's level: a ``Caller`` of
-    :mod:`hearthnet.frontends.client.corpora`."""
+    """A :class:`GatedBus` bound to one login's level: a ``Caller`` (``StreamCaller``) of the
+    contracts' typed clients and of :mod:`hearthnet.frontends.client.corpora`."""
 
     def __init__(self, gated: GatedBus, level: Level) -> None:
         self._gated = gated
         self._level = level
 
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult:
-        return await self._gated.call(
-            self._level, capability, params=params, input=input, timeout=timeout, provider=provider
-        )
+    async def call(self, capability: str, **call: Any) -> CallResult:
+        """``capability`` (``call``: its params, input, timeout, provider) at this login's level."""
+        return await self._gated.call(self._level, capability, **call)
 
-    def stream(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> AbstractAsyncContextManager[CallStream]:
-        return self._gated.stream(
-            self._level, capability, params=params, input=input, timeout=timeout, provider=provider
-        )
+    def stream(self, capability: str, **call: Any) -> AbstractAsyncContextManager[CallStream]:
+        return self._gated.stream(self._level, capability, **call)
 
 
 _STATUS: Final[Mapping[str, int]] = {

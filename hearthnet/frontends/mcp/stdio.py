@@ -7,7 +7,6 @@ chats under the names given), through the control socket.  Nothing but MCP goes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,16 +35,8 @@ class OwnerCalls:
     def key(self) -> str:
         return "owner"
 
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult:
-        return await self.client.call(capability, params, input, timeout=timeout, provider=provider)
+    async def call(self, capability: str, **call: Any) -> CallResult:
+        return await self.client.call(capability, **call)
 
 
 async def serve_stdio(home: Path) -> None:
