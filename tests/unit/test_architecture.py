@@ -310,7 +310,6 @@ LONG_FUNCTIONS: Mapping[str, str] = {
     "decide, rerank, select, generate, check, store) become named steps with the citation work",
     "hearthnet.bus.calls.Calling._race": "101 lines: hedged calls to two providers with one deadline; "
     "the cancellation paths are easier to check in one piece until it has its own tests",
-    "hearthnet.demo.__main__.main": "94 lines: the demo's script, read top to bottom",
     "hearthnet.frontends.cli.ask.cmd_ask": "87 lines: the streamed answer's printing; it moves "
     "with the CLI's citation numbering (issue 34)",
     "hearthnet.node.Node.run": "89 lines: the composition root starting each part in order",
