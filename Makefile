@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.install-stamp
 BENCH_STAMP := $(VENV)/.bench-stamp
 
-.PHONY: install browser lan-tools local-llm demo test test-faults bench bench-quick lint typecheck clean
+.PHONY: install browser lan-tools local-llm demo test test-fast test-faults bench bench-quick lint typecheck clean
 
 install: $(STAMP)
 
@@ -53,6 +53,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The edit loop: the unit tests alone (no node processes, no browser), in under two minutes.
+test-fast: install
+	$(BIN)/python -m pytest -q tests/unit
 
 test-faults: install
 	$(BIN)/python -m pytest -q tests/faults -s

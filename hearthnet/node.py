@@ -15,9 +15,8 @@ import errno
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -210,25 +209,11 @@ def llm_service(parts: NodeParts) -> Service | None:
     cfg = parts.config.llm
     if not cfg.enabled or (not cfg.openai and cfg.local is None):
         return None
-    from hearthnet.services.llm.local import LocalLlmConfig
     from hearthnet.services.llm.service import LlmConfig, LlmService
 
     local = None
-    if cfg.local is not None:
-        lc = cfg.local
-        local = LocalLlmConfig(
-            model_path=Path(lc.model_path).expanduser(),
-            model=lc.model,
-            context_tokens=lc.context_tokens,
-            max_output_tokens=lc.max_output_tokens,
-            threads=lc.threads,
-            port=lc.port,
-            timeout_seconds=lc.timeout_seconds,
-            call_timeout_seconds=lc.call_timeout_seconds,
-            start_timeout_seconds=lc.start_timeout_seconds,
-            prompt_format=lc.prompt_format,
-            log_path=parts.config.home / "logs" / "llm-local.log",
-        )
+    if cfg.local is not None:  # the config's [llm.local] as it is, its child's log in the home
+        local = replace(cfg.local, log_path=parts.config.home / "logs" / "llm-local.log")
     return LlmService(LlmConfig(openai=cfg.openai, local=local))  # [[llm.openai]] as it is
 
 

@@ -1,11 +1,16 @@
-"""Fixtures for the whole suite."""
+"""Fixtures for the whole suite: structlog's defaults for each test, anyio on asyncio (a module
+that runs on more event loops gives its own ``anyio_backend``), and one MiniLM model."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 import structlog
+
+if TYPE_CHECKING:
+    from hearthnet.services.embedding.onnx_backend import OnnxModel
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +24,17 @@ def _structlog_defaults() -> Iterator[None]:
         yield
     finally:
         structlog.configure(**old)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def minilm() -> OnnxModel:
+    """The real all-MiniLM-L6-v2 ONNX model (loaded once for the run)."""
+    from hearthnet.services.embedding import OnnxSettings, find_model_files
+    from hearthnet.services.embedding.onnx_backend import OnnxModel
+
+    return OnnxModel(find_model_files(), OnnxSettings())

@@ -19,7 +19,6 @@ text is ever logged.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,9 +34,17 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.config import AnswerConfig
-from hearthnet.contracts.answer import MAX_CORPORA
+from hearthnet.contracts.answer import (
+    ASK_FIELDS,
+    MAX_ANSWER_TOKENS,
+    MAX_ARCHIVES,
+    MAX_CORPORA,
+    MAX_HISTORY_CHARS,
+    MAX_HISTORY_TURNS,
+    MAX_MODEL_NAME,
+)
 from hearthnet.contracts.base import check_input_keys
-from hearthnet.contracts.rag import DELETED, INGESTED
+from hearthnet.contracts.rag import DELETED, INGESTED, is_corpus_name
 from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.events.envelope import Event
 
@@ -49,29 +56,8 @@ T = TypeVar("T")
 
 DOCUMENT_EVENTS = frozenset({INGESTED, DELETED})
 """Events that change a corpus's documents: cached answers drawn from it are dropped."""
-MAX_ANSWER_TOKENS = 65_536
 SESSIONS_PAGE = 100
 SESSIONS_MAX_PAGE = 1000
-_CORPUS = re.compile(r"[a-z0-9-]{1,64}")
-_ASK_KEYS = {
-    "question",
-    "corpora",
-    "session",
-    "no_rag",
-    "debug",
-    "cache",
-    "max_tokens",
-    "temperature",
-    "archives",
-    "history",
-    "model",
-}
-MAX_ARCHIVES = 16
-"""Archives one ask may name (``rag.search_archives``'s own limit)."""
-MAX_HISTORY_TURNS = 200
-MAX_HISTORY_CHARS = 400_000
-"""Characters of given history in all (``llm.chat``'s own limit on a prompt)."""
-MAX_MODEL_NAME = 256
 
 
 def _flag(inp: Mapping[str, Any], key: str, default: bool) -> bool:
@@ -83,7 +69,7 @@ def _flag(inp: Mapping[str, Any], key: str, default: bool) -> bool:
 
 def parse_ask(inp: Mapping[str, Any], config: AnswerConfig) -> Ask:
     """``answer.ask``'s input, every field bounded; ``bad_request`` naming the field otherwise."""
-    check_input_keys(inp, _ASK_KEYS, "answer.ask")
+    check_input_keys(inp, set(ASK_FIELDS), "answer.ask")
     question = inp.get("question")
     if not isinstance(question, str) or not question.strip():
         raise BadRequest("input.question must be a non-empty string")
@@ -100,7 +86,7 @@ def parse_ask(inp: Mapping[str, Any], config: AnswerConfig) -> Ask:
                 "(omit it to ask every reachable corpus, or set no_rag)"
             )
         for name in raw:
-            if not isinstance(name, str) or _CORPUS.fullmatch(name) is None:
+            if not is_corpus_name(name):
                 raise BadRequest(
                     f"input.corpora: {str(name)[:70]!r} is not a corpus name (a-z, 0-9, '-', 1-64)"
                 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from hearthnet.config.values import check_url, env_int, flag, get, integer, positive_float, seconds, table
@@ -143,9 +144,11 @@ class LlmOpenAIConfig:
 
 @dataclass(frozen=True)
 class LlmLocalConfig:
-    """``[llm.local]``: a GGUF model served by llama-cpp-python in a child process."""
+    """``[llm.local]``: a GGUF model served by llama-cpp-python in a child process (the one class
+    the config file, the node and the local backend share).  ``log_path`` is not a key of the
+    file: the node sets it to its home's ``logs/llm-local.log``."""
 
-    model_path: str
+    model_path: str | Path
     model: str = "local"
     context_tokens: int = 2048
     max_output_tokens: int = 256
@@ -155,9 +158,16 @@ class LlmLocalConfig:
     call_timeout_seconds: float = 300.0
     start_timeout_seconds: float = 120.0
     prompt_format: str = "plain"
+    log_path: Path | None = None
 
     def __post_init__(self) -> None:
-        check_llm_model(
+        if not 0 <= self.port <= 65535:
+            raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")
+        if self.threads is not None and self.threads < 1:
+            raise BadRequest(f"llm.local.threads must be at least 1, got {self.threads}")
+        if not 0 < self.start_timeout_seconds <= 3600:
+            raise BadRequest("llm.local.start_timeout_seconds must be above 0 and at most 3600")
+        check_llm_model(  # the checks every chat model shares (window, timeouts, prompt format)
             "llm.local",
             model=self.model,
             context_tokens=self.context_tokens,
@@ -166,8 +176,26 @@ class LlmLocalConfig:
             timeout_seconds=self.timeout_seconds,
             call_timeout_seconds=self.call_timeout_seconds,
         )
-        if not 0 <= self.port <= 65535:
-            raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")
+
+    @property
+    def model_file(self) -> Path:
+        """``model_path`` with ``~`` expanded."""
+        return Path(self.model_path).expanduser()
+
+    def openai_config(self, port: int) -> LlmOpenAIConfig:
+        """The child server on ``port`` as an OpenAI-compatible model.  llama-cpp-python's server
+        runs one generation at a time (a second would interrupt or queue behind the first): the
+        bus refuses the next caller with ``capacity_exceeded`` instead."""
+        return LlmOpenAIConfig(
+            base_url=f"http://127.0.0.1:{port}",
+            model=self.model,
+            context_tokens=self.context_tokens,
+            max_output_tokens=self.max_output_tokens,
+            timeout_seconds=self.timeout_seconds,
+            call_timeout_seconds=self.call_timeout_seconds,
+            max_concurrent=1,
+            prompt_format=self.prompt_format,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,17 @@
-"""What every family's contract uses: :class:`Caller` (what a typed client calls through) and the
-check that a call's input holds only the fields its capability knows."""
+"""What every family's contract uses: :class:`Caller` and :class:`StreamCaller` (what a typed
+client calls through), :func:`opened` (a streamed call with its input ended, as every typed client
+opens one) and the check that a call's input holds only the fields its capability knows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
 
 from hearthnet.bus.context import CallResult
 from hearthnet.errors import BadRequest
 
-__all__ = ["Caller", "check_input_keys"]
+__all__ = ["Caller", "StreamCaller", "Streamed", "check_input_keys", "opened", "streamed_result", "streamer"]
 
 
 class Caller(Protocol):
@@ -25,6 +27,59 @@ class Caller(Protocol):
         timeout: float | None = None,
         provider: str | None = None,
     ) -> CallResult: ...
+
+
+class Streamed(Protocol):
+    """A streamed call in progress: the handler's frames, then its result."""
+
+    async def end_input(self) -> None: ...
+
+    def frames(self) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def result(self) -> CallResult: ...
+
+
+@runtime_checkable
+class StreamCaller(Caller, Protocol):
+    """A :class:`Caller` that also opens streamed calls (progress frames, tokens, file chunks)."""
+
+    def stream(
+        self,
+        capability: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        input: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> AbstractAsyncContextManager[Streamed]: ...
+
+
+@asynccontextmanager
+async def opened(caller: StreamCaller, capability: str, **call: Any) -> AsyncIterator[Streamed]:
+    """``capability`` streamed through ``caller`` (``call``: its params, input, timeout and
+    provider), its input ended: a typed client sends no input frames."""
+    async with caller.stream(capability, **call) as streamed:
+        await streamed.end_input()
+        yield streamed
+
+
+def streamer(caller: Caller) -> StreamCaller:
+    """``caller`` as a :class:`StreamCaller`; ``TypeError`` if it cannot open a streamed call."""
+    if not isinstance(caller, StreamCaller):
+        raise TypeError(f"{type(caller).__name__} cannot open a streamed call")
+    return caller
+
+
+async def streamed_result(
+    call: AbstractAsyncContextManager[Streamed],
+    on_frame: Callable[[dict[str, Any]], None] | None = None,
+) -> CallResult:
+    """Run a streamed call to its end, each frame handed to ``on_frame``; its result."""
+    async with call as s:
+        async for frame in s.frames():
+            if on_frame is not None:
+                on_frame(frame)
+        return await s.result()
 
 
 def check_input_keys(input: Mapping[Any, Any], allowed: set[str], capability: str = "") -> None:

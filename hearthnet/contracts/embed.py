@@ -19,7 +19,9 @@ import numpy.typing as npt
 import structlog
 
 from hearthnet.bus.api import BusAPI
+from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
+from hearthnet.contracts.base import Caller
 from hearthnet.errors import BadRequest, InternalError, NotFound, Partition, SchemaMismatch
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "Embedded",
     "Embedder",
     "decode_embeddings",
+    "embed_texts",
     "no_provider",
     "pack_vectors",
     "unpack_vectors",
@@ -211,3 +214,16 @@ class Embedder:
             )
         meta = result.meta
         return Embedded(vectors, int(meta.get("tokens", 0)), int(meta.get("truncated", 0)), provider)
+
+
+async def embed_texts(
+    caller: Caller, model: str, texts: Sequence[str], *, normalize: bool = True, timeout: float | None = None
+) -> CallResult:
+    """``embed.text`` of ``model`` as a front door calls it: the answer as it came (packed vectors,
+    ``dim``, ``meta.tokens``), for the door to shape."""
+    return await caller.call(
+        CAPABILITY,
+        params={"model": model},
+        input={"texts": list(texts), "normalize": normalize},
+        timeout=timeout,
+    )

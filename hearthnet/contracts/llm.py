@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
-from hearthnet.contracts.base import check_input_keys
+from hearthnet.contracts.base import Caller, Streamed, check_input_keys, opened, streamed_result, streamer
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -55,6 +57,8 @@ __all__ = [
     "ROLES",
     "VERSION",
     "ChatRequest",
+    "LlmClient",
+    "chat_input",
     "estimate_prompt_tokens",
     "estimate_tokens",
     "validate_chat_input",
@@ -213,3 +217,73 @@ def estimate_tokens(text: str) -> int:
 def estimate_prompt_tokens(messages: Iterable[tuple[str, str]]) -> int:
     """Tokens a chat prompt of ``(role, content)`` messages takes, template included."""
     return REPLY_OVERHEAD + sum(MESSAGE_OVERHEAD + estimate_tokens(content) for _, content in messages)
+
+
+def chat_input(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    stop: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """``llm.chat``'s input: every field of it, those left ``None`` not sent."""
+    inp: dict[str, Any] = {"messages": [dict(m) for m in messages]}
+    if max_tokens is not None:
+        inp["max_tokens"] = max_tokens
+    if temperature is not None:
+        inp["temperature"] = temperature
+    if stop is not None:
+        inp["stop"] = list(stop)
+    return inp
+
+
+class LlmClient:
+    """``llm.chat`` as a caller uses it: ``params {model}`` and :func:`chat_input`'s fields."""
+
+    def __init__(self, caller: Caller) -> None:
+        self._caller = caller
+
+    async def chat(
+        self,
+        model: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> CallResult:
+        """The model's whole answer ``{message, finish_reason, usage}`` (``model`` ``None``: any):
+        :meth:`chatting` run to its end."""
+        chatting = self.chatting(
+            model,
+            messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stop=stop,
+            timeout=timeout,
+            provider=provider,
+        )
+        return await streamed_result(chatting)
+
+    def chatting(
+        self,
+        model: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Sequence[str] | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+    ) -> AbstractAsyncContextManager[Streamed]:
+        """``llm.chat`` streamed: ``{delta}`` frames, then the whole answer."""
+        return opened(
+            streamer(self._caller),
+            CAPABILITY,
+            params={} if model is None else {"model": model},
+            input=chat_input(messages, max_tokens=max_tokens, temperature=temperature, stop=stop),
+            timeout=timeout,
+            provider=provider,
+        )

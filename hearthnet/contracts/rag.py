@@ -25,26 +25,35 @@ community knows of and its hosts).  See ``specs/rag.md``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
 from hearthnet.bus.router import Preference
-from hearthnet.contracts.base import Caller
+from hearthnet.contracts.base import Caller, Streamed, opened, streamed_result, streamer
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 
 __all__ = [
     "BEHIND",
     "BY_CORPUS",
+    "CORPUS_NAME",
+    "CORPUS_PATTERN",
     "DEFAULT_K",
     "DEFAULT_MODE",
+    "DELETE",
     "DELETED",
     "EXPORT",
+    "GET",
     "GET_PAGE",
+    "INGEST",
     "INGESTED",
     "KEPT_LOCAL",
+    "KNOWN_CORPORA",
     "LANGUAGE",
+    "LIST_CORPORA",
+    "LIST_DOCUMENTS",
     "LIST_PAGE",
     "MAX_CONTAINS",
     "MAX_CORPUS_NAME",
@@ -60,31 +69,58 @@ __all__ = [
     "PERSONAL",
     "PREDICATES",
     "PREFERENCES",
+    "QUERY",
     "QUERY_MODES",
+    "REINDEX",
     "REPLICATE",
     "REPLICA_OF",
     "RESERVED",
+    "SEARCH_ARCHIVES",
     "SYSTEM",
+    "OnFrame",
     "RagClient",
     "advertised_chunks",
     "announced",
     "check_reachable",
     "check_replicable",
     "check_writable",
+    "embedded_with_another",
     "host_label",
+    "ingest_input",
     "ingest_predicate",
+    "is_corpus_name",
     "is_language",
     "is_private",
     "query_rank",
     "validate_corpus_name",
 ]
 
+# -- capability names ----------------------------------------------------------------------------
+QUERY = "rag.query"
+INGEST = "rag.ingest"
+DELETE = "rag.delete"
+LIST_DOCUMENTS = "rag.list_documents"
+LIST_CORPORA = "rag.list_corpora"
+KNOWN_CORPORA = "rag.known_corpora"
+REINDEX = "rag.reindex"
+SEARCH_ARCHIVES = "rag.search_archives"
+GET = "rag.get"
+
+
 # -- corpus names --------------------------------------------------------------------------------
 MAX_CORPUS_NAME = 64
 RESERVED: frozenset[str] = frozenset({"personal", "system"})
 PERSONAL = "personal"
 SYSTEM = "system"
-_NAME = re.compile(r"[a-z0-9-]+")
+CORPUS_PATTERN = "[a-z0-9-]{1,64}"
+CORPUS_NAME = re.compile(CORPUS_PATTERN)
+"""The corpus-name pattern, written once: every check of a name (the CLI's, the doors', the
+services', an archive's) uses it or :func:`validate_corpus_name`."""
+
+
+def is_corpus_name(value: object) -> bool:
+    """Whether ``value`` is a valid corpus name (reserved ones included)."""
+    return isinstance(value, str) and CORPUS_NAME.fullmatch(value) is not None
 
 
 def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
@@ -95,7 +131,7 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
         raise BadRequest("corpus name is empty: use 1-64 characters of a-z, 0-9 and '-'")
     if len(name) > MAX_CORPUS_NAME:
         raise BadRequest(f"corpus name is {len(name)} characters long: at most {MAX_CORPUS_NAME} allowed")
-    if _NAME.fullmatch(name) is None:
+    if CORPUS_NAME.fullmatch(name) is None:
         raise BadRequest(f"corpus name {name!r} is invalid: use only lowercase a-z, digits 0-9 and '-'")
     if not allow_reserved and name in RESERVED:
         raise BadRequest(f"corpus name {name!r} is reserved")
@@ -104,9 +140,9 @@ def validate_corpus_name(name: object, *, allow_reserved: bool = True) -> str:
 
 # -- the reserved corpora ----------------------------------------------------------------------
 KEPT_LOCAL: tuple[tuple[str, dict[str, str]], ...] = (
-    ("rag.query", {"corpus": PERSONAL}),
-    ("rag.get", {"corpus": PERSONAL}),
-    ("rag.ingest", {"corpus": PERSONAL}),
+    (QUERY, {"corpus": PERSONAL}),
+    (GET, {"corpus": PERSONAL}),
+    (INGEST, {"corpus": PERSONAL}),
 )
 """Calls every node keeps to itself, whether or not it runs RAG (``CapabilityBus.keep_local``)."""
 
@@ -135,6 +171,16 @@ def announced(corpus: str) -> bool:
 def is_private(corpus: str) -> bool:
     """Whether a document ingested into ``corpus`` is a private blob, never given to a peer."""
     return corpus == PERSONAL
+
+
+def embedded_with_another(corpus: str, has: str, wants: str, *, then: str = "") -> NotFound:
+    """The refusal of a corpus embedded with model ``has`` by a node that embeds with ``wants``:
+    queries and new documents would be compared in different vector spaces.  ``then`` ends the
+    advice (" first": before an ingest)."""
+    return NotFound(
+        f"corpus {corpus} was embedded with {has} but this node embeds with {wants}: "
+        f"run 'hearthnet rag reindex --corpus {corpus}'{then}"
+    )
 
 
 # -- limits ------------------------------------------------------------------------------------
@@ -234,12 +280,12 @@ def query_rank(offered: Mapping[str, Any]) -> int:
     return advertised_chunks(offered)
 
 
-PREDICATES: Mapping[str, ParamsPredicate] = {"rag.ingest": ingest_predicate}
+PREDICATES: Mapping[str, ParamsPredicate] = {INGEST: ingest_predicate}
 """How a remote provider's params are matched, where it is not every requested key equal."""
 PREFERENCES: Mapping[str, Preference] = {
-    "rag.query": query_rank,
-    "rag.list_documents": query_rank,
-    "rag.get": query_rank,
+    QUERY: query_rank,
+    LIST_DOCUMENTS: query_rank,
+    GET: query_rank,
 }
 """Among the providers that fit, which to try first (a higher rank first)."""
 
@@ -257,8 +303,34 @@ def host_label(node_id: str, name: str | None = None) -> str:
 
 
 # -- the typed client ---------------------------------------------------------------------------
+OnFrame = Callable[[dict[str, Any]], None]
+"""What a streamed call's progress frames (``{stage, current, total}``) are handed to."""
+
+
+def ingest_input(
+    doc_cid: str,
+    *,
+    filename: str | None = None,
+    title: str | None = None,
+    language: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One document of ``rag.ingest``'s input (alone, or one of its ``documents``)."""
+    inp: dict[str, Any] = {"doc_cid": doc_cid}
+    if filename is not None:
+        inp["filename"] = filename
+    if title is not None:
+        inp["title"] = title  # otherwise the document's own title, or its file name
+    if language is not None:
+        inp["language"] = language
+    if metadata:
+        inp["metadata"] = dict(metadata)
+    return inp
+
+
 class RagClient:
-    """The ``rag.*`` capabilities as a caller uses them (through the node's bus or its control socket)."""
+    """The ``rag.*`` capabilities as a caller uses them (through the node's bus, its control socket
+    or one web login): every field of each capability's input, and nothing else, reaches it."""
 
     def __init__(self, caller: Caller) -> None:
         self._caller = caller
@@ -272,13 +344,15 @@ class RagClient:
         filter: Mapping[str, Any] | None = None,
         include_text: bool = True,
         mode: str | None = None,
+        embedding_model: str | None = None,
         timeout: float | None = None,
         provider: str | None = None,
         embedding: list[float] | None = None,
     ) -> CallResult:
         """``rag.query`` of ``corpus``: its ``k`` chunks best for ``query`` (``mode``: one of
-        :data:`QUERY_MODES`, the corpus host's default if ``None``).  ``embedding``: the query's
-        vector, already made with the corpus's model (then ``query`` may be empty: dense only)."""
+        :data:`QUERY_MODES`, the corpus host's default if ``None``; ``embedding_model``: only a
+        host whose copy is embedded with that model).  ``embedding``: the query's vector, already
+        made with the corpus's model (then ``query`` may be empty: dense only)."""
         inp: dict[str, Any] = {"k": k}
         if query:
             inp["query"] = query
@@ -290,8 +364,29 @@ class RagClient:
             inp["include_text"] = False
         if mode is not None:
             inp["mode"] = mode
-        return await self._caller.call(
-            "rag.query", params={"corpus": corpus}, input=inp, timeout=timeout, provider=provider
+        params = {"corpus": corpus}
+        if embedding_model is not None:
+            params["embedding_model"] = embedding_model
+        return await self._caller.call(QUERY, params=params, input=inp, timeout=timeout, provider=provider)
+
+    def ingesting(
+        self,
+        corpus: str,
+        documents: Sequence[Mapping[str, Any]],
+        *,
+        provider: str | None = None,
+        timeout: float | None = None,
+    ) -> AbstractAsyncContextManager[Streamed]:
+        """``rag.ingest`` streamed: one document (a list of one: its input is sent alone, as older
+        hosts take it) or a batch ``{documents}`` (each made by :func:`ingest_input`)."""
+        inp = dict(documents[0]) if len(documents) == 1 else {"documents": [dict(d) for d in documents]}
+        return opened(
+            streamer(self._caller),
+            INGEST,
+            params={"corpus": corpus},
+            input=inp,
+            provider=provider,
+            timeout=timeout,
         )
 
     async def get(
@@ -317,8 +412,75 @@ class RagClient:
             inp["contains"] = contains
         if include_embeddings:
             inp["include_embeddings"] = True
-        result = await self._caller.call("rag.get", params={"corpus": corpus}, input=inp, timeout=timeout)
+        result = await self._caller.call(GET, params={"corpus": corpus}, input=inp, timeout=timeout)
         return list(result.output.get("chunks") or [])
+
+    async def ingest(
+        self,
+        corpus: str,
+        documents: Sequence[Mapping[str, Any]],
+        *,
+        provider: str | None = None,
+        timeout: float | None = None,
+        on_frame: OnFrame | None = None,
+    ) -> CallResult:
+        """:meth:`ingesting` run to its end, each progress frame handed to ``on_frame``."""
+        return await streamed_result(
+            self.ingesting(corpus, documents, provider=provider, timeout=timeout), on_frame
+        )
+
+    async def delete(
+        self, corpus: str, doc_cid: str, *, provider: str | None = None, timeout: float | None = None
+    ) -> CallResult:
+        """``rag.delete``: the document out of ``corpus`` (on ``provider``, else where it is hosted)."""
+        return await self._caller.call(
+            DELETE, params={"corpus": corpus}, input={"doc_cid": doc_cid}, provider=provider, timeout=timeout
+        )
+
+    async def list_documents(
+        self,
+        corpus: str,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        provider: str | None = None,
+        timeout: float | None = None,
+    ) -> CallResult:
+        """``rag.list_documents``: one page of ``corpus``'s documents, after the doc_cid ``after``."""
+        inp: dict[str, Any] = {}
+        if after:
+            inp["after"] = after
+        if limit is not None:
+            inp["limit"] = limit
+        return await self._caller.call(
+            LIST_DOCUMENTS, params={"corpus": corpus}, input=inp, provider=provider, timeout=timeout
+        )
+
+    async def reindex(
+        self, corpus: str, *, timeout: float | None = None, on_frame: OnFrame | None = None
+    ) -> CallResult:
+        """``rag.reindex``: re-embed this node's ``corpus`` with its configured model."""
+        call = opened(streamer(self._caller), REINDEX, input={"corpus": corpus}, timeout=timeout)
+        return await streamed_result(call, on_frame)
+
+    async def search_archives(
+        self,
+        query: str,
+        *,
+        format: str | None = None,
+        top_k: int | None = None,
+        rag_config: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> CallResult:
+        """``rag.search_archives``: the archives the node's allow-list names, searched at once."""
+        inp: dict[str, Any] = {"query": query}
+        if format is not None:
+            inp["format"] = format
+        if top_k is not None:
+            inp["top_k"] = top_k
+        if rag_config is not None:
+            inp["rag_config"] = rag_config
+        return await self._caller.call(SEARCH_ARCHIVES, input=inp, timeout=timeout)
 
     async def known_corpora(
         self, corpus: str | None = None, *, provider: str | None = None, timeout: float | None = None
@@ -326,7 +488,7 @@ class RagClient:
         """``rag.known_corpora``: every corpus the community knows of (or just ``corpus``) with its hosts;
         ``not_found`` from a node without the catalog."""
         result = await self._caller.call(
-            "rag.known_corpora",
+            KNOWN_CORPORA,
             input={} if corpus is None else {"corpus": corpus},
             provider=provider,
             timeout=timeout,
@@ -363,5 +525,5 @@ class RagClient:
 
     async def list_corpora(self, provider: str, *, timeout: float) -> list[dict[str, Any]]:
         """``rag.list_corpora`` of one node: its corpora with their counts and models."""
-        result = await self._caller.call("rag.list_corpora", provider=provider, timeout=timeout)
+        result = await self._caller.call(LIST_CORPORA, provider=provider, timeout=timeout)
         return list(result.output.get("corpora") or [])

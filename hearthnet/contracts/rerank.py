@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
+from hearthnet.contracts.base import Caller
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "PREDICATES",
     "VERSION",
     "RerankRequest",
+    "rerank_texts",
     "validate_rerank_input",
 ]
 
@@ -71,3 +73,19 @@ def validate_rerank_input(input: Mapping[str, Any]) -> RerankRequest:
                 f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, cut it"
             )
     return RerankRequest(query=query, texts=tuple(texts))
+
+
+async def rerank_texts(
+    caller: Caller, query: str, texts: list[str], *, model: str | None = None, timeout: float | None = None
+) -> list[float]:
+    """``rerank.text`` as a front door calls it: one score per text, in order (any model, or ``model``)."""
+    result = await caller.call(
+        CAPABILITY,
+        params={} if model is None else {"model": model},
+        input={"query": query, "texts": texts},
+        timeout=timeout,
+    )
+    scores = result.output.get("scores")
+    if not isinstance(scores, list) or len(scores) != len(texts):
+        raise BadRequest("the reranker answered with a wrong number of scores")
+    return [float(s) for s in scores]

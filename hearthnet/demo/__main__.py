@@ -20,7 +20,9 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
+from hearthnet.contracts.rag import INGESTED
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 
 DOCS = Path(__file__).resolve().parent
@@ -74,6 +76,18 @@ def short(node_id: str) -> str:
     return node_id[:18] + "…"
 
 
+def show_ingest_events(node: MeshNode, count: int) -> None:
+    """Wait until ``node`` holds ``count`` ingest events (gossip), then name their documents."""
+
+    def ingested() -> list[dict[str, Any]]:
+        return [e for e in node.cli_json("events")["events"] if e["event_type"] == INGESTED]
+
+    wait_for(lambda: len(ingested()) == count, timeout=30, what=f"{node.name} to receive the ingest events")
+    events = ingested()
+    titles = ", ".join(e["data"]["title"] for e in events)
+    say(f"    {node.name:7} has {len(events)} ingest events: {titles}")
+
+
 def main() -> int:
     pdfs = sorted(DOCS.glob("*.pdf"))
     if not pdfs:
@@ -119,22 +133,7 @@ def main() -> int:
 
             step(5, "Every node holds the signed rag.document.ingested events (gossip)")
             for node in (a, b, c):
-                wait_for(
-                    lambda node=node: (
-                        sum(
-                            e["event_type"] == "rag.document.ingested"  # type: ignore[misc]
-                            for e in node.cli_json("events")["events"]
-                        )
-                        == len(pdfs)
-                    ),
-                    timeout=30,
-                    what=f"{node.name} to receive the ingest events",
-                )
-                events = [
-                    e for e in node.cli_json("events")["events"] if e["event_type"] == "rag.document.ingested"
-                ]
-                titles = ", ".join(e["data"]["title"] for e in events)
-                say(f"    {node.name:7} has {len(events)} ingest events: {titles}")
+                show_ingest_events(node, len(pdfs))
 
             step(6, "Corpora reachable from C")
             for corpus in c.cli_json("corpora")["corpora"]:

@@ -15,11 +15,6 @@ from hearthnet.testing import MeshNode
 NO_MODELS = {"HEARTHNET_EMBEDDING": "0", "HEARTHNET_RAG": "0"}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(autouse=True)
 def _quiet_structlog() -> Iterator[None]:
     """This process's own bus logs every failed call at info; under ``-s`` keep only the narrative."""

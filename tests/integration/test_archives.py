@@ -54,11 +54,6 @@ MODEL_512 = "test/char-ngram-512"
 """A model whose vectors do not fit the second collection (512 against 768)."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Archives:
     chroma: ChromaServer

@@ -30,11 +30,6 @@ COMMUNITY = "ed25519:test-community"
 LIVENESS = Liveness(keepalive_seconds=0.1, dead_after_seconds=0.5)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Relay:
     """Forwards bytes both ways until frozen; counts the reads it forwarded per direction."""

@@ -15,12 +15,6 @@ from hearthnet.identity.keys import Identity
 from hearthnet.transport import Link, create_listener, listener_port, open_link, serve_links
 from hearthnet.wire.frames import HEADER
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 COMMUNITY = "ed25519:test-community"
 
 

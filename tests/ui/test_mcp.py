@@ -43,11 +43,6 @@ ARCHIVE = "Forschungsarchiv"
 QUERY = "How do chatbots take part in chat rooms?"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[OpenAIChatServer]:
     with OpenAIChatServer((MODEL,)) as s:

@@ -202,10 +202,8 @@ def test_front_doors_and_the_composer_reach_services_only_through_the_bus(wing: 
         assert not bad, f"{module} imports {bad}: {why} call capabilities (contracts, the client, the bus)"
 
 
-def capability_strings(path: Path) -> list[str]:
-    """String constants of ``path``'s code (docstrings left out) that name a capability of a family."""
-    tree = ast.parse(path.read_text())
-    docstrings = {
+def docstring_ids(tree: ast.AST) -> set[int]:
+    return {
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
@@ -213,13 +211,20 @@ def capability_strings(path: Path) -> list[str]:
         and isinstance(node.body[0], ast.Expr)
         and isinstance(node.body[0].value, ast.Constant)
     }
+
+
+def capability_strings(path: Path, families: Iterable[str] = CAPABILITY_FAMILIES) -> list[str]:
+    """String constants of ``path``'s code (docstrings left out) that name a capability of a family."""
+    tree = ast.parse(path.read_text())
+    docstrings = docstring_ids(tree)
+    prefixes = tuple(f"{family}." for family in families)
     return [
         node.value
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and id(node) not in docstrings
-        and any(node.value.startswith(f"{family}.") for family in CAPABILITY_FAMILIES)
+        and node.value.startswith(prefixes)
     ]
 
 
@@ -232,6 +237,128 @@ def test_the_bus_transport_and_wire_know_no_capability(layer: str) -> None:
             m for m in GRAPH[module_name(path)] if m.startswith(("hearthnet.contracts", "hearthnet.services"))
         ]
         assert not bad, f"{layer}/{path.name} imports {bad}"
+
+
+DOOR_NAMES = (
+    "embed",
+    "rag",
+    "llm",
+    "file",
+    "ocr",
+    "answer",
+    "rerank",
+    "events",
+    "member",
+    "node",
+    "community",
+)
+_NAMED = "(?:" + "|".join(DOOR_NAMES) + r")\.[a-z_]+(?:\.[a-z_]+)*(?:@\d+\.\d+)?"
+
+
+def capability_names(path: Path) -> list[str]:
+    """String constants of ``path``'s code that are a capability's (or an event's) name, whole:
+    ``rag.query``, ``llm.chat@1.0`` (a message that names one in a sentence is not counted)."""
+    import re
+
+    return [
+        value
+        for value in capability_strings(path, DOOR_NAMES)
+        if re.fullmatch(_NAMED, value) and not value.endswith((".lock", ".sqlite3", ".toml", ".json"))
+    ]
+
+
+def test_front_doors_name_no_capability_outside_the_contracts() -> None:
+    """A door calls a capability through its family's typed client (``RagClient``, ``AnswerClient``,
+    ...) and compares names with the contracts' constants: no door spells a capability's name."""
+    for path in (PKG / "frontends").rglob("*.py"):
+        named = capability_names(path)
+        assert not named, f"frontends/{path.relative_to(PKG / 'frontends')} names {named}: use contracts/"
+
+
+CORPUS_NAME_RULE = "[a-z0-9-]"
+"""The corpus-name pattern's character class: it is written once, in ``contracts/rag.py``."""
+
+
+def pattern_homes(root: Path = PKG) -> list[str]:
+    """Modules whose code (docstrings and comments left out) spells the corpus-name pattern."""
+    homes = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = docstring_ids(tree) | {  # and the strings that document an attribute
+            id(n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+        }
+        if any(
+            isinstance(n, ast.Constant)
+            and isinstance(n.value, str)
+            and id(n) not in docs
+            and CORPUS_NAME_RULE in n.value
+            for n in ast.walk(tree)
+        ):
+            homes.append(module_name(path, root))
+    return homes
+
+
+def test_the_corpus_name_pattern_has_one_home() -> None:
+    assert pattern_homes() == ["hearthnet.contracts.rag"]
+
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+LONG_MODULES: Mapping[str, str] = {
+    "hearthnet.bus.session": "707 lines: one peer session's call multiplexing, flow control and "
+    "keepalive; its split belongs to the transport work (issue 30) going on in the same file",
+}
+"""Modules over ``MAX_MODULE_LINES`` today, each with why it is not split yet."""
+LONG_FUNCTIONS: Mapping[str, str] = {
+    "hearthnet.answer.compose.Composer.ask": "163 lines: the composer's steps (cache, retrieve, "
+    "decide, rerank, select, generate, check, store) become named steps with the citation work",
+    "hearthnet.bus.calls.Calling._race": "101 lines: hedged calls to two providers with one deadline; "
+    "the cancellation paths are easier to check in one piece until it has its own tests",
+    "hearthnet.frontends.cli.ask.cmd_ask": "87 lines: the streamed answer's printing; it moves "
+    "with the CLI's citation numbering (issue 34)",
+    "hearthnet.node.Node.run": "89 lines: the composition root starting each part in order",
+    "hearthnet.services.rag.ingest.embed.embed_streamed": "83 lines: the reader-to-embedder "
+    "pipeline, rewritten by the killable reader work (issue 29)",
+    "hearthnet.services.rag.service.RagService._handle_query": "93 lines: the dense and keyword "
+    "legs and their fusion; the replica routing (issue 32) reshapes it",
+}
+"""Functions over ``MAX_FUNCTION_LINES`` today, each with why it is not cut yet."""
+
+
+def long_code(root: Path = PKG) -> tuple[dict[str, int], dict[str, int]]:
+    """Modules over ``MAX_MODULE_LINES`` and functions over ``MAX_FUNCTION_LINES`` (from ``def``
+    to their last line), with their lengths; a method is named ``module.Class.method``."""
+    modules: dict[str, int] = {}
+    functions: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        name = module_name(path, root)
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            modules[name] = len(source.splitlines())
+
+        def visit(node: ast.AST, prefix: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.ClassDef):
+                    visit(child, f"{prefix}.{child.name}")
+                elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (child.end_lineno or child.lineno) - child.lineno + 1
+                    if length > MAX_FUNCTION_LINES:
+                        functions[f"{prefix}.{child.name}"] = length
+                    visit(child, f"{prefix}.{child.name}")
+
+        visit(ast.parse(source), name)
+    return modules, functions
+
+
+def test_modules_and_functions_stay_small() -> None:
+    modules, functions = long_code()
+    assert set(modules) <= set(LONG_MODULES), f"over {MAX_MODULE_LINES} lines: {modules}"
+    assert set(functions) <= set(LONG_FUNCTIONS), f"over {MAX_FUNCTION_LINES} lines: {functions}"
+    # an exception that is no longer one leaves the list (so the list only shrinks)
+    assert set(LONG_MODULES) <= set(modules), set(LONG_MODULES) - set(modules)
+    assert set(LONG_FUNCTIONS) <= set(functions), set(LONG_FUNCTIONS) - set(functions)
 
 
 # -- the rules find what they are for -------------------------------------------------------------
@@ -291,3 +418,32 @@ def test_a_capability_named_below_the_contracts_is_found(tmp_path: Path) -> None
         {"bus/predicates.py": '"""Predicates of rag.ingest."""\n_P = {"rag.ingest": None}\nX = "node_id"\n'},
     )
     assert capability_strings(pkg / "bus" / "predicates.py") == ["rag.ingest"]
+
+
+def test_a_door_naming_a_capability_and_a_second_corpus_pattern_are_found(tmp_path: Path) -> None:
+    pkg = write_tree(
+        tmp_path,
+        {
+            "frontends/cli/q.py": '''"""Asks rag.query."""\nX = call("rag.query")\nY = "llm.chat@1.0"\n'''
+            """Z = "rag.query answered nothing"\nW = "node.lock"\n""",
+            "contracts/rag.py": 'CORPUS_PATTERN = "[a-z0-9-]{1,64}"\n',
+            "services/rag/keyword.py": '"""[a-z0-9-]"""\nOK = re.compile(r"[a-z0-9-]+")\n"""[a-z0-9-]"""\n',
+        },
+    )
+    assert sorted(capability_names(pkg / "frontends" / "cli" / "q.py")) == ["llm.chat@1.0", "rag.query"]
+    assert pattern_homes(pkg) == ["hearthnet.contracts.rag", "hearthnet.services.rag.keyword"]
+
+
+def test_long_modules_and_functions_are_found(tmp_path: Path) -> None:
+    lines = [f"x{i} = {i}" for i in range(MAX_FUNCTION_LINES)]
+    pkg = write_tree(
+        tmp_path,
+        {
+            "big.py": "\n" * MAX_MODULE_LINES + "X = 1\n",
+            "bus/calls.py": "class C:\n    def m(self):\n" + "".join(f"        {x}\n" for x in lines),
+            "bus/short.py": "def f():\n" + "".join(f"    {x}\n" for x in lines[:-1]),
+        },
+    )
+    modules, functions = long_code(pkg)
+    assert modules == {"hearthnet.big": MAX_MODULE_LINES + 1}
+    assert functions == {"hearthnet.bus.calls.C.m": MAX_FUNCTION_LINES + 1}

@@ -19,7 +19,8 @@ from typing import Any, TextIO
 import anyio
 
 from hearthnet.bus.context import CallResult
-from hearthnet.contracts.answer import MAX_CORPORA
+from hearthnet.contracts.answer import MAX_CORPORA, AnswerClient, AskInput
+from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import stdin_text, text_arg
@@ -208,24 +209,18 @@ class StageLine:
 
 
 # -- ask ------------------------------------------------------------------------------------
-def ask_input(args: argparse.Namespace, question: str, session: str | None) -> dict[str, Any]:
+def ask_input(args: argparse.Namespace, question: str, session: str | None) -> AskInput:
     """``answer.ask``'s input from the command's options (only what was given is sent)."""
-    inp: dict[str, Any] = {"question": question}
-    if args.corpus:
-        inp["corpora"] = list(dict.fromkeys(validate_corpus_name(c) for c in args.corpus))
-    if session is not None:
-        inp["session"] = session
-    if args.no_rag:
-        inp["no_rag"] = True
-    if args.debug:
-        inp["debug"] = True
-    if args.no_cache:
-        inp["cache"] = False
-    if args.max_tokens is not None:
-        inp["max_tokens"] = args.max_tokens
-    if args.temperature is not None:
-        inp["temperature"] = args.temperature
-    return inp
+    return AskInput(
+        question,
+        corpora=list(dict.fromkeys(validate_corpus_name(c) for c in args.corpus)) if args.corpus else None,
+        session=session,
+        no_rag=True if args.no_rag else None,
+        debug=True if args.debug else None,
+        cache=False if args.no_cache else None,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+    )
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
@@ -245,7 +240,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
     held: list[str] = []  # an extractive answer's lines: printed once it is known to be an answer
     numbered = Numbered()  # markers as the numbers of the sources printed after the answer
     printed = ended_line = cut = False
-    frames = client.stream("answer.ask", input=inp, timeout=args.timeout)
+    frames = client.streamed(lambda c: AnswerClient(c).asking(inp, timeout=args.timeout))
     try:
         for item in frames:
             if isinstance(item, CallResult):
@@ -328,7 +323,7 @@ def _explained(why: str, meta: Mapping[str, Any], output: Mapping[str, Any], hom
 def _names(client: Client) -> dict[str, str]:
     """Names of the nodes that hold the sources; empty (ids are shown instead) if the node cannot say."""
     try:
-        return node_names(client.call("node.status", timeout=STATUS_TIMEOUT).output)
+        return node_names(client.run(lambda c: NodeClient(c).status(timeout=STATUS_TIMEOUT)))
     except BusError:
         return {}
 
@@ -347,7 +342,7 @@ def _turns(n: int) -> str:
 def cmd_sessions_list(args: argparse.Namespace) -> None:
     if not 1 <= args.limit <= 1000:
         raise BadRequest("--limit must be between 1 and 1000")
-    out = Client(args.home).call("answer.sessions", input={"limit": args.limit}).output
+    out = Client(args.home).run(lambda c: AnswerClient(c).sessions(limit=args.limit))
     lines = [
         f"{shown(str(s['id'])):24} {_turns(s['turns']):>10}  {_when(s.get('updated_ms'))}  "
         f"{shown(str(s['title']))}"
@@ -361,7 +356,7 @@ def cmd_sessions_list(args: argparse.Namespace) -> None:
 
 
 def cmd_sessions_show(args: argparse.Namespace) -> None:
-    out = Client(args.home).call("answer.session.get", input={"session": args.session}).output
+    out = Client(args.home).run(lambda c: AnswerClient(c).session(args.session))
     lines = [
         f"session {shown(str(out['id']))}: {shown(str(out['title']))} "
         f"({_turns(len(out['turns']))}, created {_when(out.get('created_ms'))}, "
@@ -380,16 +375,12 @@ def _indented(text: str) -> str:
 
 
 def cmd_sessions_rename(args: argparse.Namespace) -> None:
-    out = (
-        Client(args.home)
-        .call("answer.session.rename", input={"session": args.session, "title": args.title})
-        .output
-    )
+    out = Client(args.home).run(lambda c: AnswerClient(c).rename(args.session, args.title))
     emit_text(args, out, f'session {shown(str(out["session"]))} is now titled "{shown(str(out["title"]))}"')
 
 
 def cmd_sessions_delete(args: argparse.Namespace) -> None:
-    out = Client(args.home).call("answer.session.delete", input={"session": args.session}).output
+    out = Client(args.home).run(lambda c: AnswerClient(c).delete(args.session))
     emit_text(args, out, f"session {shown(str(out['session']))} deleted, with its cached answers")
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
+from hearthnet.contracts.node import NodeClient
 from hearthnet.frontends.cli.output import emit
-from hearthnet.frontends.client.client import Client
+from hearthnet.frontends.client.client import AsyncClient, Client
 
 __all__ = ["LEVELS", "add_invite", "add_member"]
 
@@ -16,32 +18,33 @@ LEVELS = ["member", "trusted", "anchor"]
 
 
 def cmd_invite(args: argparse.Namespace) -> None:
-    result = Client(args.home).call("community.invite", input={"node_id": args.node_id, "level": args.level})
-    token = result.output["token"]
+    output = Client(args.home).run(lambda c: NodeClient(c).invite(args.node_id, args.level))
+    token = output["token"]
 
     def human() -> None:
         print(token)
-        if result.output.get("reissued"):
+        if output.get("reissued"):
             print(
-                f"hearthnet: {args.node_id} is a member already ({result.output['level']}): this is a "
+                f"hearthnet: {args.node_id} is a member already ({output['level']}): this is a "
                 "fresh token for it; its invitation stands, nothing new was signed",
                 file=sys.stderr,
             )
 
-    emit(args, result.output, human)
+    emit(args, output, human)
 
 
 def cmd_member(args: argparse.Namespace) -> None:
     if args.action in ("promote", "demote"):
-        result = Client(args.home).call(
-            f"member.{args.action}", input={"node_id": args.node_id, "level": args.level}
-        )
-        emit(args, result.output, lambda: print(f"{args.node_id} is now {result.output['level']}"))
+
+        def change(c: AsyncClient) -> Awaitable[dict[str, Any]]:
+            nodes = NodeClient(c)
+            return (nodes.promote if args.action == "promote" else nodes.demote)(args.node_id, args.level)
+
+        changed = Client(args.home).run(change)
+        emit(args, changed, lambda: print(f"{args.node_id} is now {changed['level']}"))
     else:
-        result = Client(args.home).call(
-            "member.revoke", input={"node_id": args.node_id, "reason": args.reason or ""}
-        )
-        emit(args, result.output, lambda: print(f"{args.node_id} revoked"))
+        revoked = Client(args.home).run(lambda c: NodeClient(c).revoke(args.node_id, args.reason or ""))
+        emit(args, revoked, lambda: print(f"{args.node_id} revoked"))
 
 
 def add_invite(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import MAX_K, QUERY_MODES, host_label
+from hearthnet.contracts.node import NodeClient
+from hearthnet.contracts.rag import MAX_K, QUERY_MODES, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
 from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
@@ -22,7 +23,6 @@ from hearthnet.frontends.cli.output import (
     one_line,
     plural,
     shown,
-    streamed,
     warn,
 )
 from hearthnet.frontends.client.client import AsyncClient, Client
@@ -57,18 +57,17 @@ def cmd_query(args: argparse.Namespace) -> None:
     corpora = checked_corpora([corpus_arg(c) for c in args.corpus])
     # '-': the question from stdin (a long one, or one with quotes the shell would eat)
     text = stdin_text("the query", MAX_STDIN_QUERY) if args.text == "-" else args.text
-    inp: dict[str, Any] = {"query": text_arg(text, "the query"), "k": args.k}
-    if args.filter:
-        inp["filter"] = load_json(args.filter, "--filter")
-    if args.mode:
-        inp["mode"] = args.mode
+    query = text_arg(text, "the query")
+    filter = load_json(args.filter, "--filter") if args.filter else None
     client = Client(args.home)
     if len(corpora) > 1:  # several corpora (or archives): one merged ranking
-        query_corpora(args, corpora, inp, _node_names(client))
+        query_corpora(args, corpora, query, filter, _node_names(client))
         return
     (corpus,) = corpora
     try:
-        result = client.call("rag.query", params={"corpus": corpus}, input=inp)
+        result = client.run(
+            lambda c: RagClient(c).query(corpus, query, k=args.k, filter=filter, mode=args.mode or None)
+        )
     except (NotFound, Partition) as exc:
         raise anyio.run(explain_unreachable, AsyncClient(args.home), corpus, exc) from None
     chunks = result.output["chunks"]
@@ -83,7 +82,7 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 def cmd_corpora(args: argparse.Namespace) -> None:
     client = Client(args.home)
-    nodes = rag_hosts(client.call("node.status").output)
+    nodes = rag_hosts(client.run(lambda c: NodeClient(c).status()))
     corpora: list[dict[str, Any]] = []
     errors: list[dict[str, str]] = []
     answers = anyio.run(lambda: list_corpora_of(AsyncClient(args.home), nodes, timeout=LIST_TIMEOUT))
@@ -112,7 +111,7 @@ def cmd_corpora(args: argparse.Namespace) -> None:
 def _add_known(client: Client, corpora: list[dict[str, Any]]) -> None:
     """Add the corpora of offline hosts (from the event log) and flag names hosted twice."""
     try:
-        known = client.call("rag.known_corpora").output["corpora"]
+        known = client.run(lambda c: RagClient(c).known_corpora())
     except NotFound:
         return  # a node without the catalog (an older version)
     listed = {(c["name"], c["node"]) for c in corpora}
@@ -212,10 +211,17 @@ def cmd_rag_reindex(args: argparse.Namespace) -> None:
     corpus = corpus_arg(args.corpus)
     client = Client(args.home)
     try:
-        frames = client.stream("rag.reindex", input={"corpus": corpus}, timeout=REINDEX_TIMEOUT)
-        result = streamed(frames, Progress(not args.json), corpus)
+        progress = Progress(not args.json)
+        try:
+            result = client.run(
+                lambda c: RagClient(c).reindex(
+                    corpus, timeout=REINDEX_TIMEOUT, on_frame=lambda f: progress.show(corpus, f)
+                )
+            )
+        finally:
+            progress.done()
     except NotFound:
-        own = client.call("node.status").output["node_id"]
+        own = client.run(lambda c: NodeClient(c).status())["node_id"]
         hosts = [h for h in anyio.run(known_hosts, AsyncClient(args.home), corpus) if h["node"] != own]
         if not hosts:
             raise
@@ -243,11 +249,8 @@ def cmd_docs(args: argparse.Namespace) -> None:
     total = 0
     try:
         while True:  # pages by doc_cid; the first answer's provider answers the rest
-            result = client.call(
-                "rag.list_documents",
-                params={"corpus": corpus},
-                input={"after": after, "limit": LIST_PAGE},
-                provider=provider,
+            result = client.run(
+                lambda c: RagClient(c).list_documents(corpus, after=after, limit=LIST_PAGE, provider=provider)  # noqa: B023 (run at once)
             )
             provider = result.provider
             warnings = list(result.meta.get("warnings") or warnings)
@@ -288,7 +291,7 @@ def cmd_docs(args: argparse.Namespace) -> None:
 
 def _node_names(client: Client) -> dict[str, str]:
     """Names of this node and its connected peers, by id (for "ingested by")."""
-    status = client.call("node.status").output
+    status = client.run(lambda c: NodeClient(c).status())
     names = {str(p["node_id"]): str(p.get("name") or "") for p in status.get("peers", [])}
     names[str(status["node_id"])] = str(status.get("name") or "")
     return {k: v for k, v in names.items() if v}
@@ -303,12 +306,8 @@ def cmd_delete(args: argparse.Namespace) -> None:
     last: BusError | None = None
     for node in anyio.run(hosted_here_or_there, AsyncClient(args.home), corpus, args.on):
         try:
-            result = client.call(
-                "rag.delete",
-                params={"corpus": corpus},
-                input={"doc_cid": args.doc_cid},
-                provider=node,
-                timeout=300,
+            result = client.run(
+                lambda c: RagClient(c).delete(corpus, args.doc_cid, provider=node, timeout=300)  # noqa: B023
             )
         except NotFound as exc:  # with two hosts of one name, the document is on one of them
             last = last or exc

@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from hearthnet.bus.manifest import MANIFEST_TTL_MS
+from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BusError, NotFound
 from hearthnet.frontends.client.client import AsyncClient, no_home
 from hearthnet.frontends.client.corpora import seen_text
@@ -129,7 +130,7 @@ async def diagnose(home: Path) -> Diagnosis:
     d.facts["listen"] = listen
     async with AsyncClient(home) as client:
         try:
-            status: dict[str, Any] = (await client.call("node.status", timeout=10)).output
+            status: dict[str, Any] = await NodeClient(client).status(timeout=10)
         except BusError as exc:
             d.add("node", "problem", f"the node does not answer: {exc.message}")
             _check_ui(d, config, running=False)
@@ -249,13 +250,11 @@ async def _check_reach(
         async with limiter, per_peer[peer["node_id"]]:
             entry = {"peer": peer["node_id"], "peer_name": peer.get("name") or "", "address": address}
             try:
-                out = await client.call(
-                    "node.dial_back",
-                    input={"address": address},
-                    provider=peer["node_id"],
-                    timeout=CALL_SECONDS,
+                entry.update(
+                    await NodeClient(client).dial_back(
+                        address, provider=peer["node_id"], timeout=CALL_SECONDS
+                    )
                 )
-                entry.update(out.output)
             except NotFound:
                 entry.update(reachable=None, reason="unsupported", message="this peer cannot dial back")
             except BusError as exc:
@@ -323,11 +322,11 @@ async def _check_clock(d: Diagnosis, client: AsyncClient, peers: Sequence[Mappin
     async def ping(peer: Mapping[str, Any]) -> None:
         sent = time.time()
         try:
-            out = await client.call("node.ping", provider=peer["node_id"], timeout=10)
+            out = await NodeClient(client).ping(provider=peer["node_id"], timeout=10)
         except BusError:
             return
         back = time.time()
-        their = out.output.get("time_ms")
+        their = out.get("time_ms")
         if isinstance(their, int | float):
             skew = their / 1000 - (sent + back) / 2
             clocks.append({"peer": peer["node_id"], "peer_name": peer.get("name") or "", "skew_s": skew})

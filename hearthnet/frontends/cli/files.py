@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hearthnet.contracts.file import FileClient
 from hearthnet.errors import BadRequest
 from hearthnet.frontends.cli.output import Progress, emit_text, path_text, shown, streamed
 from hearthnet.frontends.client.client import Client
@@ -33,12 +34,12 @@ def cmd_file_put(args: argparse.Namespace) -> None:
     client = Client(args.home)
     path = node_path(args.path, "file name", "rename the file")
     if not args.on:
-        imported = client.call("file.import", input={"path": path}).output
+        imported = client.run(lambda c: FileClient(c).import_file(path))
         emit_text(args, {**imported, "pushed_to": None, "push": None}, imported["doc_cid"])
         return
     # One call: the node imports, pushes, and pins only if the push succeeded; a refused
     # push leaves nothing here that the import created.
-    frames = client.stream("file.push", input={"path": path, "node": args.on})
+    frames = client.streamed(lambda c: FileClient(c).pushing(args.on, path=path))
     pushed = dict(streamed(frames, Progress(not args.json), Path(path).name).output)
     imported = pushed.pop("imported")
     emit_text(args, {**imported, "pushed_to": args.on, "push": pushed}, imported["doc_cid"])
@@ -50,11 +51,9 @@ def cmd_file_get(args: argparse.Namespace) -> None:
     out = node_path(args.out, "output path", "choose a UTF-8 name")
     check_destination(destination_path(out), force=args.force)  # before a long fetch; export checks again
     client = Client(args.home)
-    frames = client.stream("file.fetch", input={"doc_cid": args.cid})
+    frames = client.streamed(lambda c: FileClient(c).fetching(args.cid))
     fetched = streamed(frames, Progress(not args.json), args.cid).output
-    exported = client.call(
-        "file.export", input={"doc_cid": args.cid, "path": out, "force": args.force}
-    ).output
+    exported = client.run(lambda c: FileClient(c).export(args.cid, out, force=args.force))
     emit_text(
         args,
         {**fetched, **exported},
@@ -68,7 +67,7 @@ def cmd_file_ls(args: argparse.Namespace) -> None:
     after = ""
     truncated = False
     while True:  # file.list answers in pages; `after` continues from the last cid seen
-        page = client.call("file.list", input={"prefix": args.prefix or "", "after": after}).output
+        page = client.run(lambda c: FileClient(c).list(prefix=args.prefix or "", after=after))  # noqa: B023 (run at once)
         blobs.extend(page["blobs"])
         truncated = bool(page.get("truncated"))
         if not truncated or not page["blobs"]:

@@ -100,18 +100,16 @@ def hits_table(chunks: Sequence[Mapping[str, Any]], *, width: int | None = None)
 def query_corpora(
     args: argparse.Namespace,
     corpora: Sequence[str],
-    inp: Mapping[str, Any],
+    query: str,
+    filter: Mapping[str, Any] | None,
     names: Mapping[str, str],
 ) -> None:
-    """``hearthnet query`` with several ``--corpus``: one merged ranking; failed corpora named on
-    stderr (and in ``--json``); exit 1 only if none answered, the one line naming every failure."""
+    """``hearthnet query`` with several ``--corpus``: one merged ranking (each corpus asked with
+    ``-k``, ``--filter`` and ``--mode`` as one would be); failed corpora named on stderr (and in
+    ``--json``); exit 1 only if none answered, the one line naming every failure."""
     outcome = anyio.run(
         lambda: search_corpora(
-            AsyncClient(args.home),
-            corpora,
-            str(inp["query"]),
-            k=int(inp["k"]),
-            filter=inp.get("filter"),
+            AsyncClient(args.home), corpora, query, k=args.k, filter=filter, mode=args.mode
         )
     )
     chunks = [

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from hearthnet.community.membership import CREATED
 from hearthnet.errors import BadRequest, unwrap_group
 from hearthnet.frontends.cli.output import CliError, emit
 from hearthnet.frontends.client.client import no_home
@@ -162,7 +163,7 @@ def cmd_community_create(args: argparse.Namespace) -> None:
                 raise CliError(f"this node already belongs to community {event_log.community_id}")
             # append_local checks the event first and only then binds the log to its community
             event = event_log.append_local(
-                identity, "community.created", {"name": args.name, "founder": identity.node_id}
+                identity, CREATED, {"name": args.name, "founder": identity.node_id}
             )
             community_id = event.community_id
         finally:

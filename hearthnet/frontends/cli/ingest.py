@@ -1,10 +1,11 @@
 """``ingest``: files and folders into a corpus, on the node that hosts it (or takes it).
 
-Each file is imported by this node (unpinned), pushed to the corpus's host if that is another
-node, and ingested there with ``rag.ingest``; a failure is reported per file and never stops
-the others.  Small files go in batches (``BATCH_FILES`` files of at most ``BATCH_FILE_BYTES``):
-one ``file.import {paths}`` and one ``rag.ingest {documents}`` per batch, so the host embeds
-and writes them together; each file is still stored atomically and reported on its own.
+Each group of files goes through the client's one ingest flow
+(:func:`hearthnet.frontends.client.ingest.ingest_files`: import, push to the corpus's host, one
+``rag.ingest``); a failure is reported per file and never stops the others.  Small files go in
+batches (``BATCH_FILES`` files of at most ``BATCH_FILE_BYTES``), so the host embeds and writes
+them together; a large one goes alone.  Each file is still stored atomically and reported on
+its own.
 """
 
 from __future__ import annotations
@@ -19,24 +20,24 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import anyio
-
-from hearthnet.contracts.rag import SYSTEM, is_language, is_private
-from hearthnet.errors import BadRequest, BusError
+from hearthnet.contracts import formats
+from hearthnet.contracts.rag import SYSTEM, is_language
+from hearthnet.errors import BadRequest
 from hearthnet.frontends.cli.args import corpus_arg, meta_args
-from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown, streamed
-from hearthnet.frontends.client.client import AsyncClient, Client
+from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown
+from hearthnet.frontends.client.client import Client
 from hearthnet.frontends.client.corpora import ingest_host
+from hearthnet.frontends.client.ingest import Document, ingest_files
 
-__all__ = ["SUPPORTED_SUFFIXES", "add_ingest"]
+__all__ = ["add_ingest"]
 
-SUPPORTED_SUFFIXES = (".pdf", ".txt", ".md", ".markdown")
-INGEST_TIMEOUT = 900.0
-"""Seconds one file's ``rag.ingest`` may take (fetch, read, embed, write)."""
 BATCH_FILES = 32
 """Small files ingested by one ``rag.ingest {documents}`` call."""
 BATCH_FILE_BYTES = 256 * 1024
 """Files up to this size go in batches; larger ones (a book, a long PDF) are ingested one by one."""
+
+
+_SUFFIXES = ", ".join(formats.SUFFIXES)
 
 
 def _failure(path: Path, code: str, message: str) -> dict[str, Any]:
@@ -48,9 +49,10 @@ def _expand(
 ) -> tuple[list[Path], list[dict[str, Any]]]:
     """The files to ingest, each once, in the order given; and failures for what cannot be walked.
 
-    A folder contributes its supported files (``SUPPORTED_SUFFIXES``), sorted, skipping
-    names that start with '.' (``.git/``, macOS ``._x.pdf`` resource forks) and following
-    symlinked folders once each; what it skips goes to ``skipped`` (``{path, reason}``).
+    A folder contributes the files of the formats HearthNet reads
+    (:mod:`~hearthnet.contracts.formats`), sorted, skipping names that start with '.' (``.git/``,
+    macOS ``._x.pdf`` resource forks) and following symlinked folders once each; what it skips
+    goes to ``skipped`` (``{path, reason}``).
     A file named directly is taken whatever its name.
     """
     files: list[Path] = []
@@ -111,9 +113,9 @@ def _walk(top: Path, problems: list[dict[str, Any]], skipped: list[dict[str, Any
             if name.startswith("."):
                 skipped.append(_skip(candidate, "hidden: its name starts with '.'"))
                 continue
-            if suffix not in SUPPORTED_SUFFIXES:
+            if formats.by_suffix(name) is None:
                 kind = f"unsupported type {suffix}" if suffix else "no file extension"
-                skipped.append(_skip(candidate, f"{kind}: only .pdf, .txt, .md and .markdown are ingested"))
+                skipped.append(_skip(candidate, f"{kind}: only {_SUFFIXES} are ingested"))
                 continue
             try:
                 if candidate.is_file():
@@ -185,23 +187,19 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
     files, problems = _expand(args.paths, skipped)
     if not files and not problems:
         why = f": {_skipped_text(skipped)}" if skipped else ""
-        raise BadRequest(f"no files to ingest (supported: PDF, .txt, .md, .markdown){why}")
+        raise BadRequest(f"no files to ingest (supported: {formats.supported_text()}){why}")
     if args.title is not None and len(files) > 1:
         raise BadRequest(f"--title names one document, but {len(files)} files were given")
     walked = {path_text(f) for f in files} - {path_text(Path(p)) for p in args.paths}
     client = Client(args.home)
-    host = anyio.run(ingest_host, AsyncClient(args.home), corpus, args.on)
-    own = client.call("node.status").output["node_id"]
+    host = client.run(lambda c: ingest_host(c, corpus, args.on))
     progress = Progress(not args.json)
     results: list[dict[str, Any]] = []
     for entry in problems:
         _print_entry(args, entry)
         results.append(entry)
     for group in _groups(files, single=args.title is not None):
-        if len(group) == 1:
-            entries = [_ingest_one(args, client, progress, group[0], corpus, host, own)]
-        else:
-            entries = _ingest_batch(args, client, progress, group, corpus, host, own)
+        entries = _ingest_group(args, client, progress, group, corpus, host)
         for path, entry in zip(group, entries, strict=True):
             if shown_as and entry["path"] in shown_as:  # stdin: not the temporary file's path
                 entry["path"] = shown_as[entry["path"]]
@@ -233,51 +231,49 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
         raise CliError(f"{_files_of(len(failed), len(results) + len(skipped))} failed to ingest")
 
 
-def _ingest_one(
-    args: argparse.Namespace, client: Client, progress: Progress, path: Path, corpus: str, host: str, own: str
-) -> dict[str, Any]:
-    """One file: import (unpinned), move to the host if needed, ``rag.ingest``; never raises."""
-    name = Path(path_text(path)).name or path_text(path)
-    entry: dict[str, Any] = {"path": path_text(path)}
-    try:
+def _documents(paths: list[Path], title: str | None) -> tuple[list[Document], dict[int, dict[str, Any]]]:
+    """The files of a group as documents for the node (their full, UTF-8 paths); and the
+    failures, by position, of those that cannot be named to it."""
+    documents: list[Document] = []
+    failed: dict[int, dict[str, Any]] = {}
+    for i, path in enumerate(paths):
         try:
             full = str(path.resolve())
             full.encode("utf-8")
         except UnicodeEncodeError:
-            raise BadRequest("the file name is not valid UTF-8: rename the file") from None
-        # Unpinned: the node that ingests the document pins its own copy once it is indexed,
-        # so a file refused here (a scanned PDF, an unsupported type) leaves nothing held.
-        # A personal document is private: peers are never told of it nor given it (file.read).
-        imported = client.call(
-            "file.import", input={"path": full, "pin": False, "private": is_private(corpus)}
-        ).output
-        entry["doc_cid"] = imported["doc_cid"]
-        if host != own:
-            pushing = client.stream("file.push", input={"doc_cid": imported["doc_cid"], "node": host})
-            streamed(pushing, progress, name)
-        inp: dict[str, Any] = {"doc_cid": imported["doc_cid"], "filename": name}
-        if args.title is not None:
-            inp["title"] = args.title  # otherwise the document's own title, or its file name
-        if args.language is not None:
-            inp["language"] = args.language
-        if args.metadata:
-            inp["metadata"] = args.metadata
-        ingesting = client.stream(
-            "rag.ingest", params={"corpus": corpus}, input=inp, provider=host, timeout=INGEST_TIMEOUT
-        )
-        result = streamed(ingesting, progress, name)
-        entry.update(
-            ok=True,
-            **result.output,
-            event_id=result.meta.get("ingest_event_id"),
-            node=result.provider,
-            existing=bool(result.meta.get("existing")),
-        )
-    except BusError as exc:
-        entry.update(ok=False, error=exc.code, message=exc.message)
-    except (OSError, RuntimeError) as exc:  # e.g. a symlink loop met while resolving
-        entry.update(ok=False, error="bad_request", message=str(exc))
-    return entry
+            failed[i] = _failure(path, "bad_request", "the file name is not valid UTF-8: rename the file")
+            continue
+        except (OSError, RuntimeError) as exc:  # e.g. a symlink loop met while resolving
+            failed[i] = _failure(path, "bad_request", str(exc))
+            continue
+        name = Path(path_text(path)).name or path_text(path)
+        documents.append(Document(full, name, title))
+    return documents, failed
+
+
+def _ingest_group(
+    args: argparse.Namespace, client: Client, progress: Progress, paths: list[Path], corpus: str, host: str
+) -> list[dict[str, Any]]:
+    """One group of files through the client's one ingest flow; an entry per file, in order."""
+    documents, failed = _documents(paths, args.title)
+    answered: list[dict[str, Any]] = []
+    if documents:
+        try:
+            _, answered = client.run(
+                lambda c: ingest_files(
+                    c,
+                    corpus,
+                    documents,
+                    on=host,
+                    language=args.language,
+                    metadata=args.metadata,
+                    progress=progress.show,
+                )
+            )
+        finally:
+            progress.done()  # a failure is printed on a clean line
+    given = iter(answered)
+    return [failed[i] if i in failed else {"path": path_text(p), **next(given)} for i, p in enumerate(paths)]
 
 
 def _groups(files: list[Path], *, single: bool) -> list[list[Path]]:
@@ -302,98 +298,6 @@ def _groups(files: list[Path], *, single: bool) -> list[list[Path]]:
     if run:
         groups.append(run)
     return groups
-
-
-def _ingest_batch(
-    args: argparse.Namespace,
-    client: Client,
-    progress: Progress,
-    paths: list[Path],
-    corpus: str,
-    host: str,
-    own: str,
-) -> list[dict[str, Any]]:
-    """Several small files: one import, a push each if the host is another node, one
-    ``rag.ingest {documents}``; an entry per file, in order (never raises)."""
-    entries: list[dict[str, Any]] = [{"path": path_text(p)} for p in paths]
-    full: dict[int, str] = {}
-    for i, path in enumerate(paths):
-        try:
-            name = str(path.resolve())
-            name.encode("utf-8")
-            full[i] = name
-        except UnicodeEncodeError:
-            why = "the file name is not valid UTF-8: rename the file"
-            entries[i].update(_failure(path, "bad_request", why))
-        except (OSError, RuntimeError) as exc:
-            entries[i].update(_failure(path, "bad_request", str(exc)))
-    try:
-        if full:
-            files = client.call(
-                "file.import",
-                input={"paths": list(full.values()), "pin": False, "private": is_private(corpus)},
-            ).output["files"]
-            for i, got in zip(full, files, strict=True):
-                if "error" in got:
-                    entries[i].update(ok=False, error=got["error"], message=got["message"])
-                else:
-                    entries[i]["doc_cid"] = got["doc_cid"]
-        label = f"{len(paths)} files"
-        if host != own:
-            for i, entry in enumerate(entries):
-                if "doc_cid" in entry and "ok" not in entry:
-                    try:
-                        push = {"doc_cid": entry["doc_cid"], "node": host}
-                        pushing = client.stream("file.push", input=push)
-                        streamed(pushing, progress, Path(entry["path"]).name)
-                    except BusError as exc:
-                        entries[i].update(ok=False, error=exc.code, message=exc.message)
-        first: dict[str, int] = {}  # one document per content: a copy of a file is "already indexed"
-        documents = []
-        for i, entry in enumerate(entries):
-            if "ok" in entry or "doc_cid" not in entry:
-                continue
-            if entry["doc_cid"] in first:
-                continue
-            first[entry["doc_cid"]] = i
-            doc: dict[str, Any] = {"doc_cid": entry["doc_cid"], "filename": Path(entry["path"]).name}
-            if args.language is not None:
-                doc["language"] = args.language
-            if args.metadata:
-                doc["metadata"] = args.metadata
-            documents.append(doc)
-        if documents:
-            ingesting = client.stream(
-                "rag.ingest",
-                params={"corpus": corpus},
-                input={"documents": documents},
-                provider=host,
-                timeout=INGEST_TIMEOUT,
-            )
-            result = streamed(ingesting, progress, label)
-            answered = {d["doc_cid"]: d for d in result.output["documents"]}
-            for i, entry in enumerate(entries):
-                if "ok" in entry or "doc_cid" not in entry:
-                    continue
-                got = answered[entry["doc_cid"]]
-                if not got["ok"]:
-                    entry.update(ok=False, error=got["error"], message=got["message"])
-                    continue
-                entry.update(
-                    ok=True,
-                    chunks_indexed=got["chunks_indexed"],
-                    tokens_indexed=got["tokens_indexed"],
-                    event_id=got.get("ingest_event_id"),
-                    node=result.provider,
-                    existing=bool(got["existing"]) or first[entry["doc_cid"]] != i,
-                )
-                if "ocr_pages" in got and not entry["existing"]:  # as one file's result has it
-                    entry["ocr_pages"] = got["ocr_pages"]
-    except BusError as exc:  # the call as a whole failed: every file not answered yet failed with it
-        for entry in entries:
-            if "ok" not in entry:
-                entry.update(ok=False, error=exc.code, message=exc.message)
-    return entries
 
 
 def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:
@@ -451,7 +355,8 @@ def add_ingest(sub: Any, common: argparse.ArgumentParser) -> None:
         "paths",
         nargs="+",
         metavar="PATH",
-        help="files (PDF, .txt, .md) or folders, walked for those; names starting with '.' skipped; "
+        help=f"files ({formats.supported_text()}: {_SUFFIXES}) or folders, walked for those; "
+        "names starting with '.' skipped; "
         "'-' reads one document from stdin",
     )
     p.add_argument(

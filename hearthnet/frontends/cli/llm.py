@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.bus.context import CallResult
+from hearthnet.contracts.llm import CAPABILITY, LlmClient
+from hearthnet.contracts.node import NodeClient, offers
 from hearthnet.errors import BusError, NotFound
 from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.home import write_atomically
@@ -44,7 +46,7 @@ def terminal_text(text: str) -> str:
 
 # -- llm ----------------------------------------------------------------------------------
 def cmd_llm_list(args: argparse.Namespace) -> None:
-    status = Client(args.home).call("node.status").output
+    status = Client(args.home).run(lambda c: NodeClient(c).status())
     names = {p["node_id"]: p.get("name", "") for p in status.get("peers", [])}
     names[status["node_id"]] = status.get("name", "")
     models = sorted(
@@ -59,7 +61,7 @@ def cmd_llm_list(args: argparse.Namespace) -> None:
                 "local": bool(c.get("local")),
             }
             for c in status["capabilities"]
-            if c["capability"].startswith("llm.chat@")
+            if offers(c, CAPABILITY)
         ),
         key=lambda m: (str(m["model"]), not m["local"], m["node"]),
     )
@@ -79,19 +81,22 @@ def cmd_llm_chat(args: argparse.Namespace) -> None:
     text = text_arg(text, "the question")
     messages = [{"role": "system", "content": args.system}] if args.system else []
     messages.append({"role": "user", "content": text})
-    input: dict[str, Any] = {"messages": messages}
-    if args.max_tokens is not None:
-        input["max_tokens"] = args.max_tokens
-    if args.temperature is not None:
-        input["temperature"] = args.temperature
-    if args.stop:
-        input["stop"] = args.stop
-    params = {"model": args.model} if args.model else {}
     result: CallResult | None = None
     printed = False
     client = Client(args.home)
+    frames = client.streamed(
+        lambda c: LlmClient(c).chatting(
+            args.model or None,
+            messages,
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            stop=args.stop or None,
+            timeout=args.timeout,
+            provider=args.on,
+        )
+    )
     try:
-        for item in client.stream("llm.chat", params, input, timeout=args.timeout, provider=args.on):
+        for item in frames:
             if isinstance(item, CallResult):
                 result = item
             elif not args.json and isinstance(item.get("delta"), str):
@@ -99,7 +104,7 @@ def cmd_llm_chat(args: argparse.Namespace) -> None:
                 sys.stdout.flush()
                 printed = True
     except NotFound as exc:
-        raise _no_model(client.call("node.status").output, args.model, args.on) or exc from None
+        raise _no_model(client.run(lambda c: NodeClient(c).status()), args.model, args.on) or exc from None
     assert result is not None
     if args.json:
         emit_text(args, {**result.output, "meta": result.meta, "provider": result.provider}, "")
@@ -113,9 +118,7 @@ def _no_model(status: dict[str, Any], model: str | None, on: str | None) -> BusE
     revoked = revoked_error(status)
     if revoked is not None:
         return revoked
-    chats = [
-        c for c in status.get("capabilities", []) if str(c.get("capability", "")).startswith("llm.chat@")
-    ]
+    chats = [c for c in status.get("capabilities", []) if offers(c, CAPABILITY)]
     if not chats:
         return NotFound(
             "no language model in the mesh: configure [[llm.openai]] on a node, or run "

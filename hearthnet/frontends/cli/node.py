@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from hearthnet.contracts.node import NodeClient
 from hearthnet.frontends.cli.args import load_json
 from hearthnet.frontends.cli.output import emit, jsonable, shown
 from hearthnet.frontends.cli.replicas import own_replicas, replica_lines
@@ -20,7 +21,7 @@ EVENTS_PAGE = 1000
 
 def cmd_status(args: argparse.Namespace) -> None:
     client = Client(args.home)
-    st = client.call("node.status").output
+    st = client.run(lambda c: NodeClient(c).status())
     st["replicas"] = own_replicas(client)
 
     def human() -> None:
@@ -102,7 +103,7 @@ def cmd_events(args: argparse.Namespace) -> None:
     events: list[dict[str, Any]] = []
     after: Any = None
     while True:  # page by page: a long-lived community's log does not fit one answer
-        page = client.call("events.list", input={"limit": EVENTS_PAGE, "after": after}).output
+        page = client.run(lambda c: NodeClient(c).events(limit=EVENTS_PAGE, after=after))  # noqa: B023 (run at once)
         batch = page.get("events", [])
         if args.json:
             events.extend(batch)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.community.levels import Level
+from hearthnet.contracts.node import NodeClient
 from hearthnet.frontends.cli.output import CliError, emit, shown
 from hearthnet.frontends.client.client import Client, no_home
 
@@ -36,7 +37,7 @@ def _running_url(home: Path) -> str:
     config = load_config(home)
     if not config.ui.enabled:
         raise CliError("the web UI is turned off ([ui] enabled = false, or HEARTHNET_UI=0)")
-    Client(home).call("node.info", timeout=10)  # the node runs (else: partition, one line)
+    Client(home).run(lambda c: NodeClient(c).info(timeout=10))  # the node runs (else: partition, one line)
     state = read_ui_state(config.ui_state_path)
     if state is None or state.get("pid") != _node_pid(home) or not isinstance(state.get("url"), str):
         raise CliError("the running node has not started its web UI (see its log)")
@@ -79,7 +80,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
     from hearthnet.frontends.http.standing import standing_of
 
     url = _running_url(args.home)
-    standing = standing_of(Client(args.home).call("node.info", timeout=10).output)
+    standing = standing_of(Client(args.home).run(lambda c: NodeClient(c).info(timeout=10)))
     store = _store(args.home)
     try:
         token, secret = store.create("owner", Level.ANCHOR, owner=True)

@@ -19,17 +19,18 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import AsyncIterator, Generator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import parse_capability_ref
+from hearthnet.contracts.base import Streamed
 from hearthnet.errors import (
     BadRequest,
     BusError,
@@ -136,6 +137,9 @@ class StreamedCall:
         self._deadline = deadline  # on the clock of the loop the call runs on
         self._retry = retry
         self._frames_seen = 0
+
+    async def end_input(self) -> None:
+        """Nothing to do: a control-socket call sends no input frames (the node ends its input)."""
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
         while self._final is None:
@@ -429,8 +433,15 @@ async def _close(stream: anyio.abc.ByteStream) -> None:
         await stream.aclose()
 
 
+T = TypeVar("T")
+
+
 class Client:
-    """Blocking wrapper around :class:`AsyncClient` for scripts."""
+    """Blocking wrapper around :class:`AsyncClient` for scripts and the CLI.
+
+    ``run`` and ``streamed`` run a typed client's call (:mod:`hearthnet.contracts`) to its end:
+    ``client.run(lambda c: RagClient(c).query("docs", "..."))``.
+    """
 
     def __init__(self, home: str | os.PathLike[str] | None = None, *, retry_capacity: bool = True) -> None:
         self._async = AsyncClient(home, retry_capacity=retry_capacity)
@@ -458,6 +469,14 @@ class Client:
 
         return anyio.run(run)
 
+    def run(self, call: Callable[[AsyncClient], Awaitable[T]]) -> T:
+        """``call`` (given this node's :class:`AsyncClient`) run to its end, blocking."""
+
+        async def run() -> T:
+            return await call(self._async)
+
+        return anyio.run(run)
+
     def stream(
         self,
         capability: str,
@@ -469,8 +488,17 @@ class Client:
     ) -> Generator[dict[str, Any] | CallResult, None, None]:
         """Yields each stream frame as it arrives, then the final ``CallResult`` (or raises ``BusError``);
         closing it early cancels the call."""
+        return self.streamed(
+            lambda c: c.stream(capability, params, input, timeout=timeout, provider=provider)
+        )
+
+    def streamed(
+        self, open: Callable[[AsyncClient], AbstractAsyncContextManager[Streamed]]
+    ) -> Generator[dict[str, Any] | CallResult, None, None]:
+        """A typed client's streamed call (``open`` gives it this node's :class:`AsyncClient`):
+        each frame as it arrives, then the final ``CallResult``; closing it early cancels the call."""
         with anyio.from_thread.start_blocking_portal() as portal:
-            cm = self._async.stream(capability, params, input, timeout=timeout, provider=provider)
+            cm = open(self._async)
             with portal.wrap_async_context_manager(cm) as call:
                 frames = call.frames()
                 while True:

@@ -18,7 +18,17 @@ import anyio
 
 from hearthnet.contracts.answer import MAX_CORPORA
 from hearthnet.contracts.base import Caller
-from hearthnet.contracts.rag import PERSONAL, SYSTEM, RagClient, host_label, validate_corpus_name
+from hearthnet.contracts.node import NodeClient, offers
+from hearthnet.contracts.rag import (
+    INGEST,
+    LIST_CORPORA,
+    PERSONAL,
+    QUERY,
+    SYSTEM,
+    RagClient,
+    host_label,
+    validate_corpus_name,
+)
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Revoked, Unauthorized
 
 __all__ = [
@@ -124,7 +134,7 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
         (
             c
             for c in caps
-            if c["capability"].startswith("rag.query@")
+            if offers(c, QUERY)
             and (c.get("params") or {}).get("corpus") == corpus
             and (c.get("params") or {}).get("read_only") is True
         ),
@@ -135,11 +145,7 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
             f"corpus {corpus} is an archive served read-only by node {archive['node']} (ChromaDB "
             f"collection {archive['params'].get('collection_name')}): nothing can be ingested into it"
         )
-    if (
-        on
-        and on != own
-        and not any(c["node"] == on and c["capability"].startswith("rag.ingest@") for c in caps)
-    ):
+    if on and on != own and not any(c["node"] == on and offers(c, INGEST) for c in caps):
         raise NotFound(
             f"node {on} does not offer rag.ingest to this node (not connected, or not running rag): "
             "see 'hearthnet status'"
@@ -160,7 +166,7 @@ def corpus_host(status: Mapping[str, Any], corpus: str, on: str | None, hosts: l
         )
     if on:
         return on
-    ingesters = [c for c in caps if c["capability"].startswith("rag.ingest@")]
+    ingesters = [c for c in caps if offers(c, INGEST)]
     if any(c["node"] == own for c in ingesters):
         return own
     accepting = [c["node"] for c in ingesters if c["params"].get("accepts_new")]
@@ -179,7 +185,7 @@ async def known_hosts(caller: Caller, corpus: str) -> list[dict[str, Any]]:
 
 async def ingest_host(caller: Caller, corpus: str, on: str | None) -> str:
     """:func:`corpus_host` asked of the node ``caller`` reaches."""
-    status = (await caller.call("node.status")).output
+    status = await NodeClient(caller).status()
     return corpus_host(status, corpus, on, await known_hosts(caller, corpus))
 
 
@@ -191,7 +197,7 @@ async def explain_unreachable(caller: Caller, corpus: str, exc: BusError) -> Bus
     offline: which and since when.  Otherwise a host is up and its own error (a model to reindex,
     an embedder gone) is the one to show.
     """
-    revoked = revoked_error((await caller.call("node.status")).output)
+    revoked = revoked_error(await NodeClient(caller).status())
     if revoked is not None:
         return revoked
     hosts = await known_hosts(caller, corpus)
@@ -213,7 +219,7 @@ async def not_held_by(caller: Caller, corpus: str, node: str, exc: BusError) -> 
     node does not hold it, say so and name the corpus's hosts; else :func:`explain_unreachable`."""
     if not isinstance(exc, NotFound):
         return await explain_unreachable(caller, corpus, exc)
-    status = (await caller.call("node.status")).output
+    status = await NodeClient(caller).status()
     revoked = revoked_error(status)
     if revoked is not None:
         return revoked
@@ -241,9 +247,7 @@ async def hosted_here_or_there(caller: Caller, corpus: str, on: str | None) -> l
 
 def rag_hosts(status: Mapping[str, Any]) -> list[str]:
     """The nodes of a ``node.status`` that answer ``rag.list_corpora``, sorted."""
-    return sorted(
-        {c["node"] for c in status["capabilities"] if c["capability"].startswith("rag.list_corpora@")}
-    )
+    return sorted({c["node"] for c in status["capabilities"] if offers(c, LIST_CORPORA)})
 
 
 async def list_corpora_of(
@@ -289,18 +293,18 @@ def requested_corpora(calls: Calls, names: Sequence[Any]) -> list[str]:
         raise BadRequest(f"at most {MAX_CORPORA} corpora")
     checked = sorted({validate_corpus_name(c) for c in names})
     if PERSONAL in checked and not calls.owner:
-        raise Unauthorized("the personal corpus is the node owner's; this API key cannot search it")
+        raise Unauthorized("the personal corpus is the node owner's: only the owner may search it")
     return checked
 
 
 async def searchable_corpora(calls: Calls) -> list[str]:
     """Every corpus of the mesh this caller may search (``rag.query`` registrations, from
     ``node.status``), at most ``MAX_CORPORA``."""
-    status = (await calls.call("node.status")).output
+    status = await NodeClient(calls).status()
     names = {
         str(c["params"]["corpus"])
         for c in status.get("capabilities", [])
-        if c.get("capability") == "rag.query@1.0" and isinstance((c.get("params") or {}).get("corpus"), str)
+        if offers(c, QUERY) and isinstance((c.get("params") or {}).get("corpus"), str)
     }
     if not calls.owner:
         names.discard(PERSONAL)

@@ -60,6 +60,8 @@ class CorpusAnswer:
     node: str | None = None
     embedding_model: str | None = None
     hits: int = 0
+    mode: str | None = None
+    """How the corpus ranked (``rag.query``'s ``meta.mode``): dense, keyword or hybrid."""
     error: BusError | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -71,6 +73,8 @@ class CorpusAnswer:
             "embedding_model": self.embedding_model,
             "hits": self.hits,
         }
+        if self.mode is not None:
+            doc["mode"] = self.mode
         if self.error is not None:
             doc["error"] = self.error.to_wire()
         if self.warnings:
@@ -153,10 +157,12 @@ async def search_corpora(
     *,
     k: int,
     filter: Mapping[str, Any] | None = None,
+    mode: str | None = None,
     include_text: bool = True,
     timeout: float | None = None,
 ) -> MultiSearch:
-    """``query`` in every corpus of ``corpora`` (``k`` each, at once), merged and cut to ``k``."""
+    """``query`` in every corpus of ``corpora`` (``k`` each, at once, each ranked by ``mode``, its
+    host's default if ``None``), merged and cut to ``k``."""
     names = checked_corpora(corpora)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise BadRequest(f"k must be between 1 and {MAX_K}")
@@ -169,7 +175,7 @@ async def search_corpora(
         async with limit:
             try:
                 result = await rag.query(
-                    corpus, query, k=k, filter=filter, include_text=include_text, timeout=timeout
+                    corpus, query, k=k, filter=filter, mode=mode, include_text=include_text, timeout=timeout
                 )
             except BusError as exc:
                 if isinstance(exc, NotFound | Partition):
@@ -187,6 +193,7 @@ async def search_corpora(
             node=node,
             embedding_model=model,
             hits=len(hits),
+            mode=str(result.meta["mode"]) if isinstance(result.meta.get("mode"), str) else None,
             warnings=[str(w) for w in _list(result.meta.get("warnings"))],
         )
 

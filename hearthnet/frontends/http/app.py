@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from hearthnet.config import UiConfig
+from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import pages
 from hearthnet.frontends.http.jobs import Jobs
@@ -207,7 +208,7 @@ async def _whoami(state: UiState, request: Request, session: Session) -> Respons
 
 async def _node(state: UiState, request: Request, session: Session) -> Response:
     """This node's ``node.info`` (one capability, one call: the benchmark's route too)."""
-    return json_response((await state.bus.call(session.level, "node.info")).output)
+    return json_response(await NodeClient(state.bus.login(session.level)).info())
 
 
 # -- the live stream ------------------------------------------------------------------------

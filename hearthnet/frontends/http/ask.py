@@ -17,11 +17,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from hearthnet.contracts.rag import PERSONAL, validate_corpus_name
-from hearthnet.errors import BadRequest, NotFound, Unauthorized
+from hearthnet.contracts.answer import ASK, AnswerClient, AskInput
+from hearthnet.errors import BadRequest, NotFound
+from hearthnet.frontends.client.corpora import MAX_CORPORA, requested_corpora, searchable_corpora
 from hearthnet.frontends.http import policy
 from hearthnet.frontends.http.app import UiState, api, check_text
-from hearthnet.frontends.http.library import corpora_of
+from hearthnet.frontends.http.bearer import Caller, GatedCalls
 from hearthnet.frontends.http.responses import Emit, EventStream, json_body, json_response
 from hearthnet.frontends.http.tokens import Session
 
@@ -29,7 +30,6 @@ __all__ = ["routes"]
 
 WEB = "web."
 MAX_QUESTION = 4000
-MAX_CORPORA = 64
 CHATS_LIMIT = 1000
 
 
@@ -52,18 +52,14 @@ def _chat_id(session: Session, value: Any) -> str:
 
 async def _corpora(state: UiState, session: Session, requested: Any) -> list[str] | None:
     """The corpora to search: those asked for, or every one this login may search (``None``: let
-    the composer ask every reachable corpus, for the owner)."""
+    the composer ask every reachable corpus, for the owner) — the rule the gateway and MCP follow
+    (:func:`~hearthnet.frontends.client.corpora.requested_corpora`)."""
+    calls = GatedCalls(state.bus, Caller(session.token_id, session.name, session.level, session.owner))
     if requested is None or requested == []:
-        if session.owner:
-            return None
-        names = sorted({str(c["name"]) for c in await corpora_of(state, session) if c["name"] != PERSONAL})
-        return names[:MAX_CORPORA] or None
-    if not isinstance(requested, list) or len(requested) > MAX_CORPORA:
+        return None if session.owner else (await searchable_corpora(calls) or None)
+    if not isinstance(requested, list):
         raise BadRequest(f"corpora must be a list of at most {MAX_CORPORA} corpus names")
-    names = sorted({validate_corpus_name(c) for c in requested})
-    if PERSONAL in names and not session.owner:
-        raise Unauthorized("the personal corpus is the node owner's")
-    return names
+    return requested_corpora(calls, requested)
 
 
 async def _ask(state: UiState, request: Request, session: Session) -> Response:
@@ -75,17 +71,20 @@ async def _ask(state: UiState, request: Request, session: Session) -> Response:
     if not isinstance(debug, bool):
         raise BadRequest("debug must be true or false")
     corpora = await _corpora(state, session, body.get("corpora"))
-    inp: dict[str, Any] = {"question": question, "session": chat_id, "debug": debug}
-    if corpora is not None:
-        inp["corpora"] = corpora
-    elif not session.owner:
-        inp["no_rag"] = True  # nothing this person may search yet: the model answers alone
-    policy.check(session.level, "answer.ask")  # before the stream starts: a refusal is a 403
+    # corpora None: every reachable one for the owner; nothing this person may search yet: the
+    # model answers alone
+    ask = AskInput(
+        question,
+        session=chat_id,
+        debug=debug,
+        corpora=corpora,
+        no_rag=True if corpora is None and not session.owner else None,
+    )
+    policy.check(session.level, ASK)  # before the stream starts: a refusal is a 403
 
     async def produce(emit: Emit) -> None:
         await emit("chat", {"session": chat_id})
-        async with state.bus.stream(session.level, "answer.ask", input=inp) as call:
-            await call.end_input()
+        async with AnswerClient(state.bus.login(session.level)).asking(ask) as call:
             async for frame in call.frames():
                 await emit("frame", frame)
             result = await call.result()
@@ -95,7 +94,7 @@ async def _ask(state: UiState, request: Request, session: Session) -> Response:
 
 
 async def _chats(state: UiState, request: Request, session: Session) -> Response:
-    listing = (await state.bus.call(session.level, "answer.sessions", input={"limit": CHATS_LIMIT})).output
+    listing = await AnswerClient(state.bus.login(session.level)).sessions(limit=CHATS_LIMIT)
     chats = [
         c for c in listing.get("sessions", []) if isinstance(c, dict) and _mine(session, str(c.get("id")))
     ]
@@ -104,24 +103,19 @@ async def _chats(state: UiState, request: Request, session: Session) -> Response
 
 async def _chat(state: UiState, request: Request, session: Session) -> Response:
     chat = _chat_id(session, request.query_params.get("session"))
-    out = await state.bus.call(session.level, "answer.session.get", input={"session": chat})
-    return json_response(out.output)
+    return json_response(await AnswerClient(state.bus.login(session.level)).session(chat))
 
 
 async def _rename(state: UiState, request: Request, session: Session) -> Response:
     body = await json_body(request)
     chat = _chat_id(session, body.get("session"))
-    out = await state.bus.call(
-        session.level, "answer.session.rename", input={"session": chat, "title": body.get("title")}
-    )
-    return json_response(out.output)
+    return json_response(await AnswerClient(state.bus.login(session.level)).rename(chat, body.get("title")))
 
 
 async def _delete(state: UiState, request: Request, session: Session) -> Response:
     body = await json_body(request)
     chat = _chat_id(session, body.get("session"))
-    out = await state.bus.call(session.level, "answer.session.delete", input={"session": chat})
-    return json_response(out.output)
+    return json_response(await AnswerClient(state.bus.login(session.level)).delete(chat))
 
 
 def routes(state: UiState) -> list[BaseRoute]:

@@ -142,18 +142,8 @@ class GatedCalls:
     def key(self) -> str:
         return "owner" if self.caller.owner else self.caller.token_id
 
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult:
-        return await self.bus.call(
-            self.caller.level, capability, params=params, input=input, timeout=timeout, provider=provider
-        )
+    async def call(self, capability: str, **call: Any) -> CallResult:
+        return await self.bus.call(self.caller.level, capability, **call)
 
 
 class TokenBucket:
@@ -306,70 +296,22 @@ class BearerDoor:
         headers: dict[bytes, bytes] = {}
         for key, value in scope["headers"]:
             headers.setdefault(key, value)
-        secret, problem = _key_of(scope, headers)
-        if problem is not None:
-            await send_error(send, 400, problem, "invalid_api_key", path=scope["path"])
-            return
-        if secret is None and scope["path"] in PUBLIC_PATHS:
-            await self.app(scope, receive, send)
-            return
-        if secret is None:
-            cookie = b"hn_session=" in headers.get(b"cookie", b"")
-            await send_error(
-                send,
-                401,
-                "this route takes an API key: 'Authorization: Bearer <token>' with a token from "
-                "'hearthnet ui token create'"
-                + (" (the web UI's sign-in cookie is not one)" if cookie else ""),
-                "invalid_api_key",
-                headers={"WWW-Authenticate": 'Bearer realm="hearthnet"'},
-                path=scope["path"],
-            )
-            return
-        token = await self._tokens.lookup(secret)
-        if token is None:
-            log.info("api_key_refused", path=_route(scope["path"]))
-            await send_error(
-                send,
-                401,
-                "this API key is not valid: it was revoked or never existed (see 'hearthnet ui token list')",
-                "invalid_api_key",
-                headers={"WWW-Authenticate": 'Bearer realm="hearthnet", error="invalid_token"'},
-                path=scope["path"],
-            )
-            return
-        wait = self._bucket.take(token.id)
-        if wait > 0:
-            await send_error(
-                send,
-                429,
-                f"too many requests with this API key: try again in {math.ceil(wait)} s",
-                "rate_limit_exceeded",
-                headers={"Retry-After": str(max(1, math.ceil(wait)))},
-                path=scope["path"],
-            )
-            return
-        limit = BODY_LIMITS.get(scope["path"], DEFAULT_BODY_LIMIT)
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            await send_error(
-                send,
-                413,
-                f"the request body is over {limit} bytes, this route's limit",
-                "request_too_large",
-                path=scope["path"],
-            )
-            return
         try:
+            token = await self._admit(scope, headers)
+            if token is None:  # a public route (ChromaDB's heartbeat): no key, no body
+                await self.app(scope, receive, send)
+                return
+            limit = BODY_LIMITS.get(scope["path"], DEFAULT_BODY_LIMIT)
+            declared = headers.get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > limit):
+                raise _TooLarge
             body = await _read_body(receive, limit)
+        except _Refused as refused:
+            await send_error(send, *refused.args, path=scope["path"], headers=refused.headers)
+            return
         except _TooLarge:
-            await send_error(
-                send,
-                413,
-                f"the request body is over {limit} bytes, this route's limit",
-                "request_too_large",
-                path=scope["path"],
-            )
+            message = f"the request body is over {limit} bytes, this route's limit"
+            await send_error(send, 413, message, "request_too_large", path=scope["path"])
             return
         if body is None:
             return  # the client went away
@@ -387,6 +329,51 @@ class BearerDoor:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _admit(self, scope: Scope, headers: Mapping[bytes, bytes]) -> TokenInfo | None:
+        """The live token a request presents, within its rate (``_Refused`` otherwise); ``None``
+        for a public route asked without a key."""
+        secret, problem = _key_of(scope, headers)
+        if problem is not None:
+            raise _Refused(400, problem, "invalid_api_key")
+        if secret is None and scope["path"] in PUBLIC_PATHS:
+            return None
+        if secret is None:
+            cookie = b"hn_session=" in headers.get(b"cookie", b"")
+            raise _Refused(
+                401,
+                "this route takes an API key: 'Authorization: Bearer <token>' with a token from "
+                "'hearthnet ui token create'"
+                + (" (the web UI's sign-in cookie is not one)" if cookie else ""),
+                "invalid_api_key",
+                headers={"WWW-Authenticate": 'Bearer realm="hearthnet"'},
+            )
+        token = await self._tokens.lookup(secret)
+        if token is None:
+            log.info("api_key_refused", path=_route(scope["path"]))
+            raise _Refused(
+                401,
+                "this API key is not valid: it was revoked or never existed (see 'hearthnet ui token list')",
+                "invalid_api_key",
+                headers={"WWW-Authenticate": 'Bearer realm="hearthnet", error="invalid_token"'},
+            )
+        wait = self._bucket.take(token.id)
+        if wait > 0:
+            raise _Refused(
+                429,
+                f"too many requests with this API key: try again in {math.ceil(wait)} s",
+                "rate_limit_exceeded",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        return token
+
+
+class _Refused(Exception):
+    """A request the door refuses: ``args`` are ``send_error``'s ``(status, message, code)``."""
+
+    def __init__(self, status: int, message: str, code: str, *, headers: Mapping[str, str] | None = None):
+        super().__init__(status, message, code)
+        self.headers = headers
 
 
 def _key_of(scope: Scope, headers: Mapping[bytes, bytes]) -> tuple[str | None, str | None]:

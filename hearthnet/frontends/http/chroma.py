@@ -21,7 +21,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from hearthnet.contracts.embed import decode_embeddings
+from hearthnet.contracts.embed import decode_embeddings, embed_texts
+from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import PERSONAL, RagClient
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import chroma_shapes as shapes
@@ -99,7 +100,7 @@ def _scope(request: Request) -> None:
 async def collections(calls: GatedCalls) -> list[shapes.Collection]:
     """Every corpus and archive this caller may search, once each (the host advertising the most
     chunks), sorted by name; ``personal`` for the node's owner only."""
-    status = (await calls.call("node.status")).output
+    status = await NodeClient(calls).status()
     names = {str(status.get("node_id")): str(status.get("name") or "")}
     names.update({str(p["node_id"]): str(p.get("name") or "") for p in status.get("peers", [])})
     dims: dict[str, int] = {}
@@ -265,9 +266,7 @@ async def _query_vectors(
     if req.embeddings is not None:
         return req.embeddings
     assert req.texts is not None
-    result = await calls.call(
-        "embed.text", params={"model": col.embedding_model}, input={"texts": req.texts, "normalize": True}
-    )
+    result = await embed_texts(calls, col.embedding_model, req.texts)
     return [[float(x) for x in row] for row in decode_embeddings(result.output)]
 
 

@@ -18,6 +18,8 @@ from starlette.types import Receive, Scope, Send
 
 from hearthnet.blobs.cid import is_cid
 from hearthnet.community.levels import Level
+from hearthnet.contracts import formats
+from hearthnet.contracts.file import FileClient
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.http.app import UiState, api
 from hearthnet.frontends.http.policy import GatedBus
@@ -30,7 +32,7 @@ FETCH_TIMEOUT = 300.0
 
 
 async def _local_entry(state: UiState, session: Session, cid: str) -> dict[str, Any] | None:
-    listing = (await state.bus.call(session.level, "file.list", input={"prefix": cid})).output
+    listing = await FileClient(state.bus.login(session.level)).list(prefix=cid)
     return next((b for b in listing.get("blobs", []) if b.get("doc_cid") == cid), None)
 
 
@@ -43,12 +45,7 @@ async def _file(state: UiState, request: Request, session: Session) -> Response:
         raise NotFound(f"this node does not hold {cid}")  # the owner's personal document
     if entry is None or not entry.get("complete"):
         hint = request.query_params.get("node") or None
-        await state.bus.call(
-            session.level,
-            "file.fetch",
-            input={"doc_cid": cid, **({"hint": hint} if hint else {})},
-            timeout=FETCH_TIMEOUT,
-        )
+        await FileClient(state.bus.login(session.level)).fetch(cid, hint=hint, timeout=FETCH_TIMEOUT)
     return BlobResponse(state.bus, session.level, cid)
 
 
@@ -86,10 +83,8 @@ class BlobResponse(Response):
     async def _send(self, send: Send) -> bool:
         size = 0
         started = False
-        async with self._bus.stream(
-            self._level, "file.read", input={"doc_cid": self._cid}, provider=self._bus.node_id
-        ) as call:
-            await call.end_input()
+        files = FileClient(self._bus.login(self._level))
+        async with files.reading(self._cid, provider=self._bus.node_id) as call:
             async for frame in call.frames():
                 manifest = frame.get("manifest")
                 if isinstance(manifest, dict):
@@ -118,10 +113,12 @@ class BlobResponse(Response):
 
 def _headers(cid: str, first: bytes, size: int) -> list[tuple[bytes, bytes]]:
     name = cid.split(":", 1)[1][:16]
-    if first.startswith(b"%PDF-"):
-        kind, disposition = b"application/pdf", f'inline; filename="{name}.pdf"'
+    pdf, text = formats.PDF, formats.TEXT
+    if pdf.magic is not None and first.startswith(pdf.magic):
+        kind, disposition = pdf.content_type.encode(), f'inline; filename="{name}{pdf.suffixes[0]}"'
     elif _is_text(first):
-        kind, disposition = b"text/plain; charset=utf-8", f'inline; filename="{name}.txt"'
+        kind = f"{text.content_type}; charset=utf-8".encode()
+        disposition = f'inline; filename="{name}{text.suffixes[0]}"'
     else:
         kind, disposition = b"application/octet-stream", f'attachment; filename="{name}"'
     return [

@@ -33,6 +33,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from hearthnet.contracts.answer import AnswerClient, AskInput
+from hearthnet.contracts.embed import CAPABILITY as EMBED
+from hearthnet.contracts.embed import embed_texts
+from hearthnet.contracts.llm import CAPABILITY as CHAT
+from hearthnet.contracts.llm import LlmClient
+from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
 from hearthnet.frontends.client.corpora import requested_corpora, searchable_corpora
 from hearthnet.frontends.http import completions
@@ -90,13 +96,13 @@ def _endpoint(state: GatewayState, handler: Handler) -> Callable[[Request], Awai
 async def mesh_models(state: GatewayState, caller: Caller) -> list[dict[str, Any]]:
     """Every ``llm.chat`` and ``embed.text`` model of the mesh, once each: OpenAI's model objects
     with a ``hearthnet`` field (kind, the serving nodes, window or dimensions)."""
-    status = (await state.bus.call(caller.level, "node.status")).output
+    status = await NodeClient(state.bus.login(caller.level)).status()
     own = str(status.get("node_id"))
     names = {own: state.node_name, **{p["node_id"]: p.get("name") or "" for p in status.get("peers", [])}}
     found: dict[str, dict[str, Any]] = {}
     for cap in status.get("capabilities", []):
         ref = cap.get("capability")
-        kind = {"llm.chat@1.0": "chat", "embed.text@1.0": "embedding"}.get(ref)
+        kind = {f"{CHAT}@1.0": "chat", f"{EMBED}@1.0": "embedding"}.get(ref)
         params = cap.get("params") or {}
         model = params.get("model")
         if kind is None or not isinstance(model, str) or not model:
@@ -153,12 +159,7 @@ async def _require_model(state: GatewayState, caller: Caller, model: str, kind: 
 async def _embeddings(state: GatewayState, request: Request, caller: Caller) -> Response:
     req = shapes.parse_embeddings(await _body(request))
     try:
-        result = await state.bus.call(
-            caller.level,
-            "embed.text",
-            params={"model": req.model},
-            input={"texts": req.texts, "normalize": True},
-        )
+        result = await embed_texts(state.bus.login(caller.level), req.model, req.texts)
     except NotFound as exc:
         raise ModelNotFound(
             f"no embedding model {req.model[:200]!r} in this mesh (GET /v1/models lists them)"
@@ -196,9 +197,14 @@ def _llm_producer(
     state: GatewayState, caller: Caller, req: shapes.ChatRequest, cid: str, created: int
 ) -> Producer:
     async def produce(emit: Emit) -> dict[str, Any] | None:
-        params = {"model": req.model}
+        llm = LlmClient(state.bus.login(caller.level))
+        fields: dict[str, Any] = {
+            "max_tokens": req.max_tokens,
+            "temperature": req.temperature,
+            "stop": req.stop,
+        }
         if not req.stream:
-            result = await state.bus.call(caller.level, "llm.chat", params=params, input=req.llm_input())
+            result = await llm.chat(req.model, req.messages, **fields)
             out = result.output
             return shapes.completion(
                 cid,
@@ -209,8 +215,7 @@ def _llm_producer(
                 shapes.usage_of(out.get("usage")),
             )
         chunks = Chunks(emit, cid, created, req.model, req.include_usage)
-        async with state.bus.stream(caller.level, "llm.chat", params=params, input=req.llm_input()) as call:
-            await call.end_input()
+        async with llm.chatting(req.model, req.messages, **fields) as call:
             async for frame in call.frames():
                 delta = frame.get("delta")
                 if isinstance(delta, str) and delta:
@@ -225,25 +230,26 @@ def _llm_producer(
     return produce
 
 
-async def _ask_input(state: GatewayState, caller: Caller, req: shapes.ChatRequest) -> dict[str, Any]:
+async def _ask_input(state: GatewayState, caller: Caller, req: shapes.ChatRequest) -> AskInput:
     question, turns = req.question_and_history()
-    inp: dict[str, Any] = {"question": question, "model": req.model, "debug": False}
-    if turns:
-        inp["history"] = [{"question": t.question, "answer": t.answer} for t in turns]
-    if req.archives:
-        inp["archives"] = req.archives
+    corpora: list[str] | None = None
+    no_rag: bool | None = None
     if req.corpora is not None:
         calls = GatedCalls(state.bus, caller)
         corpora = requested_corpora(calls, req.corpora) if req.corpora else await searchable_corpora(calls)
-        if corpora:
-            inp["corpora"] = corpora
-        elif not req.archives:
-            inp["no_rag"] = True  # nothing this caller may search: the model answers alone
-    if req.max_tokens is not None:
-        inp["max_tokens"] = req.max_tokens
-    if req.temperature is not None:
-        inp["temperature"] = req.temperature
-    return inp
+        if not corpora and not req.archives:
+            no_rag = True  # nothing this caller may search: the model answers alone
+    return AskInput(
+        question,
+        model=req.model,
+        debug=False,
+        history=[{"question": t.question, "answer": t.answer} for t in turns] or None,
+        archives=req.archives or None,
+        corpora=corpora or None,
+        no_rag=no_rag,
+        max_tokens=req.max_tokens,
+        temperature=req.temperature,
+    )
 
 
 def _extension(out: Mapping[str, Any]) -> dict[str, Any]:
@@ -270,11 +276,12 @@ def _rag_usage(out: Mapping[str, Any]) -> dict[str, int]:
 
 
 def _rag_producer(
-    state: GatewayState, caller: Caller, req: shapes.ChatRequest, inp: dict[str, Any], cid: str, created: int
+    state: GatewayState, caller: Caller, req: shapes.ChatRequest, inp: AskInput, cid: str, created: int
 ) -> Producer:
     async def produce(emit: Emit) -> dict[str, Any] | None:
+        answers = AnswerClient(state.bus.login(caller.level))
         if not req.stream:
-            out = (await state.bus.call(caller.level, "answer.ask", input=inp)).output
+            out = (await answers.ask(inp)).output
             return shapes.completion(
                 cid,
                 created,
@@ -285,8 +292,7 @@ def _rag_producer(
                 _extension(out),
             )
         chunks = Chunks(emit, cid, created, req.model, req.include_usage)
-        async with state.bus.stream(caller.level, "answer.ask", input=inp) as call:
-            await call.end_input()
+        async with answers.asking(inp) as call:
             async for frame in call.frames():
                 delta = frame.get("delta")
                 if isinstance(delta, str) and delta:

@@ -1,10 +1,12 @@
 """Uploads from the browser: the file is stored, imported and ingested as a job of the UI server.
 
 The request that carries the bytes ends once they are on disk; the job then runs in the UI
-server's own task group (a page that navigates away does not cancel it) and reports each
-step to the pages of the same login through the :class:`LiveHub`: ``import``, then
-``rag.ingest``'s own progress frames (``push`` first when another node hosts the corpus),
-then ``done`` or ``error`` with the bus error's code and message.
+server's own task group (a page that navigates away does not cancel it) through the client's
+one ingest flow (:func:`~hearthnet.frontends.client.ingest.ingest_files`, as ``hearthnet
+ingest``), and reports each step to the pages of the same login through the :class:`LiveHub`:
+``import``, then ``rag.ingest``'s own progress frames (``push`` first when another node hosts
+the corpus; ``wait`` while the host is busy), then ``done`` or ``error`` with the bus error's
+code and message.
 """
 
 from __future__ import annotations
@@ -21,12 +23,9 @@ import anyio
 import anyio.abc
 import structlog
 
-from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
-from hearthnet.contracts.file import FileClient
-from hearthnet.contracts.rag import is_private
-from hearthnet.errors import BusError, CapacityExceeded, InternalError
-from hearthnet.frontends.client.corpora import ingest_host
+from hearthnet.errors import BusError, InternalError, error_from_wire
+from hearthnet.frontends.client.ingest import Document, ingest_files
 from hearthnet.frontends.http.live import LiveHub
 from hearthnet.frontends.http.policy import GatedBus
 
@@ -38,7 +37,6 @@ KEPT = 200
 """Finished jobs remembered (the Library page lists the recent ones of its login)."""
 AT_ONCE = 2
 """Jobs running at once (``rag.ingest`` serves two at a time; the rest wait here, not as errors)."""
-INGEST_TIMEOUT = 900.0
 BUSY_RETRY_SECONDS = 600.0
 """How long a job keeps retrying an ingest refused with ``capacity_exceeded``."""
 
@@ -127,20 +125,22 @@ class Jobs:
         log.info("ui_job", job=job.id, state=job.state, error=job.error, corpus=job.corpus)
 
     async def _ingest(self, job: Job, level: Level, path: Path) -> None:
-        self._update(job, state="importing", stage="import", current=0, total=1)
-        # Unpinned, as `hearthnet ingest` does: the ingesting node pins its own copy, so a
-        # refused file (scanned, encrypted) leaves nothing held.  Personal stays private.
-        imported = await FileClient(self._bus.login(level)).import_file(
-            str(path), pin=False, private=is_private(job.corpus)
+        def progress(label: str, frame: dict[str, Any]) -> None:
+            stage = frame.get("stage")
+            current, total = frame.get("current"), frame.get("total")
+            if isinstance(stage, str) and isinstance(current, int) and isinstance(total, int):
+                state = "importing" if stage == "import" else "ingesting"
+                self._update(job, state=state, stage=stage, current=current, total=total)
+
+        _, (entry,) = await ingest_files(
+            self._bus.login(level),
+            job.corpus,
+            [Document(str(path), job.name)],
+            progress=progress,
+            busy_seconds=BUSY_RETRY_SECONDS,
         )
-        doc_cid = str(imported["doc_cid"])
-        await anyio.to_thread.run_sync(_remove, path)
-        host = await ingest_host(self._bus.login(level), job.corpus, None)
-        self._update(job, state="ingesting", result={"doc_cid": doc_cid, "node": host})
-        if host != self._bus.node_id:
-            await self._streamed(job, level, "file.push", input={"doc_cid": doc_cid, "node": host})
-        result = await self._ingest_retrying(job, level, doc_cid, host)
-        output = result.output
+        if not entry["ok"]:
+            raise error_from_wire({"error": entry["error"], "message": entry["message"]})
         self._update(
             job,
             state="done",
@@ -148,42 +148,13 @@ class Jobs:
             current=1,
             total=1,
             result={
-                "doc_cid": doc_cid,
-                "node": result.provider,
-                "chunks": output.get("chunks_indexed"),
-                "ocr_pages": output.get("ocr_pages", []),
-                "existing": bool(result.meta.get("existing")),
+                "doc_cid": entry["doc_cid"],
+                "node": entry["node"],
+                "chunks": entry["chunks_indexed"],
+                "ocr_pages": entry.get("ocr_pages", []),
+                "existing": entry["existing"],
             },
         )
-
-    async def _ingest_retrying(self, job: Job, level: Level, doc_cid: str, host: str) -> CallResult:
-        deadline = anyio.current_time() + BUSY_RETRY_SECONDS
-        while True:
-            try:
-                return await self._streamed(
-                    job,
-                    level,
-                    "rag.ingest",
-                    params={"corpus": job.corpus},
-                    input={"doc_cid": doc_cid, "filename": job.name},
-                    provider=host,
-                    timeout=INGEST_TIMEOUT,
-                )
-            except CapacityExceeded as exc:
-                if anyio.current_time() >= deadline:
-                    raise
-                self._update(job, stage="wait", current=0, total=0)
-                await anyio.sleep(max(0.2, (exc.retry_after_ms or 1000) / 1000))
-
-    async def _streamed(self, job: Job, level: Level, capability: str, **kw: Any) -> CallResult:
-        async with self._bus.stream(level, capability, **kw) as call:
-            await call.end_input()
-            async for frame in call.frames():
-                stage = frame.get("stage")
-                current, total = frame.get("current"), frame.get("total")
-                if isinstance(stage, str) and isinstance(current, int) and isinstance(total, int):
-                    self._update(job, stage=stage, current=current, total=total)
-            return await call.result()
 
 
 def _remove(path: Path) -> None:

@@ -15,7 +15,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from hearthnet.blobs.cid import is_cid
-from hearthnet.contracts.rag import PERSONAL, SYSTEM, validate_corpus_name
+from hearthnet.contracts.file import IMPORT
+from hearthnet.contracts.node import NodeClient
+from hearthnet.contracts.rag import INGEST, PERSONAL, SYSTEM, RagClient, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, Unauthorized
 from hearthnet.frontends.client.corpora import list_corpora_of, rag_hosts
 from hearthnet.frontends.http import policy
@@ -38,7 +40,7 @@ WRITE_SIZE = 1 << 20
 async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
     """Every corpus of the mesh: those of connected nodes as they answer, the others (their host is
     offline) as ``rag.known_corpora`` knows them from the event log."""
-    status = (await state.bus.call(session.level, "node.status")).output
+    status = await NodeClient(state.bus.login(session.level)).status()
     own = str(status["node_id"])
     names = {own: state.node_name, **{p["node_id"]: p.get("name") or "" for p in status.get("peers", [])}}
     hosts = rag_hosts(status)
@@ -56,8 +58,8 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
             # a store corpus answers with its node; an archive says whether its server answered
             online = bool(c.get("online", True))
             rows.append({**c, "node": node, "node_name": names.get(node, ""), "online": online})
-    known = (await state.bus.call(session.level, "rag.known_corpora")).output
-    for corpus in known.get("corpora", []):
+    known = await RagClient(state.bus.login(session.level)).known_corpora()
+    for corpus in known:
         name = str(corpus.get("name"))
         for host in corpus.get("hosts", []):
             node = str(host.get("node"))
@@ -78,7 +80,7 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
                     "last_seen": host.get("last_seen"),
                 }
             )
-    duplicates = {str(c.get("name")) for c in known.get("corpora", []) if c.get("duplicate")}
+    duplicates = {str(c.get("name")) for c in known if c.get("duplicate")}
     copies = _replicas(known)
     for row in rows:
         row["duplicate"] = row["name"] in duplicates
@@ -87,11 +89,11 @@ async def corpora_of(state: UiState, session: Session) -> list[dict[str, Any]]:
     return rows
 
 
-def _replicas(known: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+def _replicas(known: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
     """Per ``(corpus, node)``: a replica's ``replica_of`` and ``behind``; its host's ``replicas`` (how many
     are online)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
-    for corpus in known.get("corpora", []):
+    for corpus in known:
         name = str(corpus.get("name"))
         copies = [h for h in corpus.get("hosts", []) if h.get("role") == "replica" and h.get("replica_of")]
         for h in copies:
@@ -127,13 +129,8 @@ async def _documents(state: UiState, request: Request, session: Session) -> Resp
     after: str | None = None
     provider = node
     while len(documents) < MAX_DOCUMENTS:  # rag.list_documents answers in pages
-        result = await state.bus.call(
-            session.level,
-            "rag.list_documents",
-            params={"corpus": corpus},
-            input={"after": after} if after else {},
-            provider=provider,
-            timeout=LIST_TIMEOUT,
+        result = await RagClient(state.bus.login(session.level)).list_documents(
+            corpus, after=after, provider=provider, timeout=LIST_TIMEOUT
         )
         provider = result.provider  # every page from the node that answered the first
         documents.extend(result.output.get("documents") or [])
@@ -151,12 +148,8 @@ async def _delete(state: UiState, request: Request, session: Session) -> Respons
     doc_cid = body.get("doc_cid")
     if not is_cid(doc_cid):
         raise BadRequest("doc_cid must be a blake3:<hex> CID")
-    result = await state.bus.call(
-        session.level,
-        "rag.delete",
-        params={"corpus": corpus},
-        input={"doc_cid": doc_cid},
-        provider=_node(body.get("node")),
+    result = await RagClient(state.bus.login(session.level)).delete(
+        corpus, str(doc_cid), provider=_node(body.get("node"))
     )
     return json_response({**result.output, "node": result.provider})
 
@@ -170,7 +163,7 @@ def _filename(value: str | None) -> str:
 
 
 async def _upload(state: UiState, request: Request, session: Session) -> Response:
-    for capability in ("file.import", "rag.ingest"):
+    for capability in (IMPORT, INGEST):
         policy.check(session.level, capability)  # before a byte is read
     corpus = _corpus(request.query_params.get("corpus"), session, writing=True)
     name = _filename(request.query_params.get("name"))

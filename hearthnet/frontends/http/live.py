@@ -22,6 +22,7 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from hearthnet.community.levels import Level
+from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BusError
 from hearthnet.frontends.http.policy import GatedBus
 
@@ -138,9 +139,7 @@ class EventWatcher:
         if full:
             self._last_full = time.monotonic()
         while True:
-            page = (
-                await self._bus.call(Level.MEMBER, "events.list", input={"limit": PAGE, "after": after})
-            ).output
+            page = await NodeClient(self._bus.login(Level.MEMBER)).events(limit=PAGE, after=after)
             events = page.get("events") or []
             for event in events:
                 event_id = event.get("event_id")

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http.app import UiState, api
 from hearthnet.frontends.http.responses import json_body, json_response
@@ -33,8 +34,9 @@ def _figures(stats: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 async def _mesh(state: UiState, request: Request, session: Session) -> Response:
-    status = (await state.bus.call(session.level, "node.status")).output
-    members = (await state.bus.call(session.level, "community.members")).output
+    node_client = NodeClient(state.bus.login(session.level))
+    status = await node_client.status()
+    members = await node_client.members()
     own = str(status["node_id"])
     peers = {p["node_id"]: p for p in status.get("peers", [])}
     await state.nodes.saw({own: state.node_name, **{k: p.get("name") or "" for k, p in peers.items()}})
@@ -42,7 +44,7 @@ async def _mesh(state: UiState, request: Request, session: Session) -> Response:
 
     async def ask(node: str) -> None:
         try:
-            out = await state.bus.call(session.level, "node.stats", provider=node, timeout=STATS_TIMEOUT)
+            out = await node_client.stats(provider=node, timeout=STATS_TIMEOUT)
             stats[node] = out.output
         except BusError as exc:
             stats[node] = exc
@@ -106,11 +108,10 @@ def _level(body: dict[str, Any], default: str) -> str:
     return str(level)
 
 
-def _action(capability: str, shape: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+def _action(act: Callable[[NodeClient, dict[str, Any]], Awaitable[dict[str, Any]]]) -> Any:
     async def handler(state: UiState, request: Request, session: Session) -> Response:
         body = await json_body(request)
-        result = await state.bus.call(session.level, capability, input=shape(body))
-        return json_response(result.output)
+        return json_response(await act(NodeClient(state.bus.login(session.level)), body))
 
     return handler
 
@@ -130,22 +131,22 @@ def routes(state: UiState) -> list[BaseRoute]:
         r("/api/events", _events),
         r(
             "/api/mesh/invite",
-            _action("community.invite", lambda b: {"node_id": _target(b), "level": _level(b, "member")}),
+            _action(lambda n, b: n.invite(_target(b), _level(b, "member"))),
             ["POST"],
         ),
         r(
             "/api/mesh/promote",
-            _action("member.promote", lambda b: {"node_id": _target(b), "level": _level(b, "trusted")}),
+            _action(lambda n, b: n.promote(_target(b), _level(b, "trusted"))),
             ["POST"],
         ),
         r(
             "/api/mesh/demote",
-            _action("member.demote", lambda b: {"node_id": _target(b), "level": _level(b, "member")}),
+            _action(lambda n, b: n.demote(_target(b), _level(b, "member"))),
             ["POST"],
         ),
         r(
             "/api/mesh/revoke",
-            _action("member.revoke", lambda b: {"node_id": _target(b), "reason": reason(b)}),
+            _action(lambda n, b: n.revoke(_target(b), reason(b))),
             ["POST"],
         ),
     ]

@@ -110,16 +110,6 @@ class ChatRequest:
         """Answered by ``answer.ask`` (corpora or archives asked for) rather than ``llm.chat``."""
         return self.corpora is not None or bool(self.archives)
 
-    def llm_input(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"messages": self.messages}
-        if self.max_tokens is not None:
-            out["max_tokens"] = self.max_tokens
-        if self.temperature is not None:
-            out["temperature"] = self.temperature
-        if self.stop is not None:
-            out["stop"] = self.stop
-        return out
-
     def question_and_history(self) -> tuple[str, list[Turn]]:
         """What ``answer.ask`` is asked: the last message (the user's), and the earlier user and
         assistant messages as turns.  System messages are left out (the composer's own system

@@ -10,6 +10,8 @@ from __future__ import annotations
 from html import escape
 
 from hearthnet.community.levels import Level
+from hearthnet.contracts import formats
+from hearthnet.contracts.rag import CORPUS_PATTERN
 from hearthnet.frontends.http.tokens import Session
 
 __all__ = ["ask_page", "library_page", "login_page", "mesh_page"]
@@ -103,12 +105,12 @@ def library_page(session: Session, node_name: str) -> str:
     nav, head = _chrome("library", session, node_name)
     upload = ""
     if session.level >= Level.TRUSTED:
-        upload = """
+        upload = f"""
   <section class="card" aria-labelledby="upload-h">
     <h2 id="upload-h">Add documents</h2>
     <div class="upload-target">
       <label for="upload-corpus">Corpus</label>
-      <input id="upload-corpus" list="corpus-names" required pattern="[a-z0-9-]{1,64}"
+      <input id="upload-corpus" list="corpus-names" required pattern="{CORPUS_PATTERN}"
         value="household" autocomplete="off" aria-describedby="corpus-hint">
       <datalist id="corpus-names"></datalist>
       <span id="corpus-hint" class="muted">lowercase letters, digits and '-'</span>
@@ -120,7 +122,7 @@ def library_page(session: Session, node_name: str) -> str:
         <button type="button" id="choose-files" class="secondary">Choose files</button>
         <button type="button" id="choose-folder" class="secondary">Choose a folder</button>
         <input type="file" id="pick-files" multiple class="visually-hidden" tabindex="-1"
-          aria-hidden="true" accept=".pdf,.txt,.md,.markdown,application/pdf,text/plain,text/markdown">
+          aria-hidden="true" accept="{formats.accept()}">
         <input type="file" id="pick-folder" webkitdirectory multiple class="visually-hidden"
           tabindex="-1" aria-hidden="true">
       </div>

@@ -1,5 +1,5 @@
-"""Who may do what through the node's HTTP server: the allow-list of capabilities, each with its
-minimum level.
+"""Who may do what through the node's HTTP server: the allow-list of capabilities, each with the
+level it needs (the capability's own, from the contracts).
 
 The web UI, the OpenAI-compatible gateway and the MCP server call the node's bus in-process,
 where every call runs as the node itself (anchor on its own services).  This allow-list is
@@ -11,56 +11,61 @@ at least its level.  The node's owner is the only anchor.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
 from hearthnet.bus.api import BusAPI, CallStream
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
+from hearthnet.contracts import answer, embed, file, llm, node, rag, rerank
+from hearthnet.contracts.levels import trust_required
 from hearthnet.errors import BusError, Unauthorized
 
-__all__ = ["CAPABILITY_LEVELS", "GatedBus", "LoginBus", "http_status"]
+__all__ = ["CAPABILITY_LEVELS", "HTTP_CALLABLE", "GatedBus", "LoginBus", "http_status"]
 
-M, T, A = Level.MEMBER, Level.TRUSTED, Level.ANCHOR
-
-CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {
-    # reading the mesh
-    "node.info": M,
-    "node.status": M,
-    "node.stats": M,
-    "events.list": M,
-    "community.members": M,
-    # reading documents
-    "rag.list_corpora": M,
-    "rag.known_corpora": M,
-    "rag.list_documents": M,
-    "rag.query": M,
-    "rag.get": M,  # the ChromaDB door's get
-    "file.list": M,
-    "file.fetch": M,  # copies a cited blob into this node's cache to show it
-    "file.read": M,
-    # asking (the gateway and MCP too)
-    "embed.text": M,
-    "llm.chat": M,
-    "rerank.text": M,  # TEI's /rerank
-    "rag.search_archives": M,  # asks only the ChromaDB servers the node's allow-list names
-    "answer.ask": M,
-    "answer.sessions": M,
-    "answer.session.get": M,
-    "answer.session.rename": M,
-    "answer.session.delete": M,
-    # changing the corpora
-    "file.import": T,
-    "file.push": T,
-    "rag.ingest": T,
-    "rag.delete": T,
-    # changing the community
-    "community.invite": A,
-    "member.promote": A,
-    "member.demote": A,
-    "member.revoke": A,
-}
-"""Every capability the HTTP front doors may call, with the lowest login or key level that may call it."""
+HTTP_CALLABLE: Final[frozenset[str]] = frozenset(
+    {
+        # reading the mesh
+        node.INFO,
+        node.STATUS,
+        node.STATS,
+        node.EVENTS_LIST,
+        node.MEMBERS,
+        # reading documents
+        rag.LIST_CORPORA,
+        rag.KNOWN_CORPORA,
+        rag.LIST_DOCUMENTS,
+        rag.QUERY,
+        rag.GET,  # the ChromaDB door's get
+        file.LIST,
+        file.FETCH,  # copies a cited blob into this node's cache to show it
+        file.READ,
+        # asking (the gateway and MCP too)
+        embed.CAPABILITY,
+        llm.CAPABILITY,
+        rerank.CAPABILITY,  # TEI's /rerank
+        rag.SEARCH_ARCHIVES,  # asks only the ChromaDB servers the node's allow-list names
+        answer.ASK,
+        answer.SESSIONS,
+        answer.SESSION_GET,
+        answer.SESSION_RENAME,
+        answer.SESSION_DELETE,
+        # changing the corpora
+        file.IMPORT,
+        file.PUSH,
+        rag.INGEST,
+        rag.DELETE,
+        # changing the community
+        node.INVITE,
+        node.MEMBER_PROMOTE,
+        node.MEMBER_DEMOTE,
+        node.MEMBER_REVOKE,
+    }
+)
+"""Every capability the HTTP front doors may call."""
+CAPABILITY_LEVELS: Final[Mapping[str, Level]] = {name: trust_required(name) for name in sorted(HTTP_CALLABLE)}
+"""Each of them with the lowest login or key level that may call it: the level the capability
+itself needs (:mod:`hearthnet.contracts.levels`, its descriptors' ``trust_required``)."""
 
 
 def check(level: Level, capability: str) -> None:
@@ -126,25 +131,19 @@ class GatedBus:
 
 
 class LoginBus:
-    """A :class:`GatedBus` bound to one login's level: a ``Caller`` of
-    :mod:`hearthnet.frontends.client.corpora`."""
+    """A :class:`GatedBus` bound to one login's level: a ``Caller`` (``StreamCaller``) of the
+    contracts' typed clients and of :mod:`hearthnet.frontends.client.corpora`."""
 
     def __init__(self, gated: GatedBus, level: Level) -> None:
         self._gated = gated
         self._level = level
 
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult:
-        return await self._gated.call(
-            self._level, capability, params=params, input=input, timeout=timeout, provider=provider
-        )
+    async def call(self, capability: str, **call: Any) -> CallResult:
+        """``capability`` (``call``: its params, input, timeout, provider) at this login's level."""
+        return await self._gated.call(self._level, capability, **call)
+
+    def stream(self, capability: str, **call: Any) -> AbstractAsyncContextManager[CallStream]:
+        return self._gated.stream(self._level, capability, **call)
 
 
 _STATUS: Final[Mapping[str, int]] = {

@@ -37,6 +37,7 @@ from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.programs import build_programs
+from hearthnet.frontends.http.security import ASGIApp
 from hearthnet.frontends.http.sessions import SessionCache
 from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import TokenStore
@@ -168,28 +169,7 @@ class UiServer:
         programs = build_programs(
             self._bus, store, cfg, self._config.name, state.closing, self._config.rag.embedding_model
         )
-        app = LastResort(
-            build_app(
-                state,
-                [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],
-                programs.app,
-            ),
-            any_shape,
-            any_door,
-        )
-        server = _Server(
-            uvicorn.Config(
-                app,
-                lifespan="off",
-                access_log=False,
-                log_config=None,
-                server_header=False,
-                timeout_graceful_shutdown=SHUTDOWN_SECONDS,
-                timeout_keep_alive=30,
-                h11_max_incomplete_event_size=64 * 1024,
-                http=guarded_protocol(ConnectionTally(connection_limits(cfg, open_files_limit()))),
-            )
-        )
+        server = _server(state, programs.app)
         try:
             async with anyio.create_task_group() as tg:
                 state.jobs.attach(tg)
@@ -228,6 +208,33 @@ class UiServer:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"url": self.url, "port": self.port, "pid": os.getpid(), "started": time.time()}, f)
         os.replace(tmp, path)
+
+
+def _server(state: UiState, programs: ASGIApp) -> _Server:
+    """The uvicorn server of the UI's application (every route, its last resort, the programs'
+    door), with the connection guard of ``[ui]``."""
+    app = LastResort(
+        build_app(
+            state,
+            [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],
+            programs,
+        ),
+        any_shape,
+        any_door,
+    )
+    return _Server(
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            server_header=False,
+            timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+            timeout_keep_alive=30,
+            h11_max_incomplete_event_size=64 * 1024,
+            http=guarded_protocol(ConnectionTally(connection_limits(state.config, open_files_limit()))),
+        )
+    )
 
 
 def _fresh_dir(path: Path) -> None:

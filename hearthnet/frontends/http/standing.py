@@ -18,6 +18,7 @@ import anyio
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.community.levels import Level
+from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BusError
 
 __all__ = ["NodeStanding", "Standing", "revoked_text", "standing_of"]
@@ -68,7 +69,7 @@ class NodeStanding:
         async with self._lock:
             if time.monotonic() - self._read_at >= FRESH_SECONDS:
                 try:
-                    info = (await self._bus.call("node.info", (1, 0), timeout=5.0)).output
+                    info = await NodeClient(self._bus).info(timeout=5.0)
                 except BusError:
                     return self._standing  # the last reading (member at first): never more than known
                 self._standing = standing_of(info)

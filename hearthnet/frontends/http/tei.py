@@ -21,7 +21,9 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from hearthnet import __version__
-from hearthnet.contracts.embed import MAX_TEXT_CHARS, MAX_TEXTS, decode_embeddings
+from hearthnet.contracts.embed import MAX_TEXT_CHARS, MAX_TEXTS, decode_embeddings, embed_texts
+from hearthnet.contracts.node import NodeClient
+from hearthnet.contracts.rerank import rerank_texts
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
 from hearthnet.frontends.http.policy import GatedBus
@@ -132,7 +134,7 @@ def _inputs(value: Any) -> list[str]:
 
 async def _window(calls: GatedCalls, model: str) -> tuple[int | None, int | None]:
     """The model's ``(max_tokens, dim)`` as its ``embed.text`` providers advertise them."""
-    status = (await calls.call("node.status")).output
+    status = await NodeClient(calls).status()
     for cap in status.get("capabilities", []):
         params = cap.get("params") or {}
         if str(cap.get("capability", "")).startswith("embed.text@") and params.get("model") == model:
@@ -168,9 +170,7 @@ async def _embed(state: TeiState, request: Request, calls: GatedCalls) -> Respon
     texts = _inputs(body.get("inputs"))
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", False)
-    result = await calls.call(
-        "embed.text", params={"model": state.model}, input={"texts": texts, "normalize": normalize}
-    )
+    result = await embed_texts(calls, state.model, texts, normalize=normalize)
     truncated = result.meta.get("truncated")
     if not truncate and isinstance(truncated, int | bool) and truncated:
         max_tokens, _ = await _window(calls, state.model)
@@ -192,10 +192,7 @@ async def _rerank(state: TeiState, request: Request, calls: GatedCalls) -> Respo
     texts = _inputs(texts)
     return_text = _flag(body, "return_text", False)
     _flag(body, "raw_scores", False)
-    result = await calls.call("rerank.text", input={"query": query, "texts": texts})
-    scores = result.output.get("scores")
-    if not isinstance(scores, list) or len(scores) != len(texts):
-        raise BadRequest("the reranker answered with a wrong number of scores")
+    scores = await rerank_texts(calls, query, texts)
     ranked = sorted(range(len(texts)), key=lambda i: -float(scores[i]))
     out = []
     for i in ranked:

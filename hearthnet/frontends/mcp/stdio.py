@@ -7,7 +7,6 @@ chats under the names given), through the control socket.  Nothing but MCP goes 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from mcp.server.stdio import stdio_server
 
 from hearthnet.bus.context import CallResult
+from hearthnet.contracts.node import NodeClient
 from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.frontends.mcp.server import build_server
 
@@ -35,23 +35,15 @@ class OwnerCalls:
     def key(self) -> str:
         return "owner"
 
-    async def call(
-        self,
-        capability: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        input: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        provider: str | None = None,
-    ) -> CallResult:
-        return await self.client.call(capability, params, input, timeout=timeout, provider=provider)
+    async def call(self, capability: str, **call: Any) -> CallResult:
+        return await self.client.call(capability, **call)
 
 
 async def serve_stdio(home: Path) -> None:
     """Serve MCP on stdin/stdout until the client closes stdin.  The node must run: checked first,
     so a missing node is one error line, not a server whose every call fails."""
     async with AsyncClient(home) as client:
-        await client.call("node.info", timeout=10.0)
+        await NodeClient(client).info(timeout=10.0)
         calls = OwnerCalls(client)
         server = build_server(lambda ctx: calls)
         async with stdio_server() as (read, write):

@@ -24,7 +24,9 @@ from typing import Any, Final
 import anyio
 import jsonschema
 
-from hearthnet.contracts.rag import PERSONAL
+from hearthnet.contracts.answer import AnswerClient, AskInput
+from hearthnet.contracts.node import NodeClient, offers
+from hearthnet.contracts.rag import CORPUS_PATTERN, DEFAULT_K, LIST_CORPORA, PERSONAL, RagClient
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.client.corpora import Calls, requested_corpora, searchable_corpora
 
@@ -56,7 +58,7 @@ _RAG_CONFIG: Final[dict[str, Any]] = {
     "description": "The seeds' rag_config: the archives to search (replaces the node's default).",
     "properties": {"archives": {"type": "array", "maxItems": 16, "items": _ARCHIVE_ENTRY}},
 }
-_CORPUS: Final[dict[str, Any]] = {"type": "string", "pattern": "^[a-z0-9-]{1,64}$"}
+_CORPUS: Final[dict[str, Any]] = {"type": "string", "pattern": f"^{CORPUS_PATTERN}$"}
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,10 @@ class ToolError(Exception):
 # -- search_archives ----------------------------------------------------------------------------
 async def _search_archives(calls: Calls, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     form = args.get("format", "text")
-    inp: dict[str, Any] = {"query": args["query"], "format": form}
-    if "top_k" in args:
-        inp["top_k"] = args["top_k"]
-    if "rag_config" in args:
-        inp["rag_config"] = args["rag_config"]
-    out = (await calls.call("rag.search_archives", input=inp)).output
+    result = await RagClient(calls).search_archives(
+        args["query"], format=form, top_k=args.get("top_k"), rag_config=args.get("rag_config")
+    )
+    out = result.output
     if form == "json":
         return json.dumps(out, ensure_ascii=False), out
     return str(out.get("text", "")), {"status": out.get("status"), "text": out.get("text")}
@@ -98,16 +98,16 @@ async def _rag_query(calls: Calls, args: dict[str, Any]) -> tuple[str, dict[str,
     names = requested_corpora(calls, [args["corpus"]] if "corpus" in args else args["corpora"])
     if not names:
         raise BadRequest("corpora must name at least one corpus")
-    inp: dict[str, Any] = {"query": args["query"], "k": args.get("k", 5)}
-    if "filter" in args:
-        inp["filter"] = args["filter"]
+    rag = RagClient(calls)
     answers: dict[str, list[Any] | BusError] = {}
     limiter = anyio.CapacityLimiter(QUERIES_AT_ONCE)
 
     async def one(corpus: str) -> None:
         async with limiter:
             try:
-                out = await calls.call("rag.query", params={"corpus": corpus}, input=inp)
+                out = await rag.query(
+                    corpus, args["query"], k=args.get("k", DEFAULT_K), filter=args.get("filter")
+                )
                 chunks = out.output.get("chunks")
                 answers[corpus] = list(chunks) if isinstance(chunks, list) else []
             except BusError as exc:
@@ -144,26 +144,18 @@ async def _rag_query(calls: Calls, args: dict[str, Any]) -> tuple[str, dict[str,
 
 # -- list_corpora ---------------------------------------------------------------------------------
 async def _list_corpora(calls: Calls, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    status = (await calls.call("node.status")).output
+    status = await NodeClient(calls).status()
     own = str(status.get("node_id"))
     names = {
         own: str(status.get("name") or ""),
         **{p["node_id"]: p.get("name") or "" for p in status.get("peers", [])},
     }
-    hosts = sorted(
-        {
-            str(c["node"])
-            for c in status.get("capabilities", [])
-            if c.get("capability") == "rag.list_corpora@1.0"
-        }
-    )
+    hosts = sorted({str(c["node"]) for c in status.get("capabilities", []) if offers(c, LIST_CORPORA)})
     answers: dict[str, list[Any] | BusError] = {}
 
     async def ask(node: str) -> None:
         try:
-            out = await calls.call("rag.list_corpora", provider=node, timeout=LIST_TIMEOUT)
-            corpora = out.output.get("corpora")
-            answers[node] = list(corpora) if isinstance(corpora, list) else []
+            answers[node] = await RagClient(calls).list_corpora(node, timeout=LIST_TIMEOUT)
         except BusError as exc:
             answers[node] = exc
 
@@ -206,23 +198,23 @@ def _sources_text(out: Mapping[str, Any]) -> str:
 
 
 async def _ask(calls: Calls, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    inp: dict[str, Any] = {"question": args["question"], "debug": False}
-    if "session" in args:
-        inp["session"] = _session_of(calls, args["session"])
     archives = (args.get("rag_config") or {}).get("archives") or []
-    if archives:
-        inp["archives"] = archives
     if "corpora" in args:
         corpora = requested_corpora(calls, args["corpora"])
     elif archives or calls.owner:
         corpora = []  # archives alone, or the owner's default (every reachable corpus)
     else:
         corpora = await searchable_corpora(calls)
-    if corpora:
-        inp["corpora"] = corpora
-    elif not archives and not calls.owner:
-        inp["no_rag"] = True  # nothing this caller may search: the model answers alone
-    out = (await calls.call("answer.ask", input=inp)).output
+    ask = AskInput(
+        args["question"],
+        debug=False,
+        session=_session_of(calls, args["session"]) if "session" in args else None,
+        archives=archives or None,
+        corpora=corpora or None,
+        # nothing this caller may search: the model answers alone
+        no_rag=True if not corpora and not archives and not calls.owner else None,
+    )
+    out = (await AnswerClient(calls).ask(ask)).output
     doc = {
         "answer": out.get("answer"),
         "mode": out.get("mode"),

@@ -41,6 +41,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.invite import InviteToken, encode_token, validate_token
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Membership, Revocation
+from hearthnet.contracts.levels import trust_required
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.events.envelope import Event
 from hearthnet.events.gossip import parse_version_vector, refused_authors, with_skipped
@@ -101,7 +102,9 @@ class CommunityService:
     # Service protocol ------------------------------------------------------------
     def registrations(self) -> list[Registration]:
         def desc(name: str, **kw: Any) -> CapabilityDescriptor:
-            return CapabilityDescriptor(name, (1, 0), timeout_seconds=10.0, **kw)
+            return CapabilityDescriptor(
+                name, (1, 0), timeout_seconds=10.0, trust_required=trust_required(name), **kw
+            )
 
         return [
             Registration(desc("events.sync", idempotent=True, max_concurrent=16), self._handle_sync),

@@ -16,6 +16,7 @@ import numpy as np
 
 from hearthnet.config.embedding import DEFAULT_TIMEOUT_SECONDS, OpenAIBackendConfig
 from hearthnet.errors import InternalError, Partition, Timeout
+from hearthnet.runtime.http_backends import status_error
 from hearthnet.services.embedding.backend import EmbedBatch, l2_normalize
 
 __all__ = ["OpenAIEmbeddingBackend"]
@@ -74,7 +75,7 @@ class OpenAIEmbeddingBackend:
         except httpx.HTTPError as exc:
             raise InternalError(f"{where} request failed: {type(exc).__name__}") from exc
         if resp.status_code != 200:
-            raise InternalError(f"{where} answered HTTP {resp.status_code}")
+            raise await status_error(resp, where)
         try:
             body = resp.json()
         except ValueError as exc:

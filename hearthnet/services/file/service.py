@@ -41,7 +41,7 @@ from hearthnet.blobs import BlobStore, Manifest, ReassemblyCheck
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
-from hearthnet.community.levels import Level
+from hearthnet.contracts.levels import trust_required
 from hearthnet.errors import BadRequest, NotFound, unwrap_group
 from hearthnet.services.file.inputs import check_length, cid_input
 from hearthnet.services.file.local import LocalFiles
@@ -99,7 +99,7 @@ class FileService(LocalFiles):
                 CapabilityDescriptor(
                     "file.put",
                     (1, 0),
-                    trust_required=Level.TRUSTED,
+                    trust_required=trust_required("file.put"),
                     max_concurrent=4,
                     timeout_seconds=t,
                     idempotent=True,
@@ -120,11 +120,24 @@ class FileService(LocalFiles):
                 self._handle_list,
             ),
             Registration(
-                CapabilityDescriptor("file.import", (1, 0), timeout_seconds=t, local_only=True),
+                CapabilityDescriptor(
+                    "file.import",
+                    (1, 0),
+                    trust_required=trust_required("file.import"),
+                    timeout_seconds=t,
+                    local_only=True,
+                ),
                 self._handle_import,
             ),
             Registration(
-                CapabilityDescriptor("file.push", (1, 0), timeout_seconds=t, local_only=True, streaming=True),
+                CapabilityDescriptor(
+                    "file.push",
+                    (1, 0),
+                    trust_required=trust_required("file.push"),
+                    timeout_seconds=t,
+                    local_only=True,
+                    streaming=True,
+                ),
                 self._handle_push,
             ),
             Registration(

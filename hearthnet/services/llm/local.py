@@ -17,18 +17,16 @@ import signal
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import structlog
 
-from hearthnet.config.llm import check_llm_model
+from hearthnet.config.llm import LlmLocalConfig
 from hearthnet.contracts.llm import ChatRequest
-from hearthnet.errors import BadRequest, Partition, Timeout
-from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
+from hearthnet.errors import Partition, Timeout
+from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend
 
 __all__ = ["LocalChatBackend", "LocalLlmConfig", "LocalUnavailable", "local_unavailable_reason"]
 
@@ -42,59 +40,15 @@ class LocalUnavailable(Exception):
     """The local model cannot be served (package or model file missing); the message says how to fix it."""
 
 
-@dataclass(frozen=True)
-class LocalLlmConfig:
-    """``[llm.local]``: a GGUF file served by llama-cpp-python on this machine."""
-
-    model_path: Path
-    model: str
-    context_tokens: int = 2048
-    max_output_tokens: int = 256
-    threads: int | None = None
-    port: int = 0
-    timeout_seconds: float = 60.0
-    call_timeout_seconds: float = 300.0
-    start_timeout_seconds: float = 120.0
-    prompt_format: str = "plain"
-    log_path: Path | None = None
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise BadRequest(f"llm.local.port must be 0..65535, got {self.port}")
-        if self.threads is not None and self.threads < 1:
-            raise BadRequest(f"llm.local.threads must be at least 1, got {self.threads}")
-        if not 0 < self.start_timeout_seconds <= 3600:
-            raise BadRequest("llm.local.start_timeout_seconds must be above 0 and at most 3600")
-        check_llm_model(  # the checks every chat model shares (window, timeouts, prompt format)
-            "llm.local",
-            model=self.model,
-            context_tokens=self.context_tokens,
-            max_output_tokens=self.max_output_tokens,
-            prompt_format=self.prompt_format,
-            timeout_seconds=self.timeout_seconds,
-            call_timeout_seconds=self.call_timeout_seconds,
-        )
-
-    def openai_config(self, port: int) -> OpenAIChatConfig:
-        # llama-cpp-python's server runs one generation at a time (a second would interrupt or
-        # queue behind the first): the bus refuses the next caller with capacity_exceeded instead.
-        return OpenAIChatConfig(
-            base_url=f"http://127.0.0.1:{port}",
-            model=self.model,
-            context_tokens=self.context_tokens,
-            max_output_tokens=self.max_output_tokens,
-            timeout_seconds=self.timeout_seconds,
-            call_timeout_seconds=self.call_timeout_seconds,
-            max_concurrent=1,
-            prompt_format=self.prompt_format,
-        )
+LocalLlmConfig = LlmLocalConfig
+"""``[llm.local]`` as the backend takes it: the config's own class."""
 
 
 def local_unavailable_reason(config: LocalLlmConfig) -> str | None:
     """Why the local model cannot run here (and what to do), or ``None`` if it can."""
     if importlib.util.find_spec("llama_cpp") is None:
         return "llama-cpp-python is not installed: run 'make local-llm' (it compiles llama.cpp, ~15 min)"
-    if not config.model_path.is_file():
+    if not config.model_file.is_file():
         return (
             f"the model file {config.model_path} does not exist: "
             "run 'make local-llm' or fix llm.local.model_path"
@@ -139,7 +93,7 @@ class LocalChatBackend:
             "-m",
             "hearthnet.services.llm.local_child",
             "--model",
-            str(cfg.model_path),
+            str(cfg.model_file),
             "--model_alias",
             cfg.model,
             "--host",

@@ -11,11 +11,8 @@ connection is closed and the server stops generating.
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import os
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,14 +23,11 @@ import httpx
 from hearthnet.config.llm import LlmOpenAIConfig
 from hearthnet.contracts.llm import ChatRequest
 from hearthnet.errors import (
-    BadRequest,
-    BusError,
-    CapacityExceeded,
     InternalError,
-    NotFound,
     Partition,
     Timeout,
 )
+from hearthnet.runtime.http_backends import read_bounded, retry_after_ms, status_error
 from hearthnet.services.llm.sse import SSEDecoder
 
 __all__ = [
@@ -45,9 +39,6 @@ __all__ = [
     "retry_after_ms",
 ]
 
-DEFAULT_RETRY_MS = 1000
-MAX_RETRY_MS = 3_600_000
-MAX_ERROR_BODY = 64 * 1024
 MAX_ANSWER_CHARS = 1 << 19
 """An answer longer than this is a server ignoring ``max_tokens``: ``internal_error``, not memory."""
 
@@ -87,27 +78,6 @@ def plain_prompt(messages: tuple[tuple[str, str], ...]) -> str:
         else:
             parts.append(f"{'User' if role == 'user' else 'Assistant'}: {content.strip()}\n")
     return "".join(parts) + "Assistant:"
-
-
-def retry_after_ms(value: str | None, *, now: float | None = None) -> int:
-    """A Retry-After header (seconds, or an HTTP date) in milliseconds; 1 s when absent or unreadable."""
-    if value is None:
-        return DEFAULT_RETRY_MS
-    text = value.strip()
-    seconds: float | None = None
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return DEFAULT_RETRY_MS
-        if when.tzinfo is None:
-            return DEFAULT_RETRY_MS
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return DEFAULT_RETRY_MS
-    return min(MAX_RETRY_MS, max(0, round(seconds * 1000)))
 
 
 class OpenAIChatBackend:
@@ -168,7 +138,7 @@ class OpenAIChatBackend:
                 "POST", self.config.endpoint, json=self._body(request, max_tokens)
             ) as response:
                 if response.status_code != 200:
-                    raise await self._status_error(response)
+                    raise await status_error(response, self._where)
                 return await self._read_stream(response, on_delta)
         except httpx.TimeoutException as exc:
             raise Timeout(
@@ -217,7 +187,7 @@ class OpenAIChatBackend:
         return ChatCompletion("".join(parts), finish, usage)
 
     async def _read_whole(self, response: httpx.Response, on_delta: OnDelta) -> ChatCompletion:
-        body = await _read_bounded(response, MAX_ANSWER_CHARS * 4)
+        body = await read_bounded(response, MAX_ANSWER_CHARS * 4)
         try:
             payload = json.loads(body)
         except (ValueError, RecursionError) as exc:
@@ -264,39 +234,6 @@ class OpenAIChatBackend:
                 finish = reason[:40]
         return text, finish, _usage(data.get("usage"))
 
-    async def _status_error(self, response: httpx.Response) -> BusError:
-        where, status = self._where, response.status_code
-        if status == 429 or (status == 503 and "retry-after" in response.headers):
-            return CapacityExceeded(
-                f"{where} is busy (HTTP {status})",
-                retry_after_ms=retry_after_ms(response.headers.get("retry-after")),
-            )
-        detail = await self._error_detail(response)
-        if status in (400, 413, 422):
-            return BadRequest(f"{where} refused the request (HTTP {status}){detail}")
-        if status in (401, 403):
-            return InternalError(f"{where} refused this node's API key (HTTP {status}): check api_key_env")
-        if status == 404:
-            return NotFound(f"{where} does not know the model or endpoint (HTTP 404){detail}")
-        if status in (502, 503):
-            return Partition(f"{where} is not reachable behind its gateway or not ready (HTTP {status})")
-        if status == 504:
-            return Timeout(f"{where}'s gateway timed out (HTTP 504)")
-        return InternalError(f"{where} answered HTTP {status}{detail}")
-
-    async def _error_detail(self, response: httpx.Response) -> str:
-        """``": <the server's error message>"`` (cut short), or nothing if it sent none."""
-        try:
-            raw = await _read_bounded(response, MAX_ERROR_BODY)
-            payload = json.loads(raw)
-        except (ValueError, RecursionError, BusError, httpx.HTTPError):
-            return ""
-        err = payload.get("error") if isinstance(payload, dict) else None
-        message = err.get("message") if isinstance(err, dict) else err
-        if not isinstance(message, str) or not message.strip():
-            return ""
-        return ": " + " ".join(message.split())[:300]
-
     async def aclose(self) -> None:
         await self._client.aclose()
 
@@ -323,12 +260,3 @@ def _usage(raw: Any) -> Usage | None:
         return None
     assert isinstance(p, int) and isinstance(c, int)
     return Usage(p, c)
-
-
-async def _read_bounded(response: httpx.Response, limit: int) -> bytes:
-    out = bytearray()
-    async for chunk in response.aiter_bytes():
-        out += chunk
-        if len(out) > limit:
-            raise InternalError(f"the server's answer is over {limit} bytes")
-    return bytes(out)

@@ -29,7 +29,8 @@ from hearthnet.contracts.llm import (
     estimate_tokens,
     validate_chat_input,
 )
-from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.errors import BadRequest, NotFound, Timeout
+from hearthnet.services.base import check_unique_models, close_backends
 from hearthnet.services.llm.local import LocalChatBackend, LocalLlmConfig, LocalUnavailable
 from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
 
@@ -198,12 +199,7 @@ class LlmService:
             else:
                 backend.start()
                 backends.append(backend)
-        models = [b.model for b in backends]
-        dupes = sorted({m for m in models if models.count(m) > 1})
-        if dupes:
-            for b in backends:
-                await b.aclose()
-            raise BadRequest(f"two llm backends serve the same model name: {', '.join(dupes)}")
+        await check_unique_models(backends, "llm backends")
         self._backends = backends
 
     def registrations(self) -> list[Registration]:
@@ -218,11 +214,7 @@ class LlmService:
 
     async def stop(self) -> None:
         backends, self._backends = self._backends, []
-        for backend in backends:
-            try:
-                await backend.aclose()
-            except (OSError, BusError) as exc:
-                log.warning("llm backend close failed", model=backend.model, error=type(exc).__name__)
+        await close_backends(backends, "llm backends")
 
     def health(self) -> dict[str, Any]:
         models = []

@@ -11,6 +11,7 @@ import anyio
 
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
+from hearthnet.contracts.node import DIAL_BACK, PING
 from hearthnet.errors import BadRequest
 from hearthnet.services.node.probe import DIAL_BACK_SECONDS, Advertised, dial_back
 
@@ -47,7 +48,7 @@ class NodeService:
             )
 
         return [
-            Registration(desc("node.ping"), self._ping),
+            Registration(desc(PING), self._ping),
             Registration(
                 CapabilityDescriptor(
                     "node.echo",
@@ -63,7 +64,7 @@ class NodeService:
             Registration(desc("node.status", local_only=True), self._handle_status),
             Registration(
                 CapabilityDescriptor(
-                    "node.dial_back",
+                    DIAL_BACK,
                     (1, 0),
                     max_concurrent=2,
                     timeout_seconds=DIAL_BACK_SECONDS + 2.0,

@@ -19,8 +19,8 @@ import anyio
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
-from hearthnet.community.levels import Level
-from hearthnet.contracts.rag import BY_CORPUS, MAX_K, announced
+from hearthnet.contracts.levels import trust_required
+from hearthnet.contracts.rag import BY_CORPUS, MAX_K, QUERY, REPLICA_OF, announced
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.store import CorpusRecord, CorpusStore
@@ -202,7 +202,7 @@ class CorpusOffers:
                     "rag.delete",
                     (1, 0),
                     params=delete,
-                    trust_required=Level.TRUSTED,
+                    trust_required=trust_required("rag.delete"),
                     max_concurrent=2,
                     timeout_seconds=300.0,
                     idempotent=True,
@@ -225,7 +225,7 @@ class CorpusOffers:
             "rag.ingest",
             (1, 0),
             params=self._ingest_params,
-            trust_required=Level.TRUSTED,
+            trust_required=trust_required("rag.ingest"),
             max_concurrent=2,
             timeout_seconds=900.0,
             idempotent=True,
@@ -253,3 +253,24 @@ class CorpusOffers:
             ),
             self._handlers.reindex,
         )
+
+    def duplicate_warnings(self, corpus: str, what: str) -> list[str]:
+        """A warning when other nodes host a corpus of the same name (made before names were
+        checked, or by two nodes creating it at once): ``what`` covers only this node's copy."""
+        if not announced(corpus):
+            return []
+        others = [
+            p
+            for p in self._bus.providers(QUERY, (1, 0), {"corpus": corpus})
+            if not p.is_local and not p.descriptor.params.get(REPLICA_OF)
+        ]
+        if not others:
+            return []
+        own = (self.query_params(corpus) or {}).get("chunks", "?")
+        elsewhere = ", ".join(
+            f"{p.node_id} ({p.descriptor.params.get('chunks', '?')} chunks)" for p in others
+        )
+        return [
+            f"corpus {corpus} is hosted on {len(others) + 1} nodes (one name, separate copies): {what} "
+            f"covers only the copy on {self._bus.node_id} ({own} chunks); also on {elsewhere}"
+        ]

@@ -31,11 +31,11 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
     PERSONAL,
-    REPLICA_OF,
     RagClient,
     announced,
     check_reachable,
     check_writable,
+    embedded_with_another,
     host_label,
     validate_corpus_name,
 )
@@ -133,22 +133,9 @@ class RagService:
             self._read_threads,
             admit=ReplicaCap(settings.max_replicas, store.root / "replica_holders.json", bus.node_id).admit,
         )
-        self.replicas = None
-        if corpus_view is not None:
-            self.replicas = Replicas(
-                bus=bus,
-                store=store,
-                view=corpus_view,
-                policy=ReplicaPolicy(settings.replicas, store.root / "replicas.json"),
-                embedder=self._embedder,
-                export=self._export,
-                own_level=own_level,
-                append_event=append_event,
-                limiters=(self._store_limiter, self._read_threads),
-                announce=self._replica_changed,
-                forget=lambda corpus: self._replica_changed(corpus, dropped=True),
-                pin=blobs.pin,
-            )
+        self.replicas = (
+            None if corpus_view is None else self._replicas(corpus_view, blobs, append_event, own_level)
+        )
         self._offers = CorpusOffers(
             bus=bus,
             store=store,
@@ -169,29 +156,7 @@ class RagService:
             replica_params=self.replicas.follower.params if self.replicas is not None else None,
             more=lambda corpus: [export_registration(self._export, corpus)],  # beside rag.query
         )
-        self._ingestion = Ingestion(
-            bus=bus,
-            store=store,
-            blobs=blobs,
-            embedder=self._embedder,
-            offers=self._offers,
-            append_event=append_event,
-            append_events=append_events,
-            find_event=find_event,
-            changed=self._changed,
-            store_limiter=self._store_limiter,
-            read_threads=self._read_threads,
-        )
-        self._deletions = Deletions(
-            store=store,
-            blobs=blobs,
-            node_id=bus.node_id,
-            store_limiter=self._store_limiter,
-            read_threads=self._read_threads,
-            append_event=append_event,
-            find_event=find_event,
-            counts_changed=self._documents_changed,
-        )
+        self._ingestion, self._deletions = self._flows(blobs, append_event, append_events, find_event)
         self._archives = ServedArchives(
             bus=bus,
             configs=archives,
@@ -202,6 +167,58 @@ class RagService:
         self.queries = 0
         self.ingests = 0
         self.deletes = 0
+
+    def _flows(
+        self,
+        blobs: BlobStore,
+        append_event: AppendEvent,
+        append_events: AppendEvents | None,
+        find_event: FindEvent,
+    ) -> tuple[Ingestion, Deletions]:
+        """The routes of a document into the store and out of it (``append_event``: digested)."""
+        ingestion = Ingestion(
+            bus=self._bus,
+            store=self._store,
+            blobs=blobs,
+            embedder=self._embedder,
+            offers=self._offers,
+            append_event=append_event,
+            append_events=append_events,
+            find_event=find_event,
+            changed=self._changed,
+            store_limiter=self._store_limiter,
+            read_threads=self._read_threads,
+        )
+        deletions = Deletions(
+            store=self._store,
+            blobs=blobs,
+            node_id=self._bus.node_id,
+            store_limiter=self._store_limiter,
+            read_threads=self._read_threads,
+            append_event=append_event,
+            find_event=find_event,
+            counts_changed=self._documents_changed,
+        )
+        return ingestion, deletions
+
+    def _replicas(
+        self, view: ReadView, blobs: BlobStore, append_event: AppendEvent, own_level: OwnLevel
+    ) -> Replicas:
+        """The replicas this node holds, following their hosts' logs (``append_event``: digested)."""
+        return Replicas(
+            bus=self._bus,
+            store=self._store,
+            view=view,
+            policy=ReplicaPolicy(self._settings.replicas, self._store.root / "replicas.json"),
+            embedder=self._embedder,
+            export=self._export,
+            own_level=own_level,
+            append_event=append_event,
+            limiters=(self._store_limiter, self._read_threads),
+            announce=self._replica_changed,
+            forget=lambda corpus: self._replica_changed(corpus, dropped=True),
+            pin=blobs.pin,
+        )
 
     async def _replica_changed(self, corpus: str, dropped: bool = False) -> None:
         await (self._offers.withdraw(corpus) if dropped else self._offers.announce(corpus))
@@ -288,10 +305,7 @@ class RagService:
             raise NotFound(f"corpus {corpus} is not held by this node")
         model = str(registered["embedding_model"])
         if model != self._settings.embedding_model:
-            raise NotFound(
-                f"corpus {corpus} was embedded with {model} but this node embeds with "
-                f"{self._settings.embedding_model}: run 'hearthnet rag reindex --corpus {corpus}'"
-            )
+            raise embedded_with_another(corpus, model, self._settings.embedding_model)
         local = self._corpus(corpus, model)
         leg: list[KeywordLeg] = []
         failed: list[BusError] = []  # raised after the task group, as themselves (not a group)
@@ -375,25 +389,9 @@ class RagService:
         return {"chunks": chunks}, meta
 
     def _duplicate_warnings(self, corpus: str, what: str) -> list[str]:
-        """A warning when other nodes host a corpus of the same name (made before names were
-        checked, or by two nodes creating it at once): ``what`` covers only this node's copy."""
-        if not announced(corpus) or (self.replicas is not None and self.replicas.follower.host_of(corpus)):
-            return []  # a replica's copy is the host's (its lag, if any, is said beside)
-        others = [
-            p
-            for p in self._bus.providers("rag.query", (1, 0), {"corpus": corpus})
-            if not p.is_local and not p.descriptor.params.get(REPLICA_OF)
-        ]
-        if not others:
-            return []
-        own = (self._offers.query_params(corpus) or {}).get("chunks", "?")
-        elsewhere = ", ".join(
-            f"{p.node_id} ({p.descriptor.params.get('chunks', '?')} chunks)" for p in others
-        )
-        return [
-            f"corpus {corpus} is hosted on {len(others) + 1} nodes (one name, separate copies): {what} "
-            f"covers only the copy on {self._bus.node_id} ({own} chunks); also on {elsewhere}"
-        ]
+        """Warnings when other nodes host a corpus of the same name (a replica's copy is the host's)."""
+        replica = self.replicas is not None and bool(self.replicas.follower.host_of(corpus))
+        return [] if replica else self._offers.duplicate_warnings(corpus, what)
 
     # rag.ingest ---------------------------------------------------------------------
     async def _handle_ingest(self, ctx: CallContext) -> Output:

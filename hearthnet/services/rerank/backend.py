@@ -15,11 +15,9 @@ short or out-of-range answer -> ``internal_error``.  Texts are never logged.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import math
 import os
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,23 +28,19 @@ import httpx
 
 from hearthnet.config.rerank import RerankServerConfig
 from hearthnet.errors import (
-    BadRequest,
     BusError,
-    CapacityExceeded,
     InternalError,
     NotFound,
     Partition,
     Timeout,
     unwrap_group,
 )
+from hearthnet.runtime.http_backends import read_bounded, retry_after_ms, status_error
 
 __all__ = ["RerankBackend", "RerankResult", "retry_after_ms"]
 
-DEFAULT_RETRY_MS = 1000
-MAX_RETRY_MS = 3_600_000
 MAX_BODY = 8 * 1024 * 1024
 """Bytes of one answer read at most (a server that sends the texts back despite being asked not to)."""
-MAX_ERROR_BODY = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,26 +49,6 @@ class RerankResult:
 
     scores: list[float]
     requests: int
-
-
-def retry_after_ms(value: str | None, *, now: float | None = None) -> int:
-    """A Retry-After header (seconds, or an HTTP date) in milliseconds; 1 s when absent or unreadable."""
-    if value is None:
-        return DEFAULT_RETRY_MS
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return DEFAULT_RETRY_MS
-        if when.tzinfo is None:
-            return DEFAULT_RETRY_MS
-        seconds = when.timestamp() - (time.time() if now is None else now)
-    if not math.isfinite(seconds):
-        return DEFAULT_RETRY_MS
-    return min(MAX_RETRY_MS, max(0, round(seconds * 1000)))
 
 
 class RerankBackend:
@@ -154,7 +128,7 @@ class RerankBackend:
             ) as response:
                 if response.status_code != 200:
                     raise await self._status_error(response, len(texts))
-                raw = await _read_bounded(response, MAX_BODY, where)
+                raw = await read_bounded(response, MAX_BODY, where)
         except httpx.TimeoutException as exc:
             raise Timeout(
                 f"{where} sent nothing for {self.config.timeout_seconds:g} s ({type(exc).__name__})"
@@ -197,64 +171,22 @@ class RerankBackend:
         return [s for s in out if s is not None]  # all present: count entries, each index once
 
     async def _status_error(self, response: httpx.Response, count: int) -> BusError:
-        where, status = self._where, response.status_code
-        if status == 429 or (status == 503 and "retry-after" in response.headers):
-            return CapacityExceeded(
-                f"{where} is busy (HTTP {status})",
-                retry_after_ms=retry_after_ms(response.headers.get("retry-after")),
-            )
-        detail = await _error_detail(response)
-        if status in (400, 422):
-            return BadRequest(f"{where} refused the request (HTTP {status}){detail}")
-        if status == 413:
-            return InternalError(
-                f"{where} refused a request of {count} texts as too large (HTTP 413){detail}: "
-                "lower max_texts in its [[rerank.servers]] table to the server's batch limit"
-            )
-        if status in (401, 403):
-            return InternalError(f"{where} refused this node's API key (HTTP {status}): check api_key_env")
-        if status == 404:
-            return NotFound(
-                f"{where} has no {urlsplit(self.config.endpoint).path} or does not know the model "
-                f"(HTTP 404): check protocol and base_url{detail}"
-            )
-        if status in (502, 503):
-            return Partition(f"{where} is not reachable behind its gateway or not ready (HTTP {status})")
-        if status == 504:
-            return Timeout(f"{where}'s gateway timed out (HTTP 504)")
-        return InternalError(f"{where} answered HTTP {status}{detail}")
+        where = self._where
+        path = urlsplit(self.config.endpoint).path
+        return await status_error(
+            response,
+            where,
+            {
+                413: lambda detail: InternalError(
+                    f"{where} refused a request of {count} texts as too large (HTTP 413){detail}: "
+                    "lower max_texts in its [[rerank.servers]] table to the server's batch limit"
+                ),
+                404: lambda detail: NotFound(
+                    f"{where} has no {path} or does not know the model "
+                    f"(HTTP 404): check protocol and base_url{detail}"
+                ),
+            },
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
-
-
-async def _read_bounded(response: httpx.Response, limit: int, where: str) -> bytes:
-    out = bytearray()
-    async for chunk in response.aiter_bytes():
-        out += chunk
-        if len(out) > limit:
-            raise InternalError(f"{where} sent an answer over {limit} bytes")
-    return bytes(out)
-
-
-async def _error_detail(response: httpx.Response) -> str:
-    """``": <the server's error message>"`` (cut short), or nothing if it sent none.
-
-    TEI sends ``{error, error_type}``, OpenAI-style servers ``{error: {message}}``,
-    Cohere ``{message}``, FastAPI servers (Jina) ``{detail}``.
-    """
-    try:
-        payload = json.loads(await _read_bounded(response, MAX_ERROR_BODY, ""))
-    except (ValueError, RecursionError, BusError, httpx.HTTPError):
-        return ""
-    message: Any = None
-    if isinstance(payload, dict):
-        for key in ("error", "message", "detail"):
-            message = payload.get(key)
-            if isinstance(message, dict):
-                message = message.get("message")
-            if isinstance(message, str) and message.strip():
-                break
-    if not isinstance(message, str) or not message.strip():
-        return ""
-    return ": " + " ".join(message.split())[:300]

@@ -19,7 +19,8 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.config.rerank import RerankServerConfig
 from hearthnet.contracts.rerank import CAPABILITY, MAX_TEXTS, PREDICATE, VERSION, validate_rerank_input
-from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.errors import BadRequest, NotFound, Timeout
+from hearthnet.services.base import check_unique_models, close_backends
 from hearthnet.services.rerank.backend import RerankBackend, RerankResult
 
 __all__ = ["RerankService", "Reranker", "make_handler", "rerank_descriptor"]
@@ -107,12 +108,7 @@ class RerankService:
             except BadRequest as exc:  # the API key variable is not set
                 self._unavailable[server.model] = exc.message
                 log.warning("rerank server misconfigured", model=server.model, reason=exc.message)
-        models = [b.model for b in backends]
-        dupes = sorted({m for m in models if models.count(m) > 1})
-        if dupes:
-            for b in backends:
-                await b.aclose()
-            raise BadRequest(f"two rerank servers serve the same model name: {', '.join(dupes)}")
+        await check_unique_models(backends, "rerank servers")
         self._backends = backends
 
     def registrations(self) -> list[Registration]:
@@ -127,11 +123,7 @@ class RerankService:
 
     async def stop(self) -> None:
         backends, self._backends = self._backends, []
-        for backend in backends:
-            try:
-                await backend.aclose()
-            except (OSError, BusError) as exc:
-                log.warning("rerank backend close failed", model=backend.model, error=type(exc).__name__)
+        await close_backends(backends, "rerank servers")
 
     def health(self) -> dict[str, Any]:
         models = [

@@ -18,23 +18,12 @@ from hearthnet.events import EventLog
 from hearthnet.events.rules import EventRules
 from hearthnet.identity import Identity
 from hearthnet.services.community.service import CommunityService
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from tests.answer_harness import answer_node, linked, new_bus
 from tests.polling import wait_until
 
 QUESTION = "When is the gas boiler serviced?"
 CID = "blake3:" + "ab" * 32
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 def rules() -> EventRules[Membership]:

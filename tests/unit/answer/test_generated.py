@@ -16,7 +16,6 @@ from hearthnet.bus.descriptors import CapabilityDescriptor
 from hearthnet.config import AnswerConfig
 from hearthnet.contracts.llm import estimate_prompt_tokens
 from hearthnet.errors import BusError
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.llm.openai_backend import OpenAIChatConfig
 from hearthnet.services.llm.service import LlmConfig, LlmService
@@ -31,16 +30,6 @@ MADE_UP = "ffffffffffffffffffffffffffffffff"
 def prompt_tokens(messages: list[dict[str, str]]) -> int:
     """What llm.chat's window check counts for these messages."""
     return estimate_prompt_tokens((m["role"], m["content"]) for m in messages)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 @pytest.fixture

@@ -131,8 +131,3 @@ async def test_a_malformed_entry_fails_the_ask_and_other_failures_leave_the_arch
         )
     down = await retrieve_archives(FakeBus(Partition("x")), "q", [ENTRY], k=5, timeout=5.0)  # type: ignore[arg-type]
     assert down["archive:AIS"].status == "unavailable" and down["archive:AIS"].code == "partition"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

@@ -17,7 +17,6 @@ from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.config import AnswerConfig
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.llm import LlmConfig, LlmService, OpenAIChatConfig
 from hearthnet.services.rerank import RerankServerConfig, RerankService
@@ -31,16 +30,6 @@ CHAT = "test-chat"
 BOILER = "When is the gas boiler serviced, and by whom?"
 ALL = AnswerConfig(similarity_threshold=0.0)
 """Every chunk of the corpus reaches the rerank step, the weakest included."""
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.config import AnswerConfig
 from hearthnet.errors import BadRequest, NotFound
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from tests.answer_harness import DEMO, MINILM, AnswerNode, answer_node, linked, new_bus
 from tests.openai_server import OpenAIEmbeddingServer
@@ -31,16 +30,6 @@ from tests.unit.answer.test_cache import Clock
 
 BOILER = "When is the gas boiler serviced, and by whom?"
 CITATION = re.compile(r"\[([^\[\]#]+)#([0-9a-f]{32})\]")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 async def demo_node(n: AnswerNode) -> None:

@@ -36,11 +36,6 @@ from tests.polling import wait_until
 COMMUNITY = "hc1:test"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Mesh:
     buses: list[CapabilityBus]

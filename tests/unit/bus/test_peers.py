@@ -16,11 +16,6 @@ from hearthnet.identity import Identity
 from tests.memory_links import COMMUNITY, memory_link_pair
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def _nothing(*_args: Any) -> None:
     return None
 

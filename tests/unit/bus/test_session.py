@@ -17,11 +17,6 @@ from tests.memory_links import memory_link_pair
 from tests.polling import wait_until
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 async def answer(session: PeerSession, inc: IncomingCall) -> None:
     await session.send_quiet({"t": "done", "id": inc.request.id, "output": {}, "meta": {}})
 

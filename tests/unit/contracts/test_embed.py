@@ -29,11 +29,6 @@ MODEL = "all-MiniLM-L6-v2"
 COMMUNITY = "hc1:t"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _bus(identity: Identity) -> CapabilityBus:
     return CapabilityBus(identity, level_of=lambda _n: Level.MEMBER, community_id=lambda: COMMUNITY, name="n")
 

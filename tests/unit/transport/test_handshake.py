@@ -35,12 +35,6 @@ from hearthnet.transport.memory import memory_stream_pair
 from hearthnet.wire.codec import pack, unpack_map
 from hearthnet.wire.frames import FrameDecoder, encode_batch, encode_frame
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 COMMUNITY = "ed25519:community-founder"
 
 

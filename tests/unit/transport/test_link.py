@@ -19,11 +19,6 @@ from hearthnet.wire.frames import DEFAULT_MAX_FRAME, HEADER_LEN
 from tests.memory_links import memory_link_pair
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class CountingStream(anyio.abc.ByteStream):
     """Counts the writes that reach the underlying stream."""
 

@@ -25,6 +25,7 @@ from pypdf import PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadWarning, PyPdfError
 from pypdf.generic import DictionaryObject, PdfObject
 
+from hearthnet.contracts import formats
 from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
 from hearthnet.services.rag.ingest import pdf_content
@@ -43,13 +44,13 @@ __all__ = [
     "stream_document",
 ]
 
-PDF = "application/pdf"
-TEXT = "text/plain"
-MARKDOWN = "text/markdown"
-CONTENT_TYPES: tuple[str, ...] = (PDF, TEXT, MARKDOWN)
-_MD_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd"}
+PDF = formats.PDF.content_type
+TEXT = formats.TEXT.content_type
+MARKDOWN = formats.MARKDOWN.content_type
+CONTENT_TYPES: tuple[str, ...] = tuple(f.content_type for f in formats.FORMATS)
+_MD_SUFFIXES = set(formats.MARKDOWN.suffixes)
 _MAX_LOGGED_MESSAGE = 200
-_PDF_MAGIC = b"%PDF-"
+_PDF_MAGIC = formats.PDF.magic or b"%PDF-"
 _PDF_HEADER_WINDOW = 1024
 """pypdf (like Acrobat) accepts junk before the ``%PDF-`` header within the first KiB."""
 MAX_TEXT_BYTES = 4 << 20
@@ -180,7 +181,7 @@ def detect_content_type(data: bytes, filename_hint: str | None = None) -> str:
         return PDF
     for magic, name in _KNOWN_MAGIC:
         if data.startswith(magic):
-            raise BadRequest(f"unsupported type {name}: supported are PDF, plain text and Markdown")
+            raise BadRequest(f"unsupported type {name}: supported are {formats.supported_text()}")
     text = _is_utf8_text(data)
     if _PDF_MAGIC in data[:_PDF_HEADER_WINDOW] and (suffix == ".pdf" or not text):
         return PDF
@@ -190,7 +191,7 @@ def detect_content_type(data: bytes, filename_hint: str | None = None) -> str:
         raise BadRequest("not a readable PDF: no %PDF header; re-export or repair it")
     raise BadRequest(
         "unsupported type application/octet-stream (binary, not UTF-8 text): "
-        "supported are PDF, plain text and Markdown"
+        f"supported are {formats.supported_text()}"
     )
 
 

@@ -20,6 +20,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.levels import trust_required
 from hearthnet.contracts.rag import (
     BEHIND,
     BY_CORPUS,
@@ -69,7 +70,7 @@ def export_registration(export: ExportServer, corpus: str) -> Registration:
             EXPORT,
             (1, 0),
             params={"corpus": corpus},
-            trust_required=Level.TRUSTED,
+            trust_required=trust_required(EXPORT),
             max_concurrent=4,
             timeout_seconds=600.0,
             idempotent=True,

@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hearthnet.contracts.rag import is_corpus_name
+
 __all__ = [
     "COMMON_CHUNKS",
     "MAX_QUERY_TERMS",
@@ -76,7 +78,7 @@ _WORD = re.compile("[^\\W_]+")
 
 def table_name(corpus: str) -> str:
     """The corpus's FTS5 table (corpus names are ``[a-z0-9-]+``: safe inside double quotes)."""
-    if not re.fullmatch(r"[a-z0-9-]{1,64}", corpus):
+    if not is_corpus_name(corpus):
         raise ValueError(f"not a corpus name: {corpus!r}")
     return f'"keywords:{corpus}"'
 

@@ -4,7 +4,6 @@ embedded on disk or a server by URL, its failures converted to bus errors at thi
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from hearthnet.contracts.rag import MAX_CORPUS_NAME, validate_corpus_name
+from hearthnet.contracts.rag import is_corpus_name, validate_corpus_name
 from hearthnet.errors import BadRequest, InternalError, NotFound, Partition, Timeout
 from hearthnet.services.rag.store.ledger import SCHEMA_VERSION
 
@@ -43,7 +42,6 @@ SERVER_TIMEOUT_SECONDS = 60.0
 # in the corpus name lands in the middle.
 COLLECTION_PREFIX = "hn-"
 COLLECTION_SUFFIX = "-v1"
-_CORPUS_NAME = re.compile(r"[a-z0-9-]+")
 
 
 def collection_name(corpus: str) -> str:
@@ -65,7 +63,7 @@ def corpus_from_collection(collection: str) -> str | None:
     if not (collection.startswith(COLLECTION_PREFIX) and collection.endswith(COLLECTION_SUFFIX)):
         return None
     name = collection[len(COLLECTION_PREFIX) : -len(COLLECTION_SUFFIX)]
-    if not name or len(name) > MAX_CORPUS_NAME or _CORPUS_NAME.fullmatch(name) is None:
+    if not is_corpus_name(name):
         return None
     return name
 

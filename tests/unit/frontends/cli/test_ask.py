@@ -198,14 +198,14 @@ def test_options_become_the_ask_input_and_bad_corpus_names_are_refused_here() ->
     args = parser.parse_args(
         ["ask", "q", "--corpus", "house", "--corpus", "house", "--corpus", "garden", "--no-cache", "--debug"]
     )
-    assert ask_input(args, "q", "s1") == {
+    assert ask_input(args, "q", "s1").to_input() == {
         "question": "q",
         "corpora": ["house", "garden"],
         "session": "s1",
         "debug": True,
         "cache": False,
     }
-    assert ask_input(parser.parse_args(["ask", "q"]), "q", None) == {"question": "q"}
+    assert ask_input(parser.parse_args(["ask", "q"]), "q", None).to_input() == {"question": "q"}
     with pytest.raises(BadRequest, match="corpus name 'House'"):
         ask_input(parser.parse_args(["ask", "q", "--corpus", "House"]), "q", None)
     with pytest.raises(SystemExit):

@@ -125,11 +125,6 @@ async def test_the_client_refuses_what_it_cannot_send_before_connecting(tmp_path
         await client.call("node.ping", timeout=float("inf"))
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_init_refuses_a_name_that_is_not_utf8_before_writing_anything(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

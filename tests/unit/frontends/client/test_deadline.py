@@ -13,11 +13,6 @@ from hearthnet.errors import Timeout
 from hearthnet.frontends.client import client as client_module
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_a_node_that_never_answers_is_a_timeout_for_every_client(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -27,11 +27,6 @@ from hearthnet.identity import Identity
 from tests.polling import wait_until
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Node:
     """A bus with ``test.slot`` (2 slots, plain), ``test.feed`` (1 slot, streamed) and ``test.full``
     (refuses without a hint, as a full disk does), behind a control socket."""

@@ -29,11 +29,6 @@ from hearthnet.wire.frames import FrameDecoder
 from tests.polling import wait_until
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @asynccontextmanager
 async def serving(home: Path) -> AsyncIterator[ControlServer]:
     identity = Identity.generate()

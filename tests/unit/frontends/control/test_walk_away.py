@@ -22,11 +22,6 @@ from hearthnet.wire.frames import FrameDecoder
 from tests.polling import wait_until
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Slow:
     """A streamed handler that sends one frame, then waits until released or cancelled."""
 

@@ -43,7 +43,7 @@ def test_messages_become_llm_chats_text_messages() -> None:
         {"role": "assistant", "content": "c"},
         {"role": "user", "content": "d"},
     ]
-    assert not req.rag and req.llm_input() == {"messages": req.messages}
+    assert not req.rag and req.max_tokens is None and req.temperature is None and req.stop is None
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_hints_without_effect_on_the_answers_shape_are_accepted() -> None:
         )
     )
     assert req.stream and req.include_usage and req.max_tokens == 7 and req.temperature is None
-    assert req.llm_input() == {"messages": req.messages, "max_tokens": 7, "stop": ["\n"]}
+    assert req.stop == ["\n"]
 
 
 def test_corpora_or_archives_make_a_rag_request_and_an_empty_rag_config_does_not() -> None:

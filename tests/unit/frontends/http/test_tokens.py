@@ -76,17 +76,101 @@ def test_only_the_owner_is_anchor_and_names_are_checked(store: TokenStore) -> No
             store.create(bad, Level.MEMBER)
 
 
+CONTRACTS = HTTP.parents[1] / "contracts"
+
+
+def client_capabilities() -> dict[str, set[str]]:
+    """``Client.method`` and module-level ``function`` of the contracts -> the capability names
+    they call (the contracts' name constants they use)."""
+    out: dict[str, set[str]] = {}
+    for path in CONTRACTS.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = {
+            t.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and re.fullmatch(r"[a-z]+\.[a-z_.]+", node.value.value)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+
+        def used(fn: ast.AST, names: dict[str, str] = names) -> set[str]:
+            return {names[n.id] for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id in names}
+
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Client"):
+                methods = [f for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)]
+                for fn in methods:
+                    # with the methods it calls on ``self`` (``ingest`` runs ``ingesting``)
+                    on_self = {
+                        n.attr
+                        for n in ast.walk(fn)
+                        if isinstance(n, ast.Attribute)
+                        and isinstance(n.value, ast.Name)
+                        and n.value.id == "self"
+                    }
+                    out[f"{node.name}.{fn.name}"] = used(fn).union(
+                        *(used(f) for f in methods if f.name in on_self)
+                    )
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and used(node):
+                out[node.name] = used(node)
+    return out
+
+
+def door_calls(path: Path, clients: dict[str, set[str]]) -> set[str]:
+    """The capabilities ``path`` calls through the contracts' typed clients: ``XClient(..).m(..)``,
+    ``v.m(..)`` where ``v = XClient(..)`` in the same function, ``x.m(..)`` where ``m`` is a
+    method of one client only, and the contracts' functions."""
+    found: set[str] = set()
+    tree = ast.parse(path.read_text())
+    methods: dict[str, list[str]] = {}
+    for ref in clients:
+        if "." in ref:
+            methods.setdefault(ref.split(".")[1], []).append(ref)
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        bound = {
+            t.id: n.value.func.id
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Name)
+            and n.value.func.id.endswith("Client")
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+        for n in ast.walk(fn):
+            if not isinstance(n, ast.Call):
+                continue
+            f = n.func
+            if isinstance(f, ast.Name):
+                found |= clients.get(f.id, set())
+            elif isinstance(f, ast.Attribute):
+                owner = f.value
+                if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name):
+                    found |= clients.get(f"{owner.func.id}.{f.attr}", set())
+                elif isinstance(owner, ast.Name) and owner.id in bound:
+                    found |= clients.get(f"{bound[owner.id]}.{f.attr}", set())
+                elif len(methods.get(f.attr, [])) == 1:  # a method of one client only: that one's
+                    found |= clients[methods[f.attr][0]]
+    return found
+
+
 def test_every_capability_the_ui_calls_is_on_the_allow_list() -> None:
-    """The web UI, the gateway and the MCP tools (which HTTP callers reach through the gated bus)."""
-    called: set[str] = set()
+    """The web UI, the gateway and the MCP tools (which HTTP callers reach through the gated bus),
+    and the client policy and ingest flow they share: every capability their typed-client calls
+    reach is on the allow-list (else the call would be refused at run time)."""
+    clients = client_capabilities()
+    assert clients["RagClient.query"] == {"rag.query"} and clients["embed_texts"] == {"embed.text"}
     front = HTTP.parent
-    for path in [*HTTP.glob("*.py"), *(front / "mcp").glob("*.py"), front / "client" / "corpora.py"]:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("call", "stream", "check"):
-                for arg in node.args[:2]:
-                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and "." in arg.value:
-                        called.add(arg.value)
-    assert called, "no capability calls found"
+    called: set[str] = set()
+    doors = [*HTTP.glob("*.py"), *(front / "mcp").glob("*.py"), front / "client" / "corpora.py"]
+    for path in [*doors, front / "client" / "ingest.py", front / "client" / "search.py"]:
+        called |= door_calls(path, clients)
+    assert {"answer.ask", "rag.ingest", "file.read", "llm.chat", "member.revoke"} <= called, called
     assert called <= set(policy.CAPABILITY_LEVELS), called - set(policy.CAPABILITY_LEVELS)
 
 

@@ -34,11 +34,6 @@ JOINER = Identity.from_seed(b"j" * 32)
 NEWBIE = Identity.from_seed(b"n" * 32)
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _validate_note(data: Mapping[str, Any]) -> None:
     require_fields(data, {"text": str})
 

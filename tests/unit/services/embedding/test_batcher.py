@@ -18,11 +18,6 @@ from hearthnet.services.embedding.onnx_backend import OnnxModel
 from tests.polling import wait_until
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def model() -> Iterator[OnnxModel]:
     yield OnnxModel(find_model_files(), OnnxSettings())

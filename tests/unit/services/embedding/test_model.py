@@ -28,11 +28,6 @@ from hearthnet.services.embedding import (
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def files() -> ModelFiles:
     return find_model_files()

@@ -19,11 +19,6 @@ from hearthnet.services.embedding import OpenAIBackendConfig, OpenAIEmbeddingBac
 DIM = 8
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def vector_for(text: str) -> list[float]:
     digest = hashlib.sha256(text.encode()).digest()
     return [b / 255.0 + 0.01 for b in digest[:DIM]]

@@ -37,11 +37,6 @@ SMALL = 1024
 Handler = Callable[[CallContext], Awaitable[dict[str, Any]]]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @dataclass
 class Node:
     bus: CapabilityBus

@@ -30,11 +30,6 @@ QUESTION = ChatRequest(messages=(("system", "Context: [garden#c2] Drain the tap.
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def fake_llama(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The stand-in ``llama_cpp`` first on the path of this process and of the child; a model file."""
     monkeypatch.syspath_prepend(str(FAKE))

@@ -25,11 +25,6 @@ QUESTION = ChatRequest(
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> Iterator[OpenAIChatServer]:
     with OpenAIChatServer((MODEL,)) as s:
         yield s

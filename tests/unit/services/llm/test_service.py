@@ -31,11 +31,6 @@ PROMPT_WORDS = len(" ".join(m["content"] for m in MESSAGES).split())
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> Iterator[OpenAIChatServer]:
     with OpenAIChatServer((MODEL,)) as s:
         yield s

@@ -37,11 +37,6 @@ VICKSBURG = PDF_DIR / "scanned_with_ocr_text_layer.pdf"
 REF = "ocr.page@1.0"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def engine() -> Iterator[OcrEngine]:
     e = OcrEngine()

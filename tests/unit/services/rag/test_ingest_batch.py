@@ -11,14 +11,7 @@ import pytest
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.embedding.onnx_backend import OnnxModel
-from tests.unit.services.rag.test_service import Ctx, _pinned, garden_text, minilm, node
-
-__all__ = ["minilm"]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+from tests.unit.services.rag.test_service import Ctx, _pinned, garden_text, node
 
 
 @pytest.mark.anyio

@@ -42,8 +42,6 @@ from hearthnet.services.embedding import (
     EmbeddingConfig,
     EmbeddingService,
     OnnxEmbeddingBackend,
-    OnnxSettings,
-    find_model_files,
 )
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.file.service import FileService
@@ -60,16 +58,6 @@ OTHER = "hashed-words-64"
 TIMEOUT = 120.0
 
 Frame = dict[str, Any]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 @pytest.fixture

@@ -27,11 +27,6 @@ TEXTS = [
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def server() -> Iterator[RerankServer]:
     with RerankServer() as s:
         yield s

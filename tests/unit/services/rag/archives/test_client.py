@@ -24,11 +24,6 @@ REF = CollectionRef(id="2a7bdb2d-b6a6-4991-b0b1-c50629f38ecb", name=NAME, dimens
 Answer = Callable[[str], tuple[int, bytes]]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class Scripted:
     """Answers every request with ``answer(path)``; ``hold`` keeps requests waiting until set."""
 

@@ -21,11 +21,6 @@ AIS = "repo_a1b2c3d4-e5f6-7890-abcd-ef1234567890"
 JINA = "jinaai/jina-embeddings-v2-base-de"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def archive_params(corpus: str, collection: str, layer: str = "chunk") -> dict[str, Any]:
     return {
         "corpus": corpus,

@@ -20,11 +20,6 @@ from hearthnet.services.rag.archives.serve import ServedArchives
 JINA = "jinaai/jina-embeddings-v2-base-de"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def nothing_listening() -> str:
     """A loopback URL whose port was just free: connecting is refused."""
     with socket.socket() as s:

@@ -22,11 +22,6 @@ DEFAULT = ArchiveConfig(
 )
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 class NoProviders:
     """A bus on which no node serves any archive (the search then decides by the allow-list)."""
 

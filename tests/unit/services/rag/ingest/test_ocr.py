@@ -19,7 +19,6 @@ from pypdf import PdfReader, PdfWriter
 
 from hearthnet.contracts.ocr import OcrClient
 from hearthnet.errors import BadRequest
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.ocr.engine import OcrEngine
 from hearthnet.services.ocr.service import OcrService
@@ -33,16 +32,6 @@ BLANK = (PDF_DIR / "fr_chelsea_transport_plan.pdf", 4)
 DEMO = Path(__file__).resolve().parents[5] / "hearthnet" / "demo"
 JIM = "Who was sitting in the kitchen door?"
 REF = "ocr.page@1.0"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 @pytest.fixture(scope="module")

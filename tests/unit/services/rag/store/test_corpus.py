@@ -20,11 +20,6 @@ MODEL = "test-model"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def store(tmp_path: Path) -> Iterator[CorpusStore]:
     with CorpusStore(tmp_path / "rag") as s:
         s.create_corpus("kb", embedding_model=MODEL, dim=16)
