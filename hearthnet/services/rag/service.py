@@ -47,6 +47,7 @@ from hearthnet.services.rag.chunks import query_hit
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
+from hearthnet.services.rag.ingest.isolated import DocumentReaders
 from hearthnet.services.rag.inputs import (
     IngestInput,
     delete_input,
@@ -112,6 +113,8 @@ class RagService:
         self._read_threads = WorkerThreads(settings.store_threads, "rag-read")
         """Threads for queries and listings: a query never waits behind a long write (and pays
         one pass through the event loop to reach one, see :mod:`hearthnet.runtime.worker_threads`)."""
+        self._readers = DocumentReaders()
+        """Documents are read in worker processes that a caller's deadline can stop."""
         self._gate = CorpusGate()
         self._documents = DocumentLocks()
         self._offers = CorpusOffers(
@@ -143,6 +146,7 @@ class RagService:
             changed=self._changed,
             store_limiter=self._store_limiter,
             read_threads=self._read_threads,
+            readers=self._readers,
         )
         self._deletions = Deletions(
             store=store,
@@ -179,6 +183,7 @@ class RagService:
         await self._deletions.announce_pending()
 
     async def stop(self) -> None:
+        self._readers.close()
         await self._archives.aclose()
         await anyio.to_thread.run_sync(self._store.close)
         self._read_threads.close()
