@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import zlib
 
-__all__ = ["content_bomb", "nested_resources", "pdf_of"]
+__all__ = ["TEXT_SHOWN", "content_bomb", "nested_resources", "pdf_of"]
+
+TEXT_SHOWN = b"BT /F1 12 Tf 72 712 Td (a line of text) Tj ET\n"
+"""A content stream's head that shows text (pypdf parses a stream only if it may show text)."""
 
 
 def pdf_of(objects: list[bytes]) -> bytes:
@@ -22,10 +25,12 @@ def pdf_of(objects: list[bytes]) -> bytes:
     return bytes(out)
 
 
-def content_bomb(pages: int = 60, inflated: int = 20 << 20, unit: bytes = b"BT /F1 1 Tf ET\n") -> bytes:
+def content_bomb(
+    pages: int = 60, inflated: int = 20 << 20, unit: bytes = b"BT /F1 1 Tf ET\n", head: bytes = b""
+) -> bytes:
     """``pages`` pages sharing one FlateDecode content stream of ``inflated`` bytes of ``unit``
-    repeated (issue 29: 60 pages, 20 MiB of ``BT /F1 1 Tf ET``, a 50 KB file)."""
-    stream = zlib.compress(unit * (inflated // len(unit)), 9)
+    repeated after ``head`` (issue 29: 60 pages, 20 MiB of ``BT /F1 1 Tf ET``, a 50 KB file)."""
+    stream = zlib.compress(head + unit * ((inflated - len(head)) // len(unit)), 9)
     kids = b" ".join(b"%d 0 R" % (5 + i) for i in range(pages))
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",

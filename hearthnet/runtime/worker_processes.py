@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from hearthnet.errors import (
     BadRequest,
@@ -84,12 +85,13 @@ async def stopped_at(deadline: float, what: str) -> AsyncIterator[Stop]:
     """A :class:`Stop` triggered when ``deadline`` (``anyio.current_time()``) passes or the block is
     cancelled; leaving the block normally stops nothing still running in it (there should be none)."""
     stop = Stop()
+    gave_up = Timeout(f"{what} was stopped: its caller gave up")
 
     async def watch() -> None:
         try:
             await anyio.sleep_until(deadline)
         except anyio.get_cancelled_exc_class():
-            stop.stop(Timeout(f"{what} was stopped: its caller gave up"))
+            stop.stop(gave_up)
             raise
         stop.stop(Timeout(f"{what} did not finish within the call's deadline: it was stopped"))
 
@@ -98,6 +100,10 @@ async def stopped_at(deadline: float, what: str) -> AsyncIterator[Stop]:
             tg.start_soon(watch)
             try:
                 yield stop
+            except Exception:
+                if stop.reason is gave_up:  # the caller's cancellation, not this error, is the outcome
+                    await anyio.lowlevel.checkpoint()
+                raise
             finally:
                 tg.cancel_scope.cancel()
     except BaseExceptionGroup as group:
