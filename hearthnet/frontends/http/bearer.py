@@ -33,6 +33,7 @@ from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.tokens import TokenInfo, TokenStore, digest
+from hearthnet.runtime.log_summary import LogSummary
 
 __all__ = [
     "BODY_LIMITS",
@@ -46,6 +47,8 @@ __all__ = [
 ]
 
 log = structlog.get_logger("hearthnet.ui")
+_REFUSED = LogSummary(log.info, "api_key_refused", first=5, window=60.0)
+"""Wrong keys from one client address: the first few logged a minute, the rest counted."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -256,7 +259,7 @@ class BearerDoor:
             return
         token = await self._tokens.lookup(secret)
         if token is None:
-            log.info("api_key_refused", path=_route(scope["path"]))
+            _REFUSED.log((scope.get("client") or ("?",))[0], path=_route(scope["path"]))
             await send_error(
                 send,
                 401,
