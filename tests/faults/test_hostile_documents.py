@@ -98,6 +98,30 @@ def _spent(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(max(0.0, v - before.get(p, 0.0)) for p, v in after.items())
 
 
+def test_floods_of_repeated_records_are_summarised(mesh: LocalMesh, tmp_path: Path) -> None:
+    a = mesh.nodes["a"]
+    before = len(log_records(a, "pypdf_warning"))
+    cid = _put(a, tmp_path, "nested.pdf", nested_resources())
+    _took, code, out = _answer(_ingest_proc(a, "nested", cid, "nested.pdf", 120), 200)
+    assert code == 0, out
+    wait_for(lambda: log_records(a, "pypdf_warning_repeated"), timeout=30, what="the summary record")
+    written = len(log_records(a, "pypdf_warning")) - before
+    summary = log_records(a, "pypdf_warning_repeated")[-1]
+    report(S, f"nested /Resources: {written} pypdf_warning records, then {summary['count']} counted")
+    assert written <= 20 and summary["count"] > 1000
+
+    url = json.loads((a.home / "ui.json").read_text())["url"]
+    refused = len(log_records(a, "api_key_refused"))
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for _ in range(300):
+            r = client.get("/v1/models", headers={"Authorization": "Bearer not-a-key"})
+            assert r.status_code == 401
+    wait_for(lambda: len(log_records(a, "api_key_refused")) > refused, timeout=30, what="the refusals logged")
+    written = len(log_records(a, "api_key_refused")) - refused
+    report(S, f"300 wrong-key requests: {written} api_key_refused records")
+    assert written <= 5
+
+
 def test_a_small_pdf_cannot_stall_ingest(mesh: LocalMesh, tmp_path: Path) -> None:
     a = mesh.nodes["a"]
     assert a.process is not None
@@ -147,27 +171,3 @@ def test_a_small_pdf_cannot_stall_ingest(mesh: LocalMesh, tmp_path: Path) -> Non
     report(S, f"CPU: {rate_busy:.2f} cores while reading, {rate_after:.3f} after; workers {busy}")
     assert rate_after < max(0.15, rate_busy / 4)
     assert busy and all(_stat(p) is None for p in busy), busy
-
-
-def test_floods_of_repeated_records_are_summarised(mesh: LocalMesh, tmp_path: Path) -> None:
-    a = mesh.nodes["a"]
-    before = len(log_records(a, "pypdf_warning"))
-    cid = _put(a, tmp_path, "nested.pdf", nested_resources())
-    _took, code, out = _answer(_ingest_proc(a, "nested", cid, "nested.pdf", 120), 200)
-    assert code == 0, out
-    wait_for(lambda: log_records(a, "pypdf_warning_repeated"), timeout=30, what="the summary record")
-    written = len(log_records(a, "pypdf_warning")) - before
-    summary = log_records(a, "pypdf_warning_repeated")[-1]
-    report(S, f"nested /Resources: {written} pypdf_warning records, then {summary['count']} counted")
-    assert written <= 20 and summary["count"] > 1000
-
-    url = json.loads((a.home / "ui.json").read_text())["url"]
-    refused = len(log_records(a, "api_key_refused"))
-    with httpx.Client(base_url=url, timeout=30) as client:
-        for _ in range(300):
-            r = client.get("/v1/models", headers={"Authorization": "Bearer not-a-key"})
-            assert r.status_code == 401
-    wait_for(lambda: len(log_records(a, "api_key_refused")) > refused, timeout=30, what="the refusals logged")
-    written = len(log_records(a, "api_key_refused")) - refused
-    report(S, f"300 wrong-key requests: {written} api_key_refused records")
-    assert written <= 5
