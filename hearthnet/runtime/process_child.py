@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import resource
+import signal
 import struct
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -85,6 +86,7 @@ def _run(job: dict[str, Any], out: IO[bytes]) -> None:
 
 def main(argv: list[str]) -> int:
     memory_bytes = int(argv[0])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     source = os.fdopen(os.dup(0), "rb")

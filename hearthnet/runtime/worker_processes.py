@@ -18,6 +18,7 @@ come.  Its errors are :class:`~hearthnet.errors.BusError`: the job's own, the st
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -112,7 +113,12 @@ async def stopped_at(deadline: float, what: str) -> AsyncIterator[Stop]:
 
 class _Worker:
     def __init__(self, argv: list[str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        # -P: the working directory is not put on the child's path (a stray pypdf.py there is
+        # never imported); the child finds its modules where this process found them.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, env=env
+        )
         self.jobs = 0
         self.killed = False
 
@@ -149,7 +155,14 @@ class WorkerProcesses:
         self.name = name
         self.processes = processes
         self.memory_bytes = memory_bytes
-        self._argv = [sys.executable, "-m", "hearthnet.runtime.process_child", str(memory_bytes), *preload]
+        self._argv = [
+            sys.executable,
+            "-P",
+            "-m",
+            "hearthnet.runtime.process_child",
+            str(memory_bytes),
+            *preload,
+        ]
         self._warm = min(warm, processes)
         self._max_jobs = max_jobs
         self._on_log = on_log
