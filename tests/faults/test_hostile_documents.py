@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
-from tests.hostile_pdfs import content_bomb, nested_resources
+from tests.hostile_pdfs import TEXT_SHOWN, content_bomb, nested_resources
 
 from .conftest import log_records, report
 
@@ -136,7 +136,10 @@ def test_a_small_pdf_cannot_stall_ingest(mesh: LocalMesh, tmp_path: Path) -> Non
     text = _put(a, tmp_path, "basil.md", b"# Basil\n\nBasil likes sun and warm soil.\n")
     alone_text = _put(a, tmp_path, "sage.md", b"# Sage\n\nSage likes dry soil.\n")
     bomb = _put(a, tmp_path, "bomb.pdf", content_bomb())
-    slow = _put(a, tmp_path, "slow.pdf", content_bomb(pages=60, inflated=12 << 20, unit=b"q Q\n"))
+    # within every per-page limit (0.9 M operators a page), but 60 pages of them: a minute of CPU
+    slow = _put(
+        a, tmp_path, "slow.pdf", content_bomb(pages=60, inflated=1_800_000, head=TEXT_SHOWN, unit=b"q Q\n")
+    )
 
     # a small text alone: how long an ingest takes on this machine now (the embedder warmed up)
     alone, code, out = _answer(_ingest_proc(a, "garden", alone_text, "sage.md", 120), 200)

@@ -123,9 +123,9 @@ async def test_memory_is_bounded() -> None:
 
 
 async def test_a_deadline_kills_the_worker_at_once(readers: DocumentReaders) -> None:
-    """Within every limit but slow (the per-page byte limit: 60 pages of 12 MiB): the caller's
+    """Within every per-page limit but slow (60 pages of 0.9 M operators each): the caller's
     deadline stops it, and the worker is gone, not left parsing."""
-    bomb = content_bomb(pages=60, inflated=12 << 20, unit=b"q Q\n")
+    bomb = content_bomb(pages=60, inflated=1_800_000, head=TEXT_SHOWN, unit=b"q Q\n")
     seen: list[int] = []
 
     async def watch() -> None:
