@@ -36,6 +36,7 @@ from hearthnet.errors import DiskFull
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.tokens import TokenInfo, TokenStore, digest
 from hearthnet.frontends.json_input import MAX_JSON_DEPTH, json_deeper
+from hearthnet.runtime.log_summary import LogSummary
 
 __all__ = [
     "BODY_LIMITS",
@@ -50,6 +51,8 @@ __all__ = [
 ]
 
 log = structlog.get_logger("hearthnet.ui")
+_REFUSED = LogSummary(log.info, "api_key_refused", first=5, window=60.0)
+"""Wrong keys from one client address: the first few logged a minute, the rest counted."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -350,7 +353,7 @@ class BearerDoor:
             )
         token = await self._tokens.lookup(secret)
         if token is None:
-            log.info("api_key_refused", path=_route(scope["path"]))
+            _REFUSED.log((scope.get("client") or ("?",))[0], path=_route(scope["path"]))
             raise _Refused(
                 401,
                 "this API key is not valid: it was revoked or never existed (see 'hearthnet ui token list')",

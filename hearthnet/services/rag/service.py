@@ -48,6 +48,7 @@ from hearthnet.services.rag.chunks import query_hit
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
+from hearthnet.services.rag.ingest.isolated import DocumentReaders
 from hearthnet.services.rag.inputs import (
     IngestInput,
     delete_input,
@@ -121,8 +122,9 @@ class RagService:
         self._store_limiter = anyio.CapacityLimiter(settings.store_threads)
         """Threads for store writes (and the reads of ingest and reindex)."""
         self._read_threads = WorkerThreads(settings.store_threads, "rag-read")
-        """Threads for queries and listings: a query never waits behind a long write (and pays
-        one pass through the event loop to reach one, see :mod:`hearthnet.runtime.worker_threads`)."""
+        """Threads for queries and listings: a query never waits behind a long write."""
+        self._readers = DocumentReaders()
+        """Documents are read in worker processes that a caller's deadline can stop."""
         self._gate = CorpusGate()
         self._documents = DocumentLocks()
         self._reads = ChunkReads(store, self._read_threads, lambda corpus: self._offers.query_params(corpus))
@@ -169,11 +171,7 @@ class RagService:
         self.deletes = 0
 
     def _flows(
-        self,
-        blobs: BlobStore,
-        append_event: AppendEvent,
-        append_events: AppendEvents | None,
-        find_event: FindEvent,
+        self, blobs: BlobStore, append: AppendEvent, appends: AppendEvents | None, find_event: FindEvent
     ) -> tuple[Ingestion, Deletions]:
         """The routes of a document into the store and out of it (``append_event``: digested)."""
         ingestion = Ingestion(
@@ -182,12 +180,13 @@ class RagService:
             blobs=blobs,
             embedder=self._embedder,
             offers=self._offers,
-            append_event=append_event,
-            append_events=append_events,
+            append_event=append,
+            append_events=appends,
             find_event=find_event,
             changed=self._changed,
             store_limiter=self._store_limiter,
             read_threads=self._read_threads,
+            readers=self._readers,
         )
         deletions = Deletions(
             store=self._store,
@@ -195,7 +194,7 @@ class RagService:
             node_id=self._bus.node_id,
             store_limiter=self._store_limiter,
             read_threads=self._read_threads,
-            append_event=append_event,
+            append_event=append,
             find_event=find_event,
             counts_changed=self._documents_changed,
         )
@@ -250,6 +249,7 @@ class RagService:
             await self.replicas.follower.load()
 
     async def stop(self) -> None:
+        self._readers.close()
         await self._archives.aclose()
         await anyio.to_thread.run_sync(self._store.close)
         self._read_threads.close()

@@ -9,7 +9,6 @@ no text, over the size cap) gets its own error; the others go on.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ import numpy as np
 from hearthnet.blobs import BlobStore
 from hearthnet.contracts.embed import Embedder
 from hearthnet.errors import BusError
-from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
+from hearthnet.services.rag.ingest.document import PreparedDocument, ReadParts, StreamedDocument
 from hearthnet.services.rag.ingest.embed import ChunkSink, Progress, embed_while_reading, hand_over
 from hearthnet.services.rag.ingest.ocr import ScanReader
 from hearthnet.services.rag.inputs import IngestInput
@@ -45,7 +44,7 @@ async def read_and_embed_many(
     blobs: BlobStore,
     embedder: Embedder,
     max_tokens: int,
-    parse_slot: threading.BoundedSemaphore,
+    read_parts: ReadParts,
     limiter: anyio.CapacityLimiter,
     progress: Progress | None,
     scans: Callable[[str], ScanReader | None] | None = None,
@@ -54,7 +53,8 @@ async def read_and_embed_many(
 
     An embedding failure fails the whole batch (nothing was written); a document's own read
     failure is recorded on its outcome, and its chunks already embedded are dropped.  ``scans``
-    gives the reader of a document's scanned pages (``ocr.page``), as one document's ingest has.
+    gives the reader of a document's scanned pages (``ocr.page``), as one document's ingest has;
+    ``read_parts`` reads each document's bytes (in a worker process the caller can stop).
     """
     outcomes = [ReadOutcome(inp) for inp in inputs]
 
@@ -69,12 +69,13 @@ async def read_and_embed_many(
             filename_hint=inp.filename,
             extra_metadata=inp.metadata,
             ocr=scans(inp.doc_cid) if scans is not None else None,
+            read=read_parts,
         )
 
         def counted(n: int) -> None:
             outcome.sent += n
 
-        hand_over(doc, parse_slot, sink, counted)
+        hand_over(doc, sink, counted)
         outcome.prepared = doc.prepared()
 
     def read(sink: ChunkSink) -> None:

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Protocol
 
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunks import Chunk
@@ -26,6 +26,16 @@ from hearthnet.services.rag.ingest.read import (
     ocr_page_text,
     stream_document,
 )
+
+
+class ReadParts(Protocol):
+    """Bytes in, a :class:`DocumentHeader` then the pages out, as :func:`~.read.stream_document`
+    (which reads in this thread; :mod:`.isolated` reads in a worker process that can be stopped)."""
+
+    def __call__(
+        self, data: bytes, *, filename_hint: str | None, max_text_bytes: int | None, scans_ok: bool
+    ) -> Generator[DocumentHeader | PageText, None, None]: ...
+
 
 PageOcr = Callable[[int, int], str | None]
 """``ocr(page, page_count)``: the text OCR reads off a scanned PDF page's image (blocking, called
@@ -55,6 +65,7 @@ class StreamedDocument:
     whole document first.  :meth:`prepared` gives the whole result afterwards,
     :meth:`read_all` does both at once.  With ``ocr``, a scanned PDF page (no text layer, an
     image drawn) is read off its image, and a PDF with no text layer at all is not refused.
+    ``read`` reads the bytes (default: :func:`~.read.stream_document`, in this thread).
     """
 
     def __init__(
@@ -69,8 +80,9 @@ class StreamedDocument:
         extra_metadata: Mapping[str, Any],
         max_text_bytes: int | None = MAX_TEXT_BYTES,
         ocr: PageOcr | None = None,
+        read: ReadParts | None = None,
     ) -> None:
-        self._parts = stream_document(
+        self._parts = (read or stream_document)(
             data, filename_hint=filename_hint, max_text_bytes=max_text_bytes, scans_ok=ocr is not None
         )
         header = next(self._parts)

@@ -7,7 +7,6 @@ The pipeline never imports an embedder: every vector comes from ``embed.text``
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -148,21 +147,15 @@ async def embed_streamed(
     return EmbeddedDocument(matrix, tokens, truncated)
 
 
-def hand_over(
-    doc: StreamedDocument,
-    parse_slot: threading.BoundedSemaphore,
-    sink: ChunkSink,
-    counted: Callable[[int], None] | None = None,
-) -> None:
+def hand_over(doc: StreamedDocument, sink: ChunkSink, counted: Callable[[int], None] | None = None) -> None:
     """In the reader's worker: ``doc``'s chunks, a page's group at a time, to ``sink``, each
     group's size told to ``counted`` first (a document that fails on a later page has its chunks
-    already handed over counted).  One page's parsing at a time across ingests (``parse_slot``),
-    never held while the embedder is waited for; the document is closed at once however this
-    ends, so the reader's pypdf warning capture ends with it."""
+    already handed over counted).  No slot is held: parsing runs in the document's own worker
+    process (:mod:`.isolated`); the document is closed at once however this ends, so its worker
+    is given back (or killed) with it."""
     with contextlib.closing(doc.chunk_groups()) as groups:
         while True:
-            with parse_slot:
-                group = next(groups, None)
+            group = next(groups, None)
             if group is None:
                 return
             if counted is not None:

@@ -8,7 +8,6 @@ path for every document of a corpus, then swaps the corpus.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from hearthnet.contracts.file import FileClient
 from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced
 from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
+from hearthnet.runtime.worker_processes import stopped_at
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.gate import Reindexing
@@ -36,6 +36,7 @@ from hearthnet.services.rag.ingest.embed import (
     embed_while_reading,
     hand_over,
 )
+from hearthnet.services.rag.ingest.isolated import DocumentReaders
 from hearthnet.services.rag.ingest.ocr import ScanReader, ocr_route
 from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 from hearthnet.services.rag.inputs import IngestInput
@@ -65,6 +66,7 @@ class Ingestion:
         changed: Callable[[str], None],
         store_limiter: anyio.CapacityLimiter,
         read_threads: WorkerThreads,
+        readers: DocumentReaders,
         append_events: AppendEvents | None = None,
     ) -> None:
         self._bus = bus
@@ -80,8 +82,9 @@ class Ingestion:
         self._read_threads = read_threads
         self._reader_limiter = anyio.CapacityLimiter(4)
         """Threads reading documents (ingests and a reindex); each mostly waits for the embedder."""
-        self._parse_slot = threading.BoundedSemaphore(1)
-        """Held while a reader parses and chunks one page (CPU): never while it waits for the embedder."""
+        self._readers = readers
+        """Where documents are read: each parsed format in a worker process that a caller's
+        deadline or cancellation kills (:mod:`.isolated`); no slot is shared across pages."""
 
     @property
     def model(self) -> str:
@@ -203,16 +206,17 @@ class Ingestion:
             fresh = await self._fetch_many(ctx, fresh, results)
         if fresh:
             await ctx.send({"stage": "read", "current": 0, "total": len(fresh)})
-            outcomes = await read_and_embed_many(
-                fresh,
-                blobs=self._blobs,
-                embedder=self._embedder,
-                max_tokens=self._embedder.max_tokens(),
-                parse_slot=self._parse_slot,
-                limiter=self._reader_limiter,
-                progress=ctx.send,
-                scans=self._scans(ctx.deadline, ctx.send),
-            )
+            async with stopped_at(ctx.deadline, "reading the documents") as stop:
+                outcomes = await read_and_embed_many(
+                    fresh,
+                    blobs=self._blobs,
+                    embedder=self._embedder,
+                    max_tokens=self._embedder.max_tokens(),
+                    read_parts=self._readers.reader(stop),
+                    limiter=self._reader_limiter,
+                    progress=ctx.send,
+                    scans=self._scans(ctx.deadline, ctx.send),
+                )
             for o in outcomes:
                 if o.error is not None:
                     results[o.inp.doc_cid] = _failed(o.inp.doc_cid, o.error)
@@ -446,28 +450,32 @@ class Ingestion:
         pages, so reading overlaps embedding instead of preceding it or waiting
         between embed calls; the document's bytes never reach the event loop.
         Scanned PDF pages are read by ``ocr.page`` on the way (:mod:`.ocr`), within ``deadline``.
+        The bytes are read in a worker process killed when ``deadline`` passes or this is cancelled.
         """
         result: list[PreparedDocument] = []
         scans = self._scans(deadline, progress)
+        async with stopped_at(deadline, "reading the document") as stop:
+            read_parts = self._readers.reader(stop)
 
-        def read(sink: ChunkSink) -> None:
-            doc = StreamedDocument(
-                self._blobs.read_blob(doc_cid),
-                doc_cid=doc_cid,
-                title=title,
-                language=language,
-                max_tokens=max_tokens,
-                filename_hint=filename,
-                extra_metadata=metadata,
-                max_text_bytes=max_text_bytes,
-                ocr=scans(doc_cid),
+            def read(sink: ChunkSink) -> None:
+                doc = StreamedDocument(
+                    self._blobs.read_blob(doc_cid),
+                    doc_cid=doc_cid,
+                    title=title,
+                    language=language,
+                    max_tokens=max_tokens,
+                    filename_hint=filename,
+                    extra_metadata=metadata,
+                    max_text_bytes=max_text_bytes,
+                    ocr=scans(doc_cid),
+                    read=read_parts,
+                )
+                hand_over(doc, sink)
+                result.append(doc.prepared())
+
+            embedded = await embed_while_reading(
+                read, embedder=self._embedder, limiter=self._reader_limiter, progress=progress
             )
-            hand_over(doc, self._parse_slot, sink)
-            result.append(doc.prepared())
-
-        embedded = await embed_while_reading(
-            read, embedder=self._embedder, limiter=self._reader_limiter, progress=progress
-        )
         return result[0], embedded
 
     def _scans(self, deadline: float, progress: Progress | None) -> Callable[[str], ScanReader | None]:
@@ -480,9 +488,7 @@ class Ingestion:
             if route is None:
                 return None
             private = self._blobs.is_private(doc_cid)
-            return route.reader(
-                doc_cid, private=private, deadline=deadline, progress=progress, parse_slot=self._parse_slot
-            )
+            return route.reader(doc_cid, private=private, deadline=deadline, progress=progress)
 
         return scans
 

@@ -9,7 +9,6 @@ refusal stands.  The :class:`ScanReader` is called from the reader's thread, one
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +33,9 @@ BUSY_WAIT = 0.25
 class ScanReader:
     """Reads one document's scanned pages with ``ocr.page``; a :data:`~.document.PageOcr`.
 
-    Called (blocking) from the reader's thread while it holds ``parse_slot``: the slot is lent
-    back while the page is at OCR (seconds, perhaps on another node), so other ingests parse
-    meanwhile.  After each page a progress frame ``{stage: ocr, current: pages read so far,
-    total: page count, page}`` goes to ``progress``.
+    Called (blocking) from the reader's thread, which holds no shared slot (the page is at OCR
+    for seconds, perhaps on another node).  After each page a progress frame ``{stage: ocr,
+    current: pages read so far, total: page count, page}`` goes to ``progress``.
     """
 
     def __init__(
@@ -48,28 +46,22 @@ class ScanReader:
         provider: str | None,
         deadline: float,
         progress: Progress | None,
-        parse_slot: threading.BoundedSemaphore,
     ) -> None:
         self._client = client
         self._doc_cid = doc_cid
         self._provider = provider
         self._deadline = deadline
         self._progress = progress
-        self._parse_slot = parse_slot
         self.read = 0
         """Pages OCR found text on so far."""
 
     def __call__(self, page: int, pages: int) -> str | None:
-        self._parse_slot.release()
-        try:
-            text = anyio.from_thread.run(self._page_text, page)
-            if text is not None and text.strip():
-                self.read += 1
-            frame: dict[str, Any] = {"stage": "ocr", "current": self.read, "total": pages, "page": page}
-            anyio.from_thread.run(self._report, frame)
-            return text
-        finally:
-            self._parse_slot.acquire()
+        text = anyio.from_thread.run(self._page_text, page)
+        if text is not None and text.strip():
+            self.read += 1
+        frame: dict[str, Any] = {"stage": "ocr", "current": self.read, "total": pages, "page": page}
+        anyio.from_thread.run(self._report, frame)
+        return text
 
     async def _report(self, frame: dict[str, Any]) -> None:
         if self._progress is not None:
@@ -112,7 +104,6 @@ class OcrRoute:
         private: bool,
         deadline: float,
         progress: Progress | None,
-        parse_slot: threading.BoundedSemaphore,
     ) -> ScanReader | None:
         """A reader of ``doc_cid``'s scanned pages, or ``None`` when no OCR may read them: a
         private blob's pages go only to this node's own OCR, any other's the bus routes (this
@@ -125,7 +116,6 @@ class OcrRoute:
             provider=self.bus.node_id if private else None,
             deadline=deadline,
             progress=progress,
-            parse_slot=parse_slot,
         )
 
 

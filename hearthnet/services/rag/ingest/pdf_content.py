@@ -37,12 +37,14 @@ from pypdf.generic import ArrayObject, ContentStream, FloatObject, NameObject, N
 from pypdf.generic._data_structures import read_object
 from pypdf.generic._utils import StreamParsingBudget, create_string_object
 
+from hearthnet.services.rag.ingest.limits import ContentBudget
+
 try:
     from pypdf import _configuration as _pypdf_configuration
 except ImportError:  # pragma: no cover - pypdf without a configuration module
     _pypdf_configuration = None  # type: ignore[assignment]
 
-__all__ = ["install", "installed", "parse_operations", "text_only", "uninstall"]
+__all__ = ["counted", "install", "installed", "parse_operations", "text_only", "uninstall"]
 
 _ORIGINAL = ContentStream._parse_content_stream
 _OPERATOR_LENGTH = 64
@@ -117,6 +119,14 @@ class _Unsure(Exception):
     """The stream needs pypdf's own parser from the start."""
 
 
+class _TooMany(Exception):
+    """The stream holds more operations than it may (:class:`~.limits.ContentBudget`)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__(count)
+        self.count = count
+
+
 def _limits() -> tuple[int, int]:
     if _pypdf_configuration is None or not hasattr(_pypdf_configuration, "get_configuration"):
         return _DEFAULT_BUDGET, _DEFAULT_ARRAY_LIMIT
@@ -163,23 +173,28 @@ def _read_with_pypdf(bio: BytesIO, start: int, encoding: Any, limit: int, spent:
 
 
 def parse_operations(
-    data: bytes, forced_encoding: Any = None, *, text_only: bool = False
+    data: bytes, forced_encoding: Any = None, *, text_only: bool = False, max_operations: int | None = None
 ) -> list[tuple[Any, bytes]] | None:
     """pypdf's ``ContentStream.operations`` for ``data``, or ``None`` where only pypdf can say.
 
     ``text_only``: well-formed operations of :data:`_GRAPHICS_ONLY` (numbers, then the
     operator) may be left out (those starting where an operation starts, without a comment
-    inside); pypdf's text extraction gives the same text without them.
+    inside); pypdf's text extraction gives the same text without them.  Past ``max_operations``
+    it stops (the caller refuses the stream: see :func:`counted`).
     """
     try:
-        return _parse(data, forced_encoding, _SKIP.match if text_only else None)
+        return _parse(data, forced_encoding, _SKIP.match if text_only else None, max_operations)
+    except _TooMany:
+        raise
     except _Unsure:
         return None
     except Exception:  # pypdf failed on an object it read for us: let it fail the same way itself
         return None
 
 
-def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None) -> list[tuple[Any, bytes]]:
+def _parse(
+    data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None, max_operations: int | None
+) -> list[tuple[Any, bytes]]:
     if b"R" in data and _REFERENCE.search(data) is not None:
         raise _Unsure  # pypdf would take "n n R" for a reference (and fail without a reader)
     limit, array_limit = _limits()
@@ -215,6 +230,8 @@ def _parse(data: bytes, encoding: Any, skip: Callable[[bytes, int], Any] | None)
             if op == b"BI" or len(op) >= _OPERATOR_LENGTH:
                 raise _Unsure  # inline image: pypdf's own reader
             operations.append((operands, op))
+            if max_operations is not None and len(operations) > max_operations:
+                raise _TooMany(len(operations))
             operands = []
             append = operands.append
         elif kind == "open":
@@ -269,16 +286,39 @@ def text_only() -> Iterator[None]:
         _state.text_only = before
 
 
+@contextlib.contextmanager
+def counted(budget: ContentBudget) -> Iterator[None]:
+    """Within it, the operators of this thread's content streams are charged to ``budget`` as they
+    are parsed: past one of its limits, its ``BadRequest`` (the parse stops there)."""
+    before = getattr(_state, "budget", None)
+    _state.budget = budget
+    try:
+        yield
+    finally:
+        _state.budget = before
+
+
 def _parse_content_stream(self: ContentStream, stream: Any) -> None:
     operations = None
+    budget: ContentBudget | None = getattr(_state, "budget", None)
     if isinstance(stream, BytesIO) and not self._operations:
-        operations = parse_operations(
-            stream.getvalue(), self.forced_encoding, text_only=getattr(_state, "text_only", False)
-        )
+        left = None if budget is None else budget.operators_left()
+        try:
+            operations = parse_operations(
+                stream.getvalue(),
+                self.forced_encoding,
+                text_only=getattr(_state, "text_only", False),
+                max_operations=left,
+            )
+        except _TooMany as exc:
+            assert budget is not None
+            budget.charge_operators(exc.count)  # raises: past the limit
     if operations is None:
-        _ORIGINAL(self, stream)
+        _ORIGINAL(self, stream)  # pypdf's own parser, bounded by its own parsing budget
     else:
         self._operations = operations
+    if budget is not None:
+        budget.charge_operators(len(self._operations))
 
 
 def installed() -> bool:

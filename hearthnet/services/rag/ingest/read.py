@@ -4,7 +4,13 @@ Every failure a user can cause is a :class:`BadRequest` with a message that
 says what is wrong and what to do.  pypdf's diagnostics (its ``pypdf``
 ``logging`` logger and :mod:`warnings`) are routed into structlog as
 ``pypdf_warning`` events; they carry pypdf's message (about the file's
-structure, truncated), never page text.
+structure, truncated), never page text.  A document's first ``WARNINGS_LOGGED`` are written,
+the rest counted into one ``pypdf_warning_repeated`` record at its end
+(:class:`~hearthnet.runtime.log_summary.LogSummary`); so are its ``pdf_page_unreadable`` records.
+The work a PDF's content streams take is bounded (:mod:`.limits`).
+
+Plain text and Markdown (:data:`IN_PROCESS_TYPES`) need no parser and are read where they are
+asked for; every other format is read in a worker process (:mod:`.isolated`).
 """
 
 from __future__ import annotations
@@ -21,17 +27,20 @@ from pathlib import PurePath
 
 import pypdf
 import structlog
-from pypdf import PasswordType, PdfReader
+from pypdf import PageObject, PasswordType, PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadWarning, PyPdfError
-from pypdf.generic import DictionaryObject, PdfObject
+from pypdf.generic import ArrayObject, DictionaryObject, PdfObject, StreamObject
 
 from hearthnet.contracts import formats
 from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
+from hearthnet.runtime.log_summary import LogSummary
 from hearthnet.services.rag.ingest import pdf_content
+from hearthnet.services.rag.ingest.limits import ContentBudget, ReadLimits
 
 __all__ = [
     "CONTENT_TYPES",
+    "IN_PROCESS_TYPES",
     "MAX_PAGE_TEXT",
     "MAX_PDF_TEXT",
     "MAX_TEXT_BYTES",
@@ -48,6 +57,11 @@ PDF = formats.PDF.content_type
 TEXT = formats.TEXT.content_type
 MARKDOWN = formats.MARKDOWN.content_type
 CONTENT_TYPES: tuple[str, ...] = tuple(f.content_type for f in formats.FORMATS)
+IN_PROCESS_TYPES: frozenset[str] = frozenset({TEXT, MARKDOWN})
+"""Formats read in the node's own process: no parser, linear work on at most ``MAX_TEXT_BYTES``.
+Every other format (a parser a hostile file can keep busy) is read in a worker process."""
+WARNINGS_LOGGED = 20
+"""pypdf warnings (and unreadable pages) written per document; the rest are counted."""
 _MD_SUFFIXES = set(formats.MARKDOWN.suffixes)
 _MAX_LOGGED_MESSAGE = 200
 _PDF_MAGIC = formats.PDF.magic or b"%PDF-"
@@ -131,7 +145,7 @@ class _PypdfToStructlog(logging.Handler):
             message = record.getMessage()
         except (TypeError, ValueError):
             message = str(record.msg)
-        _log.warning(
+        _warning(
             "pypdf_warning",
             source="logging",
             level=record.levelname.lower(),
@@ -139,6 +153,36 @@ class _PypdfToStructlog(logging.Handler):
             lineno=record.lineno,
             message=message[:_MAX_LOGGED_MESSAGE],
         )
+
+
+_current = threading.local()
+"""``summaries``: the :class:`LogSummary` of the document this thread reads now, by event."""
+
+
+def _warning(event: str, **fields: object) -> None:
+    summaries: dict[str, LogSummary] | None = getattr(_current, "summaries", None)
+    if summaries is None:
+        _log.warning(event, **fields)
+    else:
+        summaries[event].log("document", **fields)
+
+
+@contextlib.contextmanager
+def _summarised(summaries: dict[str, LogSummary]) -> Iterator[None]:
+    """This thread's pypdf warnings and unreadable pages in the block count for one document."""
+    before = getattr(_current, "summaries", None)
+    _current.summaries = summaries
+    try:
+        yield
+    finally:
+        _current.summaries = before
+
+
+def _document_summaries() -> dict[str, LogSummary]:
+    return {
+        event: LogSummary(_log.warning, event, first=WARNINGS_LOGGED, window=float("inf"))
+        for event in ("pypdf_warning", "pdf_page_unreadable")
+    }
 
 
 _HANDLER = _PypdfToStructlog(level=logging.WARNING)
@@ -216,6 +260,7 @@ def stream_document(
     max_pages: int = 5000,
     max_text_bytes: int | None = MAX_TEXT_BYTES,
     scans_ok: bool = False,
+    limits: ReadLimits | None = None,
 ) -> Generator[DocumentHeader | PageText, None, None]:
     """A :class:`DocumentHeader`, then the pages in order, read one at a time.
 
@@ -224,13 +269,16 @@ def stream_document(
     any page" after the last page (not with ``scans_ok`` when a page is
     ``scanned``: the caller has those read by OCR).  Close the generator if you
     stop early.  ``max_text_bytes=None`` lifts the text cap (a reindex re-reads
-    what an older version already accepted).
+    what an older version already accepted).  ``limits`` bound a PDF's content streams
+    (default :class:`ReadLimits`).
     """
     if len(data) == 0:
         raise BadRequest("file is empty (0 bytes)")
     ctype = detect_content_type(data, filename_hint)
     if ctype == PDF:
-        yield from _stream_pdf(data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok)
+        yield from _stream_pdf(
+            data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok, limits=limits
+        )
         return
     doc = _read_text(data, ctype, filename_hint, max_text_bytes)
     yield DocumentHeader(doc.content_type, doc.title_hint, doc.page_count)
@@ -329,7 +377,7 @@ def _pypdf_warnings_logged() -> Iterator[None]:
                     if not _from_pypdf(w):
                         others.append(w)
                         continue
-                    _log.warning(
+                    _warning(
                         "pypdf_warning",
                         source="warnings",
                         category=w.category.__name__,
@@ -352,28 +400,37 @@ def _from_pypdf(w: warnings.WarningMessage) -> bool:
     return issubclass(w.category, PdfReadWarning) or PurePath(w.filename).is_relative_to(_PYPDF_DIR)
 
 
-def _stream_pdf(data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool) -> _Parts:
-    with _pypdf_warnings_logged():
-        reader, page_count, title = _open_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
-    yield DocumentHeader(PDF, title, page_count)
-    failed = unsupported = 0
-    total = 0
-    any_text = any_scan = False
-    for number in range(1, page_count + 1):
-        with _pypdf_warnings_logged():
-            page, error = _read_page(reader, number)
-        if error is not None:
-            failed += 1
-            unsupported += isinstance(error, NotImplementedError | DependencyError)
-        total += len(page.text)
-        if total > MAX_PDF_TEXT:
-            raise BadRequest(
-                f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
-                f"{page_count}: split it into smaller files"
-            )
-        any_text = any_text or bool(page.text.strip())
-        any_scan = any_scan or page.scanned
-        yield page
+def _stream_pdf(
+    data: bytes, *, filename_hint: str | None, max_pages: int, scans_ok: bool, limits: ReadLimits | None
+) -> _Parts:
+    summaries = _document_summaries()
+    budget = ContentBudget(limits or ReadLimits())
+    try:
+        with _summarised(summaries), _pypdf_warnings_logged():
+            reader, page_count, title = _open_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
+        yield DocumentHeader(PDF, title, page_count)
+        failed = unsupported = 0
+        total = 0
+        any_text = any_scan = False
+        for number in range(1, page_count + 1):
+            budget.start_page(number)
+            with _summarised(summaries), _pypdf_warnings_logged(), pdf_content.counted(budget):
+                page, error = _read_page(reader, number, budget)
+            if error is not None:
+                failed += 1
+                unsupported += isinstance(error, NotImplementedError | DependencyError)
+            total += len(page.text)
+            if total > MAX_PDF_TEXT:
+                raise BadRequest(
+                    f"the PDF yields more than {MAX_PDF_TEXT:,} characters of text by page {number} of "
+                    f"{page_count}: split it into smaller files"
+                )
+            any_text = any_text or bool(page.text.strip())
+            any_scan = any_scan or page.scanned
+            yield page
+    finally:
+        for summary in summaries.values():
+            summary.flush()
     if not any_text and not (scans_ok and any_scan):  # with OCR, scanned pages are read instead
         if failed == page_count:
             why = " (it uses PDF features this reader does not support)" if unsupported else ""
@@ -416,10 +473,13 @@ def _open_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> tupl
     return reader, page_count, _pdf_title(reader) or _title(_stem(filename_hint))
 
 
-def _read_page(reader: PdfReader, number: int) -> tuple[PageText, Exception | None]:
-    """Page ``number``'s text (empty if pypdf cannot parse it: the error comes along, logged)."""
+def _read_page(reader: PdfReader, number: int, budget: ContentBudget) -> tuple[PageText, Exception | None]:
+    """Page ``number``'s text (empty if pypdf cannot parse it: the error comes along, logged).
+    Its content streams' inflated bytes are charged to ``budget`` before any is searched or parsed
+    (their operators as they are parsed)."""
     error: Exception | None = None
     try:
+        budget.charge_bytes(_content_bytes(reader.pages[number - 1]))
         with pdf_content.text_only():
             text = reader.pages[number - 1].extract_text() or ""
     except FileNotDecryptedError as exc:
@@ -427,7 +487,7 @@ def _read_page(reader: PdfReader, number: int) -> tuple[PageText, Exception | No
     except (PyPdfError, NotImplementedError, DependencyError, *_PYPDF_INTERNAL) as exc:
         # NotImplementedError / DependencyError: e.g. a content stream compressed with a
         # filter pypdf lacks or needs an external program for (JBIG2).
-        _log.warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
+        _warning("pdf_page_unreadable", page=number, error=type(exc).__name__)
         text, error = "", exc
     if len(text) > MAX_PAGE_TEXT:
         raise BadRequest(
@@ -440,11 +500,24 @@ def _read_page(reader: PdfReader, number: int) -> tuple[PageText, Exception | No
     return PageText(page=number, text=text, scanned=scanned), error
 
 
+def _content_bytes(page: PageObject) -> int:
+    """The inflated size of the page's content streams (pypdf keeps what it inflated for reuse)."""
+    contents = _resolved(page.get("/Contents"))
+    streams = contents if isinstance(contents, ArrayObject) else [contents]
+    total = 0
+    for stream in list(streams)[:_MAX_CONTENT_STREAMS]:
+        stream = _resolved(stream)
+        if isinstance(stream, StreamObject):
+            total += len(stream.get_data())
+    return total
+
+
 def ocr_page_text(page: int, text: str) -> PageText:
     """Page ``page`` with the text OCR read off its image, cleaned as extracted text is."""
     return PageText(page=page, text=_clean(text), ocr=True)
 
 
+_MAX_CONTENT_STREAMS = 10_000
 _INLINE_IMAGE = re.compile(rb"(?:^|\s)BI\s")
 _MAX_FORM_DEPTH = 4
 _MAX_XOBJECTS = 256
