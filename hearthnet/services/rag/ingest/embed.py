@@ -18,7 +18,7 @@ import numpy as np
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.embed import BUSY, Embedder
 from hearthnet.errors import InternalError, unwrap_group
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.chunks import Chunk
@@ -104,10 +104,14 @@ async def embed_streamed(
             pending.extend(group)
             seen += len(group)
 
+    async def busy() -> None:
+        if progress is not None:
+            await progress({"stage": "embed", "current": done, "total": seen, "note": BUSY})
+
     async def call(number: int, batch: list[Chunk]) -> None:
         nonlocal tokens, truncated, done
         try:
-            answer = await embedder.embed([c.text for c in batch])
+            answer = await embedder.embed_patiently([c.text for c in batch], busy=busy)
         finally:
             slots.release()
         parts[number] = answer.vectors
