@@ -52,6 +52,8 @@ class RagConfig:
     query_max_concurrent: int = QUERY_MAX_CONCURRENT
     """``rag.query`` calls one corpus admits at once (its questions are embedded together)."""
     embed_timeout_seconds: float = 10.0
+    """The floor of an ``embed.text`` call's deadline: a call gets more when its size and the
+    embedder's measured pace say so (``specs/embedding.md``, deadlines from the work)."""
     accept_new_corpora: bool = True
     embedding_model: str = "all-MiniLM-L6-v2"
     archives: tuple[ArchiveConfig, ...] = ()
