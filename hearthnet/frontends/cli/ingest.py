@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import SYSTEM, is_language, is_private
+from hearthnet.contracts.rag import SYSTEM, ingest_timeout, is_language, is_private
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import corpus_arg, meta_args
 from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown, streamed
@@ -263,7 +263,11 @@ def _ingest_one(
         if args.metadata:
             inp["metadata"] = args.metadata
         ingesting = client.stream(
-            "rag.ingest", params={"corpus": corpus}, input=inp, provider=host, timeout=INGEST_TIMEOUT
+            "rag.ingest",
+            params={"corpus": corpus},
+            input=inp,
+            provider=host,
+            timeout=ingest_timeout(path.stat().st_size),
         )
         result = streamed(ingesting, progress, name)
         entry.update(
