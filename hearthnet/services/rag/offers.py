@@ -58,6 +58,7 @@ class CorpusOffers:
         accept_new_corpora: bool,
         query_timeout_seconds: float,
         query_max_concurrent: int = QUERY_CONCURRENCY,
+        ingest_max_concurrent: int = 2,
     ) -> None:
         self._bus = bus
         self._store = store
@@ -67,6 +68,7 @@ class CorpusOffers:
         self._accept_new = accept_new_corpora
         self._query_timeout = query_timeout_seconds
         self._query_concurrency = query_max_concurrent
+        self._ingest_concurrency = ingest_max_concurrent
         self._lock = anyio.Lock()
         self._queries: dict[str, dict[str, Any]] = {}
         """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
@@ -188,7 +190,7 @@ class CorpusOffers:
             (1, 0),
             params=self._ingest_params,
             trust_required=Level.TRUSTED,
-            max_concurrent=2,
+            max_concurrent=self._ingest_concurrency,
             timeout_seconds=900.0,
             idempotent=True,
             streaming=True,

@@ -80,6 +80,7 @@ class RagSettings:
     accept_new_corpora: bool = True
     store_threads: int = 2
     query_max_concurrent: int = QUERY_CONCURRENCY
+    ingest_max_concurrent: int = 2
 
 
 class RagService:
@@ -130,6 +131,7 @@ class RagService:
             accept_new_corpora=settings.accept_new_corpora,
             query_timeout_seconds=settings.query_timeout_seconds,
             query_max_concurrent=settings.query_max_concurrent,
+            ingest_max_concurrent=settings.ingest_max_concurrent,
         )
         self._ingestion = Ingestion(
             bus=bus,
