@@ -248,10 +248,12 @@ class Embedder:
         except (NotFound, SchemaMismatch) as exc:  # no provider, or it went away since it was listed
             raise no_provider(self.model, exc.message) from exc
         except Timeout:
-            self.pace.overran(self._providers(), units, anyio.current_time() - started)
+            if bulk:
+                self.pace.overran(self._providers(), units, anyio.current_time() - started)
             raise
         provider = result.provider or "unknown"
-        self.pace.record(provider, units, anyio.current_time() - started)
+        if bulk:  # a question takes the provider's fast lane: its time says nothing of bulk work
+            self.pace.record(provider, units, anyio.current_time() - started)
         return self._checked(texts, result.output, result.meta, provider)
 
     async def embed_patiently(self, texts: Sequence[str], *, busy: Busy | None = None) -> Embedded:
