@@ -7,6 +7,7 @@ The pipeline never imports an embedder: every vector comes from ``embed.text``
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -22,6 +23,7 @@ from hearthnet.contracts.embed import BUSY, Embedder
 from hearthnet.errors import InternalError, unwrap_group
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.store.kept import KeptVectors, text_digest
 
 if TYPE_CHECKING:
     from hearthnet.services.rag.ingest.document import StreamedDocument
@@ -61,6 +63,39 @@ class EmbeddedDocument:
     vectors: np.ndarray
     tokens: int
     truncated: int
+    reused: int = 0
+    """Chunks whose vectors an earlier, interrupted ingest had kept (not embedded again)."""
+
+
+class _Kept:
+    """The kept vectors (:mod:`~hearthnet.services.rag.store.kept`) as an ingest uses them: looked
+    up before a call, each call's vectors kept after it.  Keeping is best effort: a full disk
+    or a broken file costs the next ingest its head start, never this ingest."""
+
+    def __init__(self, kept: KeptVectors | None, model: str) -> None:
+        self._kept = kept
+        self._model = model
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def lookup(self, digests: list[bytes]) -> dict[bytes, np.ndarray]:
+        if self._kept is None:
+            return {}
+        try:
+            found: dict[bytes, np.ndarray] = await run_blocking(
+                self._kept.lookup, self._model, digests, limiter=self._limiter
+            )
+            return found
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("kept_vectors_unreadable", error=type(exc).__name__)
+            return {}
+
+    async def keep(self, rows: list[tuple[bytes, str, np.ndarray]]) -> None:
+        if self._kept is None or not rows:
+            return
+        try:
+            await run_blocking(self._kept.keep, self._model, rows, limiter=self._limiter)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("kept_vectors_not_written", error=type(exc).__name__)
 
 
 async def embed_streamed(
@@ -69,6 +104,7 @@ async def embed_streamed(
     progress: Progress | None,
     *,
     in_flight: int = EMBED_IN_FLIGHT,
+    kept: KeptVectors | None = None,
 ) -> EmbeddedDocument:
     """Embed chunks as they are read, up to ``in_flight`` ``embed.text`` calls at a time.
 
@@ -82,13 +118,17 @@ async def embed_streamed(
     call's end) and, on another node, while an answer crosses the network.
     Vectors keep the chunks' order whatever order the calls end in.  The
     first failure cancels the other call and is raised.  Progress frames
-    count chunks: ``current`` embedded of ``total`` read so far.
+    count chunks: ``current`` embedded of ``total`` read so far.  A busy embedder slows the calls
+    down (:meth:`~hearthnet.contracts.embed.Embedder.embed_patiently`); progress says so meanwhile.
+    Chunks whose vectors ``kept`` holds (an interrupted ingest of the same text) are not sent
+    again, and each call's vectors are kept there as they come.
     """
     if in_flight < 1:
         raise ValueError("in_flight must be at least 1")
     parts: dict[int, np.ndarray] = {}
     pending: list[Chunk] = []
-    tokens = truncated = done = seen = sent = 0
+    tokens = truncated = done = seen = sent = reused = 0
+    store = _Kept(kept, embedder.model)
     slots = anyio.Semaphore(in_flight)
     started = time.perf_counter()
 
@@ -109,14 +149,24 @@ async def embed_streamed(
             await progress({"stage": "embed", "current": done, "total": seen, "note": BUSY})
 
     async def call(number: int, batch: list[Chunk]) -> None:
-        nonlocal tokens, truncated, done
+        nonlocal tokens, truncated, done, reused
         try:
-            answer = await embedder.embed_patiently([c.text for c in batch], busy=busy)
+            digests = [text_digest(c.text) for c in batch]
+            found = await store.lookup(digests)
+            todo = [i for i, d in enumerate(digests) if d not in found]
+            if todo:
+                answer = await embedder.embed_patiently([batch[i].text for i in todo], busy=busy)
+                tokens += answer.tokens
+                truncated += answer.truncated
+                fresh = dict(zip((digests[i] for i in todo), answer.vectors, strict=True))
+                await store.keep(
+                    [(digests[i], str(batch[i].metadata.get("doc_cid", "")), fresh[digests[i]]) for i in todo]
+                )
+                found.update(fresh)
         finally:
             slots.release()
-        parts[number] = answer.vectors
-        tokens += answer.tokens
-        truncated += answer.truncated
+        parts[number] = np.stack([found[d] for d in digests])
+        reused += len(batch) - len(todo)
         done += len(batch)
         if progress is not None:
             await progress({"stage": "embed", "current": done, "total": seen})
@@ -139,6 +189,7 @@ async def embed_streamed(
     log.info(
         "chunks_embedded",
         chunks=done,
+        reused=reused,
         truncated=truncated,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
@@ -149,7 +200,7 @@ async def embed_streamed(
             f"({sorted({part.shape[1] for part in ordered})}): fix the misconfigured one"
         )
     matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
-    return EmbeddedDocument(matrix, tokens, truncated)
+    return EmbeddedDocument(matrix, tokens, truncated, reused)
 
 
 def hand_over(
@@ -180,6 +231,7 @@ async def embed_while_reading(
     embedder: Embedder,
     limiter: anyio.CapacityLimiter,
     progress: Progress | None,
+    kept: KeptVectors | None = None,
 ) -> EmbeddedDocument:
     """``read`` (blocking: it hands chunks over with :func:`hand_over`) in a worker, while what it
     has handed over is embedded (:func:`embed_streamed`); the vectors in the order handed over.
@@ -197,7 +249,7 @@ async def embed_while_reading(
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             async with receive:
-                embedded = await embed_streamed(embedder, receive, progress)
+                embedded = await embed_streamed(embedder, receive, progress, kept=kept)
     except BaseExceptionGroup as group:
         raise unwrap_group(group) from None
     return embedded
