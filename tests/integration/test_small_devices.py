@@ -10,6 +10,8 @@ be made; removed afterwards, also on failure).
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import threading
 import time
 from contextlib import ExitStack
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 
 from hearthnet.contracts.rag import ingest_timeout
-from hearthnet.testing import LocalMesh, MeshError
+from hearthnet.testing import LocalMesh, MeshError, MeshNode, wait_for
 from tests.cpu_cap import CpuCapUnavailable, busy_cores, cpu_capped
 from tests.shared_data import PDF_DIR
 
@@ -91,3 +93,65 @@ def test_a_node_at_half_a_core_on_a_busy_machine_ingests_two_books_and_answers_m
     assert all(r["chunks_indexed"] > 0 for r in results), results
     assert answered, f"no question was answered while the books were ingested: {failed[:3]}"
     assert not failed, failed[:3]
+
+
+def _kept(node: MeshNode) -> int:
+    """Vectors the node keeps for documents not yet written (read-only, beside its writes)."""
+    path = node.home / "rag" / "kept.sqlite3"
+    if not path.exists():
+        return 0
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5) as db:
+        (n,) = db.execute("SELECT COUNT(*) FROM kept").fetchone()
+    return int(n)
+
+
+def _embedded(node: MeshNode) -> list[dict[str, Any]]:
+    """The node's ``chunks_embedded`` log lines (chunks of a document, and how many were kept)."""
+    assert node.log_path is not None
+    out = []
+    for line in node.log_path.read_text(errors="replace").splitlines():
+        if '"chunks_embedded"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+QUESTIONS = ("Was ist ein topologischer Raum?", "Definition der Homotopie", "Fundamentalgruppe des Kreises")
+
+
+@pytest.mark.timeout(7200)
+def test_an_ingest_killed_at_80_percent_embeds_only_the_rest_when_asked_again(tmp_path: Path) -> None:
+    """kill -9 of the node at ~80 % of a 117-page book's embedding: the next ingest of the book
+    embeds only the chunks not kept, and the corpus equals one whose ingest was never cut."""
+    book = PDF_DIR / "de_geotopo_lecture_notes.pdf"
+    timeout = ingest_timeout(book.stat().st_size)
+    with LocalMesh(tmp_path / "mesh") as mesh:
+        a, ref = mesh.add("a"), mesh.add("ref")
+        mesh.found(a)
+        mesh.found(ref, community="reference")  # its own community: the uninterrupted ingest
+        whole = ref.cli_json("ingest", str(book), "--corpus", "books", timeout=timeout)["results"][0]
+        total = int(whole["chunks_indexed"])
+        assert total >= 160, total  # five calls of 32 at least: 80 % falls between calls
+
+        out: dict[str, Any] = {}
+        cut = threading.Thread(target=_ingest, args=(a, [book], out, threading.Event()), daemon=True)
+        cut.start()
+        wait_for(
+            lambda: _kept(a) >= 0.8 * total, timeout=timeout, what="80 % of the chunks embedded", interval=0.2
+        )
+        a.kill()  # SIGKILL: no clean-up of any kind
+        cut.join(timeout=120)
+        kept = _kept(a)
+        assert 0.8 * total <= kept < total and "error" in out, (kept, out)
+
+        a.start()
+        a.wait_ready(timeout=120)
+        again = a.cli_json("ingest", str(book), "--corpus", "books", timeout=timeout)["results"][0]
+        line = _embedded(a)[-1]
+        assert (line["chunks"], line["reused"]) == (total, kept)  # only total - kept were embedded
+        assert again["chunks_indexed"] == total and again["tokens_indexed"] == whole["tokens_indexed"]
+        assert _kept(a) == 0  # written: the kept vectors are gone
+        for question in QUESTIONS:
+            mine = a.cli_json("query", question, "--corpus", "books", "--mode", "dense")["chunks"]
+            theirs = ref.cli_json("query", question, "--corpus", "books", "--mode", "dense")["chunks"]
+            assert [c["metadata"]["chunk_id"] for c in mine] == [c["metadata"]["chunk_id"] for c in theirs]
+            assert [c["score"] for c in mine] == pytest.approx([c["score"] for c in theirs], abs=1e-4)
