@@ -19,7 +19,7 @@ import numpy as np
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from hearthnet.contracts.embed import BUSY, Embedder
+from hearthnet.contracts.embed import BUSY, Busy, Embedded, Embedder
 from hearthnet.errors import InternalError, unwrap_group
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.chunks import Chunk
@@ -89,6 +89,24 @@ class _Kept:
             log.warning("kept_vectors_unreadable", error=type(exc).__name__)
             return {}
 
+    async def embed(
+        self, embedder: Embedder, batch: list[Chunk], busy: Busy
+    ) -> tuple[np.ndarray, Embedded | None]:
+        """``batch``'s vectors in order: those kept, the rest embedded (and then kept); the
+        answer of the call that embedded the rest (``None``: everything was kept)."""
+        digests = [text_digest(c.text) for c in batch]
+        found = await self.lookup(digests)
+        todo = [i for i, d in enumerate(digests) if d not in found]
+        answer = None
+        if todo:
+            answer = await embedder.embed_patiently([batch[i].text for i in todo], busy=busy)
+            fresh = dict(zip((digests[i] for i in todo), answer.vectors, strict=True))
+            await self.keep(
+                [(digests[i], str(batch[i].metadata.get("doc_cid", "")), fresh[digests[i]]) for i in todo]
+            )
+            found.update(fresh)
+        return np.stack([found[d] for d in digests]), answer
+
     async def keep(self, rows: list[tuple[bytes, str, np.ndarray]]) -> None:
         if self._kept is None or not rows:
             return
@@ -151,22 +169,16 @@ async def embed_streamed(
     async def call(number: int, batch: list[Chunk]) -> None:
         nonlocal tokens, truncated, done, reused
         try:
-            digests = [text_digest(c.text) for c in batch]
-            found = await store.lookup(digests)
-            todo = [i for i, d in enumerate(digests) if d not in found]
-            if todo:
-                answer = await embedder.embed_patiently([batch[i].text for i in todo], busy=busy)
-                tokens += answer.tokens
-                truncated += answer.truncated
-                fresh = dict(zip((digests[i] for i in todo), answer.vectors, strict=True))
-                await store.keep(
-                    [(digests[i], str(batch[i].metadata.get("doc_cid", "")), fresh[digests[i]]) for i in todo]
-                )
-                found.update(fresh)
+            vectors, answer = await store.embed(embedder, batch, busy)
         finally:
             slots.release()
-        parts[number] = np.stack([found[d] for d in digests])
-        reused += len(batch) - len(todo)
+        parts[number] = vectors
+        if answer is not None:
+            tokens += answer.tokens
+            truncated += answer.truncated
+            reused += len(batch) - len(answer.vectors)
+        else:
+            reused += len(batch)
         done += len(batch)
         if progress is not None:
             await progress({"stage": "embed", "current": done, "total": seen})
@@ -193,14 +205,18 @@ async def embed_streamed(
         truncated=truncated,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
-    ordered = [parts[i] for i in range(sent)]
+    return EmbeddedDocument(_in_order(parts, sent, embedder.model), tokens, truncated, reused)
+
+
+def _in_order(parts: dict[int, np.ndarray], calls: int, model: str) -> np.ndarray:
+    """The calls' vectors as one matrix in the order the calls were sent."""
+    ordered = [parts[i] for i in range(calls)]
     if len({part.shape[1] for part in ordered}) > 1:  # two providers of one model name disagree
         raise InternalError(
-            f"embed.text providers of {embedder.model} answered vectors of different sizes "
+            f"embed.text providers of {model} answered vectors of different sizes "
             f"({sorted({part.shape[1] for part in ordered})}): fix the misconfigured one"
         )
-    matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
-    return EmbeddedDocument(matrix, tokens, truncated, reused)
+    return np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
 
 
 def hand_over(
