@@ -36,6 +36,7 @@ BENCHMARKS = (
     "ocr",
     "load",
     "drafts",
+    "small",
     "fuzz",
     "ui",
 )

@@ -205,12 +205,15 @@ class OnnxEmbeddingBackend:
             max_batch_items=s.max_batch_items,
             max_batch_tokens=s.max_batch_tokens,
         )
+        # Bulk batches hold at most one full-window chunk's padded tokens: batching long chunks is
+        # no faster on CPU (specs/embedding.md), and each concurrent inference of two 256-token
+        # rows costs ~110 MB more peak memory than one of one (the lanes run side by side).
         self._bulk: MicroBatcher[Encoded] = MicroBatcher(
             self._run,
             dim=DIM,
             limiter=self._bulk_limiter,
             max_batch_items=s.max_batch_items,
-            max_batch_tokens=s.max_batch_tokens,
+            max_batch_tokens=s.max_tokens,
             nice=BULK_NICE,
         )
 
