@@ -10,7 +10,7 @@ is at least that slow: its estimate is raised to what it showed, so the retry ge
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 __all__ = ["Pace"]
 
@@ -36,18 +36,18 @@ class Pace:
         self._smoothing = smoothing
         self._per_unit: dict[str, float] = {}
 
-    def per_unit(self, workers: Iterable[str] = ()) -> float:
+    def per_unit(self, workers: Sequence[str] = ()) -> float:
         """The slowest estimate among ``workers``; the initial guess when none has been measured."""
         known = [self._per_unit[w] for w in workers if w in self._per_unit]
         if not known and self._per_unit and not workers:
             known = list(self._per_unit.values())
         return max(known) if known else self.initial
 
-    def expected(self, units: float, workers: Iterable[str] = ()) -> float:
+    def expected(self, units: float, workers: Sequence[str] = ()) -> float:
         """Seconds ``units`` of work should take at the measured pace (no slack)."""
         return self.overhead + max(0.0, units) * self.per_unit(workers)
 
-    def deadline(self, units: float, workers: Iterable[str] = ()) -> float:
+    def deadline(self, units: float, workers: Sequence[str] = ()) -> float:
         """Seconds to allow ``units`` of work: ``slack`` times the expected time, at least ``floor``."""
         return max(self.floor, self.slack * self.expected(units, workers))
 
