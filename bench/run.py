@@ -37,6 +37,7 @@ BENCHMARKS = (
     "replicas",
     "load",
     "drafts",
+    "small",
     "fuzz",
     "ui",
     "lan_addresses",

@@ -148,6 +148,7 @@ def rag_service(parts: NodeParts) -> Service | None:
             embedding_model=cfg.embedding_model,
             query_timeout_seconds=cfg.query_timeout_seconds,
             query_max_concurrent=cfg.query_max_concurrent,
+            ingest_max_concurrent=cfg.ingest_max_concurrent,
             embed_timeout_seconds=cfg.embed_timeout_seconds,
             accept_new_corpora=cfg.accept_new_corpora,
             replicas=cfg.replicas,

@@ -28,6 +28,7 @@ KEYS = frozenset(
         "chroma_url",
         "query_timeout_seconds",
         "query_max_concurrent",
+        "ingest_max_concurrent",
         "embed_timeout_seconds",
         "accept_new_corpora",
         "embedding_model",
@@ -55,7 +56,11 @@ class RagConfig:
     query_timeout_seconds: float = 5.0
     query_max_concurrent: int = QUERY_MAX_CONCURRENT
     """``rag.query`` calls one corpus admits at once (its questions are embedded together)."""
+    ingest_max_concurrent: int = 2
+    """Documents this node ingests at once (``rag.ingest`` calls admitted; 1 on a small device)."""
     embed_timeout_seconds: float = 10.0
+    """The floor of an ``embed.text`` call's deadline: a call gets more when its size and the
+    embedder's measured pace say so (``specs/embedding.md``, deadlines from the work)."""
     accept_new_corpora: bool = True
     embedding_model: str = "all-MiniLM-L6-v2"
     archives: tuple[ArchiveConfig, ...] = ()
@@ -88,6 +93,7 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
         query_max_concurrent=_query_max_concurrent(
             integer(rag_s, "query_max_concurrent", QUERY_MAX_CONCURRENT, 1, "rag")
         ),
+        ingest_max_concurrent=_ingest_max_concurrent(integer(rag_s, "ingest_max_concurrent", 2, 1, "rag")),
         embed_timeout_seconds=seconds(rag_s, "embed_timeout_seconds", 10.0, "rag"),
         accept_new_corpora=get(rag_s, "accept_new_corpora", bool, True, "rag"),
         embedding_model=get(rag_s, "embedding_model", str, "all-MiniLM-L6-v2", "rag"),
@@ -203,3 +209,9 @@ def _max_replicas(rag_s: Mapping[str, Any]) -> int | None:
     if "max_replicas" not in rag_s:
         return None
     return integer(rag_s, "max_replicas", 0, 0, "rag")
+
+
+def _ingest_max_concurrent(value: int) -> int:
+    if value > 16:
+        raise BadRequest(f"rag.ingest_max_concurrent must be 1..16, got {value}")
+    return value

@@ -88,6 +88,7 @@ __all__ = [
     "host_label",
     "ingest_input",
     "ingest_predicate",
+    "ingest_timeout",
     "is_corpus_name",
     "is_language",
     "is_private",
@@ -191,6 +192,19 @@ DEFAULT_MODE = "hybrid"
 """Measured better than ``dense`` on SciFact (``specs/rag.md``, "Query modes")."""
 MAX_K = 20
 """``rag.query``'s largest ``k`` (advertised as its ``k_max``)."""
+INGEST_FLOOR_SECONDS = 900.0
+"""The least one document's ``rag.ingest`` is given (a small file on an idle node takes seconds)."""
+INGEST_SECONDS_PER_MB = 1200.0
+"""A document's ``rag.ingest`` deadline per megabyte of file: generous for a busy small device
+(a 3.4 MB, 249-page book took ~20 minutes at half a core of a loaded box, specs/benchmarks.md)."""
+
+
+def ingest_timeout(size_bytes: int) -> float:
+    """Seconds a caller gives ``rag.ingest`` of a file of ``size_bytes``: from the work (its size),
+    never less than ``INGEST_FLOOR_SECONDS`` (a constant failed every large book on a slow node)."""
+    return max(INGEST_FLOOR_SECONDS, INGEST_SECONDS_PER_MB * max(0, size_bytes) / 1_000_000)
+
+
 MAX_QUERY_CHARS = 8192
 MAX_TITLE = 1000
 """Longest document title, in ``rag.ingest``'s input, in chunks and in the ingest event."""

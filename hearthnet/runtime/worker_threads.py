@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -39,13 +41,29 @@ __all__ = ["WorkerThreads"]
 T = TypeVar("T")
 
 
+def _lower_priority(nice: int) -> None:
+    """In a new worker thread: raise its nice value by ``nice`` (Linux schedules threads alone)."""
+    if nice <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except (OSError, AttributeError):  # not Linux, or not allowed: the thread keeps the process's
+        return
+
+
 class WorkerThreads:
-    def __init__(self, threads: int, name: str) -> None:
+    def __init__(self, threads: int, name: str, *, nice: int = 0) -> None:
+        """``nice`` > 0 runs the threads at a lower CPU priority than the rest of the process
+        (bulk work that must yield to queries)."""
         if threads < 1:
             raise ValueError("threads must be at least 1")
         self.threads = threads
         self.name = name
-        self._executor = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        self.nice = nice
+        self._executor = ThreadPoolExecutor(
+            threads, thread_name_prefix=name, initializer=_lower_priority, initargs=(nice,)
+        )
         self._limiter: anyio.CapacityLimiter | None = None  # only off asyncio
         self._closed = False
 

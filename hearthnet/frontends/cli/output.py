@@ -120,14 +120,16 @@ class Progress:
         current, total = frame.get("current", 0), frame.get("total", 0) or 1
         width = 24
         filled = int(width * min(1.0, current / total))
+        note = frame.get("note")  # e.g. "waiting for the embedder (busy)": never a line that stands still
+        tail = f"  {shown(str(note))[:40]}" if note else " " * 42
         sys.stderr.write(
-            f"\r  {label[:40]:40} {frame.get('stage', ''):6} [{'#' * filled:{width}}] {current}/{total}"
+            f"\r  {label[:40]:40} {frame.get('stage', ''):6} [{'#' * filled:{width}}] {current}/{total}{tail}"
         )
         sys.stderr.flush()
 
     def done(self) -> None:
         if self.enabled:
-            sys.stderr.write("\r" + " " * 90 + "\r")
+            sys.stderr.write("\r" + " " * 132 + "\r")
             sys.stderr.flush()
 
 

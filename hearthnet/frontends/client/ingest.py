@@ -11,6 +11,7 @@ the web UI's upload jobs both call :func:`ingest_files`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,14 +22,14 @@ from hearthnet.bus.context import CallResult
 from hearthnet.contracts.base import Caller, streamed_result
 from hearthnet.contracts.file import FileClient
 from hearthnet.contracts.node import NodeClient
-from hearthnet.contracts.rag import RagClient, ingest_input, is_private
+from hearthnet.contracts.rag import INGEST_FLOOR_SECONDS, RagClient, ingest_input, ingest_timeout, is_private
 from hearthnet.errors import BusError, CapacityExceeded
 from hearthnet.frontends.client.client import retry_wait
 from hearthnet.frontends.client.corpora import ingest_host
 
 __all__ = ["INGEST_TIMEOUT", "Document", "Progress", "ingest_files"]
 
-INGEST_TIMEOUT = 900.0
+INGEST_TIMEOUT = INGEST_FLOOR_SECONDS
 """Seconds one ``rag.ingest`` call may take (fetch, read, embed, write)."""
 BUSY_SECONDS = 600.0
 """How long a call refused with ``capacity_exceeded`` is tried again."""
@@ -46,6 +47,14 @@ class Document:
     path: str
     filename: str
     title: str | None = None
+
+
+def _size(path: str) -> int:
+    """A file's size in bytes (0 if it cannot be read: its import already said why)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _no_progress(label: str, frame: dict[str, Any]) -> None:
@@ -155,10 +164,9 @@ class _Flow:
         if not inputs:
             return
         rag = RagClient(self.caller)
+        timeout = ingest_timeout(sum(_size(self.documents[i].path) for i in first.values()))
         result = await self._retrying(
-            lambda: rag.ingest(
-                self.corpus, inputs, provider=self.host, timeout=INGEST_TIMEOUT, on_frame=self._show
-            )
+            lambda: rag.ingest(self.corpus, inputs, provider=self.host, timeout=timeout, on_frame=self._show)
         )
         answered = {str(d["doc_cid"]): d for d in _answers(result, len(inputs))}
         for i, entry in enumerate(self.entries):

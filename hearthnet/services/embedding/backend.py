@@ -33,7 +33,9 @@ class EmbeddingBackend(Protocol):
     dim: int
     max_tokens: int
 
-    async def embed(self, texts: Sequence[str], *, normalize: bool) -> EmbedBatch: ...
+    async def embed(self, texts: Sequence[str], *, normalize: bool, bulk: bool = False) -> EmbedBatch:
+        """``bulk`` work (an ingest's chunks) yields to the rest (queries) where the backend can."""
+        ...
 
     async def aclose(self) -> None: ...
 

@@ -96,7 +96,9 @@ class MicroBatcher(Generic[T]):
         limiter: anyio.CapacityLimiter,
         max_batch_items: int = 32,
         max_batch_tokens: int = 2048,
+        nice: int = 0,
     ) -> None:
+        """``nice`` > 0: the inference threads run at a lower CPU priority (a bulk lane)."""
         if max_batch_items < 1 or max_batch_tokens < 1:
             raise ValueError("batch bounds must be positive")
         self._run_batch = run_batch
@@ -105,7 +107,9 @@ class MicroBatcher(Generic[T]):
         self._max_items = max_batch_items
         self._max_tokens = max_batch_tokens
         self._pending: deque[_Request[T]] = deque()
-        self._threads = WorkerThreads(max(1, min(int(limiter.total_tokens), 64)), "embed")
+        self._threads = WorkerThreads(
+            max(1, min(int(limiter.total_tokens), 64)), "embed-bulk" if nice > 0 else "embed", nice=nice
+        )
         self._running = 0  # batches planned and not finished
         self.batches_run = 0
         """Count of ``run_batch`` calls (stats and tests)."""

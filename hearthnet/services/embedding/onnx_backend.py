@@ -5,23 +5,31 @@ only ever called from worker threads.  :class:`OnnxEmbeddingBackend` is the
 async face: inference runs in the batcher's worker threads under one
 ``CapacityLimiter`` and concurrent callers share micro-batches
 (:mod:`.batcher`); long inputs are tokenized through ``anyio.to_thread``,
-query-sized ones inline.  Settings are justified by measurements in ``specs/embedding.md``.
+query-sized ones inline.  Bulk work (an ingest's chunks) has its own lane: its own batcher
+and inference threads at a lower CPU priority (``BULK_NICE``), so a query never waits in a queue
+behind an ingest's batches and gets the cores first.  The model is loaded on the first call
+(:meth:`OnnxEmbeddingBackend.lazy`): a node that never embeds never holds it.
+Settings are justified by measurements in ``specs/embedding.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
 import numpy as np
 import numpy.typing as npt
-import onnxruntime as ort
-from tokenizers import Tokenizer
+import structlog
 
+from hearthnet.errors import InternalError
 from hearthnet.services.embedding.backend import EmbedBatch, l2_normalize
 from hearthnet.services.embedding.batcher import MicroBatcher
 from hearthnet.services.embedding.model_files import ModelFiles, ModelUnavailable
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 __all__ = ["DEFAULT_MODEL_NAME", "Encoded", "OnnxEmbeddingBackend", "OnnxModel", "OnnxSettings"]
 
@@ -30,6 +38,12 @@ DIM = 384
 MAX_TOKENS = 256
 """The window all-MiniLM-L6-v2 was trained with; the shipped tokenizer.json says 128, we set 256."""
 
+
+BULK_NICE = 10
+"""How much lower the bulk lane's inference threads run than the rest of the node (nice value):
+under CPU contention a query's inference gets ~9 of 10 time slices against an ingest's."""
+
+log = structlog.get_logger("hearthnet.embedding")
 
 INLINE_TOKENIZE_CHARS = 256
 """Up to this much text (a typical query) is tokenized on the event loop, where it costs less than a
@@ -82,6 +96,9 @@ class OnnxModel:
     """The blocking model: call only from worker threads (``session.run`` is thread-safe)."""
 
     def __init__(self, files: ModelFiles, settings: OnnxSettings | None = None) -> None:
+        import onnxruntime as ort  # 20 MB of library: only once a model is loaded
+        from tokenizers import Tokenizer
+
         self.settings = settings or OnnxSettings()
         self.files = files
         try:
@@ -145,6 +162,8 @@ class OnnxModel:
 
 
 def session_options(settings: OnnxSettings) -> ort.SessionOptions:
+    import onnxruntime as ort
+
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = settings.intra_op_threads
     opts.inter_op_num_threads = 1
@@ -157,27 +176,59 @@ def session_options(settings: OnnxSettings) -> ort.SessionOptions:
 
 
 class OnnxEmbeddingBackend:
-    """The default backend; construct with :meth:`load` (blocking: hashes and loads ~23 MB)."""
+    """The default backend: :meth:`load` loads the model now, :meth:`lazy` on the first call
+    (blocking either way: hashes and loads ~23 MB, a few hundred MB once running)."""
 
-    def __init__(self, model: OnnxModel) -> None:
+    def __init__(
+        self,
+        model: OnnxModel | None = None,
+        *,
+        settings: OnnxSettings | None = None,
+        loader: Callable[[], OnnxModel] | None = None,
+    ) -> None:
+        if model is None and loader is None:
+            raise ValueError("give a model, or a loader for the first call")
         self._model = model
-        self.model = model.settings.model_name
+        self._loader = loader
+        s = model.settings if model is not None else (settings or OnnxSettings())
+        self.model = s.model_name
         self.dim = DIM
-        self.max_tokens = model.settings.max_tokens
-        s = model.settings
+        self.max_tokens = s.max_tokens
+        self._loading = anyio.Lock()
         self._limiter = anyio.CapacityLimiter(s.inference_threads)
+        self._bulk_limiter = anyio.CapacityLimiter(s.inference_threads)
         self._tokenize_limiter = anyio.CapacityLimiter(2)
         self._batcher: MicroBatcher[Encoded] = MicroBatcher(
-            model.run,
+            self._run,
             dim=DIM,
             limiter=self._limiter,
             max_batch_items=s.max_batch_items,
             max_batch_tokens=s.max_batch_tokens,
         )
+        # Bulk batches hold at most one full-window chunk's padded tokens: batching long chunks is
+        # no faster on CPU (specs/embedding.md), and each concurrent inference of two 256-token
+        # rows costs ~110 MB more peak memory than one of one (the lanes run side by side).
+        self._bulk: MicroBatcher[Encoded] = MicroBatcher(
+            self._run,
+            dim=DIM,
+            limiter=self._bulk_limiter,
+            max_batch_items=s.max_batch_items,
+            max_batch_tokens=s.max_tokens,
+            nice=BULK_NICE,
+        )
 
     @classmethod
     def load(cls, files: ModelFiles, settings: OnnxSettings | None = None) -> OnnxEmbeddingBackend:
         return cls(OnnxModel(files, settings))
+
+    @classmethod
+    def lazy(cls, files: ModelFiles, settings: OnnxSettings | None = None) -> OnnxEmbeddingBackend:
+        """A backend whose model is loaded by its first call (``files`` are already verified)."""
+        return cls(settings=settings, loader=lambda: OnnxModel(files, settings))
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
 
     @property
     def limiter(self) -> anyio.CapacityLimiter:
@@ -185,18 +236,37 @@ class OnnxEmbeddingBackend:
 
     @property
     def batches_run(self) -> int:
-        """Inference batches run so far (stats, benchmarks)."""
-        return self._batcher.batches_run
+        """Inference batches run so far, both lanes (stats, benchmarks)."""
+        return self._batcher.batches_run + self._bulk.batches_run
 
-    async def embed(self, texts: Sequence[str], *, normalize: bool) -> EmbedBatch:
-        if sum(len(t) for t in texts) <= INLINE_TOKENIZE_CHARS:
+    def _run(self, batch: list[Encoded]) -> npt.NDArray[np.float32]:
+        assert self._model is not None  # loaded before any batch is queued
+        return self._model.run(batch)
+
+    async def _ready(self) -> OnnxModel:
+        if self._model is not None:
+            return self._model
+        async with self._loading:
+            if self._model is None:
+                assert self._loader is not None
+                started = anyio.current_time()
+                try:
+                    self._model = await anyio.to_thread.run_sync(self._loader)
+                except ModelUnavailable as exc:
+                    raise InternalError(f"embedding model {self.model} does not load: {exc.message}") from exc
+                took = round(anyio.current_time() - started, 2)
+                log.info("embedding_model_loaded", model=self.model, seconds=took)
+        return self._model
+
+    async def embed(self, texts: Sequence[str], *, normalize: bool, bulk: bool = False) -> EmbedBatch:
+        model = await self._ready()
+        if not bulk and sum(len(t) for t in texts) <= INLINE_TOKENIZE_CHARS:
             # A query-sized text tokenizes faster than a thread hop would take (see the constant).
-            encs = self._model.tokenize(list(texts))
+            encs = model.tokenize(list(texts))
         else:
-            encs = await anyio.to_thread.run_sync(
-                self._model.tokenize, list(texts), limiter=self._tokenize_limiter
-            )
-        pooled = await self._batcher.submit([(e, e.length) for e in encs])
+            encs = await anyio.to_thread.run_sync(model.tokenize, list(texts), limiter=self._tokenize_limiter)
+        lane = self._bulk if bulk else self._batcher
+        pooled = await lane.submit([(e, e.length) for e in encs])
         vectors = l2_normalize(pooled) if normalize else pooled
         return EmbedBatch(
             vectors=vectors,
@@ -205,8 +275,11 @@ class OnnxEmbeddingBackend:
         )
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        if self._model is None:
+            raise RuntimeError("count_tokens before the model was loaded (embed once first)")
         return self._model.count_tokens(texts)
 
     async def aclose(self) -> None:
         """End the inference threads (batches already running finish first)."""
         self._batcher.close()
+        self._bulk.close()

@@ -52,7 +52,7 @@ class OpenAIEmbeddingBackend:
     def timeout_seconds(self) -> float:
         return self._timeout
 
-    async def embed(self, texts: Sequence[str], *, normalize: bool) -> EmbedBatch:
+    async def embed(self, texts: Sequence[str], *, normalize: bool, bulk: bool = False) -> EmbedBatch:
         parts = []
         tokens = 0
         step = self.config.max_texts_per_request

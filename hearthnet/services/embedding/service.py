@@ -56,9 +56,10 @@ def make_handler(backend: EmbeddingBackend) -> Handler:
                 f"embedding model {wanted!r:.80} is not served here (this provider: {backend.model})"
             )
         texts, normalize = validate_embed_input(ctx.input)
+        bulk = bool(ctx.input.get("bulk", False))
         started = time.perf_counter()
         with anyio.move_on_after(ctx.remaining()) as scope:
-            batch = await backend.embed(texts, normalize=normalize)
+            batch = await backend.embed(texts, normalize=normalize, bulk=bulk)
         if scope.cancelled_caught:
             raise Timeout(f"embedding {len(texts)} texts with {backend.model} passed the call's deadline")
         ms = round((time.perf_counter() - started) * 1000, 1)
@@ -132,8 +133,8 @@ class EmbeddingService:
     def _load_onnx(self, settings: OnnxSettings) -> OnnxEmbeddingBackend:
         model_dir = self.config.model_dir
         files = find_model_files(Path(model_dir) if model_dir else None)
-        log.info("embedding model loaded", model=settings.model_name, source=files.source)
-        return OnnxEmbeddingBackend.load(files, settings)
+        log.info("embedding model found; loaded on first use", model=settings.model_name, source=files.source)
+        return OnnxEmbeddingBackend.lazy(files, settings)
 
     def registrations(self) -> list[Registration]:
         regs = []

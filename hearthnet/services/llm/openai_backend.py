@@ -2,11 +2,13 @@
 
 Works with Ollama, llama.cpp's ``llama-server``, llama-cpp-python, vLLM, LM
 Studio and OpenAI.  Every failure maps to a bus error (the table is in
-``specs/llm.md``): unreachable -> ``partition``, silent past ``timeout_seconds``
--> ``timeout``, HTTP 429 -> ``capacity_exceeded`` with the server's
-Retry-After, a malformed stream -> ``internal_error``.  The response is read
-inside ``async with``: when the caller cancels or its deadline passes, the HTTP
-connection is closed and the server stops generating.
+``specs/llm.md``): unreachable -> ``partition``; silent past ``timeout_seconds``
+(before the first token: past a deadline from the prompt's size and the
+server's measured prefill pace, ``timeout_seconds`` its floor) -> ``timeout``;
+HTTP 429 -> ``capacity_exceeded`` with the server's Retry-After; a malformed
+stream -> ``internal_error``.  The response is read inside ``async with``: when
+the caller cancels or its deadline passes, the HTTP connection is closed and
+the server stops generating.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 
 from hearthnet.config.llm import LlmOpenAIConfig
@@ -28,7 +31,12 @@ from hearthnet.errors import (
     Timeout,
 )
 from hearthnet.runtime.http_backends import read_bounded, retry_after_ms, status_error
+from hearthnet.runtime.pace import Pace
 from hearthnet.services.llm.sse import SSEDecoder
+
+PREFILL_SECONDS_PER_TOKEN = 0.02
+"""A server's pace reading a prompt before any was measured: a slow guess (a small model on a
+Raspberry Pi's CPU reads ~50 prompt tokens a second)."""
 
 __all__ = [
     "ChatCompletion",
@@ -112,6 +120,8 @@ class OpenAIChatBackend:
         )
         host = urlsplit(config.base_url).netloc
         self._where = f"LLM server {host} (model {config.model})"
+        self.prefill = Pace(per_unit=PREFILL_SECONDS_PER_TOKEN, floor=t, slack=3.0)
+        """The server's seconds to the first token per prompt token (a prompt's first-token wait)."""
 
     def _body(self, request: ChatRequest, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "stream": True, "max_tokens": max_tokens}
@@ -131,19 +141,38 @@ class OpenAIChatBackend:
         return body
 
     async def chat(self, request: ChatRequest, *, max_tokens: int, on_delta: OnDelta) -> ChatCompletion:
-        """Stream one answer; ``on_delta`` is awaited for each non-empty piece, in order."""
+        """Stream one answer; ``on_delta`` is awaited for each non-empty piece, in order.
+
+        The wait for the first token (the server reading the prompt) may last as long as the
+        prompt's size and the server's measured pace say; after it, ``timeout_seconds`` of
+        silence is a timeout."""
         where = self._where
+        units = request.chars // 4
+        first_wait = self.prefill.deadline(units, [self.model])
+        started = anyio.current_time()
+        waited: list[float] = []
+
+        async def first_then(text: str) -> None:
+            if not waited:
+                waited.append(anyio.current_time() - started)
+                self.prefill.record(self.model, units, waited[0])
+            await on_delta(text)
+
         try:
             async with self._client.stream(
-                "POST", self.config.endpoint, json=self._body(request, max_tokens)
+                "POST",
+                self.config.endpoint,
+                json=self._body(request, max_tokens),
+                timeout=httpx.Timeout(self.config.timeout_seconds, read=first_wait),
             ) as response:
                 if response.status_code != 200:
                     raise await status_error(response, self._where)
-                return await self._read_stream(response, on_delta)
+                return await self._read_stream(response, first_then)
         except httpx.TimeoutException as exc:
-            raise Timeout(
-                f"{where} sent nothing for {self.config.timeout_seconds:g} s ({type(exc).__name__})"
-            ) from exc
+            silent = first_wait if not waited else self.config.timeout_seconds
+            if not waited:
+                self.prefill.overran([self.model], units, anyio.current_time() - started)
+            raise Timeout(f"{where} sent nothing for {silent:g} s ({type(exc).__name__})") from exc
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
             raise Partition(f"{where} is unreachable or closed the connection: {type(exc).__name__}") from exc
         except httpx.HTTPError as exc:

@@ -62,6 +62,7 @@ class CorpusOffers:
         query_max_concurrent: int = QUERY_CONCURRENCY,
         replica_params: Callable[[str], dict[str, Any]] | None = None,
         more: Callable[[str], list[Registration]] | None = None,
+        ingest_max_concurrent: int = 2,
     ) -> None:
         self._bus = bus
         self._store = store
@@ -71,6 +72,7 @@ class CorpusOffers:
         self._accept_new = accept_new_corpora
         self._query_timeout = query_timeout_seconds
         self._query_concurrency = query_max_concurrent
+        self._ingest_concurrency = ingest_max_concurrent
         self._lock = anyio.Lock()
         self._queries: dict[str, dict[str, Any]] = {}
         """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
@@ -226,7 +228,7 @@ class CorpusOffers:
             (1, 0),
             params=self._ingest_params,
             trust_required=trust_required("rag.ingest"),
-            max_concurrent=2,
+            max_concurrent=self._ingest_concurrency,
             timeout_seconds=900.0,
             idempotent=True,
             streaming=True,

@@ -91,6 +91,7 @@ class RagSettings:
     """Corpora to hold replicas of (``[[rag.replicas]]``)."""
     max_replicas: int | None = None
     """Replicas each corpus this node hosts may have (``None``: no cap)."""
+    ingest_max_concurrent: int = 2
 
 
 class RagService:
@@ -157,6 +158,7 @@ class RagService:
             query_max_concurrent=settings.query_max_concurrent,
             replica_params=self.replicas.follower.params if self.replicas is not None else None,
             more=lambda corpus: [export_registration(self._export, corpus)],  # beside rag.query
+            ingest_max_concurrent=settings.ingest_max_concurrent,
         )
         self._ingestion, self._deletions = self._flows(blobs, append_event, append_events, find_event)
         self._archives = ServedArchives(

@@ -17,11 +17,19 @@ from hearthnet.services.embedding.openai_backend import OpenAIEmbeddingBackend
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.parametrize("name", ["local.toml", "lan.toml", "gpu-embedder.toml"])
+@pytest.mark.parametrize("name", ["local.toml", "lan.toml", "gpu-embedder.toml", "member.toml", "pi.toml"])
 def test_shipped_configs_parse(name: str, tmp_path: Path) -> None:
     data = tomllib.loads((ROOT / "configs" / name).read_text())
     config = config_from_mapping(tmp_path, data)
     assert config.home == tmp_path
+
+
+def test_the_small_device_profiles_say_what_they_leave_to_peers(tmp_path: Path) -> None:
+    member = config_from_mapping(tmp_path, tomllib.loads((ROOT / "configs" / "member.toml").read_text()))
+    assert not (member.embedding.enabled or member.rag.enabled or member.ocr.enabled)
+    pi = config_from_mapping(tmp_path, tomllib.loads((ROOT / "configs" / "pi.toml").read_text()))
+    assert pi.rag.enabled and pi.embedding.enabled and not pi.ocr.enabled
+    assert pi.rag.ingest_max_concurrent == 1
 
 
 def test_init_preset_round_trips(tmp_path: Path) -> None:

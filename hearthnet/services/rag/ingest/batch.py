@@ -22,6 +22,7 @@ from hearthnet.services.rag.ingest.document import PreparedDocument, ReadParts, 
 from hearthnet.services.rag.ingest.embed import ChunkSink, Progress, embed_while_reading, hand_over
 from hearthnet.services.rag.ingest.ocr import ScanReader
 from hearthnet.services.rag.inputs import IngestInput
+from hearthnet.services.rag.store.kept import KeptVectors
 
 __all__ = ["ReadOutcome", "read_and_embed_many"]
 
@@ -48,6 +49,7 @@ async def read_and_embed_many(
     limiter: anyio.CapacityLimiter,
     progress: Progress | None,
     scans: Callable[[str], ScanReader | None] | None = None,
+    kept: KeptVectors | None = None,
 ) -> list[ReadOutcome]:
     """Read and chunk ``inputs`` in order in one worker, embedding their chunks as they come.
 
@@ -85,7 +87,9 @@ async def read_and_embed_many(
             except BusError as exc:
                 outcome.error = exc
 
-    embedded = await embed_while_reading(read, embedder=embedder, limiter=limiter, progress=progress)
+    embedded = await embed_while_reading(
+        read, embedder=embedder, limiter=limiter, progress=progress, kept=kept
+    )
     row = 0
     for outcome in outcomes:
         if outcome.error is None and outcome.prepared is not None:

@@ -7,6 +7,7 @@ The pipeline never imports an embedder: every vector comes from ``embed.text``
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,10 +18,11 @@ import numpy as np
 import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.embed import BUSY, Busy, Embedded, Embedder
 from hearthnet.errors import InternalError, unwrap_group
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.store.kept import KeptVectors, text_digest
 
 if TYPE_CHECKING:
     from hearthnet.services.rag.ingest.document import StreamedDocument
@@ -60,6 +62,57 @@ class EmbeddedDocument:
     vectors: np.ndarray
     tokens: int
     truncated: int
+    reused: int = 0
+    """Chunks whose vectors an earlier, interrupted ingest had kept (not embedded again)."""
+
+
+class _Kept:
+    """The kept vectors (:mod:`~hearthnet.services.rag.store.kept`) as an ingest uses them: looked
+    up before a call, each call's vectors kept after it.  Keeping is best effort: a full disk
+    or a broken file costs the next ingest its head start, never this ingest."""
+
+    def __init__(self, kept: KeptVectors | None, model: str) -> None:
+        self._kept = kept
+        self._model = model
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def lookup(self, digests: list[bytes]) -> dict[bytes, np.ndarray]:
+        if self._kept is None:
+            return {}
+        try:
+            found: dict[bytes, np.ndarray] = await run_blocking(
+                self._kept.lookup, self._model, digests, limiter=self._limiter
+            )
+            return found
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("kept_vectors_unreadable", error=type(exc).__name__)
+            return {}
+
+    async def embed(
+        self, embedder: Embedder, batch: list[Chunk], busy: Busy
+    ) -> tuple[np.ndarray, Embedded | None]:
+        """``batch``'s vectors in order: those kept, the rest embedded (and then kept); the
+        answer of the call that embedded the rest (``None``: everything was kept)."""
+        digests = [text_digest(c.text) for c in batch]
+        found = await self.lookup(digests)
+        todo = [i for i, d in enumerate(digests) if d not in found]
+        answer = None
+        if todo:
+            answer = await embedder.embed_patiently([batch[i].text for i in todo], busy=busy)
+            fresh = dict(zip((digests[i] for i in todo), answer.vectors, strict=True))
+            await self.keep(
+                [(digests[i], str(batch[i].metadata.get("doc_cid", "")), fresh[digests[i]]) for i in todo]
+            )
+            found.update(fresh)
+        return np.stack([found[d] for d in digests]), answer
+
+    async def keep(self, rows: list[tuple[bytes, str, np.ndarray]]) -> None:
+        if self._kept is None or not rows:
+            return
+        try:
+            await run_blocking(self._kept.keep, self._model, rows, limiter=self._limiter)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("kept_vectors_not_written", error=type(exc).__name__)
 
 
 async def embed_streamed(
@@ -68,6 +121,7 @@ async def embed_streamed(
     progress: Progress | None,
     *,
     in_flight: int = EMBED_IN_FLIGHT,
+    kept: KeptVectors | None = None,
 ) -> EmbeddedDocument:
     """Embed chunks as they are read, up to ``in_flight`` ``embed.text`` calls at a time.
 
@@ -81,13 +135,17 @@ async def embed_streamed(
     call's end) and, on another node, while an answer crosses the network.
     Vectors keep the chunks' order whatever order the calls end in.  The
     first failure cancels the other call and is raised.  Progress frames
-    count chunks: ``current`` embedded of ``total`` read so far.
+    count chunks: ``current`` embedded of ``total`` read so far.  A busy embedder slows the calls
+    down (:meth:`~hearthnet.contracts.embed.Embedder.embed_patiently`); progress says so meanwhile.
+    Chunks whose vectors ``kept`` holds (an interrupted ingest of the same text) are not sent
+    again, and each call's vectors are kept there as they come.
     """
     if in_flight < 1:
         raise ValueError("in_flight must be at least 1")
     parts: dict[int, np.ndarray] = {}
     pending: list[Chunk] = []
-    tokens = truncated = done = seen = sent = 0
+    tokens = truncated = done = seen = sent = reused = 0
+    store = _Kept(kept, embedder.model)
     slots = anyio.Semaphore(in_flight)
     started = time.perf_counter()
 
@@ -103,15 +161,23 @@ async def embed_streamed(
             pending.extend(group)
             seen += len(group)
 
+    async def busy() -> None:
+        if progress is not None:
+            await progress({"stage": "embed", "current": done, "total": seen, "note": BUSY})
+
     async def call(number: int, batch: list[Chunk]) -> None:
-        nonlocal tokens, truncated, done
+        nonlocal tokens, truncated, done, reused
         try:
-            answer = await embedder.embed([c.text for c in batch])
+            vectors, answer = await store.embed(embedder, batch, busy)
         finally:
             slots.release()
-        parts[number] = answer.vectors
-        tokens += answer.tokens
-        truncated += answer.truncated
+        parts[number] = vectors
+        if answer is not None:
+            tokens += answer.tokens
+            truncated += answer.truncated
+            reused += len(batch) - len(answer.vectors)
+        else:
+            reused += len(batch)
         done += len(batch)
         if progress is not None:
             await progress({"stage": "embed", "current": done, "total": seen})
@@ -134,17 +200,22 @@ async def embed_streamed(
     log.info(
         "chunks_embedded",
         chunks=done,
+        reused=reused,
         truncated=truncated,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
-    ordered = [parts[i] for i in range(sent)]
+    return EmbeddedDocument(_in_order(parts, sent, embedder.model), tokens, truncated, reused)
+
+
+def _in_order(parts: dict[int, np.ndarray], calls: int, model: str) -> np.ndarray:
+    """The calls' vectors as one matrix in the order the calls were sent."""
+    ordered = [parts[i] for i in range(calls)]
     if len({part.shape[1] for part in ordered}) > 1:  # two providers of one model name disagree
         raise InternalError(
-            f"embed.text providers of {embedder.model} answered vectors of different sizes "
+            f"embed.text providers of {model} answered vectors of different sizes "
             f"({sorted({part.shape[1] for part in ordered})}): fix the misconfigured one"
         )
-    matrix = np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
-    return EmbeddedDocument(matrix, tokens, truncated)
+    return np.concatenate(ordered, axis=0) if ordered else np.zeros((0, 0), dtype=np.float32)
 
 
 def hand_over(doc: StreamedDocument, sink: ChunkSink, counted: Callable[[int], None] | None = None) -> None:
@@ -169,6 +240,7 @@ async def embed_while_reading(
     embedder: Embedder,
     limiter: anyio.CapacityLimiter,
     progress: Progress | None,
+    kept: KeptVectors | None = None,
 ) -> EmbeddedDocument:
     """``read`` (blocking: it hands chunks over with :func:`hand_over`) in a worker, while what it
     has handed over is embedded (:func:`embed_streamed`); the vectors in the order handed over.
@@ -186,7 +258,7 @@ async def embed_while_reading(
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             async with receive:
-                embedded = await embed_streamed(embedder, receive, progress)
+                embedded = await embed_streamed(embedder, receive, progress, kept=kept)
     except BaseExceptionGroup as group:
         raise unwrap_group(group) from None
     return embedded

@@ -216,6 +216,7 @@ class Ingestion:
                     limiter=self._reader_limiter,
                     progress=ctx.send,
                     scans=self._scans(ctx.deadline, ctx.send),
+                    kept=self._store.kept,
                 )
             for o in outcomes:
                 if o.error is not None:
@@ -474,7 +475,11 @@ class Ingestion:
                 result.append(doc.prepared())
 
             embedded = await embed_while_reading(
-                read, embedder=self._embedder, limiter=self._reader_limiter, progress=progress
+                read,
+                embedder=self._embedder,
+                limiter=self._reader_limiter,
+                progress=progress,
+                kept=self._store.kept,
             )
         return result[0], embedded
 

@@ -17,15 +17,21 @@ import structlog
 
 from hearthnet.bus.api import BusAPI
 from hearthnet.contracts.ocr import CAPABILITY, VERSION, OcrClient
-from hearthnet.errors import BadRequest, CapacityExceeded
+from hearthnet.errors import BadRequest, CapacityExceeded, Timeout
+from hearthnet.runtime.pace import Pace
 from hearthnet.services.rag.ingest.embed import Progress
 
-__all__ = ["OCR_PAGE_TIMEOUT", "OcrRoute", "ScanReader", "ocr_route"]
+__all__ = ["OCR_PAGE_TIMEOUT", "PAGE_PACE", "OcrRoute", "ScanReader", "ocr_route"]
 
 log = structlog.get_logger("hearthnet.rag.ingest")
 
 OCR_PAGE_TIMEOUT = 120.0
-"""Seconds one ``ocr.page`` call of an ingest may take (the capability's own bound)."""
+"""The least one ``ocr.page`` call of an ingest is given (a page's deadline follows ``PAGE_PACE``)."""
+PAGE_PACE = Pace(per_unit=30.0, floor=OCR_PAGE_TIMEOUT, slack=4.0)
+"""Seconds a page takes each ``ocr.page`` provider, measured over this node's ingests (a slow
+guess before the first page: a Raspberry Pi's CPU reads a dense page in ~20 s)."""
+PAGE_RETRIES = 3
+"""Times a page that overran its deadline is sent again (each time with the slower pace it showed)."""
 BUSY_WAIT = 0.25
 """Seconds to wait for a free OCR slot when a busy provider gives no hint."""
 
@@ -70,23 +76,36 @@ class ScanReader:
     async def _page_text(self, page: int) -> str | None:
         """The page's text, a busy OCR waited out within the deadline; ``None`` for a page OCR
         refuses (``bad_request``: it cannot render it), so the ingest goes on without it."""
+        overruns = 0
         while True:
             remaining = self._deadline - anyio.current_time()
+            workers = [self._provider or "any"]  # the bus picks the provider unless it is this node
+            started = anyio.current_time()
             try:
-                return await self._client.page_text(
+                text = await self._client.page_text(
                     self._doc_cid,
                     page,
                     provider=self._provider,
-                    timeout=max(0.1, min(OCR_PAGE_TIMEOUT, remaining)),
+                    timeout=max(0.1, min(PAGE_PACE.deadline(1, workers), remaining)),
                 )
             except CapacityExceeded as exc:
                 wait = (exc.retry_after_ms or BUSY_WAIT * 1000) / 1000
                 if wait >= self._deadline - anyio.current_time():
                     raise
                 await anyio.sleep(wait)  # every OCR slot is busy: come back when one should be free
+                continue
+            except Timeout:
+                # A busy OCR: the page goes again with more time, while the ingest's own deadline allows.
+                PAGE_PACE.overran(workers, 1, anyio.current_time() - started)
+                overruns += 1
+                if overruns > PAGE_RETRIES or anyio.current_time() >= self._deadline:
+                    raise
+                continue
             except BadRequest as exc:
                 log.warning("ocr_page_unreadable", doc_cid=self._doc_cid, page=page, reason=exc.message[:200])
                 return None
+            PAGE_PACE.record(workers[0], 1, anyio.current_time() - started)
+            return text
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from hearthnet.services.rag.store.chroma import (
     open_client,
     staging_collection_name,
 )
+from hearthnet.services.rag.store.kept import KeptVectors
 from hearthnet.services.rag.store.keywords import CorpusKeywords
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock, metadata_json
 from hearthnet.services.rag.store.queries import CorpusQueries
@@ -97,6 +98,8 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
                 self._max_batch = int(self._client.get_max_batch_size())
             self._batch = max(1, min(self._max_batch, batch_size or 1000))
             removed = self.recover()
+            self.kept = KeptVectors(self.root / "kept.sqlite3")
+            """Vectors of documents being ingested, kept until written (an interrupted ingest resumes)."""
         except BaseException:
             if ledger is not None:
                 ledger.close()
@@ -479,6 +482,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
             self._memory.changed(name)
             for w in docs:
                 self._memory.added(name, w.ids, w.vectors, w.texts, w.metadatas)
+        self.kept.drop([w.doc_cid for w in docs])
 
     def _purge(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
         """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row.
@@ -573,6 +577,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
             self._memory.clear()
             self._close_readers()
             self._ledger.close()
+            self.kept.close()
             self._writer.release()
 
     def __enter__(self) -> CorpusStore:

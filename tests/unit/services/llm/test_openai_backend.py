@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from hearthnet.errors import BadRequest, CapacityExceeded, InternalError, NotFound, Partition, Timeout
+from hearthnet.runtime.pace import Pace
 from hearthnet.services.llm import ChatRequest, OpenAIChatBackend, OpenAIChatConfig
 from tests.openai_chat_server import OpenAIChatServer, default_reply, words_of
 from tests.polling import wait_until
@@ -193,20 +194,41 @@ async def test_an_unknown_model_is_not_found(server: OpenAIChatServer) -> None:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["stall_first", "stall_mid"])
-async def test_a_silent_server_is_a_timeout_within_timeout_seconds(
-    server: OpenAIChatServer, mode: str
-) -> None:
+async def test_a_silent_server_is_a_timeout_within_its_deadline(server: OpenAIChatServer, mode: str) -> None:
+    """Mid-answer the deadline is ``timeout_seconds`` of silence; before the first token it is
+    the prompt's deadline (its size at the server's pace), never less than ``timeout_seconds``."""
     server.mode = mode
     backend = backend_for(server.url, timeout_seconds=0.5)
+    backend.prefill = Pace(per_unit=0.001, floor=0.5, slack=2.0, overhead=0.1)
+    units = QUESTION.chars // 4
+    wait = backend.prefill.deadline(units, [MODEL]) if mode == "stall_first" else 0.5
     started = anyio.current_time()
     try:
-        with pytest.raises(Timeout, match=r"sent nothing for 0\.5 s"):
+        with pytest.raises(Timeout, match=rf"sent nothing for {wait:g} s"):
             await collect(backend)
     finally:
         await backend.aclose()
-    assert anyio.current_time() - started < 0.5 + 1.0
+    assert 0.5 - 0.05 <= anyio.current_time() - started < wait + 1.0
     # the stream was closed: the server sees the connection go
     await wait_until(server.disconnected.is_set, timeout=5)
+
+
+@pytest.mark.anyio
+async def test_a_first_token_slower_than_timeout_seconds_is_waited_for_a_long_prompt(
+    server: OpenAIChatServer,
+) -> None:
+    """A fixed first-token timeout failed every long prompt on a slow server (a Pi's CPU model
+    reads a 4,000-token prompt for a minute); the wait now follows the prompt's size."""
+    server.first_token_delay = 1.0
+    backend = backend_for(server.url, timeout_seconds=0.5)  # silence mid-answer: 0.5 s
+    long_question = ChatRequest(messages=(("user", "compost " * 400),))  # ~800 tokens at ~5 ms each
+    try:
+        with anyio.fail_after(60):
+            completion, deltas = await collect(backend, long_question)
+    finally:
+        await backend.aclose()
+    assert deltas and completion.finish_reason == "stop"
+    assert backend.prefill.per_unit([MODEL]) > 0  # the pace it showed is kept for the next prompt
 
 
 @pytest.mark.anyio

@@ -435,7 +435,7 @@ class RecordingEmbedder(Embedder):
         self.started: dict[int, anyio.Event] = {}
         self.fail: set[int] = set()
 
-    async def embed(self, texts: Sequence[str]) -> Embedded:
+    async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> Embedded:
         number = len(self.sizes)
         self.sizes.append(len(texts))
         self.started.setdefault(number, anyio.Event()).set()
@@ -446,7 +446,7 @@ class RecordingEmbedder(Embedder):
                 await self.gates[number].wait()
             if number in self.fail:
                 raise Partition("the embedder went away")
-            return await super().embed(texts)
+            return await super().embed(texts, bulk=bulk)
         finally:
             self.running -= 1
 
@@ -773,8 +773,8 @@ async def test_embedding_calls_answered_with_different_sizes_are_an_internal_err
     end the ingest in numpy's ValueError; the caller gets internal_error naming the model."""
 
     class TwoSizes(Embedder):
-        async def embed(self, texts: Sequence[str]) -> Embedded:
-            answer = await super().embed(texts)
+        async def embed(self, texts: Sequence[str], *, bulk: bool = False) -> Embedded:
+            answer = await super().embed(texts, bulk=bulk)
             vectors = answer.vectors if len(texts) == 32 else answer.vectors[:, :8]
             return Embedded(vectors, answer.tokens, answer.truncated, answer.provider)
 
