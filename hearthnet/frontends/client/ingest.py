@@ -188,15 +188,18 @@ class _Flow:
                 entry["ocr_pages"] = got["ocr_pages"]
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """``call``, tried again while refused with ``capacity_exceeded`` (a ``wait`` step
-        reported), within ``busy_seconds``; the last refusal once they are spent."""
+        """``call``, tried again while refused with ``capacity_exceeded`` and a retry hint (a
+        ``wait`` step reported), within ``busy_seconds``; the last refusal once they are spent.
+        A refusal without a hint (a full disk, a blob store at its cap) is not busy: it is final."""
         until = anyio.current_time() + self.busy_seconds
         retry = 0
         while True:
             try:
                 return await call()
             except CapacityExceeded as exc:
-                wait = retry_wait(retry, exc.retry_after_ms if exc.retry_after_ms is not None else 1000)
+                if exc.retry_after_ms is None:
+                    raise
+                wait = retry_wait(retry, exc.retry_after_ms)
                 if anyio.current_time() + wait > until:
                     raise
                 retry += 1
