@@ -21,6 +21,7 @@ import anyio
 
 from hearthnet.bus.manifest import MANIFEST_TTL_MS
 from hearthnet.contracts.node import NodeClient
+from hearthnet.contracts.rag import PERSONAL, SYSTEM, RagClient
 from hearthnet.errors import BusError, NotFound
 from hearthnet.frontends.client.client import AsyncClient, no_home
 from hearthnet.frontends.client.corpora import seen_text
@@ -149,6 +150,7 @@ async def diagnose(home: Path) -> Diagnosis:
         _check_discovery(d, status)
         _check_ui(d, config, running=True)
         _check_models(d, status, config.rag.enabled, config.rag.embedding_model, names)
+        await _check_replicas(d, client, status)
     return d
 
 
@@ -314,6 +316,51 @@ def _check_members(d: Diagnosis, status: Mapping[str, Any]) -> None:
             "check that they run and that this device and theirs share a network; "
             "run 'hearthnet doctor' on one of them too",
         )
+
+
+async def _check_replicas(d: Diagnosis, client: AsyncClient, status: Mapping[str, Any]) -> None:
+    """A note for each corpus of the community with no replica online: while its host is off,
+    nobody can search it."""
+    try:
+        known = await RagClient(client).known_corpora()
+    except BusError:
+        return  # no catalog here (RAG off): the corpora are another node's to judge
+    judge_replicas(d, known, archives=_archives(status))
+
+
+def _archives(status: Mapping[str, Any]) -> set[str]:
+    """The corpora that are archives (read-only ChromaDB collections: never replicated)."""
+    return {
+        str((c.get("params") or {}).get("corpus"))
+        for c in status.get("capabilities", [])
+        if (c.get("params") or {}).get("read_only") is True
+    }
+
+
+def judge_replicas(d: Diagnosis, known: Sequence[Mapping[str, Any]], *, archives: set[str]) -> None:
+    copies: list[dict[str, Any]] = []
+    for corpus in known:
+        name = str(corpus.get("name"))
+        if name in (PERSONAL, SYSTEM) or name in archives:
+            continue
+        hosts = [h for h in corpus.get("hosts", []) if h.get("role") != "replica" and h.get("hosting")]
+        replicas = [h for h in corpus.get("hosts", []) if h.get("role") == "replica"]
+        online = [h for h in replicas if h.get("online")]
+        copies.append({"corpus": name, "replicas": len(replicas), "online": len(online)})
+        if not hosts:
+            continue
+        host = hosts[0].get("node_name") or str(hosts[0].get("node"))[:16]
+        if online:
+            d.add("replicas", "ok", f"corpus {name}: {len(online)} replica(s) online beside its host {host}")
+            continue
+        why = "its replicas are offline" if replicas else "it has no replica"
+        d.add(
+            "replicas",
+            "note",
+            f"corpus {name} is answerable only while its host {host} is on: {why}",
+            f"on another trusted device that is usually on: 'hearthnet corpus replicate {name}'",
+        )
+    d.facts["replicas"] = copies
 
 
 async def _check_clock(d: Diagnosis, client: AsyncClient, peers: Sequence[Mapping[str, Any]]) -> None:

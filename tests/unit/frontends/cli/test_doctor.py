@@ -16,6 +16,7 @@ from hearthnet.frontends.cli.diagnosis import (
     firewall_hint,
     judge_clocks,
     judge_reach,
+    judge_replicas,
 )
 from hearthnet.frontends.cli.main import main
 
@@ -141,3 +142,32 @@ def test_discovery_is_reported_as_the_node_sees_it(discovery: object, level: str
     _check_discovery(d, {"discovery": discovery})
     (finding,) = d.findings
     assert finding.level == level and words in finding.message
+
+
+def test_a_corpus_with_no_replica_online_is_a_note_naming_the_command() -> None:
+    def host(node: str, **kw: object) -> dict[str, object]:
+        return {"node": node, "node_name": node, "role": "host", "hosting": True, "online": True, **kw}
+
+    def replica(node: str, online: bool) -> dict[str, object]:
+        return {"node": node, "node_name": node, "role": "replica", "hosting": False, "online": online}
+
+    known = [
+        {"name": "family", "hosts": [host("laptop")]},
+        {"name": "recipes", "hosts": [host("pi"), replica("nas", online=False)]},
+        {"name": "taxes", "hosts": [host("pi"), replica("nas", online=True)]},
+        {"name": "personal", "hosts": [host("pi")]},
+        {"name": "ais", "hosts": [host("pi")]},
+    ]
+    d = Diagnosis()
+    judge_replicas(d, known, archives={"ais"})
+    notes = {f.message.split(" ")[1]: f for f in d.findings if f.level == "note"}
+    assert set(notes) == {"family", "recipes"} and not d.problems
+    assert "no replica" in notes["family"].message and "laptop" in notes["family"].message
+    assert "replicas are offline" in notes["recipes"].message
+    assert (
+        notes["family"].hint
+        == "on another trusted device that is usually on: 'hearthnet corpus replicate family'"
+    )
+    assert [f.message for f in d.findings if f.level == "ok"] == [
+        "corpus taxes: 1 replica(s) online beside its host pi"
+    ]
