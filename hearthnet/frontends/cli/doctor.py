@@ -9,12 +9,13 @@ peers that cannot connect back, no member reachable, clocks too far apart, no em
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import anyio
 
 from hearthnet.frontends.cli.diagnosis import Diagnosis, diagnose
-from hearthnet.frontends.cli.output import EXIT_FAILURE, emit, shown
+from hearthnet.frontends.cli.output import EXIT_FAILURE, emit, one_line, plural, shown
 
 __all__ = ["add_doctor"]
 
@@ -39,7 +40,10 @@ def _human(d: Diagnosis) -> None:
 def cmd_doctor(args: argparse.Namespace) -> None:
     diagnosis = anyio.run(diagnose, args.home)
     emit(args, diagnosis.to_json(), lambda: _human(diagnosis))
-    if diagnosis.problems:
+    problems = diagnosis.problems
+    if problems:  # a failing command says why on one line of stderr, as every command does
+        more = f" (and {plural(len(problems) - 1, 'more problem')})" if len(problems) > 1 else ""
+        print(f"hearthnet: {one_line(problems[0].message)}{more}", file=sys.stderr)
         raise SystemExit(EXIT_FAILURE)
 
 
