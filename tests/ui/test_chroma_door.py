@@ -304,7 +304,8 @@ def test_the_seeds_retriever_unchanged_reads_the_mesh(
     monkeypatch.setenv("ANONYMIZED_TELEMETRY", "False")
     namespace: dict[str, Any] = {"os": os, "logger": logging.getLogger("seed"), "__name__": "seed"}
     code = seed_code("RagArchiveConfig", "_embed_query", "create_archive_search_tool", "_parse_host")
-    exec(compile(code, str(SEED[0]), "exec"), namespace)  # the seed's own code, unchanged
+    # the seed's own code, unchanged (compiled without this module's `from __future__ import annotations`)
+    exec(compile(code, str(SEED[0]), "exec", dont_inherit=True), namespace)
     config = namespace["RagConfig"](
         archives=[
             {"name": "papers", "collection_name": "manuals", "chromadb_url": url, "embedding_model": MINILM}

@@ -317,6 +317,19 @@ async def _query(state: ChromaState, request: Request, calls: GatedCalls) -> Res
     )
 
 
+async def _create(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
+    """``create_collection``: refused (read-only), but ``get_or_create`` of a collection that exists
+    is a read, answered with it (LangChain's Chroma store opens its collection that way)."""
+    _scope(request)
+    body = await _body(request)
+    name = body.get("name")
+    if body.get("get_or_create") is True and isinstance(name, str):
+        for col in await collections(calls):
+            if col.answers_to(name):
+                return _json(col.model())
+    raise shapes.ChromaProblem(403, "AuthorizationError", READ_ONLY)
+
+
 async def _refuse(request: Request) -> Response:
     return _problem(shapes.ChromaProblem(403, "AuthorizationError", READ_ONLY))
 
@@ -332,7 +345,6 @@ def routes(state: ChromaState) -> list[BaseRoute]:
         (PREFIX + "/tenants/{tenant}", ["PATCH", "PUT", "DELETE"]),
         (PREFIX + "/tenants/{tenant}/databases", ["POST"]),
         (DB, ["DELETE", "PUT", "PATCH"]),
-        (DB + "/collections", ["POST"]),
         (col, ["PUT", "DELETE", "PATCH"]),
         *((col + "/" + op, ["POST"]) for op in ("add", "upsert", "update", "delete", "fork", "search")),
     ]
@@ -345,6 +357,7 @@ def routes(state: ChromaState) -> list[BaseRoute]:
         r(PREFIX + "/tenants/{tenant}/databases", _databases),
         r(DB, _database),
         r(DB + "/collections", _list),
+        r(DB + "/collections", _create, "POST"),
         r(DB + "/collections_count", _count_collections),
         r(col, _get_collection),
         r(DB + "/collections/by-id/{name}", _get_collection),
