@@ -309,7 +309,8 @@ def test_the_web_uis_session_cookie_never_opens_the_gateway(node: MeshNode) -> N
             response = ui.http.request(method, path, json={}, headers={"X-CSRF-Token": ui.csrf})
             assert response.status_code == 401, (path, response.text)
             body = response.json()["error"]
-            assert body["code"] == "invalid_api_key" and "cookie is not one" in body["message"]
+            code = body["data"]["error"] if path == "/mcp" else body["code"]  # JSON-RPC's shape on /mcp
+            assert code == "invalid_api_key" and "cookie is not one" in body["message"]
             assert response.headers["www-authenticate"].startswith("Bearer")
     finally:
         ui.close()
