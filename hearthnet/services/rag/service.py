@@ -87,10 +87,8 @@ class RagSettings:
     accept_new_corpora: bool = True
     store_threads: int = 2
     query_max_concurrent: int = QUERY_CONCURRENCY
-    replicas: tuple[str, ...] = ()
-    """Corpora to hold replicas of (``[[rag.replicas]]``)."""
-    max_replicas: int | None = None
-    """Replicas each corpus this node hosts may have (``None``: no cap)."""
+    replicas: tuple[str, ...] = ()  # corpora to hold replicas of ([[rag.replicas]])
+    max_replicas: int | None = None  # replicas each corpus this node hosts may have (None: no cap)
     ingest_max_concurrent: int = 2
 
 
