@@ -86,6 +86,12 @@ def run(quick: bool) -> list[PeerMetric]:
     try:
         with LocalMesh(root) as mesh:
             node = mesh.add("a", env={"HEARTHNET_UI_LISTEN": "127.0.0.1:0"})
+            config = node.home / "config.toml"  # the key's rate must not be what is measured
+            config.write_text(
+                config.read_text().replace(
+                    "[ui]\n", "[ui]\napi_requests_per_minute = 100000\napi_burst = 10000\n", 1
+                )
+            )
             mesh.found(node)
             node.cli_json("ingest", str(PDF), "--corpus", CORPUS, timeout=900)
             wait_for(lambda: (node.home / "ui.json").exists(), timeout=60, what="the UI")
@@ -146,7 +152,7 @@ def run(quick: bool) -> list[PeerMetric]:
             server.kill()
             server.wait()
         shutil.rmtree(root, ignore_errors=True)
-    p50_ours, p50_peer = percentile(times["ours"], 50), percentile(times["peer"], 50)
+    p50_ours, p50_peer = percentile(times["ours"], 0.5), percentile(times["peer"], 0.5)
     note = (
         f"{len(everything['ids'])} chunks of {PDF.name}, k=10, {rounds} rounds each, alternating; "
         f"top-10 agreement {sum(agree) / len(agree):.2f}; load {machine()['load_avg_1m']}"
@@ -162,9 +168,9 @@ def run(quick: bool) -> list[PeerMetric]:
             target="<= 1.5x",
             passed=p50_ours <= 1.5 * p50_peer,
             ours_min=round(min(times["ours"]), 2),
-            ours_max=round(percentile(times["ours"], 95), 2),
+            ours_max=round(max(times["ours"]), 2),
             peer_min=round(min(times["peer"]), 2),
-            peer_max=round(percentile(times["peer"], 95), 2),
+            peer_max=round(max(times["peer"]), 2),
             note=note,
         )
     ]
