@@ -302,6 +302,14 @@ def test_the_seeds_retriever_unchanged_reads_the_mesh(
     monkeypatch.setenv("CHROMA_CLIENT_AUTH_PROVIDER", "chromadb.auth.token_authn.TokenAuthClientProvider")
     monkeypatch.setenv("CHROMA_CLIENT_AUTH_CREDENTIALS", key)
     monkeypatch.setenv("ANONYMIZED_TELEMETRY", "False")
+    # The seed's runtime is its own process: no ChromaDB client of this test process's other tests
+    # (cached per host:port with their settings) may stand in for the one it makes.
+    from chromadb.api.client import SharedSystemClient
+
+    SharedSystemClient.clear_system_cache()
+    host = httpx.URL(url)
+    chromadb.HttpClient(host=str(host.host), port=int(host.port or 80)).get_collection("manuals")  # says why
+    SharedSystemClient.clear_system_cache()
     namespace: dict[str, Any] = {"os": os, "logger": logging.getLogger("seed"), "__name__": "seed"}
     code = seed_code("RagArchiveConfig", "_embed_query", "create_archive_search_tool", "_parse_host")
     # the seed's own code, unchanged (compiled without this module's `from __future__ import annotations`)
