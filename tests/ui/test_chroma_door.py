@@ -40,6 +40,12 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MeshNode, M
     m = LocalMesh(root)
     try:
         a = m.add("a", env=UI_ENV)
+        config = a.home / "config.toml"  # every test here shares one key: its rate is not what is tested
+        config.write_text(
+            config.read_text().replace(
+                "[ui]\n", "[ui]\napi_requests_per_minute = 60000\napi_burst = 5000\n", 1
+            )
+        )
         b = m.add("b")
         m.found(a)
         m.invite(a, b, "trusted")
