@@ -11,7 +11,6 @@ Shapes: :mod:`.chroma_shapes`; see ``specs/open_doors.md``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from hearthnet.contracts.rag import PERSONAL, RagClient
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import chroma_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
+from hearthnet.frontends.http.gateway_answers import json_response
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.json_input import loads_bounded
 
@@ -43,14 +43,6 @@ READ_ONLY = (
 @dataclass
 class ChromaState:
     bus: GatedBus
-
-
-def _json(document: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(document, ensure_ascii=False, separators=(",", ":")),
-        status_code=status,
-        media_type="application/json",
-    )
 
 
 def _problem(problem: shapes.ChromaProblem) -> Response:
@@ -146,24 +138,26 @@ async def _collection(calls: GatedCalls, wanted: str) -> shapes.Collection:
 
 # -- handlers ----------------------------------------------------------------------------------------
 async def _heartbeat(request: Request) -> Response:
-    return _json({"nanosecond heartbeat": time.time_ns()})
+    return json_response({"nanosecond heartbeat": time.time_ns()})
 
 
 async def _version(request: Request) -> Response:
-    return _json(shapes.VERSION)
+    return json_response(shapes.VERSION)
 
 
 async def _preflight(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
-    return _json({"max_batch_size": 1000, "supports_base64_encoding": False})
+    return json_response({"max_batch_size": 1000, "supports_base64_encoding": False})
 
 
 async def _identity(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
-    return _json({"user_id": calls.caller.name, "tenant": shapes.TENANT, "databases": [shapes.DATABASE]})
+    return json_response(
+        {"user_id": calls.caller.name, "tenant": shapes.TENANT, "databases": [shapes.DATABASE]}
+    )
 
 
 async def _tenant(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
     _scope(request)
-    return _json({"name": shapes.TENANT, "resource_name": None})
+    return json_response({"name": shapes.TENANT, "resource_name": None})
 
 
 def _database_model() -> dict[str, Any]:
@@ -172,12 +166,12 @@ def _database_model() -> dict[str, Any]:
 
 async def _databases(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
     _scope(request)
-    return _json([_database_model()])
+    return json_response([_database_model()])
 
 
 async def _database(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
     _scope(request)
-    return _json(_database_model())
+    return json_response(_database_model())
 
 
 def _page_params(request: Request) -> tuple[int | None, int]:
@@ -198,23 +192,23 @@ async def _list(state: ChromaState, request: Request, calls: GatedCalls) -> Resp
     cols = (await collections(calls))[offset:]
     if limit is not None:
         cols = cols[:limit]
-    return _json([c.model() for c in cols])
+    return json_response([c.model() for c in cols])
 
 
 async def _count_collections(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
     _scope(request)
-    return _json(len(await collections(calls)))
+    return json_response(len(await collections(calls)))
 
 
 async def _get_collection(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
     _scope(request)
-    return _json((await _collection(calls, request.path_params["name"])).model())
+    return json_response((await _collection(calls, request.path_params["name"])).model())
 
 
 async def _count(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
     _scope(request)
     col = await _collection(calls, request.path_params["name"])
-    return _json(col.chunks or 0)
+    return json_response(col.chunks or 0)
 
 
 async def _get(state: ChromaState, request: Request, calls: GatedCalls) -> Response:
@@ -246,7 +240,7 @@ async def _get(state: ChromaState, request: Request, calls: GatedCalls) -> Respo
             f"collection {col.name} has more than {shapes.MAX_GET_ALL} matching chunks: give a limit "
             "and an offset to read them a page at a time"
         )
-    return _json(
+    return json_response(
         {
             "ids": [r["chunk_id"] for r in rows],
             "embeddings": [r.get("embedding") for r in rows] if "embeddings" in req.include else None,
@@ -298,7 +292,7 @@ async def _query(state: ChromaState, request: Request, calls: GatedCalls) -> Res
     def each(make: Callable[[dict[str, Any]], Any]) -> list[list[Any]]:
         return [[make(h) for h in hits] for hits in answers]
 
-    return _json(
+    return json_response(
         {
             "ids": each(lambda h: h["metadata"]["chunk_id"]),
             "embeddings": each(lambda h: vectors.get(h["metadata"]["chunk_id"]))
@@ -326,7 +320,7 @@ async def _create(state: ChromaState, request: Request, calls: GatedCalls) -> Re
     if body.get("get_or_create") is True and isinstance(name, str):
         for col in await collections(calls):
             if col.answers_to(name):
-                return _json(col.model())
+                return json_response(col.model())
     raise shapes.ChromaProblem(403, "AuthorizationError", READ_ONLY)
 
 

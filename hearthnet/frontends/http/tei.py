@@ -26,6 +26,7 @@ from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rerank import rerank_texts
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
+from hearthnet.frontends.http.gateway_answers import json_response
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.json_input import loads_bounded
 
@@ -62,12 +63,6 @@ class TeiState:
     bus: GatedBus
     model: str
     """The model ``/embed`` and ``/info`` serve: this node's embedding model."""
-
-
-def _json(document: Any, status: int = 200) -> Response:
-    return Response(
-        json.dumps(document, separators=(",", ":")), status_code=status, media_type="application/json"
-    )
 
 
 Handler = Callable[[TeiState, Request, GatedCalls], Awaitable[Response]]
@@ -145,7 +140,7 @@ async def _window(calls: GatedCalls, model: str) -> tuple[int | None, int | None
 
 async def _info(state: TeiState, request: Request, calls: GatedCalls) -> Response:
     max_tokens, dim = await _window(calls, state.model)
-    return _json(
+    return json_response(
         {
             "model_id": state.model,
             "model_sha": None,
@@ -181,7 +176,7 @@ async def _embed(state: TeiState, request: Request, calls: GatedCalls) -> Respon
             "(send truncate: true to cut them)",
         )
     vectors = decode_embeddings(result.output)
-    return _json([[float(x) for x in row] for row in vectors])
+    return json_response([[float(x) for x in row] for row in vectors])
 
 
 async def _rerank(state: TeiState, request: Request, calls: GatedCalls) -> Response:
@@ -200,7 +195,7 @@ async def _rerank(state: TeiState, request: Request, calls: GatedCalls) -> Respo
         if return_text:
             item["text"] = texts[i]
         out.append(item)
-    return _json(out)
+    return json_response(out)
 
 
 async def _embed_all(state: TeiState, request: Request, calls: GatedCalls) -> Response:
