@@ -43,10 +43,10 @@ from hearthnet.services.rag.store.chroma import (
     staging_collection_name,
 )
 from hearthnet.services.rag.store.kept import KeptVectors
-from hearthnet.services.rag.store.keywords import CorpusKeywords
+from hearthnet.services.rag.store.keyword_index import CorpusKeywords
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock, metadata_json
-from hearthnet.services.rag.store.queries import CorpusQueries
 from hearthnet.services.rag.store.swap import CorpusSwap
+from hearthnet.services.rag.store.vector_index import CorpusQueries
 from hearthnet.services.rag.store.write import (
     CHUNK_KEYS,
     DocumentSource,

@@ -2,7 +2,7 @@
 :class:`~hearthnet.services.rag.store.store.CorpusStore`), and the keyword index of a corpus that
 predates it, built from ChromaDB at open.
 
-The keyword index lives in the ledger's database (:mod:`hearthnet.services.rag.search.keyword`),
+The keyword index lives in the ledger's database (:mod:`hearthnet.services.rag.search.fulltext`),
 written in the transactions that complete or delete a document.  Searches read it through a
 read-only connection of their own per thread (WAL: they never wait for the store's lock or a
 write), so they see only committed, hence complete, documents.
@@ -20,14 +20,14 @@ import numpy as np
 import structlog
 
 from hearthnet.errors import BadRequest, BusError, NotFound
-from hearthnet.services.rag.corpus import Hit
-from hearthnet.services.rag.search import keyword
+from hearthnet.services.rag.hits import Hit
+from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.search.filters import build_where, compile_where
 from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
 from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
-from hearthnet.services.rag.store.queries import query_vector
+from hearthnet.services.rag.store.vector_index import query_vector
 
 __all__ = ["CorpusKeywords"]
 
@@ -101,7 +101,7 @@ class CorpusKeywords:
 
     def keyword_ready(self, name: str) -> bool:
         """Whether ``name`` has its keyword index (a corpus that predates it has none until built)."""
-        return keyword.has_index(self._reader(), name)
+        return fulltext.has_index(self._reader(), name)
 
     def _reader(self) -> sqlite3.Connection:
         """This thread's read-only connection to the ledger's database."""
@@ -132,7 +132,7 @@ class CorpusKeywords:
         mode: str,
         where: Mapping[str, Any] | None = None,
         include_text: bool = True,
-        rows: list[keyword.KeywordRow] | None = None,
+        rows: list[fulltext.KeywordRow] | None = None,
     ) -> list[Hit]:
         """The ``k`` best chunks for ``text`` by BM25 (``mode`` ``keyword``) or by the fusion of
         BM25 and cosine (``hybrid``, :func:`fuse`); each hit's ``similarity`` is its cosine to
@@ -169,7 +169,7 @@ class CorpusKeywords:
         self,
         name: str,
         embedding: np.ndarray,
-        rows: list[keyword.KeywordRow],
+        rows: list[fulltext.KeywordRow],
         *,
         k: int,
         mode: str,
@@ -200,7 +200,7 @@ class CorpusKeywords:
 
     def keyword_leg(
         self, name: str, text: str, *, k: int, mode: str, where: Mapping[str, Any] | None = None
-    ) -> list[keyword.KeywordRow] | None:
+    ) -> list[fulltext.KeywordRow] | None:
         """The keyword leg of a ``mode`` query (``keyword``: ``k`` rows, ``hybrid``: its candidates),
         needing no vector, so it can run while the query is embedded; ``None`` if the corpus has no
         keyword index (yet)."""
@@ -211,25 +211,25 @@ class CorpusKeywords:
         return self._keyword_rows(name, text, wanted, None if clause is None else compile_where(clause))
 
     def _keyword_rows(
-        self, name: str, text: str, limit: int, matches: keyword.Matches | None
-    ) -> list[keyword.KeywordRow]:
+        self, name: str, text: str, limit: int, matches: fulltext.Matches | None
+    ) -> list[fulltext.KeywordRow]:
         """The keyword leg: ``text``'s best chunks by BM25, words in half the chunks or more left out
-        (:func:`keyword.too_common`)."""
+        (:func:`fulltext.too_common`)."""
         try:
             return self._read_keywords(name, text, limit, matches)
         except sqlite3.OperationalError as exc:  # no such table: the corpus has no index (yet)
             raise NotFound(f"corpus {name!r} has no keyword index") from exc
 
     def _read_keywords(
-        self, name: str, text: str, limit: int, matches: keyword.Matches | None
-    ) -> list[keyword.KeywordRow]:
+        self, name: str, text: str, limit: int, matches: fulltext.Matches | None
+    ) -> list[fulltext.KeywordRow]:
         db = self._reader()
         (chunks,) = db.execute(
             "SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
         ).fetchone()
-        skip = keyword.too_common(db, name, keyword.single_tokens(text), int(chunks))
-        expression = keyword.match_expression(text, skip)
-        return [] if expression is None else keyword.search(db, name, expression, limit, matches=matches)
+        skip = fulltext.too_common(db, name, fulltext.single_tokens(text), int(chunks))
+        expression = fulltext.match_expression(text, skip)
+        return [] if expression is None else fulltext.search(db, name, expression, limit, matches=matches)
 
     def _chunks(self, name: str, ids: list[str], vec: np.ndarray, include_text: bool) -> list[Hit]:
         """The chunks ``ids`` of complete documents, scored by cosine: from the in-memory copy, else
@@ -263,7 +263,7 @@ class CorpusKeywords:
 
 
 def _ranked(
-    mode: str, k: int, rows: list[keyword.KeywordRow], found: dict[str, Hit], more: list[Hit]
+    mode: str, k: int, rows: list[fulltext.KeywordRow], found: dict[str, Hit], more: list[Hit]
 ) -> list[Hit]:
     """The answer of a ``keyword`` (by BM25) or ``hybrid`` (fused) query from its keyword ``rows``
     and the candidates with their cosines (``found``: the dense leg's, ``more``: the keyword leg's

@@ -13,7 +13,7 @@ import numpy as np
 import structlog
 
 from hearthnet.errors import BadRequest, BusError, NotFound
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.hits import Hit
 from hearthnet.services.rag.search.exact import ExactIndex
 from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 from hearthnet.services.rag.search.hnsw import hnsw_search
