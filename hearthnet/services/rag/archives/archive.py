@@ -29,7 +29,7 @@ import structlog
 from hearthnet.config.archives import ArchiveConfig
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Timeout
 from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef, QueryResult
-from hearthnet.services.rag.hits import Hit, Vector
+from hearthnet.services.rag.results import Hit, Vector
 from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 
 __all__ = [

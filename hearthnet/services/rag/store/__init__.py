@@ -1,7 +1,9 @@
-"""Where corpora are kept: the ledger (:mod:`.ledger`), ChromaDB (:mod:`.chroma`), the atomic write
-of a document (:mod:`.write`), vector queries (:mod:`.vector_index`), keyword and hybrid queries
-(:mod:`.keyword_index`) and the swap of a reindex (:mod:`.swap`), brought together in
-:class:`CorpusStore`; :class:`LocalCorpus` serves one of its corpora to ``rag.query``."""
+"""Where corpora are kept: :class:`CorpusStore`, composed of parts that are each their own object
+given what it uses of the store — the ledger (:mod:`.ledger`), the collections (:mod:`.chroma`),
+the document list (:mod:`.document_list`), the vector index (:mod:`.vector_index`), the keyword
+index (:mod:`.keyword_index`) and the swap of a reindex (:mod:`.swap`); the store keeps the
+atomic write and delete of a document (:mod:`.write`).  :class:`LocalCorpus` serves one of its
+corpora to ``rag.query``."""
 
 from hearthnet.services.rag.store.chroma import (
     HNSW_PARAMS,

@@ -11,7 +11,7 @@ import numpy as np
 
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.hits import Hit, Vector
+from hearthnet.services.rag.results import Hit, Vector
 from hearthnet.services.rag.search.choice import search_here_or_in_thread
 from hearthnet.services.rag.search.fulltext import KeywordRow
 from hearthnet.services.rag.store.store import CorpusStore
