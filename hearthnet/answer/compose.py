@@ -76,6 +76,8 @@ class Ask:
     """Earlier turns given by the caller (instead of a session's)."""
     model: str | None = None
     """The ``llm.chat`` model asked for (else ``[answer] model``, else the largest window)."""
+    extractive: bool = False
+    """Asked to quote the documents, with no model (the web UI's "extractive only")."""
 
     @property
     def cacheable(self) -> bool:
@@ -142,7 +144,10 @@ class Composer:
         cache: AnswerCache,
         history: Callable[[str], Awaitable[list[Turn]]],
         record: Callable[[str, str, str, list[str], str], Awaitable[None]],
+        attached: Callable[[str, str], Awaitable[CorpusResult | None]] | None = None,
     ) -> None:
+        self._attached = attached
+        """``(session, question)`` -> the session's attached documents searched (``None``: none)."""
         self._bus = bus
         self._config = config
         self._cache = cache
@@ -158,7 +163,7 @@ class Composer:
             names, left_out = default_corpora(reachable, MAX_CORPORA)
         else:  # archives named alone search only themselves, as the seeds' rag_config does
             names = list(ask.corpora or ())
-        choice = choose_model(self._bus, ask.model or cfg.model)
+        choice = None if ask.extractive else choose_model(self._bus, ask.model or cfg.model)
         max_tokens = ask.max_tokens or cfg.max_tokens
         if choice is not None and choice.max_output_tokens is not None:
             max_tokens = min(max_tokens, choice.max_output_tokens)
@@ -181,6 +186,7 @@ class Composer:
         retrieve_started = time.perf_counter()
         results: dict[str, CorpusResult] = {}
         offline: dict[str, Any] = {}
+        attached: dict[str, CorpusResult] = {}
         skipped: str | None = None
         if ask.no_rag:
             rag, skipped = "skipped", "no_rag"
@@ -194,8 +200,11 @@ class Composer:
                         )
 
                     tg.start_soon(away)
+                if ask.session and self._attached is not None:
+                    tg.start_soon(self._search_attached, ask.session, ask.question, attached)
                 if names or ask.archives:
                     results = await self._retrieve(ask.question, names, reachable, send, ask.archives)
+            results.update(attached)
             rag = overall_status(results) if results else "unavailable"
         retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
         hits = [h for r in results.values() for h in r.hits]
@@ -326,6 +335,13 @@ class Composer:
         return output
 
     # steps --------------------------------------------------------------------------
+    async def _search_attached(self, session: str, question: str, into: dict[str, CorpusResult]) -> None:
+        """The documents attached to ``session``, searched beside the corpora."""
+        assert self._attached is not None
+        found = await self._attached(session, question)
+        if found is not None:
+            into[found.corpus] = found
+
     async def _retrieve(
         self,
         question: str,

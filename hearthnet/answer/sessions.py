@@ -14,9 +14,11 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from hearthnet.answer.attachments import ATTACHMENT_SCHEMA, attachments_of
 from hearthnet.answer.prompt import Turn
 from hearthnet.errors import BadRequest, NotFound
 from hearthnet.runtime.sqlite_tx import transaction
@@ -24,6 +26,7 @@ from hearthnet.runtime.sqlite_tx import transaction
 __all__ = ["MAX_TITLE", "SessionStore", "validate_session_id", "validate_title"]
 
 MAX_TITLE = 200
+T = TypeVar("T")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -72,11 +75,17 @@ class SessionStore:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+        self._db.execute("PRAGMA secure_delete=ON")  # a deleted chat's documents leave no trace in the file
+        self._db.executescript(_SCHEMA + ATTACHMENT_SCHEMA)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the database under the store's lock (the attachments' tables live here too)."""
+        with self._lock:
+            return fn(self._db)
 
     def history(self, session: str, *, turns: int) -> list[Turn]:
         """The last ``turns`` turns of ``session``, oldest first (none if it does not exist yet)."""
@@ -94,7 +103,9 @@ class SessionStore:
             title = " ".join(question.split())[:MAX_TITLE] or session
             self._db.execute(
                 "INSERT INTO sessions (id, title, created_ms, updated_ms) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET updated_ms = excluded.updated_ms",
+                "ON CONFLICT(id) DO UPDATE SET updated_ms = excluded.updated_ms, title = CASE WHEN "
+                "EXISTS (SELECT 1 FROM turns WHERE session_id = excluded.id) THEN sessions.title "
+                "ELSE excluded.title END",  # made by an attachment: its first question names it
                 (session, title, now, now),
             )
             (last,) = self._db.execute(
@@ -142,6 +153,7 @@ class SessionStore:
                 "WHERE session_id = ? ORDER BY seq",
                 (session,),
             ).fetchall()
+            attached = attachments_of(self._db, session)
         return {
             "id": session,
             "title": row[0],
@@ -151,6 +163,7 @@ class SessionStore:
                 {"seq": s, "question": q, "answer": a, "cited": json.loads(c), "mode": m, "created_ms": t}
                 for s, q, a, c, m, t in turns
             ],
+            "attachments": attached,
         }
 
     def rename(self, session: str, title: str) -> None:

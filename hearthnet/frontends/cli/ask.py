@@ -22,6 +22,7 @@ from hearthnet.bus.context import CallResult
 from hearthnet.contracts.answer import MAX_CORPORA, AnswerClient, AskInput
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import validate_corpus_name
+from hearthnet.contracts.reading import MAX_READ_BYTES
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.ask_marks import Numbered, source_key
@@ -228,7 +229,11 @@ def cmd_ask(args: argparse.Namespace) -> None:
     question = text_arg(question, "the question")
     if args.corpus and args.no_rag:
         raise BadRequest("--corpus and --no-rag contradict each other: --no-rag searches no corpus")
-    session = args.session if args.session is not None else (new_session_id() if args.new_session else None)
+    fresh = args.new_session or bool(args.attach)  # an attachment belongs to a session
+    session = args.session if args.session is not None else (new_session_id() if fresh else None)
+    if args.attach:
+        assert session is not None
+        attach_files(args, session)
     inp = ask_input(args, question, session)
     named = bool(args.corpus)
     human = not args.json
@@ -312,6 +317,34 @@ def cmd_ask(args: argparse.Namespace) -> None:
     if output.get("session"):
         sid = str(output["session"])
         print(f"session {sid}: continue it with 'hearthnet ask --session {sid} QUESTION'", file=sys.stderr)
+
+
+def attach_files(args: argparse.Namespace, session: str) -> None:
+    """Each ``--attach FILE`` added to ``session`` (``answer.attach``): read by the node as an ingest
+    reads, searched for this session's questions only, deleted with the session."""
+    client = Client(args.home)
+    for name in args.attach:
+        path = Path(name)
+        try:
+            size = path.stat().st_size
+            if not path.is_file():
+                raise BadRequest(f"--attach {name}: not a file")
+            if size > MAX_READ_BYTES:
+                raise BadRequest(
+                    f"--attach {name}: {size:,} bytes; at most {MAX_READ_BYTES:,} can be attached to a "
+                    "chat (ingest it into a corpus instead)"
+                )
+            data = path.read_bytes()
+        except OSError as exc:
+            raise BadRequest(f"--attach {name}: {exc.strerror or exc}") from exc
+        out = client.run(lambda c, d=data, n=path.name: AnswerClient(c).attach(session, n, d))
+        got = out.get("attachment") or {}
+        if not args.json:
+            print(
+                f"attached {shown(path.name)} ({plural(int(got.get('pages') or 0), 'page')}, "
+                f"{plural(int(got.get('chunks') or 0), 'passage')}) to session {shown(session)}",
+                file=sys.stderr,
+            )
 
 
 def _explained(why: str, meta: Mapping[str, Any], output: Mapping[str, Any], home: Path) -> BusError:
@@ -420,6 +453,14 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start a new conversation and print its id for follow-up questions (default: a one-off "
         "question, nothing kept)",
+    )
+    p.add_argument(
+        "--attach",
+        action="append",
+        metavar="FILE",
+        help="add FILE (a PDF, text or Markdown document) to this conversation only: it is searched with "
+        "the corpora for the session's questions, cited like them, never added to a corpus, and deleted "
+        "with the session (repeatable; without --session a new session is started)",
     )
     p.add_argument(
         "--debug",

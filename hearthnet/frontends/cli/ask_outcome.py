@@ -71,7 +71,7 @@ async def failed_reasons(home: Path, meta: Mapping[str, Any]) -> list[tuple[str,
         exc: BusError = Partition(
             f"corpus {name!r} could not be searched" + (f" ({shown(code)})" if code else "")
         )
-        if code in ("", "not_found", "partition") and not str(corpus).startswith("archive:"):
+        if code in ("", "not_found", "partition") and ":" not in str(corpus):  # archive:, chat:attached
             try:
                 explained = await explain_unreachable(caller, str(corpus), exc)
             except BusError:
