@@ -56,6 +56,9 @@ MAX_ANSWER_CHARS = 200_000
 NO_PASSAGE = "(no passage of the documents matches the question)"
 NO_SEARCH = "(none of the corpora could be searched)"
 NOT_SEARCHED = "(the documents were not searched, as asked, and no language model is reachable)"
+EXTRACTIVE_AS_ASKED = (
+    "Quoted from the documents, as asked (no language model); these passages match the question:"
+)
 
 
 @dataclass(frozen=True)
@@ -274,7 +277,8 @@ class Composer:
                 if rag in ("unavailable", "timeout")
                 else NO_PASSAGE
             )
-            how = await self._extract(ask.question, selection.context, send, say, nothing)
+            header = EXTRACTIVE_AS_ASKED if ask.extractive else cfg.extractive_header
+            how = await self._extract(ask.question, selection.context, send, say, nothing, header)
             meta["extractive_ranking"] = how
         await say(None)  # what the check held back at the end
         checked = check.checked()
@@ -524,7 +528,13 @@ class Composer:
         return first, usage
 
     async def _extract(
-        self, question: str, context: Sequence[Hit], send: Send, say: Say, nothing: str = NO_PASSAGE
+        self,
+        question: str,
+        context: Sequence[Hit],
+        send: Send,
+        say: Say,
+        nothing: str = NO_PASSAGE,
+        header: str | None = None,
     ) -> str:
         """The extractive answer, said line by line (its quotes' brackets neutralised: a document's
         text never poses as a citation); returns how its sentences were ranked.  ``nothing`` is
@@ -539,7 +549,7 @@ class Composer:
             margin=cfg.extractive_margin,
             floor=cfg.extractive_floor,
         )
-        lines = [cfg.extractive_header]
+        lines = [header or cfg.extractive_header]
         lines += [f'- "{neutralised(s.text)}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [nothing]
         await send({"stage": "answer", "mode": "extractive"})
         for i, line in enumerate(lines):

@@ -460,7 +460,8 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="add FILE (a PDF, text or Markdown document) to this conversation only: it is searched with "
         "the corpora for the session's questions, cited like them, never added to a corpus, and deleted "
-        "with the session (repeatable; without --session a new session is started)",
+        "with the session (repeatable; without --session a new session is started; default: no document "
+        "beside the corpora)",
     )
     p.add_argument(
         "--debug",

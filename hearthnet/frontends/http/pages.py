@@ -92,7 +92,11 @@ def ask_page(session: Session, node_name: str) -> str:
             <div id="corpora-options" class="options"></div></fieldset>
         </details>
         <button type="button" id="attach" class="secondary" aria-label="Attach a document to this chat"
-          title="Attach a document to this chat: it is searched for this chat's questions only">📎</button>
+          title="Attach a document to this chat: it is searched for this chat's questions only"><svg
+          aria-hidden="true" class="icon" viewBox="0 0 24 24" width="16" height="16" fill="none"
+          stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path
+          d="M21.44 11.05l-9.19 9.19a6 6 0 0 1-8.49-8.49l9.19-9.19a4 4 0 0 1 5.66 5.66l-9.2 9.19a2 2 0 0
+          1-2.83-2.83l8.49-8.48"/></svg> Attach</button>
         <input type="file" id="pick-attachment" class="visually-hidden" tabindex="-1" aria-hidden="true"
           accept="{formats.accept()}">
         <label for="model" class="visually-hidden">Answered by</label>

@@ -100,7 +100,7 @@
     const box = document.getElementById("attachments");
     box.replaceChildren(
       ...(list || []).map((a) =>
-        el("li", { class: "attachment", attrs: { "data-attachment": a.id } }, el("span", { class: "clip", text: "📎", attrs: { "aria-hidden": "true" } }), el("span", { class: "name", text: a.name }), el("span", { class: "muted", text: ` · ${a.pages} ${a.pages === 1 ? "page" : "pages"}, ${a.chunks} ${a.chunks === 1 ? "passage" : "passages"} · this chat only` })),
+        el("li", { class: "attachment", attrs: { "data-attachment": a.id } }, el("span", { class: "muted", text: "Attached: " }), el("span", { class: "name", text: a.name }), el("span", { class: "muted", text: ` · ${a.pages} ${a.pages === 1 ? "page" : "pages"}, ${a.chunks} ${a.chunks === 1 ? "passage" : "passages"} · this chat only` })),
       ),
     );
   }
