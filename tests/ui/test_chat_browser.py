@@ -11,6 +11,7 @@ scenario runs alone too (``-k NAME``) and ends with assertions on the page and a
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -18,10 +19,20 @@ from typing import Any
 
 import pytest
 
+from hearthnet.contracts.reading import MAX_READ_BYTES
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
 from tests.openai_chat_server import OpenAIChatServer
 from tests.shared_data import PDF_DIR
-from tests.ui.harness import ARTIFACTS, chromium, owner_link, screenshot, skip_without_browser, ui_url
+from tests.ui.harness import (
+    ARTIFACTS,
+    Ui,
+    chromium,
+    owner_link,
+    person_link,
+    screenshot,
+    skip_without_browser,
+    ui_url,
+)
 from tests.ui.test_browser import css, fetch, sign_in, text_of, wait
 
 pytestmark = pytest.mark.slow
@@ -63,6 +74,11 @@ def mesh(tmp_path_factory: pytest.TempPathFactory, server: OpenAIChatServer) -> 
             timeout=60,
             what="attic to see kitchen's embedder",
         )
+        wait_for(
+            lambda: any(x["capability"] == "llm.chat@1.0" for x in kitchen.status()["capabilities"]),
+            timeout=120,
+            what="kitchen to offer its llm.chat model",
+        )
         note = m.root / "family-notes.txt"
         note.write_text(FAMILY_NOTE)
         attic.cli_json("ingest", str(note), "--corpus", "family", timeout=300)
@@ -92,7 +108,7 @@ def owner(mesh: LocalMesh, driver: Any) -> None:
     if session["status"] != 200 or json.loads(session["body"]).get("level") != "anchor":
         sign_in(driver, owner_link(a))
     driver.get(ui_url(a) + "/ask")
-    wait(driver, lambda d: css(d, "#model option"), what="the Ask page")
+    wait(driver, lambda d: css(d, "#model[data-loaded]"), what="the Ask page's models")
 
 
 def ask_on_page(driver: Any, question: str) -> Any:
@@ -251,3 +267,35 @@ def test_a_chat_is_exported_as_markdown_with_its_sources(mesh: LocalMesh, driver
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "chat-export.md").write_text(markdown)
     screenshot(driver, "chat-05-export")
+
+
+def test_a_persons_attachment_is_bounded_and_their_own(mesh: LocalMesh, driver: Any) -> None:
+    """Over HTTP as a member: a document attached makes the person's own chat; another login's chat
+    is as if it did not exist; an empty or oversized body is refused before anything is read."""
+    a = kitchen(mesh)
+    guest = Ui(person_link(a, f"guest-{os.getpid()}", "member"))
+    try:
+        made = guest.post(
+            "/api/chats/attach?name=notes.md", content=b"# Notes\n\nThe shed key hangs by the door.\n"
+        )
+        assert made.status_code == 200, made.text
+        chat = made.json()["session"]
+        assert chat.startswith("web.tok_") and made.json()["attachment"]["chunks"] == 1
+        listed = guest.get(f"/api/chat?session={chat}").json()
+        assert [x["name"] for x in listed["attachments"]] == ["notes.md"]
+        owners = fetch(driver, "GET", "/api/chats")  # the owner's chats, from the page
+        theirs = [c["id"] for c in json.loads(owners["body"])["sessions"] if c["id"].startswith("web.owner.")]
+        if theirs:
+            refused = guest.post(f"/api/chats/attach?name=x.md&session={theirs[0]}", content=b"# x\n\nhello")
+            assert refused.status_code == 404
+        empty = guest.post(f"/api/chats/attach?name=e.txt&session={chat}", content=b"")
+        assert empty.status_code == 400 and "empty" in empty.json()["message"]
+        big = guest.post(
+            f"/api/chats/attach?name=big.txt&session={chat}", content=b"w " * (MAX_READ_BYTES // 2 + 1)
+        )
+        assert big.status_code == 413 and "8,388,608" in big.json()["message"]
+        assert [x["name"] for x in guest.get(f"/api/chat?session={chat}").json()["attachments"]] == [
+            "notes.md"
+        ]
+    finally:
+        guest.close()

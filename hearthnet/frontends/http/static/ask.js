@@ -62,6 +62,7 @@
     );
     select.value = [...select.options].some((o) => o.value === keep) ? keep : "";
     restoreModel();
+    select.dataset.loaded = "true";
   }
 
   function savedModels() {
@@ -442,6 +443,7 @@
 
   async function ask(question) {
     const view = addTurn(question);
+    let listed = false;
     view.status.textContent = "Searching…";
     const body = { question, debug: document.getElementById("debug").checked };
     const who = document.getElementById("model").value;
@@ -465,6 +467,9 @@
             view.status.textContent = "Writing…";
           }
         } else if (event === "done") {
+          if (!turns.length) chatTitle = question; // a chat is named by its first question
+          await loadChats(); // the chat is listed by the time its answer is complete
+          listed = true;
           finish(view, data);
           turns.push({ question, out: data });
           document.getElementById("export-chat").hidden = false;
@@ -475,7 +480,7 @@
     } catch (err) {
       view.status.replaceChildren(el("span", { class: "error", text: `No answer: ${err.message}` }));
     }
-    await loadChats();
+    if (!listed) await loadChats();
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -514,6 +519,7 @@
     document.getElementById("export-chat").addEventListener("click", exportChat);
     on("reconnected", () => {
       loadCorpora();
+      loadModels();
       loadChats();
     });
     on("event", (ev) => {
