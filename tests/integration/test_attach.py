@@ -69,6 +69,8 @@ def test_an_attached_pdf_answers_its_session_only_and_goes_with_it(hearth: MeshN
     held = hearth.cli_json("sessions", "show", SESSION)["attachments"]
     assert [a["name"] for a in held] == [PAPER.name]
     assert held[0]["pages"] == 8 and held[0]["chunks"] > 0
+    shown = hearth.cli("sessions", "show", SESSION).stdout
+    assert f"attached: {PAPER.name} (8 pages, {held[0]['chunks']} passages)" in shown
 
     other = ask(hearth, QUESTION, "--new-session")  # another chat: the paper is not there
     assert "chat:attached" not in other["meta"]["corpora"]

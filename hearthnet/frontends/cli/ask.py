@@ -13,6 +13,7 @@ import datetime as dt
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +21,7 @@ import anyio
 
 from hearthnet.bus.context import CallResult
 from hearthnet.contracts.answer import MAX_CORPORA, AnswerClient, AskInput
+from hearthnet.contracts.base import Caller
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.contracts.reading import MAX_READ_BYTES
@@ -319,6 +321,10 @@ def cmd_ask(args: argparse.Namespace) -> None:
         print(f"session {sid}: continue it with 'hearthnet ask --session {sid} QUESTION'", file=sys.stderr)
 
 
+async def _attach_one(caller: Caller, *, session: str, name: str, data: bytes) -> dict[str, Any]:
+    return await AnswerClient(caller).attach(session, name, data)
+
+
 def attach_files(args: argparse.Namespace, session: str) -> None:
     """Each ``--attach FILE`` added to ``session`` (``answer.attach``): read by the node as an ingest
     reads, searched for this session's questions only, deleted with the session."""
@@ -337,7 +343,7 @@ def attach_files(args: argparse.Namespace, session: str) -> None:
             data = path.read_bytes()
         except OSError as exc:
             raise BadRequest(f"--attach {name}: {exc.strerror or exc}") from exc
-        out = client.run(lambda c, d=data, n=path.name: AnswerClient(c).attach(session, n, d))
+        out = client.run(partial(_attach_one, session=session, name=path.name, data=data))
         got = out.get("attachment") or {}
         if not args.json:
             print(
@@ -395,6 +401,11 @@ def cmd_sessions_show(args: argparse.Namespace) -> None:
         f"({_turns(len(out['turns']))}, created {_when(out.get('created_ms'))}, "
         f"last used {_when(out.get('updated_ms'))})"
     ]
+    for doc in out.get("attachments") or []:
+        lines.append(
+            f"attached: {shown(str(doc.get('name')))} ({plural(int(doc.get('pages') or 0), 'page')}, "
+            f"{plural(int(doc.get('chunks') or 0), 'passage')})"
+        )
     for turn in out["turns"]:
         lines.append("")
         lines.append(f"[{turn['seq']}] {_when(turn.get('created_ms'))}  {shown(str(turn['mode']))}")
