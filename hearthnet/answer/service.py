@@ -282,11 +282,24 @@ class AnswerService:
     async def _history(self, session: str) -> list[Turn]:
         return await self._in_store(lambda s: s.history(session, turns=self._config.max_turns))
 
-    async def _record(self, session: str, question: str, answer: str, cited: list[str], mode: str) -> None:
+    async def _record(
+        self,
+        session: str,
+        question: str,
+        answer: str,
+        cited: list[str],
+        mode: str,
+        sources: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """One turn kept, with the passages a reader opens again: the cited ones (the nearest for an
+        abstained answer)."""
+        kept = [dict(x) for x in sources if x.get("cited") or x.get("nearest")]
         # shielded: an answer already sent must land in its session even if the caller walks away
         with anyio.CancelScope(shield=True):
             await self._in_store(
-                lambda s: s.append(session, question=question, answer=answer, cited=cited, mode=mode)
+                lambda s: s.append(
+                    session, question=question, answer=answer, cited=cited, mode=mode, sources=kept
+                )
             )
 
     # handlers ----------------------------------------------------------------------------

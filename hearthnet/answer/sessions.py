@@ -77,6 +77,9 @@ class SessionStore:
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA secure_delete=ON")  # a deleted chat's documents leave no trace in the file
         self._db.executescript(_SCHEMA + ATTACHMENT_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
+        if "sources" not in columns:  # a store from before turns kept their sources
+            self._db.execute("ALTER TABLE turns ADD COLUMN sources TEXT NOT NULL DEFAULT '[]'")
 
     def close(self) -> None:
         with self._lock:
@@ -96,8 +99,18 @@ class SessionStore:
             ).fetchall()
         return [Turn(q, a) for q, a in reversed(rows)]
 
-    def append(self, session: str, *, question: str, answer: str, cited: list[str], mode: str) -> int:
-        """Record a turn (creating the session); returns the session's turn count."""
+    def append(
+        self,
+        session: str,
+        *,
+        question: str,
+        answer: str,
+        cited: list[str],
+        mode: str,
+        sources: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """Record a turn (creating the session); returns the session's turn count.  ``sources``:
+        the passages the answer cited (or the nearest, for an abstained one), as shown again."""
         now = _now_ms()
         with self._lock, transaction(self._db):
             title = " ".join(question.split())[:MAX_TITLE] or session
@@ -112,9 +125,18 @@ class SessionStore:
                 "SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?", (session,)
             ).fetchone()
             self._db.execute(
-                "INSERT INTO turns (session_id, seq, question, answer, cited, mode, created_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session, last + 1, question, answer, json.dumps(cited), mode, now),
+                "INSERT INTO turns (session_id, seq, question, answer, cited, mode, created_ms, sources) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session,
+                    last + 1,
+                    question,
+                    answer,
+                    json.dumps(cited),
+                    mode,
+                    now,
+                    json.dumps(sources or []),
+                ),
             )
             self._db.execute(
                 "DELETE FROM turns WHERE session_id = ? AND seq <= ?", (session, last + 1 - self._max_turns)
@@ -149,7 +171,7 @@ class SessionStore:
             if row is None:
                 raise NotFound(f"no session {session}")
             turns = self._db.execute(
-                "SELECT seq, question, answer, cited, mode, created_ms FROM turns "
+                "SELECT seq, question, answer, cited, mode, created_ms, sources FROM turns "
                 "WHERE session_id = ? ORDER BY seq",
                 (session,),
             ).fetchall()
@@ -160,8 +182,16 @@ class SessionStore:
             "created_ms": row[1],
             "updated_ms": row[2],
             "turns": [
-                {"seq": s, "question": q, "answer": a, "cited": json.loads(c), "mode": m, "created_ms": t}
-                for s, q, a, c, m, t in turns
+                {
+                    "seq": s,
+                    "question": q,
+                    "answer": a,
+                    "cited": json.loads(c),
+                    "mode": m,
+                    "created_ms": t,
+                    "sources": json.loads(src),
+                }
+                for s, q, a, c, m, t, src in turns
             ],
             "attachments": attached,
         }
