@@ -35,6 +35,7 @@ __all__ = [
     "ATTACHMENT_SCHEMA",
     "MAX_ATTACHED_CHUNKS",
     "MAX_ATTACHMENTS",
+    "MAX_NODE_ATTACHED_CHUNKS",
     "AttachedChunk",
     "Attachments",
     "add_attachment",
@@ -49,6 +50,8 @@ MAX_ATTACHMENTS = 8
 """Documents one session may hold."""
 MAX_ATTACHED_CHUNKS = 4000
 """Chunks of all a session's documents together (searched exactly at each ask)."""
+MAX_NODE_ATTACHED_CHUNKS = 100_000
+"""Chunks of every session's documents together on this node (about 2 KB each, vector and text)."""
 
 ATTACHMENT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS attachments (
@@ -125,6 +128,12 @@ def add_attachment(
             raise CapacityExceeded(
                 f"a chat's documents hold at most {MAX_ATTACHED_CHUNKS:,} chunks together; this one "
                 f"has {len(doc.chunks):,} and the chat {chunks:,} already"
+            )
+        (on_node,) = db.execute("SELECT COUNT(*) FROM attached_chunks").fetchone()
+        if on_node + len(doc.chunks) > MAX_NODE_ATTACHED_CHUNKS:
+            raise CapacityExceeded(
+                f"this node keeps at most {MAX_NODE_ATTACHED_CHUNKS:,} chunks of chats' documents and "
+                f"holds {on_node:,}: delete chats you no longer need"
             )
         db.execute("DELETE FROM attachments WHERE session_id = ? AND id = ?", (session, attachment_id))
         db.execute(

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hearthnet.answer import attachments
 from hearthnet.answer.attachments import (
     ATTACHED,
     MAX_ATTACHED_CHUNKS,
@@ -148,7 +149,9 @@ def _doc(chunks: int, model: str = "m") -> ReadDocument:
     )
 
 
-def test_the_store_bounds_a_session_and_its_cascade_deletes(tmp_path: Path) -> None:
+def test_the_store_bounds_a_session_and_its_cascade_deletes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = SessionStore(tmp_path / "a.sqlite3", max_sessions=2, max_turns=10)
     try:
         vectors = np.ones((3, 4), dtype=np.float32)
@@ -160,6 +163,10 @@ def test_the_store_bounds_a_session_and_its_cascade_deletes(tmp_path: Path) -> N
         with pytest.raises(CapacityExceeded, match="chunks together"):
             store.run(lambda db: add_attachment(db, "s2", "att-y", _doc(MAX_ATTACHED_CHUNKS + 1), "y", big))
         assert len(store.get("s1")["attachments"]) == MAX_ATTACHMENTS
+        monkeypatch.setattr(attachments, "MAX_NODE_ATTACHED_CHUNKS", 3 * MAX_ATTACHMENTS + 2)
+        with pytest.raises(CapacityExceeded, match="delete chats you no longer need"):
+            store.run(lambda db: add_attachment(db, "s2", "att-z", _doc(3), "z.txt", vectors))
+        monkeypatch.undo()
         # the store keeps its 2 most recently used sessions: s1, pushed out, takes its documents along
         store.append("s2", question="q", answer="a", cited=[], mode="extractive")
         store.append("s3", question="q", answer="a", cited=[], mode="extractive")
