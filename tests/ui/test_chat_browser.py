@@ -242,6 +242,13 @@ def test_a_chat_is_exported_as_markdown_with_its_sources(mesh: LocalMesh, driver
     )
     pick(driver, "extractive")
     ask_on_page(driver, QUESTION)
+    chat = current_chat(driver)
+    # the chat opened again from the node (the page reloaded): what it exports comes from the store
+    driver.refresh()
+    wait(driver, lambda d: css(d, "#model[data-loaded]"), what="the Ask page's models")
+    wait(driver, lambda d: css(d, f'#session-list li[data-session="{chat}"] button.open'), what="the chat")
+    css(driver, f'#session-list li[data-session="{chat}"] button.open')[0].click()
+    wait(driver, lambda d: css(d, "#messages .chip"), what="the chat's answer with its chips")
     # what the browser would save: the Blob handed to the download link
     driver.execute_script(
         "window.__md = null; URL.createObjectURL = (b) => { window.__md = b; return 'blob:captured'; };"

@@ -58,6 +58,9 @@ async def test_an_attached_pdf_is_searched_for_its_session_only_and_deleted_with
 
         got = await n.call("answer.session.get", session="s1")
         assert [a["name"] for a in got["attachments"]] == [PAPER.name]
+        kept = got["turns"][0]["sources"]  # the turn keeps the passages it cited, to show them again
+        assert [x["chunk_id"] for x in kept] == [x["chunk_id"] for x in cited]
+        assert kept[0]["text"] == cited[0]["text"] and kept[0]["page"] == cited[0]["page"]
         assert got["title"] == QUESTION  # its first question names it, as any session
         await n.call("answer.session.delete", session="s1")
         with sqlite3.connect(tmp_path / "answer.sqlite3") as db:
