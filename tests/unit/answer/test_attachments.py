@@ -189,3 +189,28 @@ def test_nearest_ranks_by_cosine_best_first() -> None:
     assert [h.chunk_id for h in hits] == ["c3", "c2"]
     assert [h.rank for h in hits] == [1, 2] and hits[1].score == pytest.approx(0.8, abs=1e-6)
     assert hits[0].file == "f.pdf" and hits[0].page == 3 and hits[0].corpus == ATTACHED
+
+
+def test_a_store_from_before_kept_sources_is_opened_and_keeps_its_turns(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:  # the schema before turns kept their sources
+        db.executescript(
+            "CREATE TABLE sessions (id TEXT PRIMARY KEY, title TEXT NOT NULL, created_ms INTEGER NOT NULL,"
+            " updated_ms INTEGER NOT NULL);"
+            "CREATE TABLE turns (session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,"
+            " seq INTEGER NOT NULL, question TEXT NOT NULL, answer TEXT NOT NULL, cited TEXT NOT NULL,"
+            " mode TEXT NOT NULL, created_ms INTEGER NOT NULL, PRIMARY KEY (session_id, seq));"
+            "INSERT INTO sessions VALUES ('old', 'Old question', 1, 1);"
+            "INSERT INTO turns VALUES ('old', 1, 'Old question', 'Old answer', '[]', 'extractive', 1);"
+        )
+    store = SessionStore(path, max_sessions=10, max_turns=10)
+    try:
+        source = {"chunk_id": "c1", "text": "a passage", "file": "f.pdf", "page": 2, "cited": True}
+        store.append(
+            "old", question="New question", answer="New [f.pdf#c1]", cited=["c1"], mode="x", sources=[source]
+        )
+        turns = store.get("old")["turns"]
+        assert [t["sources"] for t in turns] == [[], [source]]
+        assert store.get("old")["title"] == "Old question"  # a session with turns keeps its title
+    finally:
+        store.close()
