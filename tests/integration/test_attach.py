@@ -112,3 +112,8 @@ def test_a_file_over_the_bound_is_refused_before_it_is_sent(hearth: MeshNode, tm
     proc = hearth.cli("ask", QUESTION, "--attach", str(big), check=False)
     assert proc.returncode == 1
     assert "at most 8,388,608" in proc.stderr
+    contradiction = hearth.cli("ask", QUESTION, "--no-rag", "--attach", str(PAPER), check=False)
+    assert (
+        contradiction.returncode == 1
+        and "--attach and --no-rag contradict each other" in contradiction.stderr
+    )

@@ -231,6 +231,8 @@ def cmd_ask(args: argparse.Namespace) -> None:
     question = text_arg(question, "the question")
     if args.corpus and args.no_rag:
         raise BadRequest("--corpus and --no-rag contradict each other: --no-rag searches no corpus")
+    if args.attach and args.no_rag:
+        raise BadRequest("--attach and --no-rag contradict each other: --no-rag searches no document")
     fresh = args.new_session or bool(args.attach)  # an attachment belongs to a session
     session = args.session if args.session is not None else (new_session_id() if fresh else None)
     if args.attach:
