@@ -82,8 +82,8 @@ def _chunk(raw: object) -> ReadChunk:
 
 
 async def read_document(caller: Caller, data: bytes, filename: str, *, timeout: float) -> ReadDocument:
-    """``data`` read and chunked by this node's RAG service (``provider`` is the node itself: a
-    local-only capability)."""
+    """``data`` read and chunked by this node's RAG service (a local-only capability: only this
+    node's own registration can answer)."""
     out = (
         await caller.call(READ_DOCUMENT, input={"data": data, "filename": filename}, timeout=timeout)
     ).output
