@@ -49,6 +49,7 @@ from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
 from hearthnet.services.rag.ingest.isolated import DocumentReaders
+from hearthnet.services.rag.ingest.unstored import read_document_registration
 from hearthnet.services.rag.inputs import (
     IngestInput,
     delete_input,
@@ -257,11 +258,9 @@ class RagService:
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
         mine = self.replicas.registrations() if self.replicas is not None else []
-        return [
-            *self._offers.registrations(),
-            *self._archives.registrations(self._store.corpora()),
-            *mine,
-        ]
+        archives = self._archives.registrations(self._store.corpora())
+        read = read_document_registration(self._readers, self._embedder)  # a chat's attachments
+        return [*self._offers.registrations(), *archives, *mine, read]
 
     def health(self) -> dict[str, Any]:
         """Served to peers by ``node.stats``: the personal corpus is never named."""
