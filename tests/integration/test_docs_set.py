@@ -9,6 +9,8 @@ The tests run in file order and share the mesh.
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,7 +136,8 @@ def test_docs_set_from_another_node_changes_title_and_metadata_on_the_host(mesh:
         timeout=300,
     )  # fmt: skip
     assert out["changed"] and out["node"] == a.node_id and out["doc_cid"] == cid
-    assert out["title"] == "Two columns" and out["metadata"] == {"year": 2024, "topic": "layout"}
+    assert out["title"] == "Two columns"
+    assert out["metadata"] == {"year": 2024, "topic": "layout", "timestamp": "2020-05-01"}
     assert out["update_event_id"]
 
     # another node sees it at once: the listing, the chunks, a filter on the new values
@@ -150,7 +153,7 @@ def test_docs_set_from_another_node_changes_title_and_metadata_on_the_host(mesh:
     ]
     events = [e for e in a.cli_json("events")["events"] if e["event_type"] == "rag.document.updated"]
     assert len(events) == 1 and events[0]["author"] == a.node_id
-    assert events[0]["data"]["metadata"] == {"year": 2024, "topic": "layout"}
+    assert events[0]["data"]["metadata"] == out["metadata"]
     assert events[0]["data"]["digest"].startswith("blake3:")
 
 
@@ -184,6 +187,56 @@ def test_setting_the_same_values_again_changes_nothing_and_an_unknown_document_i
     assert len(events) == 1
 
 
+def stdin_ingest(node: MeshNode, text: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        node.command("ingest", "-", "--corpus", CORPUS, *args),
+        input=text,
+        capture_output=True,
+        text=True,
+        env={**node.env, **node.extra_env},
+        timeout=900,
+        check=True,
+    )
+
+
+def test_a_text_from_stdin_takes_its_title_and_a_date_range_finds_exactly_the_documents_in_it(
+    mesh: LocalMesh,
+) -> None:
+    a, _, c = nodes(mesh)
+    notes = "The kitchen boiler was serviced in March; the filter needs changing every spring."
+    stdin_ingest(a, notes, "--title", "Kitchen notes", "--meta", "timestamp:date=2024-03-12")
+    titles = {d["title"] for d in listed_on(c, a).values()}
+    assert "Kitchen notes" in titles and "stdin" not in titles
+    in_range = {"$and": [{"timestamp": {"$gte": "2020-01-01"}}, {"timestamp": {"$lte": "2024-03-12"}}]}
+    found = c.cli_json(
+        "query", "boiler", "--corpus", CORPUS, "-k", "20", "--filter", json.dumps(in_range), timeout=120
+    )
+    got = {ch["metadata"]["doc_cid"] for ch in found["chunks"]}
+    assert got == {blob_cid(LATEX.read_bytes()), blob_cid(notes.encode())}
+    later = {"timestamp": {"$gt": "2024-03-12"}}
+    none = c.cli_json("query", "boiler", "--corpus", CORPUS, "--filter", json.dumps(later), timeout=120)
+    assert none["chunks"] == []
+
+
+def test_ingesting_a_document_again_with_other_values_says_how_to_change_them(mesh: LocalMesh) -> None:
+    a, _, c = nodes(mesh)
+    cid = blob_cid(LATEX.read_bytes())
+    proc = a.cli(
+        "ingest", str(LATEX), "--corpus", CORPUS, "--meta", "year=2031", "--title", "Newer", timeout=300
+    )
+    assert "already indexed" in proc.stdout and "kept" in proc.stdout
+    line = next(x for x in proc.stdout.splitlines() if "hearthnet docs set" in x)
+    assert "year=2024" in line  # what it kept
+    assert hits_on(c, a, {"year": 2031}) == []  # kept, not changed
+    command = shlex.split(line.split("run: ", 1)[1])
+    assert command[:4] == ["hearthnet", "docs", "set", cid]
+    a.cli(*command[1:], timeout=300)  # the command it names does it
+    assert listed_on(c, a)[cid]["title"] == "Newer"
+    assert {h["metadata"]["year"] for h in hits_on(c, a, {"doc_cid": cid})} == {2031}
+    as_json = a.cli_json("ingest", str(LATEX), "--corpus", CORPUS, "--meta", "year=2032", timeout=300)
+    assert as_json["results"][0]["kept"] == {"metadata": {"year": 2031}}
+
+
 def test_a_new_replica_copies_the_updated_document(mesh: LocalMesh) -> None:
     """Its copy matches the update's digest, not the ingest's: accepted, and nothing left to apply."""
     a, _, c = nodes(mesh)
@@ -192,7 +245,7 @@ def test_a_new_replica_copies_the_updated_document(mesh: LocalMesh) -> None:
     d.wait_ready()
     mesh.wait_full_mesh([a, d], timeout=120)
     d.cli_json("corpus", "replicate", CORPUS, timeout=600)
-    wait_for(lambda: replica_current(d, 2), timeout=300, what="D's replica to hold both documents")
+    wait_for(lambda: replica_current(d, 3), timeout=300, what="D's replica to hold the 3 documents")
     cid = blob_cid(LATEX.read_bytes())
     assert listed_on(c, d)[cid]["title"] == "Two columns"
     assert not log_events(d, "replica_copy_refused")

@@ -10,11 +10,12 @@ from typing import Any
 
 import anyio
 
+from hearthnet.bus.context import CallResult
 from hearthnet.contracts.rag import RagClient
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.cli.args import corpus_arg, meta_args
 from hearthnet.frontends.cli.output import emit_text, shown
-from hearthnet.frontends.client.client import AsyncClient, Client
+from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.frontends.client.corpora import hosted_here_or_there, not_held_by
 
 __all__ = ["add_docs_set", "resolve_document"]
@@ -65,17 +66,11 @@ def cmd_docs_set(args: argparse.Namespace) -> None:
     fields = _fields(args)
     if args.title is not None and not args.title.strip():
         raise BadRequest("--title is empty")
-    client = Client(args.home)
     last: BusError | None = None
     on = getattr(args, "on", None)
     for node in anyio.run(hosted_here_or_there, AsyncClient(args.home), corpus, on):
         try:
-            doc_cid = anyio.run(resolve_document, AsyncClient(args.home), corpus, args.doc, node)
-            result = client.run(
-                lambda c, d=doc_cid, n=node: RagClient(c).update(
-                    corpus, d, meta=fields, title=args.title, provider=n, timeout=UPDATE_TIMEOUT
-                )
-            )
+            result = anyio.run(_update, AsyncClient(args.home), corpus, args.doc, node, fields, args.title)
         except NotFound as exc:  # with two hosts of one name, the document is on one of them
             last = last or exc
             continue
@@ -87,6 +82,15 @@ def cmd_docs_set(args: argparse.Namespace) -> None:
     if on:
         raise anyio.run(not_held_by, AsyncClient(args.home), corpus, on, last)
     raise last
+
+
+async def _update(
+    client: AsyncClient, corpus: str, doc: str, node: str, fields: dict[str, Any], title: str | None
+) -> CallResult:
+    doc_cid = await resolve_document(client, corpus, doc, node)
+    return await RagClient(client).update(
+        corpus, doc_cid, meta=fields, title=title, provider=node, timeout=UPDATE_TIMEOUT
+    )
 
 
 def _said(out: dict[str, Any]) -> str:

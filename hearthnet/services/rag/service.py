@@ -426,8 +426,9 @@ class RagService:
         # one ingest (or delete) of a document at a time; a repeat finds it stored
         async with self._gate.ingest(corpus), self._documents.hold(corpus, inp.doc_cid):
             output, meta = await self._ingestion.ingest(ctx, started, corpus, inp)
-        if not meta.get("existing"):
-            self.ingests += 1
+        if meta.get("existing"):  # kept as stored: say what differs from this ingest's values
+            await self._updates.note_kept(corpus, [inp], [output])
+        self.ingests += not meta.get("existing")
         return output, meta
 
     async def _ingest_batch(
@@ -440,6 +441,7 @@ class RagService:
             for doc_cid in sorted(d.doc_cid for d in batch):
                 await held.enter_async_context(self._documents.hold(corpus, doc_cid))
             output, meta = await self._ingestion.ingest_many(ctx, started, corpus, batch)
+        await self._updates.note_kept(corpus, batch, output["documents"])
         self.ingests += sum(1 for d in output["documents"] if d["ok"] and not d["existing"])
         return output, meta
 

@@ -27,7 +27,7 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
-from hearthnet.services.rag.inputs import update_input
+from hearthnet.services.rag.inputs import IngestInput, update_input
 from hearthnet.services.rag.store import CorpusStore
 from hearthnet.services.rag.store.update import DocumentUpdate, merged_metadata
 
@@ -129,6 +129,35 @@ class Updates:
         await run_blocking(self.store.update_announced, corpus, done.doc_cid, limiter=self.store_limiter)
         return event_id
 
+    async def note_kept(self, corpus: str, inputs: list[IngestInput], answers: list[dict[str, Any]]) -> None:
+        """Each answer of a document that was indexed already gets ``kept``: the stored title and
+        metadata fields that differ from what its ingest gave (an ingest never changes a stored
+        document: ``rag.update`` does), so the caller can say so and how to change them."""
+        given = {d.doc_cid: d for d in inputs}
+        todo = [
+            a
+            for a in answers
+            if a.get("existing") is not False and a.get("ok", True) and a["doc_cid"] in given
+        ]
+
+        def read() -> dict[str, dict[str, Any] | None]:
+            return {str(a["doc_cid"]): self.store.document(corpus, str(a["doc_cid"])) for a in todo}
+
+        stored = await run_blocking(read, limiter=self.read_threads) if todo else {}
+        for answer in todo:
+            doc, inp = stored.get(answer["doc_cid"]), given[answer["doc_cid"]]
+            if doc is None:
+                continue
+            kept: dict[str, Any] = {}
+            if inp.title and inp.title != doc["title"]:
+                kept["title"] = doc["title"]
+            old = doc["metadata"]
+            differ = {k: old.get(k) for k, v in inp.metadata.items() if not _same(old.get(k), v)}
+            if differ:
+                kept["metadata"] = differ
+            if kept:
+                answer["kept"] = kept
+
     async def announce_pending(self) -> None:
         """Append the events of updates that were written but not announced (the node died between):
         with the document's title and metadata as they are now.  An append that fails keeps the
@@ -149,3 +178,8 @@ class Updates:
                     )
             except BusError as exc:
                 log.warning("rag_update_not_announced", corpus=corpus, doc_cid=doc_cid, code=exc.code)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of one kind (a boolean is not a number, ``1`` is ``1.0``)."""
+    return isinstance(a, bool) == isinstance(b, bool) and isinstance(a, str) == isinstance(b, str) and a == b
