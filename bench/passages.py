@@ -108,13 +108,17 @@ def build(root: Path, embed: Embeddings, *, columns: bool) -> CorpusStore:
         else:
             with pypdf_order():
                 doc = read_document(src.read_bytes())
-        chunks = chunk_document(doc, doc_cid=f"blake3:{corpus}", doc_title=name, language="en", max_tokens=256)
+        chunks = chunk_document(
+            doc, doc_cid=f"blake3:{corpus}", doc_title=name, language="en", max_tokens=256
+        )
         store.create_corpus(corpus, embedding_model="all-MiniLM-L6-v2", dim=384)
         store.add_document(corpus, chunks, embed([c.text for c in chunks]))
     return store
 
 
-def ranked(store: CorpusStore, embed: Embeddings, question: str, corpus: str, mode: str, after: bool) -> list[Any]:
+def ranked(
+    store: CorpusStore, embed: Embeddings, question: str, corpus: str, mode: str, after: bool
+) -> list[Any]:
     vec = embed([question])[0]
     k = wider(K) if after else K
     if mode == "dense":
@@ -134,7 +138,9 @@ def measure(store: CorpusStore, embed: Embeddings, mode: str, after: bool) -> di
         at5 += any(p in pages for p in got)
         if not got or got[0] not in pages:
             first = hits[0].metadata if hits else {}
-            misses.append({"q": question, "want": pages, "got": got[:3], "low_text": bool(first.get(LOW_TEXT))})
+            misses.append(
+                {"q": question, "want": pages, "got": got[:3], "low_text": bool(first.get(LOW_TEXT))}
+            )
     n = len(QUESTIONS)
     return {"hit@1": round(at1 / n, 3), "hit@5": round(at5 / n, 3), "questions": n, "misses": misses}
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from hearthnet.answer.hits import Hit
 from hearthnet.bus.api import BusAPI
 from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.rag import LOW_TEXT
 from hearthnet.errors import BusError
 
 __all__ = ["Sentence", "close_to_the_best", "extract", "rank_lexically", "split_sentences"]
@@ -55,7 +56,14 @@ def split_sentences(text: str) -> list[str]:
 
 
 def candidates(hits: Sequence[Hit]) -> list[Sentence]:
-    """Each distinct sentence of ``hits`` once (overlapping chunks repeat their edges)."""
+    """Each distinct sentence of ``hits`` once (overlapping chunks repeat their edges); those of
+    chunks whose page carries almost no text (a title page: ``low_text``) only if no other has any."""
+    content = [h for h in hits if h.metadata.get(LOW_TEXT) is not True]
+    low = [h for h in hits if h.metadata.get(LOW_TEXT) is True]
+    return _sentences(content) or _sentences(low)
+
+
+def _sentences(hits: Sequence[Hit]) -> list[Sentence]:
     seen: set[str] = set()
     out: list[Sentence] = []
     for hit in hits:

@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
+from hearthnet.contracts.rag import LOW_TEXT
+
 __all__ = [
     "LOW_TEXT",
     "LOW_TEXT_SPARE",
@@ -27,8 +29,6 @@ __all__ = [
     "wider",
 ]
 
-LOW_TEXT = "low_text"
-"""The metadata key marking a chunk of a page with almost no text (``true``, or absent)."""
 LOW_TEXT_WORDS = 40
 """A page with fewer words is a cover, a notice or a header alone (a CJK character counts half)."""
 LOW_TEXT_WEIGHT = 0.5
