@@ -19,3 +19,17 @@ def test_a_title_pages_sentences_are_left_out_while_content_has_some() -> None:
     assert [s.hit.chunk_id for s in candidates([title, page])] == ["p"]
     assert [s.hit.chunk_id for s in candidates([title])] == ["t"]  # nothing else: the title it is
     assert [s.hit.chunk_id for s in candidates([title, hit("x", "too short")])] == ["t"]
+
+
+def test_a_long_sentence_is_also_scored_by_its_leading_clauses() -> None:
+    from hearthnet.answer.extractive import LONG_SENTENCE_CHARS, MIN_CLAUSE_CHARS, leading_clauses
+
+    long = (
+        "When first I took up my abode in the woods, that is, began to spend my nights as well as "
+        "days there, which, by accident, was on Independence Day, or the Fourth of July, 1845, my "
+        "house was not finished for winter, but was merely a defence against the rain."
+    )
+    heads = leading_clauses(long)
+    assert heads and all(long.startswith(h) and h.endswith(",") for h in heads)
+    assert all(MIN_CLAUSE_CHARS <= len(h) <= LONG_SENTENCE_CHARS for h in heads) and len(heads) <= 3
+    assert leading_clauses("A short sentence, with a comma, stays whole.") == []
