@@ -269,5 +269,6 @@ def test_a_new_replica_copies_the_updated_document(mesh: LocalMesh) -> None:
     d.cli_json("corpus", "replicate", CORPUS, timeout=600)
     wait_for(lambda: replica_current(d, 3), timeout=300, what="D's replica to hold the 3 documents")
     cid = blob_cid(LATEX.read_bytes())
-    assert listed_on(c, d)[cid]["title"] == "Two columns"
+    assert listed_on(c, d)[cid]["title"] == listed_on(c, a)[cid]["title"] == "Newer"  # updated twice
     assert not log_events(d, "replica_copy_refused")
+    assert {h["metadata"]["year"] for h in hits_on(c, d, {"doc_cid": cid})} == {2031}
