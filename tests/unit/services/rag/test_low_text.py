@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from hearthnet.services.rag.corpus import Hit
 from hearthnet.services.rag.ingest.chunk import chunk_document
 from hearthnet.services.rag.ingest.read import read_document
 from hearthnet.services.rag.low_text import LOW_TEXT, LOW_TEXT_WEIGHT, demoted, low_text_page
+from hearthnet.services.rag.results import Hit
 from tests.unit.services.rag.ingest.test_columns import pages_of
 
 PROSE = (
