@@ -383,7 +383,7 @@ def add_docs(sub: Any, common: argparse.ArgumentParser) -> None:
         parents=[common],
         help="the documents of a corpus (title, file, pages, chunks, who, when); 'docs set' changes one",
     )
-    p.add_argument("--corpus", help="the corpus to list (required)")
+    p.add_argument("--corpus", help="the corpus to list (no default: required, also before 'set')")
     p.add_argument(
         "--on", metavar="NODE_ID", help="ask this host (default: the corpus's host, the largest copy first)"
     )

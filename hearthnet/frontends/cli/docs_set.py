@@ -117,10 +117,12 @@ def add_docs_set(docs: argparse.ArgumentParser, common: argparse.ArgumentParser)
         "--meta",
         action="append",
         metavar="KEY=VALUE",
-        help="a metadata field to set, repeatable; typed as on ingest (KEY:date=2024-03-12, KEY:int=7, ...)",
+        help="a field to set, repeatable, typed as on ingest (KEY:date=2024-03-12, KEY:int=7; default: none)",
     )
-    p.add_argument("--unset", action="append", metavar="KEY", help="a metadata field to remove, repeatable")
-    p.add_argument("--title", help="the document's new title")
+    p.add_argument(
+        "--unset", action="append", metavar="KEY", help="a field to remove (repeatable; default: none)"
+    )
+    p.add_argument("--title", help="the document's new title (default: kept)")
     p.add_argument(
         "--on",
         metavar="NODE_ID",

@@ -50,8 +50,10 @@ async def test_without_a_language_model_the_answer_quotes_the_most_similar_sente
     lines = out["answer"].split("\n")
     assert lines[0] == AnswerConfig().extractive_header
     assert "serviced every year in early October by a registered engineer" in lines[1]
-    # the three sentences about the boiler; the fourth best (a gas emergency) is too far below them
-    assert len(lines) == 1 + 3 and not any("smell gas" in line for line in lines)
+    # the sentences about the boiler (a long one is also scored by its leading clause, which lifts the
+    # pressure-gauge one among them); the next best (a gas emergency) is too far below them
+    assert 1 + 3 <= len(lines) <= 1 + 4 and not any("smell gas" in line for line in lines)
+    assert all("boiler" in line or "servic" in line for line in lines[1:])
     source_ids = [s["chunk_id"] for s in out["sources"]]
     for line in lines[1:]:
         (cited,) = CITATION.findall(line)
