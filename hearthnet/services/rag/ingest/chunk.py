@@ -218,12 +218,17 @@ class PageChunker:
         }
         if page.ocr:
             meta["ocr"] = True  # the text was read off the page's image
+        meta.update(page.place)  # where the page is in a document without pages
+        offsets = [offset for offset, _ in page.marks]
         out: list[Chunk] = []
         for c in chunk_text(
             page.text, tokens_per_chunk=self._size, overlap_tokens=self._overlap, metadata=meta
         ):
             index = self.count
             m = {**c.metadata, "chunk_index": index}
+            if offsets:  # the paragraph (or row) the chunk starts in
+                at = max(0, bisect.bisect_right(offsets, int(m["char_start"])) - 1)
+                m[page.mark] = page.marks[at][1]
             cid = chunk_id_for(self._doc_cid, index, int(m["char_start"]), page.page)
             out.append(Chunk(chunk_id=cid, text=c.text, metadata=m))
             self.count += 1

@@ -1,12 +1,12 @@
 """Documents read where the reading can be stopped: a worker process per document, with limits.
 
-Every format with a parser (PDF today, each reader added to :func:`~.read.stream_document` later)
+Every format with a parser (PDF and each reader of :mod:`.readers`)
 is read by :func:`read_parts` in a worker process of a
 :class:`~hearthnet.runtime.worker_processes.WorkerProcesses` pool: bytes in, the header and the
 pages out, one frame each, as they are read.  The worker runs under a CPU-time limit derived
 from the document's size and an address-space limit (:class:`~.limits.ReadLimits`); the
 caller's :class:`~hearthnet.runtime.worker_processes.Stop` kills it when the caller's deadline
-passes or it is cancelled.  Plain text and Markdown (:data:`~.read.IN_PROCESS_TYPES`: no parser,
+passes or it is cancelled.  Plain text (:data:`~.read.IN_PROCESS_TYPES`: no parser,
 at most ``MAX_TEXT_BYTES``) are read in this process.  What the parent does with the pages
 (chunking, OCR of scanned pages through ``ocr.page``, embedding) stays in the parent.
 """
@@ -56,7 +56,9 @@ def read_parts(
             if isinstance(part, DocumentHeader):
                 yield {"header": [part.content_type, part.title_hint, part.page_count]}
             else:
-                yield {"page": [part.page, part.text, part.scanned]}
+                place = [list(item) for item in part.place]
+                marks = [list(m) for m in part.marks]
+                yield {"page": [part.page, part.text, part.scanned, place, marks, part.mark]}
 
 
 def _forward(level: str, fields: dict[str, Any]) -> None:
@@ -144,5 +146,12 @@ class _StoppableReader:
                     content_type, title_hint, page_count = item["header"]
                     yield DocumentHeader(content_type, title_hint, int(page_count))
                 else:
-                    page, text, scanned = item["page"]
-                    yield PageText(page=int(page), text=text, scanned=bool(scanned))
+                    page, text, scanned, place, marks, mark = item["page"]
+                    yield PageText(
+                        page=int(page),
+                        text=text,
+                        scanned=bool(scanned),
+                        place=tuple((str(k), v) for k, v in place),
+                        marks=tuple((int(o), int(n)) for o, n in marks),
+                        mark=str(mark),
+                    )
