@@ -226,13 +226,25 @@ class PageChunker:
         ):
             index = self.count
             m = {**c.metadata, "chunk_index": index}
-            if offsets:  # the paragraph (or row) the chunk starts in
-                at = max(0, bisect.bisect_right(offsets, int(m["char_start"])) - 1)
-                m[page.mark] = page.marks[at][1]
+            if offsets:  # the paragraph (or row) that holds most of the chunk
+                m[page.mark] = _mark_of(page, offsets, int(m["char_start"]), int(m["char_end"]))
             cid = chunk_id_for(self._doc_cid, index, int(m["char_start"]), page.page)
             out.append(Chunk(chunk_id=cid, text=c.text, metadata=m))
             self.count += 1
         return out
+
+
+def _mark_of(page: PageText, offsets: list[int], start: int, end: int) -> int:
+    """The number of the paragraph (or row) of ``page`` that most of ``text[start:end]`` is in."""
+    first = max(0, bisect.bisect_right(offsets, start) - 1)
+    last = max(first, bisect.bisect_left(offsets, end) - 1)
+    best, most = first, -1
+    for i in range(first, last + 1):
+        span_end = offsets[i + 1] if i + 1 < len(offsets) else len(page.text)
+        overlap = min(end, span_end) - max(start, offsets[i])
+        if overlap > most:
+            best, most = i, overlap
+    return page.marks[best][1]
 
 
 def chunk_document(

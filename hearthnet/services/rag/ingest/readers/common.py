@@ -51,7 +51,7 @@ class TextBudget:
     """Characters of text a document may yield: past ``MAX_PDF_TEXT`` (or the caller's
     ``max_text_bytes``, for formats that are text) it is refused, naming the limit."""
 
-    def __init__(self, fmt: Format, limit: int | None = MAX_PDF_TEXT) -> None:
+    def __init__(self, fmt: Format, limit: int | None = None) -> None:
         self.fmt = fmt
         self.limit = MAX_PDF_TEXT if limit is None else limit
         self.used = 0
