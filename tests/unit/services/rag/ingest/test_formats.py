@@ -136,8 +136,8 @@ def test_encrypted_files_are_refused_before_they_are_parsed(tmp_path: Path) -> N
         manifest = z.read("META-INF/manifest.xml")
     locked = manifest.replace(
         b'manifest:full-path="content.xml"',
-        b'manifest:full-path="content.xml"><manifest:encryption-data manifest:checksum="x"/></manifest:file-entry'
-        b'><manifest:file-entry manifest:media-type="" manifest:full-path="x"',
+        b'manifest:full-path="content.xml"><manifest:encryption-data manifest:checksum="x"/>'
+        b'</manifest:file-entry><manifest:file-entry manifest:media-type="" manifest:full-path="x"',
     )
     assert locked != manifest
     with pytest.raises(BadRequest, match="OpenDocument text file is encrypted with a password"):
@@ -169,7 +169,7 @@ def test_a_zip_bomb_is_refused_before_it_is_unpacked(tmp_path: Path, monkeypatch
         dst.writestr("word/media/zeros.bin", bytes(5 << 20))
     assert len(out.getvalue()) < 100_000  # a few KB that unpack to megabytes
     with pytest.raises(
-        BadRequest, match="Word file unpacks to [0-9,]+ bytes, more than 4,194,304: the file is damaged"
+        BadRequest, match=r"Word file unpacks to [0-9,]+ bytes, more than 4,194,304: the file is damaged"
     ):
         read_document(out.getvalue(), filename_hint="bomb.docx")
 
