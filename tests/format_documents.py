@@ -26,7 +26,8 @@ from tests.shared_data import PDF_DIR
 
 WALDEN = PDF_DIR / "en_walden_thoreau_249p.pdf"
 SCAN = PDF_DIR / "scanned_with_ocr_text_layer.pdf"
-SCAN_PHRASE = "Sibley Tent"
+SCAN_PHRASE = "thirteen dollars"
+SCAN_QUESTION = "Is a family dependent upon the thirteen dollars a month drawn here by its head?"
 SECTIONS = ("Clothing", "Shelter", "Furniture")
 """Three sections of two passages each; the target is the second passage of "Shelter"."""
 TARGET = 3
