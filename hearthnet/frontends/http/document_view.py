@@ -65,14 +65,14 @@ def _unit_text(chunks: Iterable[Mapping[str, Any]]) -> str:
 
 
 def _marks(chunks: Iterable[Mapping[str, Any]]) -> list[tuple[int, str]]:
-    """``(offset, anchor)`` of the first chunk of each paragraph or row of a unit."""
-    first: dict[str, int] = {}
+    """``(offset, anchor)`` of each paragraph or row of a unit that a chunk is cited by."""
+    starts: dict[str, int] = {}
     for c in chunks:
         anchor = anchor_of(c["metadata"])
-        start = int(c["metadata"].get("char_start", 0))
-        if anchor and "-" in anchor and (anchor not in first or start < first[anchor]):
-            first[anchor] = start
-    return sorted((offset, anchor) for anchor, offset in first.items())
+        start = c["metadata"].get("mark_start")
+        if anchor and "-" in anchor and isinstance(start, int):
+            starts[anchor] = start
+    return sorted((offset, anchor) for anchor, offset in starts.items())
 
 
 def _unit_html(page: int, chunks: list[Mapping[str, Any]]) -> str:

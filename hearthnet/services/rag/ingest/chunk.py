@@ -226,8 +226,9 @@ class PageChunker:
         ):
             index = self.count
             m = {**c.metadata, "chunk_index": index}
-            if offsets:  # the paragraph (or row) that holds most of the chunk
-                m[page.mark] = _mark_of(page, offsets, int(m["char_start"]), int(m["char_end"]))
+            if offsets:  # the paragraph (or row) that holds most of the chunk, and where it starts
+                at = _mark_of(page, offsets, int(m["char_start"]), int(m["char_end"]))
+                m[page.mark], m["mark_start"] = page.marks[at][1], offsets[at]
             cid = chunk_id_for(self._doc_cid, index, int(m["char_start"]), page.page)
             out.append(Chunk(chunk_id=cid, text=c.text, metadata=m))
             self.count += 1
@@ -235,7 +236,7 @@ class PageChunker:
 
 
 def _mark_of(page: PageText, offsets: list[int], start: int, end: int) -> int:
-    """The number of the paragraph (or row) of ``page`` that most of ``text[start:end]`` is in."""
+    """The index in ``page.marks`` of the paragraph (or row) most of ``text[start:end]`` is in."""
     first = max(0, bisect.bisect_right(offsets, start) - 1)
     last = max(first, bisect.bisect_left(offsets, end) - 1)
     best, most = first, -1
@@ -244,7 +245,7 @@ def _mark_of(page: PageText, offsets: list[int], start: int, end: int) -> int:
         overlap = min(end, span_end) - max(start, offsets[i])
         if overlap > most:
             best, most = i, overlap
-    return page.marks[best][1]
+    return best
 
 
 def chunk_document(
