@@ -67,6 +67,22 @@ def test_a_question_is_answered_from_each_format_citing_its_place(
     assert {k: meta.get(k) for k in made.metadata} == made.metadata
 
 
+def test_an_e_mails_attachment_is_a_document_of_its_own(hearth: MeshNode, tmp_path: Path) -> None:
+    made = make("eml", tmp_path)
+    proc = hearth.cli("ingest", str(made.path), "--corpus", "mail", timeout=600)
+    assert f"attached {made.extra['attachment']}: 1 chunk" in proc.stdout, proc.stdout
+    docs = hearth.cli_json("call", "rag.list_documents", "--params", json.dumps({"corpus": "mail"}))
+    names = sorted(d.get("filename") for d in docs["output"]["documents"])
+    assert names == ["beans.txt", "walden.eml"], docs
+    hits = hearth.cli_json(
+        "query", "How large is the bean field?", "--corpus", "mail", "-k", "1", timeout=300
+    )
+    top = hits["chunks"][0]
+    assert "2.5 acres" in top["text"] and top["metadata"]["doc_filename"] == "beans.txt"
+    message = next(d for d in docs["output"]["documents"] if d.get("filename") == "walden.eml")
+    assert top["metadata"]["attached_to"] == message["doc_cid"]
+
+
 def test_a_broken_file_of_a_format_is_a_one_line_refusal(hearth: MeshNode, tmp_path: Path) -> None:
     broken = []
     for name in ("docx", "xlsx", "epub", "pptx", "odt", "png"):

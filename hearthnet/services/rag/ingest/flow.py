@@ -27,6 +27,7 @@ from hearthnet.runtime.worker_processes import stopped_at
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.gate import Reindexing
+from hearthnet.services.rag.ingest.attachments import ingest_attachments
 from hearthnet.services.rag.ingest.batch import ReadOutcome, read_and_embed_many
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
 from hearthnet.services.rag.ingest.embed import (
@@ -143,6 +144,7 @@ class Ingestion:
             doc_title = str(prepared.chunks[0].metadata.get("doc_title", inp.title))
             event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
             await self._keep_source(doc_cid)
+        attached = await self._attached(ctx, started, corpus, inp, prepared)
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
         log.info(
             "rag_ingested",
@@ -160,6 +162,7 @@ class Ingestion:
                 "chunks_indexed": len(prepared.chunks),
                 "tokens_indexed": tokens,
                 "ocr_pages": list(prepared.ocr_pages),
+                **({"attachments": attached} if attached else {}),
             },
             {
                 "corpus": corpus,
@@ -224,6 +227,10 @@ class Ingestion:
             readable = [o for o in outcomes if o.error is None]
             if readable:
                 results.update(await self._write_many(ctx, corpus, readable))
+                for o in readable:
+                    assert o.prepared is not None
+                    if attached := await self._attached(ctx, started, corpus, o.inp, o.prepared):
+                        results[o.inp.doc_cid]["attachments"] = attached
         documents = [results[d.doc_cid] for d in inputs]
         ok = [d for d in documents if d["ok"]]
         log.info(
@@ -241,6 +248,21 @@ class Ingestion:
                 "tokens_indexed": sum(int(d["tokens_indexed"]) for d in ok),
             },
             {"corpus": corpus, "ms": _ms(started), "embedding_model": self.model},
+        )
+
+    async def _attached(
+        self, ctx: CallContext, started: float, corpus: str, inp: IngestInput, prepared: PreparedDocument
+    ) -> list[dict[str, Any]]:
+        """An e-mail's attachments ingested as documents of their own (:mod:`.attachments`)."""
+        return await ingest_attachments(
+            self.ingest_many,
+            self._blobs,
+            ctx,
+            started,
+            corpus,
+            inp,
+            prepared.attachments,
+            limiter=self._store_limiter,
         )
 
     async def _existing_many(

@@ -30,12 +30,13 @@ from hearthnet.services.rag.ingest.read import (
     detect_content_type,
     stream_document,
 )
+from hearthnet.services.rag.ingest.readers.common import Attachment
 
 __all__ = ["DocumentReaders", "read_parts"]
 
 log = structlog.get_logger("hearthnet.rag.reader")
 
-Parts = Generator[DocumentHeader | PageText, None, None]
+Parts = Generator[DocumentHeader | PageText | Attachment, None, None]
 
 _TARGET = "hearthnet.services.rag.ingest.isolated:read_parts"
 
@@ -55,6 +56,8 @@ def read_parts(
         for part in parts:
             if isinstance(part, DocumentHeader):
                 yield {"header": [part.content_type, part.title_hint, part.page_count]}
+            elif isinstance(part, Attachment):
+                yield {"attachment": [part.filename, part.data]}
             else:
                 place = [list(item) for item in part.place]
                 marks = [list(m) for m in part.marks]
@@ -142,7 +145,10 @@ class _StoppableReader:
         )
         with contextlib.closing(items):
             for item in items:
-                if "header" in item:
+                if "attachment" in item:
+                    filename, data = item["attachment"]
+                    yield Attachment(str(filename), bytes(data))
+                elif "header" in item:
                     content_type, title_hint, page_count = item["header"]
                     yield DocumentHeader(content_type, title_hint, int(page_count))
                 else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import zipfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import PurePath
 
 from hearthnet.contracts.formats import Format
@@ -18,7 +19,9 @@ from hearthnet.errors import BadRequest
 from hearthnet.services.rag.ingest.read import MAX_PDF_TEXT, DocumentHeader, PageText, clean, title_hint
 
 __all__ = [
+    "MAX_ATTACHMENTS",
     "MAX_UNPACKED_BYTES",
+    "Attachment",
     "Outline",
     "Parts",
     "TextBudget",
@@ -28,7 +31,18 @@ __all__ = [
     "unreadable",
 ]
 
-Parts = Iterator[DocumentHeader | PageText]
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file an e-mail carries, after its pages: the ingest makes it a document of its own."""
+
+    filename: str
+    data: bytes
+
+
+Parts = Iterator[DocumentHeader | PageText | Attachment]
+MAX_ATTACHMENTS = 64
+"""Attachments of one e-mail or mailbox taken (each of a format HearthNet reads)."""
 
 MAX_UNPACKED_BYTES = 512 << 20
 """Bytes the members of a zipped document (DOCX, ODT, EPUB...) may unpack to: a 300-page e-book

@@ -3,7 +3,9 @@
 
 A message is a page (``unit: message``, its subject the section) of its text body's paragraphs
 (the plain part, else the HTML one's main text); its subject, sender, recipients and date go into
-its chunks' metadata (``mail_subject``, ``mail_from``, ``mail_to``, ``mail_date``).
+its chunks' metadata (``mail_subject``, ``mail_from``, ``mail_to``, ``mail_date``).  Its attached
+files of a format HearthNet reads come after the pages (:class:`~.common.Attachment`): the ingest
+makes each a document of its own (at most :data:`~.common.MAX_ATTACHMENTS`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ import trafilatura
 from hearthnet.contracts import formats
 from hearthnet.contracts.formats import Format
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.ingest.readers.common import Outline, Parts, TextBudget, done, unreadable
+from hearthnet.services.rag.ingest.readers.common import (
+    MAX_ATTACHMENTS,
+    Attachment,
+    Outline,
+    Parts,
+    TextBudget,
+    done,
+    unreadable,
+)
 
 __all__ = ["eml", "mbox", "message_fields"]
 
@@ -58,6 +68,14 @@ def _body(message: EmailMessage) -> str:
     return content
 
 
+def _attachments(message: EmailMessage, into: list[Attachment]) -> None:
+    for part in message.iter_attachments():
+        name = part.get_filename() or ""
+        data = part.get_payload(decode=True)
+        if len(into) < MAX_ATTACHMENTS and isinstance(data, bytes) and data and formats.by_suffix(name):
+            into.append(Attachment(" ".join(name.replace("/", " ").split())[:255], data))
+
+
 def _add(outline: Outline, message: EmailMessage) -> None:
     fields = message_fields(message)
     subject = dict(fields).get("mail_subject")
@@ -71,17 +89,20 @@ def _read(
 ) -> Parts:
     outline = Outline(TextBudget(fmt), unit="message")
     count = 0
+    attached: list[Attachment] = []
     try:
         for message in messages:
             count += 1
             _add(outline, message)
+            _attachments(message, attached)
     except BadRequest:
         raise
     except Exception as exc:
         raise unreadable(fmt, exc) from exc
     if count == 0:
         raise BadRequest(f"not a readable {fmt.label} file: it holds no message")
-    return done(fmt, title, filename_hint, outline.pages())
+    yield from done(fmt, title, filename_hint, outline.pages())
+    yield from attached
 
 
 def eml(data: bytes, filename_hint: str | None, max_text_bytes: int | None, scans_ok: bool) -> Parts:
