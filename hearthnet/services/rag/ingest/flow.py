@@ -144,7 +144,6 @@ class Ingestion:
             doc_title = str(prepared.chunks[0].metadata.get("doc_title", inp.title))
             event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
             await self._keep_source(doc_cid)
-        attached = await self._attached(ctx, started, corpus, inp, prepared)
         tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
         log.info(
             "rag_ingested",
@@ -162,7 +161,7 @@ class Ingestion:
                 "chunks_indexed": len(prepared.chunks),
                 "tokens_indexed": tokens,
                 "ocr_pages": list(prepared.ocr_pages),
-                **({"attachments": attached} if attached else {}),
+                **await self._attached(ctx, started, corpus, inp, prepared),
             },
             {
                 "corpus": corpus,
@@ -229,8 +228,9 @@ class Ingestion:
                 results.update(await self._write_many(ctx, corpus, readable))
                 for o in readable:
                     assert o.prepared is not None
-                    if attached := await self._attached(ctx, started, corpus, o.inp, o.prepared):
-                        results[o.inp.doc_cid]["attachments"] = attached
+                    results[o.inp.doc_cid].update(
+                        await self._attached(ctx, started, corpus, o.inp, o.prepared)
+                    )
         documents = [results[d.doc_cid] for d in inputs]
         ok = [d for d in documents if d["ok"]]
         log.info(
@@ -252,9 +252,10 @@ class Ingestion:
 
     async def _attached(
         self, ctx: CallContext, started: float, corpus: str, inp: IngestInput, prepared: PreparedDocument
-    ) -> list[dict[str, Any]]:
-        """An e-mail's attachments ingested as documents of their own (:mod:`.attachments`)."""
-        return await ingest_attachments(
+    ) -> dict[str, Any]:
+        """An e-mail's attachments ingested as documents of their own (:mod:`.attachments`):
+        ``{attachments: [...]}`` for the answer, ``{}`` for a document without any."""
+        attached = await ingest_attachments(
             self.ingest_many,
             self._blobs,
             ctx,
@@ -264,6 +265,7 @@ class Ingestion:
             prepared.attachments,
             limiter=self._store_limiter,
         )
+        return {"attachments": attached} if attached else {}
 
     async def _existing_many(
         self, corpus: str, doc_cids: list[str]
