@@ -5,7 +5,7 @@ the content type the file server answers with, and what the reader dispatches on
 A format is a name, its content type, its file-name suffixes (the first is the one shown), where
 it has them the magic bytes its files start with, and the reader that reads it: a function of a
 module of :mod:`hearthnet.services.rag.ingest.readers` named ``"module:function"`` (``None``:
-PDF, plain text and Markdown, read by :mod:`hearthnet.services.rag.ingest.read` itself).  A new
+PDF and plain text, read by :mod:`hearthnet.services.rag.ingest.read` itself).  A new
 format is one more entry here and its reader.
 
 ``inline``: a browser shows the original itself (the UI opens it, a PDF at ``#page=N``); the
