@@ -1,4 +1,6 @@
-"""Turn uploaded bytes into page texts: PDF (pypdf), plain text, Markdown.
+"""Turn uploaded bytes into page texts: PDF (pypdf) and plain text here, every other format of
+:mod:`hearthnet.contracts.formats` by its reader (:mod:`.readers`, dispatched by
+:func:`stream_document`).
 
 Every failure a user can cause is a :class:`BadRequest` with a message that
 says what is wrong and what to do.  pypdf's diagnostics (its ``pypdf``
@@ -9,8 +11,8 @@ the rest counted into one ``pypdf_warning_repeated`` record at its end
 (:class:`~hearthnet.runtime.log_summary.LogSummary`); so are its ``pdf_page_unreadable`` records.
 The work a PDF's content streams take is bounded (:mod:`.limits`).
 
-Plain text and Markdown (:data:`IN_PROCESS_TYPES`) need no parser and are read where they are
-asked for; every other format is read in a worker process (:mod:`.isolated`).
+Plain text (:data:`IN_PROCESS_TYPES`) needs no parser and is read where it is asked for;
+every other format is read in a worker process (:mod:`.isolated`).
 """
 
 from __future__ import annotations
