@@ -243,3 +243,27 @@ async def test_formats_are_read_in_a_worker_process_places_and_refusals_included
     assert readers.pool.idle_pids()  # read by a worker
     with pytest.raises(BadRequest, match="not a readable Excel file"):
         await read(data[: len(data) // 2], made.path.name)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_workbook_that_takes_too_long_meets_the_workers_cpu_limit(
+    readers: DocumentReaders, tmp_path: Path, anyio_backend: str
+) -> None:
+    """The worker's limits hold for every format: a budget of a fraction of a CPU second ends
+    the reading of a 40,000-row workbook (seconds of openpyxl's work) with the limit's refusal."""
+    import openpyxl
+
+    from hearthnet.services.rag.ingest.limits import ReadLimits
+
+    book = openpyxl.Workbook(write_only=True)
+    sheet = book.create_sheet("Rows")
+    for i in range(40_000):
+        sheet.append([f"row {i}", i, passages()[i % 6][:40]])
+    path = tmp_path / "big.xlsx"
+    book.save(str(path))
+    readers.limits = ReadLimits(cpu_seconds=0.3, cpu_seconds_per_mib=0.0)
+    async with stopped_at(anyio.current_time() + 300, "reading the document") as stop:
+        reader = readers.reader(stop)
+        with pytest.raises(BadRequest, match=r"CPU seconds \(the CPU-time limit\)"):
+            await anyio.to_thread.run_sync(lambda: list(reader(path.read_bytes(), filename_hint="big.xlsx")))
