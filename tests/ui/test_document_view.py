@@ -117,3 +117,37 @@ def test_a_sheet_row_opens_at_its_row(kitchen: MeshNode, driver: Any, tmp_path: 
     screenshot(driver, "21-document-view-xlsx")
     missing = driver.get(f"{ui_url(kitchen)}/files/{doc_cid}/view?corpus=walden")
     assert missing is None and "holds no document" in driver.page_source
+
+
+def test_a_folder_picked_in_the_library_uploads_the_formats_of_the_registry(
+    kitchen: MeshNode, driver: Any, tmp_path: Path
+) -> None:
+    folder = tmp_path / "family"
+    folder.mkdir()
+    odt, pptx = make("odt", folder), make("pptx", folder)
+    (folder / "notes.xyz").write_text("not a format HearthNet reads")
+    (folder / ".hidden.md").write_text("# hidden\n\nnot uploaded\n")
+    driver.get(ui_url(kitchen) + "/library")
+    wait(driver, lambda d: css(d, "#pick-folder"), what="the upload controls")
+    hint = css(driver, "#drop-hint")[0].text
+    assert "Word" in hint and "EPUB" in hint and "HEIC" in hint, hint  # the registry's formats
+    corpus = css(driver, "#upload-corpus")[0]
+    corpus.clear()
+    corpus.send_keys("family")
+    css(driver, "#pick-folder")[0].send_keys(str(folder))
+
+    def items(d: Any) -> dict[str, str]:
+        found: dict[str, str] = d.execute_script(
+            "return Object.fromEntries([...document.querySelectorAll('#uploads li')].map(li =>"
+            " [li.querySelector('.name').textContent, li.className]))"
+        )
+        return found
+
+    wait(
+        driver,
+        lambda d: sum("done" in c for c in items(d).values()) == 2,
+        timeout=300,
+        what="both documents' uploads to finish",
+    )
+    names = {n.rsplit("/", 1)[-1] for n in items(driver)}
+    assert names == {odt.path.name, pptx.path.name}, names  # not notes.xyz, not the hidden file
