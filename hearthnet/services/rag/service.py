@@ -1,7 +1,7 @@
 """``rag.query``, ``rag.ingest``, ``rag.list_corpora``, ``rag.list_documents``, ``rag.delete``
 (and ``rag.reindex``, this node only): the handlers, each checking its input and the corpus's
 rules, then handing over to the route of its data — :mod:`.ingest` (read, chunk, embed, write,
-announce), :mod:`.deletion`, and the store's corpora searched as :class:`Corpus` (:mod:`.store`).
+announce), :mod:`.deletion`, and the store's corpora searched through :class:`~.store.LocalCorpus`.
 
 What the node offers per corpus is kept current by :mod:`.offers`.  ``personal`` is never
 reachable from another node; ``system`` is read-only.  A corpus whose recorded model differs
@@ -49,6 +49,7 @@ from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
 from hearthnet.services.rag.ingest.isolated import DocumentReaders
+from hearthnet.services.rag.ingest.unstored import read_document_registration
 from hearthnet.services.rag.inputs import (
     IngestInput,
     delete_input,
@@ -65,9 +66,9 @@ from hearthnet.services.rag.replicas.handlers import Replicas, export_registrati
 from hearthnet.services.rag.replicas.log import ReadView
 from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
 from hearthnet.services.rag.search.filters import filter_keys
-from hearthnet.services.rag.search.queries import QueryEmbedder
+from hearthnet.services.rag.search.query_embedder import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
-from hearthnet.services.rag.store.corpus import KeywordLeg
+from hearthnet.services.rag.store.local_corpus import KeywordLeg
 
 __all__ = ["RagService", "RagSettings"]
 
@@ -257,11 +258,9 @@ class RagService:
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
         mine = self.replicas.registrations() if self.replicas is not None else []
-        return [
-            *self._offers.registrations(),
-            *self._archives.registrations(self._store.corpora()),
-            *mine,
-        ]
+        archives = self._archives.registrations(self._store.corpora())
+        read = read_document_registration(self._readers, self._embedder)  # a chat's attachments
+        return [*self._offers.registrations(), *archives, *mine, read]
 
     def health(self) -> dict[str, Any]:
         """Served to peers by ``node.stats``: the personal corpus is never named."""
