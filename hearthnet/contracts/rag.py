@@ -20,7 +20,8 @@ metadata?}``, or ``input {documents: [such inputs]}`` (up to ``MAX_INGEST_BATCH`
 atomic and answered on its own; an e-mail's answer lists its attachments, each ingested as a
 document of its own: ``attachments: [{filename, doc_cid, ok, ...}]``); ``rag.list_documents``
 pages ``{after, limit}``; ``rag.delete`` (trusted) ``{doc_cid}``; ``rag.list_corpora``, and
-``rag.known_corpora`` (this node only: every corpus the community knows of and its hosts).  See ``specs/rag.md``.
+``rag.known_corpora`` (this node only: every corpus the community knows of and its hosts).
+See ``specs/rag.md``.
 """
 
 from __future__ import annotations
