@@ -98,6 +98,8 @@ def source_of(hit: Hit, *, cited: bool) -> dict[str, Any]:
         "title": hit.title,
         "file": hit.file,
         "page": hit.page,
+        "place": hit.place,
+        "anchor": hit.anchor,
         "doc_cid": hit.doc_cid,
         "corpus": hit.corpus,
         "node": hit.node,

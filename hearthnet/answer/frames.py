@@ -18,11 +18,19 @@ def announcing(send: Send, context: Sequence[Hit]) -> Send:
     """``send`` that puts ``{stage: "answer", mode: "generated"}`` before a generated answer's
     first delta (an extractive answer announces itself): a front door then knows what kind of
     answer comes before its first words.  The frame carries ``context``: where each chunk the
-    answer may cite is (``chunk_id, file, page, corpus, doc_cid``), so a door can number the
+    answer may cite is (``chunk_id, file, page, place, anchor, corpus, doc_cid``), so a door can number the
     citations as they stream."""
     announced = False
     citable = [
-        {"chunk_id": h.chunk_id, "file": h.file, "page": h.page, "corpus": h.corpus, "doc_cid": h.doc_cid}
+        {
+            "chunk_id": h.chunk_id,
+            "file": h.file,
+            "page": h.page,
+            "place": h.place,
+            "anchor": h.anchor,
+            "corpus": h.corpus,
+            "doc_cid": h.doc_cid,
+        }
         for h in context
     ]
 
@@ -41,7 +49,7 @@ def announcing(send: Send, context: Sequence[Hit]) -> Send:
 
 def where(sources: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The ``context`` of an answer frame: where each chunk the answer may cite is."""
-    keys = ("chunk_id", "file", "page", "corpus", "doc_cid")
+    keys = ("chunk_id", "file", "page", "place", "anchor", "corpus", "doc_cid")
     return [{k: s.get(k) for k in keys} for s in sources]
 
 

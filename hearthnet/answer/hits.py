@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hearthnet.contracts.formats import anchor_of, place_of
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -49,6 +51,17 @@ class Hit:
     def page(self) -> int | None:
         page = self.metadata.get("page")
         return page if isinstance(page, int) and not isinstance(page, bool) else None
+
+    @property
+    def place(self) -> str | None:
+        """Where the chunk is, as a citation says it ("page 3", "slide 2 (Budget)", "sheet Bills,
+        row 14", "Garden > Tools, paragraph 2")."""
+        return place_of(self.metadata)
+
+    @property
+    def anchor(self) -> str | None:
+        """The fragment that opens the document at the chunk's place (``page=3``, ``u2-4``)."""
+        return anchor_of(self.metadata)
 
     @property
     def doc_cid(self) -> str:

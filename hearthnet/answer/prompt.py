@@ -35,6 +35,7 @@ def context_line(template: str, hit: Hit) -> str:
         file=hit.file,
         chunk_id=hit.chunk_id,
         page=hit.page if hit.page is not None else "?",
+        place=hit.place or "page ?",
         text=" ".join(hit.text.split()),
         title=" ".join(hit.title.split()),
         corpus=hit.corpus,

@@ -33,12 +33,12 @@ DEFAULT_SYSTEM_PROMPT = (
     "does not hold the answer, say that it is not in the documents. Answer in the language of the question."
 )
 DEFAULT_CONTEXT_HEADER = "Context:"
-DEFAULT_CONTEXT_LINE = '- From {file}#{chunk_id} (page {page}): "{text}"'
+DEFAULT_CONTEXT_LINE = '- From {file}#{chunk_id} ({place}): "{text}"'
 DEFAULT_NO_CONTEXT_PROMPT = "You are a helpful assistant. Answer briefly."
 DEFAULT_EXTRACTIVE_HEADER = (
     "No language model is reachable; these passages of the documents match the question:"
 )
-CONTEXT_LINE_FIELDS = frozenset({"file", "chunk_id", "page", "text", "title", "corpus"})
+CONTEXT_LINE_FIELDS = frozenset({"file", "chunk_id", "page", "place", "text", "title", "corpus"})
 
 
 @dataclass(frozen=True)

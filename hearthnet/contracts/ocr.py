@@ -21,6 +21,7 @@ from hearthnet.errors import BadRequest, InternalError
 __all__ = [
     "CAPABILITY",
     "MAX_IMAGE_BYTES",
+    "MAX_IMAGE_PIXELS",
     "MAX_TEXT_CHARS",
     "VERSION",
     "BlobPage",
@@ -34,6 +35,9 @@ VERSION = (1, 0)
 MAX_IMAGE_BYTES = 960 * 1024
 """Bytes of an inline ``image``: the request must fit one 1 MiB peer frame.  A larger image goes
 into the blob store first (``hearthnet file put``) and is sent as ``{doc_cid}``."""
+MAX_IMAGE_PIXELS = 50_000_000
+"""Pixels an input image may declare (a 600 dpi scan of A3 is ~35 M); more is refused before
+it is decoded, so a small file that claims a huge canvas allocates nothing."""
 MAX_TEXT_CHARS = 256 << 10
 """Characters of ``text`` a caller accepts for one page (as much as a PDF page's text layer may give)."""
 _ALLOWED = {"image", "doc_cid", "page"}

@@ -17,11 +17,13 @@ include_text = true, include_embeddings = false}`` -> ``output {chunks: [{chunk_
 embedding?}]}`` (complete documents' chunks in the store's order: the ChromaDB door's ``get``);
 ``rag.ingest`` (trusted) ``params {corpus}``, ``input {doc_cid, title?, language?, filename?,
 metadata?}``, or ``input {documents: [such inputs]}`` (up to ``MAX_INGEST_BATCH``, each document
-atomic and answered on its own); ``rag.list_documents`` pages ``{after, limit}``; ``rag.delete`` (trusted)
-``{doc_cid}``; ``rag.update`` (trusted) ``{doc_cid, metadata?, title?}`` (a document's metadata and
-title changed on its host without re-embedding: ``metadata`` sets each field given, ``null`` removes
-one); ``rag.list_corpora``, and ``rag.known_corpora`` (this node only: every corpus the
-community knows of and its hosts).  See ``specs/rag.md``.
+atomic and answered on its own; an e-mail's answer lists its attachments, each ingested as a
+document of its own: ``attachments: [{filename, doc_cid, ok, ...}]``); ``rag.list_documents``
+pages ``{after, limit}``; ``rag.delete`` (trusted) ``{doc_cid}``; ``rag.update`` (trusted)
+``{doc_cid, metadata?, title?}`` (a document's metadata and title changed on its host without
+re-embedding: ``metadata`` sets each field given, ``null`` removes one); ``rag.list_corpora``, and
+``rag.known_corpora`` (this node only: every corpus the community knows of and its hosts).
+See ``specs/rag.md``.
 """
 
 from __future__ import annotations

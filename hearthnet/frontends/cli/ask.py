@@ -65,7 +65,8 @@ UNCITED_SOURCES = 5
 def source_lines(
     sources: Sequence[Mapping[str, Any]], names: Mapping[str, str], *, uncited: int = UNCITED_SOURCES
 ) -> list[str]:
-    """``[n] title — file, page N — corpus on node`` per document page, cited ones first and marked;
+    """``[n] title — file, page N (or slide, sheet and row, section and paragraph) — corpus on node``
+    per document page, cited ones first and marked;
     passages of one page are one line ("3 passages").  At most ``uncited`` uncited pages follow the
     cited ones; a last line counts the passages left unprinted."""
     groups: dict[tuple[str, object, str], list[Mapping[str, Any]]] = {}
@@ -83,8 +84,10 @@ def source_lines(
         s = passages[0]
         file = shown(str(s.get("file") or ""))
         title = shown(str(s.get("title") or "")) or file
-        page = s.get("page")
-        where = f"{file}, page {page}" if isinstance(page, int) else file
+        page, place = s.get("page"), s.get("place")
+        if not isinstance(place, str) or not place:
+            place = f"page {page}" if isinstance(page, int) else ""
+        where = f"{file}, {shown(place)}" if place else file
         node = str(s.get("node") or "")
         holder = shown(names.get(node) or "") or short_id(node)
         marks = (["cited"] if cited else []) + ([f"{len(passages)} passages"] if len(passages) > 1 else [])

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 
+from hearthnet.contracts.formats import place_of
 from hearthnet.frontends.cli.output import CliError, emit_text, shown
 from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.frontends.client.search import search_corpora
@@ -38,7 +39,8 @@ def _first(md: Mapping[str, Any], keys: Sequence[str]) -> str:
 def _source(md: Mapping[str, Any]) -> str:
     """Where a chunk comes from: its file (and title when it differs), page and section."""
     source = _first(md, ("doc_filename", "doc_title", "title", "filename", "document_id")) or "?"
-    where = f"{source} p.{md.get('page', '?')}"
+    place = place_of(md) if md.get("unit") else None  # a section, slide, sheet or message
+    where = f"{source}, {shown(place)}" if place else f"{source} p.{md.get('page', '?')}"
     title = md.get("doc_title")
     if md.get("doc_filename") and title and title != Path(str(source)).stem:
         where += f"  ({title})"

@@ -312,6 +312,9 @@ def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:
         print(f"ok    {name}: {plural(int(entry['chunks_indexed']), 'chunk')}{note}")
         if entry.get("kept"):
             print(f"note  {name}: {shown(kept_text(entry, args))}")
+        for a in entry.get("attachments") or []:  # an e-mail's files: documents of their own
+            what = plural(int(a["chunks_indexed"]), "chunk") if a["ok"] else f"{a['error']}: {a['message']}"
+            print(f"      attached {shown(str(a['filename']))}: {shown(what)}")
     else:
         print(f"FAIL  {name}: {entry['error']}: {shown(entry['message'])}")
 

@@ -74,8 +74,8 @@ async def ingest_files(
 ) -> tuple[str, list[dict[str, Any]]]:
     """``documents`` into ``corpus`` (hosted on ``on``, else where :func:`ingest_host` says): the
     host, and an entry per document in order, ``{ok: true, doc_cid, chunks_indexed,
-    tokens_indexed, event_id, node, existing, ocr_pages?}`` or ``{ok: false, error, message,
-    doc_cid?}``.  Raises only what stops every document (no host for the corpus)."""
+    tokens_indexed, event_id, node, existing, ocr_pages?, attachments?}`` or ``{ok: false, error,
+    message, doc_cid?}``.  Raises only what stops every document (no host for the corpus)."""
     host = await ingest_host(caller, corpus, on)
     own = str((await NodeClient(caller).status())["node_id"])
     flow = _Flow(caller, corpus, host, documents, progress, busy_seconds)
@@ -188,6 +188,8 @@ class _Flow:
                 entry["ocr_pages"] = got["ocr_pages"]
             if "kept" in got:  # indexed already with other values: they were kept
                 entry["kept"] = got["kept"]
+            if got.get("attachments"):  # an e-mail's files, each a document of its own
+                entry["attachments"] = got["attachments"]
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """``call``, tried again while refused with ``capacity_exceeded`` and a retry hint (a

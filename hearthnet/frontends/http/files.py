@@ -112,10 +112,14 @@ class BlobResponse(Response):
 
 
 def _headers(cid: str, first: bytes, size: int) -> list[tuple[bytes, bytes]]:
+    """The content type of the registry's format the blob starts as (shown inline if a browser
+    shows it; else downloaded: the UI opens such a document as ``/files/<cid>/view``)."""
     name = cid.split(":", 1)[1][:16]
-    pdf, text = formats.PDF, formats.TEXT
-    if pdf.magic is not None and first.startswith(pdf.magic):
-        kind, disposition = pdf.content_type.encode(), f'inline; filename="{name}{pdf.suffixes[0]}"'
+    text = formats.TEXT
+    fmt = next((f for f in formats.FORMATS if f.magic is not None and first.startswith(f.magic)), None)
+    if fmt is not None:
+        how = "inline" if fmt.inline else "attachment"
+        kind, disposition = fmt.content_type.encode(), f'{how}; filename="{name}{fmt.suffixes[0]}"'
     elif _is_text(first):
         kind = f"{text.content_type}; charset=utf-8".encode()
         disposition = f'inline; filename="{name}{text.suffixes[0]}"'

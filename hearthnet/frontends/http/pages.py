@@ -134,7 +134,7 @@ def library_page(session: Session, node_name: str) -> str:
     </div>
     <div id="dropzone" class="dropzone">
       <p id="drop-hint"><strong>Drop files or folders here</strong><br>
-        PDF, text and Markdown files; each one is read, split and indexed.</p>
+        {escape(formats.supported_text())} files; each one is read, split and indexed.</p>
       <div class="pickers">
         <button type="button" id="choose-files" class="secondary">Choose files</button>
         <button type="button" id="choose-folder" class="secondary">Choose a folder</button>

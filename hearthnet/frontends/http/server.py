@@ -28,7 +28,7 @@ import uvicorn
 from hearthnet.bus.api import BusAPI
 from hearthnet.config import UI_DEFAULT_PORT, NodeConfig
 from hearthnet.errors import BadRequest, InternalError
-from hearthnet.frontends.http import ask, files, library, mesh
+from hearthnet.frontends.http import ask, document_view, files, library, mesh
 from hearthnet.frontends.http.app import UiState, build_app
 from hearthnet.frontends.http.connections import ConnectionTally, connection_limits, guarded_protocol
 from hearthnet.frontends.http.jobs import Jobs
@@ -216,7 +216,13 @@ def _server(state: UiState, programs: ASGIApp) -> _Server:
     app = LastResort(
         build_app(
             state,
-            [*library.routes(state), *mesh.routes(state), *ask.routes(state), *files.routes(state)],
+            [
+                *library.routes(state),
+                *mesh.routes(state),
+                *ask.routes(state),
+                *files.routes(state),
+                *document_view.routes(state),
+            ],
             programs,
         ),
         any_shape,

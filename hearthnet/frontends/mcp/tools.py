@@ -189,7 +189,8 @@ def _sources_text(out: Mapping[str, Any]) -> str:
     for i, source in enumerate(out.get("sources") or [], 1):
         if not isinstance(source, dict):
             continue
-        page = f", page {source['page']}" if source.get("page") is not None else ""
+        place = source.get("place") or (f"page {source['page']}" if source.get("page") is not None else "")
+        page = f", {place}" if place else ""
         cited = " (cited)" if source.get("cited") else ""
         lines.append(
             f"[{i}] {source.get('file')}#{source.get('chunk_id')}{page}, {source.get('corpus')}{cited}"

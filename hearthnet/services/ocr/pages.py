@@ -15,10 +15,12 @@ import threading
 import warnings
 from dataclasses import dataclass
 
+import pillow_heif
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from hearthnet.contracts.ocr import MAX_IMAGE_PIXELS
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -34,6 +36,13 @@ __all__ = [
 ]
 
 PNG, JPEG, PDF = "image/png", "image/jpeg", "application/pdf"
+TIFF, HEIC = "image/tiff", "image/heic"
+"""A stored photo or scan (a TIFF, an iPhone's HEIC) is read too; an inline ``image`` is PNG or JPEG."""
+_STORED_ONLY = {TIFF: ("TIFF",), HEIC: ("HEIF",)}
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"hevc", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1"})
+
+pillow_heif.register_heif_opener()
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 _JPEG_MAGIC = b"\xff\xd8\xff"
 _PDF_MAGIC = b"%PDF-"
@@ -43,9 +52,6 @@ _PDF_HEADER_WINDOW = 1024
 MAX_SIDE = 2000
 """Pixels on an image's long side given to the engine: RapidOCR reduces anything larger to this
 before detection, so a larger page only costs memory."""
-MAX_IMAGE_PIXELS = 50_000_000
-"""Pixels an input image may declare (a 600 dpi scan of A3 is ~35 M); more is refused before
-it is decoded, so a small file that claims a huge canvas allocates nothing."""
 MIN_SIDE = 8
 """Pixels an image must keep on its short side once within ``MAX_SIDE`` to hold a line of text."""
 
@@ -78,22 +84,32 @@ def kind_of(data: bytes) -> str | None:
         return PNG
     if data.startswith(_JPEG_MAGIC):
         return JPEG
+    if data.startswith(_TIFF_MAGIC):
+        return TIFF
+    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+        return HEIC
     if _PDF_MAGIC in data[:_PDF_HEADER_WINDOW]:
         return PDF
     return None
 
 
-def open_image(data: bytes, what: str = "input.image") -> PageImage:
-    """Decode a PNG or JPEG (EXIF orientation applied), reduced to ``MAX_SIDE`` if larger;
-    errors name the image ``what``."""
+def open_image(data: bytes, what: str = "input.image", *, stored: bool = False) -> PageImage:
+    """Decode a PNG or JPEG (a ``stored`` one also TIFF or HEIC; EXIF orientation applied),
+    reduced to ``MAX_SIDE`` if larger; errors name the image ``what``."""
     kind = kind_of(data)
-    if kind not in (PNG, JPEG):
+    if stored and kind in _STORED_ONLY:
+        allowed: list[str] = list(_STORED_ONLY[kind])
+    elif kind in (PNG, JPEG):
+        allowed = ["PNG", "JPEG"]
+    else:
         found = "a PDF (send it as {doc_cid, page})" if kind == PDF else "neither PNG nor JPEG"
+        if kind in _STORED_ONLY:
+            found = f"{kind} (store it, then send it as {{doc_cid}})"
         raise BadRequest(f"{what} is not a PNG or JPEG image: its bytes are {found}")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            opened = Image.open(io.BytesIO(data), formats=["PNG", "JPEG"])
+            opened = Image.open(io.BytesIO(data), formats=allowed)
             width, height = opened.size
             if width * height > MAX_IMAGE_PIXELS:
                 raise BadRequest(
@@ -115,7 +131,7 @@ def open_image(data: bytes, what: str = "input.image") -> PageImage:
         ) from exc
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombWarning) as exc:
         # OSError: truncated or corrupt data; SyntaxError/ValueError: malformed chunks in the header.
-        name = "PNG" if kind == PNG else "JPEG"
+        name = kind.split("/")[1].upper()
         raise BadRequest(f"{what} is not a readable {name}: {type(exc).__name__}") from exc
     if img.mode not in ("RGB", "L"):
         img = _on_white(img)

@@ -193,7 +193,7 @@ class OcrService:
         if kind == PDF:
             return render_pdf_page(data, request.page, self.settings.dpi)
         if kind is None:
-            raise BadRequest(f"{request.doc_cid} is neither a PDF nor a PNG or JPEG image")
+            raise BadRequest(f"{request.doc_cid} is neither a PDF nor a PNG, JPEG, TIFF or HEIC image")
         if request.page != 1:
             raise BadRequest(f"page {request.page} is out of range: {request.doc_cid} is an image (page 1)")
-        return open_image(data, request.doc_cid)
+        return open_image(data, request.doc_cid, stored=True)

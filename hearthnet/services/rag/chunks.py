@@ -37,11 +37,25 @@ RESERVED_METADATA = frozenset(
         "chunk_id",
         "ocr",
         "low_text",
+        "unit",
+        "section",
+        "paragraph",
+        "row",
+        "mark_start",
+        "mail_subject",
+        "mail_from",
+        "mail_to",
+        "mail_date",
     }
 )
 """Keys the chunker (and ``rag.query``'s output, for ``chunk_id``) sets; callers may not.  ``ocr``
 (``true``) marks the chunks of a page whose text OCR read off its image; ``low_text`` (``true``) those of
-a page with almost no text (:mod:`.low_text`)."""
+a page with almost no text (:mod:`.low_text`).  A document without
+pages says where a chunk is with ``unit`` (``section``, ``slide``, ``sheet``, ``message``; its
+``page`` is that unit's number), ``section`` (a heading path, a slide's title, a sheet's name,
+a message's subject) and ``paragraph`` or ``row`` (starting at ``mark_start`` in the unit's
+text); an e-mail's chunks carry its ``mail_subject``, ``mail_from``, ``mail_to`` and
+``mail_date`` (:func:`hearthnet.contracts.formats.place_of` says the place)."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """A metadata field name: also what a ``rag.query`` filter may name (``hn_*`` is reserved)."""
 MAX_METADATA_FIELDS = 32

@@ -143,6 +143,8 @@ def test_sources_list_the_cited_chunks_first_then_the_uncited_context() -> None:
         "title": "Heating handbook",
         "file": "solar.pdf",
         "page": 4,
+        "place": "page 4",
+        "anchor": "page=4",
         "doc_cid": "blake3:" + "a" * 64,
         "corpus": "house",
         "node": "ed25519:host",

@@ -335,6 +335,7 @@
       ["Title", s.title || "–"],
       ["File", s.file || "–"],
       ["Page", page ?? "–"],
+      ...(s.place && s.place !== `page ${page}` ? [["Where", s.place]] : []),
       ["Corpus", s.corpus || "–"],
       ["Node", nodeNames[s.node] || shortId(s.node) || "–"],
     ];
@@ -345,11 +346,24 @@
       s.text ? el("blockquote", { class: "passage", text: s.text }) : el("p", { class: "muted", text: "The passage is shown with the answer it came with." }),
       el("dl", {}, ...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })])),
     );
-    if (s.doc_cid) {
-      const href = `/files/${encodeURIComponent(s.doc_cid)}${s.node ? `?node=${encodeURIComponent(s.node)}` : ""}${page ? `#page=${page}` : ""}`;
-      card.append(el("a", { class: "open-source", text: page ? `Open the PDF at page ${page}` : "Open the document", attrs: { href, target: "_blank", rel: "noopener" } }));
-    }
+    if (s.doc_cid) card.append(openLink(s, page));
     return card;
+  }
+
+  // A document the browser shows (a PDF, a photo, text) opens as itself, a PDF at #page=N; any
+  // other (Word, slides, sheets, e-books, web pages, e-mail) as its HTML rendering at the anchor
+  // of the cited section and paragraph, slide, or sheet and row (/files/<cid>/view).
+  function openLink(s, page) {
+    const cid = encodeURIComponent(s.doc_cid);
+    const anchor = s.anchor || (page ? `page=${page}` : "");
+    if (anchor.startsWith("u") && s.corpus) {
+      const href = `/files/${cid}/view?corpus=${encodeURIComponent(s.corpus)}#${anchor}`;
+      return el("a", { class: "open-source", text: `Open the document at ${s.place || "its place"}`, attrs: { href, target: "_blank", rel: "noopener" } });
+    }
+    const pdf = /\.pdf$/i.test(s.file || "");
+    const href = `/files/${cid}${s.node ? `?node=${encodeURIComponent(s.node)}` : ""}${anchor ? `#${anchor}` : ""}`;
+    const text = page && pdf ? `Open the PDF at page ${page}` : "Open the document";
+    return el("a", { class: "open-source", text, attrs: { href, target: "_blank", rel: "noopener" } });
   }
 
   function debugOn() {

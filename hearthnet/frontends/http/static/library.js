@@ -3,7 +3,9 @@
 
 (() => {
   const { el, api, banner, bytes, on, may } = HN;
-  const SUPPORTED = /\.(pdf|txt|md|markdown)$/i;
+  // The suffixes of the formats' registry, as the page's file picker accepts them (accept=).
+  const SUFFIXES = (document.getElementById("pick-files")?.accept || "").split(",").filter((s) => s.startsWith("."));
+  const SUPPORTED = { test: (name) => SUFFIXES.some((s) => name.toLowerCase().endsWith(s)) };
   const AT_ONCE = 2;
   let selected = null; // {name, node}
   let corpora = [];

@@ -219,18 +219,36 @@ class PageChunker:
         }
         if page.ocr:
             meta["ocr"] = True  # the text was read off the page's image
-        if low_text_page(page.text):
+        if not page.place and low_text_page(page.text):  # a real page (a short slide or section is content)
             meta[LOW_TEXT] = True  # a cover, a notice, a table of contents: ranked below content
+        meta.update(page.place)  # where the page is in a document without pages
+        offsets = [offset for offset, _ in page.marks]
         out: list[Chunk] = []
         for c in chunk_text(
             page.text, tokens_per_chunk=self._size, overlap_tokens=self._overlap, metadata=meta
         ):
             index = self.count
             m = {**c.metadata, "chunk_index": index}
+            if offsets:  # the paragraph (or row) that holds most of the chunk, and where it starts
+                at = _mark_of(page, offsets, int(m["char_start"]), int(m["char_end"]))
+                m[page.mark], m["mark_start"] = page.marks[at][1], offsets[at]
             cid = chunk_id_for(self._doc_cid, index, int(m["char_start"]), page.page)
             out.append(Chunk(chunk_id=cid, text=c.text, metadata=m))
             self.count += 1
         return out
+
+
+def _mark_of(page: PageText, offsets: list[int], start: int, end: int) -> int:
+    """The index in ``page.marks`` of the paragraph (or row) most of ``text[start:end]`` is in."""
+    first = max(0, bisect.bisect_right(offsets, start) - 1)
+    last = max(first, bisect.bisect_left(offsets, end) - 1)
+    best, most = first, -1
+    for i in range(first, last + 1):
+        span_end = offsets[i + 1] if i + 1 < len(offsets) else len(page.text)
+        overlap = min(end, span_end) - max(start, offsets[i])
+        if overlap > most:
+            best, most = i, overlap
+    return best
 
 
 def chunk_document(

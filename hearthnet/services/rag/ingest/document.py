@@ -26,6 +26,7 @@ from hearthnet.services.rag.ingest.read import (
     ocr_page_text,
     stream_document,
 )
+from hearthnet.services.rag.ingest.readers.common import Attachment
 
 
 class ReadParts(Protocol):
@@ -34,7 +35,7 @@ class ReadParts(Protocol):
 
     def __call__(
         self, data: bytes, *, filename_hint: str | None, max_text_bytes: int | None, scans_ok: bool
-    ) -> Generator[DocumentHeader | PageText, None, None]: ...
+    ) -> Generator[DocumentHeader | PageText | Attachment, None, None]: ...
 
 
 PageOcr = Callable[[int, int], str | None]
@@ -49,6 +50,8 @@ class PreparedDocument:
     language: str
     ocr_pages: tuple[int, ...] = ()
     """Pages whose text OCR read (they had no text layer)."""
+    attachments: tuple[Attachment, ...] = ()
+    """Files an e-mail carries: the ingest makes each a document of its own."""
 
 
 LANGUAGE_PAGES = 5
@@ -99,6 +102,7 @@ class StreamedDocument:
         self._done = False
         self._ocr = ocr
         self._ocr_pages: list[int] = []
+        self._attachments: list[Attachment] = []
         self._ocr_tried = 0
         self._ocr_chars = 0
 
@@ -107,6 +111,8 @@ class StreamedDocument:
         chunker: PageChunker | None = None
         with contextlib.closing(self._parts):
             for part in self._parts:
+                if isinstance(part, Attachment):
+                    self._attachments.append(part)
                 if not isinstance(part, PageText):
                     continue
                 if part.scanned and self._ocr is not None:
@@ -177,4 +183,6 @@ class StreamedDocument:
             raise BadRequest(f"no text to index in {self._doc_cid}: the document has no extractable text")
         h = self.header
         document = Document(self._pages, h.content_type, h.title_hint, h.page_count)
-        return PreparedDocument(document, self._chunks, str(self._language), tuple(self._ocr_pages))
+        return PreparedDocument(
+            document, self._chunks, str(self._language), tuple(self._ocr_pages), tuple(self._attachments)
+        )

@@ -27,6 +27,7 @@ from hearthnet.runtime.worker_processes import stopped_at
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.gate import Reindexing
+from hearthnet.services.rag.ingest.attachments import ingest_attachments
 from hearthnet.services.rag.ingest.batch import ReadOutcome, read_and_embed_many
 from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
 from hearthnet.services.rag.ingest.embed import (
@@ -160,6 +161,7 @@ class Ingestion:
                 "chunks_indexed": len(prepared.chunks),
                 "tokens_indexed": tokens,
                 "ocr_pages": list(prepared.ocr_pages),
+                **await self._attached(ctx, started, corpus, inp, prepared),
             },
             {
                 "corpus": corpus,
@@ -224,6 +226,11 @@ class Ingestion:
             readable = [o for o in outcomes if o.error is None]
             if readable:
                 results.update(await self._write_many(ctx, corpus, readable))
+                for o in readable:
+                    assert o.prepared is not None
+                    results[o.inp.doc_cid].update(
+                        await self._attached(ctx, started, corpus, o.inp, o.prepared)
+                    )
         documents = [results[d.doc_cid] for d in inputs]
         ok = [d for d in documents if d["ok"]]
         log.info(
@@ -242,6 +249,23 @@ class Ingestion:
             },
             {"corpus": corpus, "ms": _ms(started), "embedding_model": self.model},
         )
+
+    async def _attached(
+        self, ctx: CallContext, started: float, corpus: str, inp: IngestInput, prepared: PreparedDocument
+    ) -> dict[str, Any]:
+        """An e-mail's attachments ingested as documents of their own (:mod:`.attachments`):
+        ``{attachments: [...]}`` for the answer, ``{}`` for a document without any."""
+        attached = await ingest_attachments(
+            self.ingest_many,
+            self._blobs,
+            ctx,
+            started,
+            corpus,
+            inp,
+            prepared.attachments,
+            limiter=self._store_limiter,
+        )
+        return {"attachments": attached} if attached else {}
 
     async def _existing_many(
         self, corpus: str, doc_cids: list[str]

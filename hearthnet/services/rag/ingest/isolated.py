@@ -1,12 +1,12 @@
 """Documents read where the reading can be stopped: a worker process per document, with limits.
 
-Every format with a parser (PDF today, each reader added to :func:`~.read.stream_document` later)
+Every format with a parser (PDF and each reader of :mod:`.readers`)
 is read by :func:`read_parts` in a worker process of a
 :class:`~hearthnet.runtime.worker_processes.WorkerProcesses` pool: bytes in, the header and the
 pages out, one frame each, as they are read.  The worker runs under a CPU-time limit derived
 from the document's size and an address-space limit (:class:`~.limits.ReadLimits`); the
 caller's :class:`~hearthnet.runtime.worker_processes.Stop` kills it when the caller's deadline
-passes or it is cancelled.  Plain text and Markdown (:data:`~.read.IN_PROCESS_TYPES`: no parser,
+passes or it is cancelled.  Plain text (:data:`~.read.IN_PROCESS_TYPES`: no parser,
 at most ``MAX_TEXT_BYTES``) are read in this process.  What the parent does with the pages
 (chunking, OCR of scanned pages through ``ocr.page``, embedding) stays in the parent.
 """
@@ -30,12 +30,13 @@ from hearthnet.services.rag.ingest.read import (
     detect_content_type,
     stream_document,
 )
+from hearthnet.services.rag.ingest.readers.common import Attachment
 
 __all__ = ["DocumentReaders", "read_parts"]
 
 log = structlog.get_logger("hearthnet.rag.reader")
 
-Parts = Generator[DocumentHeader | PageText, None, None]
+Parts = Generator[DocumentHeader | PageText | Attachment, None, None]
 
 _TARGET = "hearthnet.services.rag.ingest.isolated:read_parts"
 
@@ -55,8 +56,12 @@ def read_parts(
         for part in parts:
             if isinstance(part, DocumentHeader):
                 yield {"header": [part.content_type, part.title_hint, part.page_count]}
+            elif isinstance(part, Attachment):
+                yield {"attachment": [part.filename, part.data]}
             else:
-                yield {"page": [part.page, part.text, part.scanned]}
+                place = [list(item) for item in part.place]
+                marks = [list(m) for m in part.marks]
+                yield {"page": [part.page, part.text, part.scanned, place, marks, part.mark]}
 
 
 def _forward(level: str, fields: dict[str, Any]) -> None:
@@ -140,9 +145,19 @@ class _StoppableReader:
         )
         with contextlib.closing(items):
             for item in items:
-                if "header" in item:
+                if "attachment" in item:
+                    filename, data = item["attachment"]
+                    yield Attachment(str(filename), bytes(data))
+                elif "header" in item:
                     content_type, title_hint, page_count = item["header"]
                     yield DocumentHeader(content_type, title_hint, int(page_count))
                 else:
-                    page, text, scanned = item["page"]
-                    yield PageText(page=int(page), text=text, scanned=bool(scanned))
+                    page, text, scanned, place, marks, mark = item["page"]
+                    yield PageText(
+                        page=int(page),
+                        text=text,
+                        scanned=bool(scanned),
+                        place=tuple((str(k), v) for k, v in place),
+                        marks=tuple((int(o), int(n)) for o, n in marks),
+                        mark=str(mark),
+                    )

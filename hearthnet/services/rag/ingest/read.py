@@ -1,4 +1,6 @@
-"""Turn uploaded bytes into page texts: PDF (pypdf), plain text, Markdown.
+"""Turn uploaded bytes into page texts: PDF (pypdf) and plain text here, every other format of
+:mod:`hearthnet.contracts.formats` by its reader (:mod:`.readers`, dispatched by
+:func:`stream_document`).
 
 Every failure a user can cause is a :class:`BadRequest` with a message that
 says what is wrong and what to do.  pypdf's diagnostics (its ``pypdf``
@@ -9,13 +11,14 @@ the rest counted into one ``pypdf_warning_repeated`` record at its end
 (:class:`~hearthnet.runtime.log_summary.LogSummary`); so are its ``pdf_page_unreadable`` records.
 The work a PDF's content streams take is bounded (:mod:`.limits`).
 
-Plain text and Markdown (:data:`IN_PROCESS_TYPES`) need no parser and are read where they are
-asked for; every other format is read in a worker process (:mod:`.isolated`).
+Plain text (:data:`IN_PROCESS_TYPES`) needs no parser and is read where it is asked for;
+every other format is read in a worker process (:mod:`.isolated`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import re
@@ -38,6 +41,7 @@ from hearthnet.runtime.log_summary import LogSummary
 from hearthnet.services.rag.ingest import pdf_content
 from hearthnet.services.rag.ingest.columns import ColumnOrder
 from hearthnet.services.rag.ingest.limits import ContentBudget, ReadLimits
+from hearthnet.services.rag.ingest.sniff import sniff
 
 __all__ = [
     "CONTENT_TYPES",
@@ -48,19 +52,23 @@ __all__ = [
     "Document",
     "DocumentHeader",
     "PageText",
+    "clean",
     "detect_content_type",
     "ocr_page_text",
     "read_document",
     "stream_document",
+    "title_hint",
 ]
 
 PDF = formats.PDF.content_type
 TEXT = formats.TEXT.content_type
 MARKDOWN = formats.MARKDOWN.content_type
 CONTENT_TYPES: tuple[str, ...] = tuple(f.content_type for f in formats.FORMATS)
-IN_PROCESS_TYPES: frozenset[str] = frozenset({TEXT, MARKDOWN})
+IN_PROCESS_TYPES: frozenset[str] = frozenset({TEXT})
 """Formats read in the node's own process: no parser, linear work on at most ``MAX_TEXT_BYTES``.
 Every other format (a parser a hostile file can keep busy) is read in a worker process."""
+_READERS = "hearthnet.services.rag.ingest.readers"
+"""Where the readers :attr:`~hearthnet.contracts.formats.Format.reader` names are."""
 WARNINGS_LOGGED = 20
 """pypdf warnings (and unreadable pages) written per document; the rest are counted."""
 _MD_SUFFIXES = set(formats.MARKDOWN.suffixes)
@@ -79,13 +87,7 @@ MAX_PDF_TEXT = 16 << 20
 
 # Magic bytes of common types we do not read, to name them in the error.
 _KNOWN_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
     (b"GIF8", "image/gif"),
-    (b"II*\x00", "image/tiff"),
-    (b"MM\x00*", "image/tiff"),
-    (b"PK\x03\x04", "application/zip (e.g. docx, odt, epub)"),
-    (b"\xd0\xcf\x11\xe0", "application/x-ole (e.g. doc, xls)"),
     (b"{\\rtf", "application/rtf"),
     (b"\x1f\x8b", "application/gzip"),
 )
@@ -117,6 +119,14 @@ class PageText:
     """No text, but the page draws an image (or pypdf could not parse it): OCR may read it."""
     ocr: bool = False
     """The text was read off the page's image by OCR."""
+    place: tuple[tuple[str, str | int], ...] = ()
+    """Where the page is in a document without pages, into its chunks' metadata: ``unit``
+    (``section``, ``slide``, ``sheet``, ``message``), ``section`` (a heading path, a slide's
+    title, a sheet's name), a message's ``mail_*`` fields (:mod:`.readers.common`)."""
+    marks: tuple[tuple[int, int], ...] = ()
+    """``(offset in text, number)`` where each numbered paragraph (or row) starts."""
+    mark: str = "paragraph"
+    """What ``marks`` number: ``paragraph`` or ``row``."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +234,9 @@ def detect_content_type(data: bytes, filename_hint: str | None = None) -> str:
     suffix = PurePath(filename_hint).suffix.lower() if filename_hint else ""
     if data.startswith(_PDF_MAGIC):
         return PDF
+    sniffed = sniff(data, suffix)
+    if sniffed is not None:
+        return sniffed
     for magic, name in _KNOWN_MAGIC:
         if data.startswith(magic):
             raise BadRequest(f"unsupported type {name}: supported are {formats.supported_text()}")
@@ -281,6 +294,12 @@ def stream_document(
             data, filename_hint=filename_hint, max_pages=max_pages, scans_ok=scans_ok, limits=limits
         )
         return
+    fmt = formats.by_content_type(ctype)
+    if fmt is not None and fmt.reader is not None:
+        module, function = fmt.reader.split(":")
+        reader = getattr(importlib.import_module(f"{_READERS}.{module}"), function)
+        yield from reader(data, filename_hint, max_text_bytes, scans_ok)
+        return
     doc = _read_text(data, ctype, filename_hint, max_text_bytes)
     yield DocumentHeader(doc.content_type, doc.title_hint, doc.page_count)
     yield from doc.pages
@@ -293,16 +312,17 @@ lone surrogate, which no UTF-8 encoder (msgpack, the tokenizer, ChromaDB) accept
 the file (a PDF's /Title, a Markdown heading); it is copied into every chunk's metadata."""
 
 
-def _clean(text: str) -> str:
+def clean(text: str) -> str:
+    """Text as chunks hold it: ``\n`` line ends, no NUL, no lone surrogate."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
     return _LONE_SURROGATE.sub("\ufffd", text)
 
 
-def _title(text: str | None) -> str | None:
+def title_hint(text: str | None) -> str | None:
     """A title hint as chunks carry it: clean, at most ``MAX_TITLE`` characters."""
     if text is None:
         return None
-    return _clean(text).strip()[:MAX_TITLE] or None
+    return clean(text).strip()[:MAX_TITLE] or None
 
 
 def _stem(filename_hint: str | None) -> str | None:
@@ -317,7 +337,7 @@ def _read_text(data: bytes, ctype: str, filename_hint: str | None, max_bytes: in
             f"text file is {len(data) / (1 << 20):.1f} MiB; at most {max_bytes / (1 << 20):g} MiB of text "
             "are supported: split it into smaller files"
         )
-    text = _clean(data.decode("utf-8").removeprefix("\ufeff"))
+    text = clean(data.decode("utf-8").removeprefix("\ufeff"))
     if not text.strip():
         raise BadRequest("text file contains only whitespace: nothing to index")
     title: str | None = None
@@ -327,7 +347,7 @@ def _read_text(data: bytes, ctype: str, filename_hint: str | None, max_bytes: in
     return Document(
         pages=[PageText(page=1, text=text)],
         content_type=ctype,
-        title_hint=_title(title) or _title(_stem(filename_hint)),
+        title_hint=title_hint(title) or title_hint(_stem(filename_hint)),
         page_count=1,
     )
 
@@ -419,7 +439,7 @@ def _stream_pdf(
             with _summarised(summaries), _pypdf_warnings_logged(), pdf_content.counted(budget):
                 page, error = _read_page(reader, number, budget)
             if page.text.strip() and (ordered := columns.text(number)) is not None:
-                page = PageText(page=number, text=_clean(ordered), scanned=False)
+                page = PageText(page=number, text=clean(ordered), scanned=False)
             if error is not None:
                 failed += 1
                 unsupported += isinstance(error, NotImplementedError | DependencyError)
@@ -475,7 +495,7 @@ def _open_pdf(data: bytes, *, filename_hint: str | None, max_pages: int) -> tupl
         raise BadRequest("PDF has no pages: nothing to index")
     if page_count > max_pages:
         raise BadRequest(f"PDF has {page_count} pages, at most {max_pages} are supported: split it")
-    return reader, page_count, _pdf_title(reader) or _title(_stem(filename_hint))
+    return reader, page_count, _pdf_title(reader) or title_hint(_stem(filename_hint))
 
 
 def _read_page(reader: PdfReader, number: int, budget: ContentBudget) -> tuple[PageText, Exception | None]:
@@ -500,7 +520,7 @@ def _read_page(reader: PdfReader, number: int, budget: ContentBudget) -> tuple[P
             f"real page ({MAX_PAGE_TEXT:,} at most): the file is damaged or built to blow up; "
             "re-export it"
         )
-    text = _clean(text)
+    text = clean(text)
     scanned = not text.strip() and (error is not None or _draws_an_image(reader, number))
     return PageText(page=number, text=text, scanned=scanned), error
 
@@ -519,7 +539,7 @@ def _content_bytes(page: PageObject) -> int:
 
 def ocr_page_text(page: int, text: str) -> PageText:
     """Page ``page`` with the text OCR read off its image, cleaned as extracted text is."""
-    return PageText(page=page, text=_clean(text), ocr=True)
+    return PageText(page=page, text=clean(text), ocr=True)
 
 
 _MAX_CONTENT_STREAMS = 10_000
@@ -570,4 +590,4 @@ def _pdf_title(reader: PdfReader) -> str | None:
         title = meta.title if meta is not None else None
     except (PyPdfError, NotImplementedError, *_PYPDF_INTERNAL):
         return None
-    return _title(title) if isinstance(title, str) else None
+    return title_hint(title) if isinstance(title, str) else None

@@ -39,7 +39,7 @@ def test_a_folder_gives_its_visible_documents_once_each(tmp_path: Path) -> None:
     docs = tmp_path / "docs"
     (docs / "sub").mkdir(parents=True)
     (docs / ".git").mkdir()
-    for rel in ("a.pdf", "sub/b.md", "sub/c.TXT", "._a.pdf", ".git/x.md", "sub/.hidden.md", "notes.docx"):
+    for rel in ("a.pdf", "sub/b.md", "sub/c.TXT", "._a.pdf", ".git/x.md", "sub/.hidden.md", "notes.doc"):
         (docs / rel).write_bytes(b"x")
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "d.md").write_bytes(b"x")
@@ -80,14 +80,14 @@ def test_a_folder_says_what_it_skipped_and_why(tmp_path: Path) -> None:
     """Hardening row 20: MANIFEST.tsv was skipped silently; README.md stays a document (it is .md)."""
     docs = tmp_path / "family"
     (docs / ".git").mkdir(parents=True)
-    for name in ("README.md", "letters.md", "MANIFEST.tsv", ".DS_Store", "scan", ".git/config"):
+    for name in ("README.md", "letters.md", "MANIFEST.json", ".DS_Store", "scan", ".git/config"):
         (docs / name).write_text("x")
     skipped: list[dict[str, str]] = []
     files, problems = _expand([str(docs)], skipped)
     assert [f.name for f in files] == ["README.md", "letters.md"] and problems == []
     reasons = {Path(s["path"]).name: s["reason"] for s in skipped}
-    assert set(reasons) == {".git", "MANIFEST.tsv", ".DS_Store", "scan"}  # .git's files are not listed
-    assert "unsupported type .tsv" in reasons["MANIFEST.tsv"] and "hidden" in reasons[".DS_Store"]
+    assert set(reasons) == {".git", "MANIFEST.json", ".DS_Store", "scan"}  # .git's files are not listed
+    assert "unsupported type .json" in reasons["MANIFEST.json"] and "hidden" in reasons[".DS_Store"]
     assert "hidden folder" in reasons[".git"] and "no file extension" in reasons["scan"]
     results = [
         {"path": str(docs / "README.md"), "ok": True, "existing": False, "chunks_indexed": 1},

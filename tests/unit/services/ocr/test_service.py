@@ -215,7 +215,10 @@ def _blob_inputs(store: BlobStore) -> dict[str, tuple[dict[str, Any], str]]:
             "encrypted with a password",
         ),
         "corrupt pdf": ({"doc_cid": put(PDF_DIR / "corrupt_header_only.pdf")}, "not a readable PDF"),
-        "not a pdf": ({"doc_cid": put(b"plain notes, not a page")}, "neither a PDF nor a PNG or JPEG"),
+        "not a pdf": (
+            {"doc_cid": put(b"plain notes, not a page")},
+            "neither a PDF nor a PNG, JPEG, TIFF",
+        ),
         "image page 2": ({"doc_cid": jpeg, "page": 2}, "is an image \\(page 1\\)"),
     }
 

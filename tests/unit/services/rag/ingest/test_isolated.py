@@ -63,7 +63,7 @@ async def test_a_real_pdf_is_read_in_a_worker_as_in_this_process(readers: Docume
 
 
 async def test_text_is_read_in_this_process(readers: DocumentReaders) -> None:
-    parts = await _read(readers, b"# Notes\n\nbasil likes sun\n", name="notes.md")
+    parts = await _read(readers, b"Notes\n\nbasil likes sun\n", name="notes.txt")
     assert [type(p) for p in parts] == [DocumentHeader, PageText]
     assert readers.pool.idle_pids() == [] and readers.pool.busy_pids() == []  # no worker started
 
