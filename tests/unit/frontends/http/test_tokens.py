@@ -119,6 +119,10 @@ def client_capabilities() -> dict[str, set[str]]:
     return out
 
 
+_CONTAINER_METHODS = frozenset(dir(dict) + dir(list) + dir(set))
+"""``x.update(...)`` on a dict is not ``RagClient.update``: such names are never taken as a client's."""
+
+
 def door_calls(path: Path, clients: dict[str, set[str]]) -> set[str]:
     """The capabilities ``path`` calls through the contracts' typed clients: ``XClient(..).m(..)``,
     ``v.m(..)`` where ``v = XClient(..)`` in the same function, ``x.m(..)`` where ``m`` is a
@@ -154,7 +158,8 @@ def door_calls(path: Path, clients: dict[str, set[str]]) -> set[str]:
                     found |= clients.get(f"{owner.func.id}.{f.attr}", set())
                 elif isinstance(owner, ast.Name) and owner.id in bound:
                     found |= clients.get(f"{bound[owner.id]}.{f.attr}", set())
-                elif len(methods.get(f.attr, [])) == 1:  # a method of one client only: that one's
+                elif len(methods.get(f.attr, [])) == 1 and f.attr not in _CONTAINER_METHODS:
+                    # a method of one client only (not dict.update or list.append): that one's
                     found |= clients[methods[f.attr][0]]
     return found
 
