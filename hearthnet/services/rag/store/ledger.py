@@ -366,6 +366,21 @@ class Ledger:
             if announce:
                 self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
 
+    def mark_replaced(self, name: str, doc_cid: str, announce: bool) -> bool:
+        """A complete document marked ``deleting`` inside the caller's transaction (:meth:`batch`),
+        the one that completes the document replacing it; whether it was complete."""
+        done = self._db.execute(
+            "UPDATE documents SET status = 'deleting' "
+            "WHERE corpus = ? AND doc_cid = ? AND status = 'complete'",
+            (name, doc_cid),
+        )
+        if done.rowcount != 1:
+            return False
+        keyword.remove_document(self._db, name, doc_cid)
+        if announce:
+            self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
+        return True
+
     def remove(self, name: str, doc_cid: str) -> None:
         with transaction(self._db):
             self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
