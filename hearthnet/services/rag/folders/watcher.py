@@ -179,7 +179,7 @@ class FolderWatch:
             else:
                 ready[rel] = st
         await self._mark_pending(todo, known)
-        retry = await self._apply(ready, todo, known)
+        retry = await self._apply(ready, todo, known, settling=due is not None)
         self._reconciled = True
         self.label = "watching"
         if retry is not None:
@@ -208,8 +208,11 @@ class FolderWatch:
         if rows:
             await run_blocking(self._state.put, self.key, rows, limiter=self._threads)
 
-    async def _apply(self, ready: dict[str, Stat], todo: Plan, known: dict[str, FileRow]) -> float | None:
-        """Read the settled files, then renames, ingests (new and changed) and deletes."""
+    async def _apply(
+        self, ready: dict[str, Stat], todo: Plan, known: dict[str, FileRow], *, settling: bool
+    ) -> float | None:
+        """Read the settled files, then renames, ingests (new and changed) and deletes.  While a
+        file is still settling no document is deleted: it may be a gone file's new name."""
         hashed: dict[str, tuple[str, Stat]] = {}
         unstable = False
         self.scan = (0, len(ready))
@@ -225,7 +228,9 @@ class FolderWatch:
         ingests, done = self._resolve(hashed, gone, known, present)
         await self._renames(done, gone)
         retry = await self._ingest(ingests, known)
-        retry_gone = await self._deletes(gone, {*present.values(), *(h[0] for h in hashed.values())})
+        retry_gone = False
+        if not (settling or unstable):
+            retry_gone = await self._deletes(gone, {*present.values(), *(h[0] for h in hashed.values())})
         if unstable or retry or retry_gone:
             return self._settings.settle_seconds if unstable else self._settings.retry_seconds
         return None

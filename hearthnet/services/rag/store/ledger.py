@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.errors import BadRequest
 from hearthnet.runtime.sqlite_tx import transaction
 from hearthnet.services.rag.search import keyword
@@ -235,7 +236,7 @@ class Ledger:
         ``CorpusStore.list_documents``)."""
         rows = self._db.execute(
             "SELECT doc_cid, title, filename, pages, chunks, language, ingested_by, "
-            "COALESCE(ingested_at, updated_at) FROM documents "
+            "COALESCE(ingested_at, updated_at), metadata FROM documents "
             "WHERE corpus = ? AND status = 'complete' AND doc_cid > ? ORDER BY doc_cid LIMIT ?",
             (name, after, limit),
         ).fetchall()
@@ -252,8 +253,10 @@ class Ledger:
                 "language": language,
                 "ingested_by": by,
                 "ingested_at": float(at),
+                # the file a watched folder ingested it from (specs/folders.md)
+                "source_path": (metadata_json(meta) or {}).get(SOURCE_PATH),
             }
-            for cid, title, filename, pages, chunks, language, by, at in rows
+            for cid, title, filename, pages, chunks, language, by, at, meta in rows
         ]
         return docs, int(total)
 
