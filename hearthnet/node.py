@@ -174,6 +174,7 @@ def rag_service(parts: NodeParts) -> Service | None:
 def folder_service(parts: NodeParts) -> Service | None:
     """``rag.watch``: folders this node keeps indexed, into corpora wherever they are hosted."""
     from hearthnet.services.rag.folders.service import FolderService
+    from hearthnet.services.rag.folders.watcher import WatchSettings
 
     own_id = parts.identity.node_id
     service = FolderService(
@@ -182,6 +183,7 @@ def folder_service(parts: NodeParts) -> Service | None:
         state_path=parts.config.home / "folders.sqlite",
         configured=parts.config.rag.folders,
         own_level=lambda: parts.event_log.view(lambda m: m.level_of(own_id)),
+        settings=WatchSettings(settle_seconds=parts.config.rag.folder_settle_seconds),
     )
     parts.community.on_events(lambda _events: service.membership_changed())
     return service

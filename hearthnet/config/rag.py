@@ -37,6 +37,7 @@ KEYS = frozenset(
         "replicas",
         "max_replicas",
         "folders",
+        "folder_settle_seconds",
     }
 )
 FOLDER_KEYS = frozenset({"path", "corpus"})
@@ -80,6 +81,9 @@ class RagConfig:
     """How many other nodes may replicate each corpus this node hosts (``None``: no cap)."""
     folders: tuple[tuple[str, str], ...] = ()
     """Folders this node keeps indexed, ``(path, corpus)`` (``[[rag.folders]]``, ``specs/folders.md``)."""
+    folder_settle_seconds: float = 1.0
+    """The least time a watched file goes without a change before it is read (a file being
+    written is read once it holds still; the window grows with the gaps between its writes)."""
 
     @property
     def allowed_archive_urls(self) -> frozenset[str]:
@@ -108,6 +112,7 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
         replicas=_replicas(rag_s),
         max_replicas=_max_replicas(rag_s),
         folders=_folders(rag_s),
+        folder_settle_seconds=seconds(rag_s, "folder_settle_seconds", 1.0, "rag"),
     )
 
 

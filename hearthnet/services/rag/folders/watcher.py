@@ -179,6 +179,13 @@ class FolderWatch:
             else:
                 ready[rel] = st
         await self._mark_pending(todo, known)
+        log.info(  # counts only: what a pass read, left alone and found gone
+            "folder_pass",
+            folder=self.key,
+            read=len(ready),
+            unchanged=len(todo.unchanged),
+            gone=len(todo.gone),
+        )
         retry = await self._apply(ready, todo, known, settling=due is not None)
         self._reconciled = True
         self.label = "watching"
