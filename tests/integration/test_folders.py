@@ -151,10 +151,10 @@ def test_first_scan_indexes_the_documents_only(mesh: LocalMesh, folder: Path) ->
     out = b.cli_json("watch", "add", str(folder), "--corpus", CORPUS, "--json")
     assert out == {"path": str(folder), "corpus": CORPUS, "added": True}
     entry = assert_mirrors(a, b, folder)
-    assert len(docs(a)) == 4  # two PDFs and the note; not the hidden, lock or ignored files
+    assert len(docs(a)) == 3  # two PDFs and the note; not the hidden, lock or ignored files
     assert entry["failed"] == [] and entry["failed_count"] == 0 and entry["last_change"]
     human = b.cli("watch", "list").stdout
-    assert f"{folder} -> {CORPUS}" in human and "4 indexed, 0 pending, 0 failed files" in human
+    assert f"{folder} -> {CORPUS}" in human and "3 indexed, 0 pending, 0 failed files" in human
     assert f"from {folder / 'notes' / 'heating.txt'}" in a.cli("docs", "--corpus", CORPUS).stdout
 
 

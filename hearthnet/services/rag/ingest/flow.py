@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -134,18 +135,9 @@ class Ingestion:
         # deadline passes or it walks away meanwhile: a stored document that no query can reach
         # and no member hears of would be worse than an answer that comes late.
         with anyio.CancelScope(shield=True):
-            source = DocumentSource(
-                filename=inp.filename,
-                pages=prepared.document.page_count,
-                ingested_by=ctx.caller,
-                replaces=inp.replaces,
-            )
-            await run_blocking(
-                lambda: self._store.add_document(
-                    corpus, prepared.chunks, embedded.vectors, source=source, announce=announced(corpus)
-                ),
-                limiter=self._store_limiter,
-            )
+            source = DocumentSource(inp.filename, prepared.document.page_count, ctx.caller, inp.replaces)
+            add = partial(self._store.add_document, corpus, source=source, announce=announced(corpus))
+            await run_blocking(add, prepared.chunks, embedded.vectors, limiter=self._store_limiter)
             await self._replaced([inp.replaces] if inp.replaces else [])
             await self._offers.announce(corpus)
             self._changed(corpus)
