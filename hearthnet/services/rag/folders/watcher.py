@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,17 @@ class WatchSettings:
     """Files one ``rag.ingest`` carries (a first scan goes batch by batch: background work)."""
     retry_seconds: float = 30.0
     """When a file refused for a transient reason (a busy or absent host) is tried again."""
+
+
+@dataclass
+class _Seen:
+    """What one pass has learnt so far: the gone files' contents not claimed by a rename yet, the
+    indexed files left alone, the contents ingested and every content read."""
+
+    gone_by_cid: dict[str | None, str]
+    present: dict[str, str | None]
+    indexed: set[str] = field(default_factory=set)
+    read: set[str | None] = field(default_factory=set)
 
 
 class FolderWatch:
@@ -218,59 +229,61 @@ class FolderWatch:
     async def _apply(
         self, ready: dict[str, Stat], todo: Plan, known: dict[str, FileRow], *, settling: bool
     ) -> float | None:
-        """Read the settled files, then renames, ingests (new and changed) and deletes.  While a
-        file is still settling no document is deleted: it may be a gone file's new name."""
-        hashed: dict[str, tuple[str, Stat]] = {}
-        unstable = False
-        self.scan = (0, len(ready))
-        for rel, _st in ready.items():
-            got = await run_blocking(hash_file, self.root / rel, limiter=self._threads)
-            if got is None:
-                self._events[rel] = anyio.current_time()  # still being written: a later pass
-                unstable = True
-            else:
-                hashed[rel] = got
+        """Read the settled files batch by batch, each batch's renames recorded and its new and
+        changed files ingested; then the deletes.  While a file is still settling no document is
+        deleted: it may be a gone file's new name."""
         gone = dict(todo.gone)
-        present = {rel: row.doc_cid for rel, row in todo.unchanged.items() if row.status == INDEXED}
-        ingests, done = self._resolve(hashed, gone, known, present)
-        await self._renames(done, gone)
-        retry = await self._ingest(ingests, known)
+        seen = _Seen(
+            gone_by_cid={row.doc_cid: rel for rel, row in gone.items() if row.doc_cid is not None},
+            present={rel: row.doc_cid for rel, row in todo.unchanged.items() if row.status == INDEXED},
+        )
+        unstable = retry = False
+        self.scan = (0, len(ready))
+        rels = list(ready)
+        for start in range(0, len(rels), self._settings.batch):
+            hashed: dict[str, tuple[str, Stat]] = {}
+            for rel in rels[start : start + self._settings.batch]:
+                got = await run_blocking(hash_file, self.root / rel, limiter=self._threads)
+                if got is None:
+                    self._events[rel] = anyio.current_time()  # still being written: a later pass
+                    unstable = True
+                else:
+                    hashed[rel] = got
+            ingests, done = self._resolve(hashed, known, seen)
+            await self._renames(done, gone)
+            retry = await self._ingest(ingests, known) or retry
+            self.scan = (min(len(ready), start + self._settings.batch), len(ready))
         retry_gone = False
         if not (settling or unstable):
-            retry_gone = await self._deletes(gone, {*present.values(), *(h[0] for h in hashed.values())})
+            retry_gone = await self._deletes(gone, {*seen.present.values(), *seen.read})
         if unstable or retry or retry_gone:
             return self._settings.settle_seconds if unstable else self._settings.retry_seconds
         return None
 
     def _resolve(
-        self,
-        hashed: dict[str, tuple[str, Stat]],
-        gone: dict[str, FileRow],
-        known: dict[str, FileRow],
-        present: dict[str, str | None],
+        self, hashed: dict[str, tuple[str, Stat]], known: dict[str, FileRow], seen: _Seen
     ) -> tuple[list[ToIngest], list[tuple[FileRow, str | None]]]:
         """Each read file: unchanged content (a touch), a rename of a gone file, a copy of an
         indexed one, or a document to ingest (replacing its previous version)."""
-        gone_by_cid = {row.doc_cid: rel for rel, row in gone.items() if row.doc_cid is not None}
-        indexed = set(present.values())
         ingests: list[ToIngest] = []
         done: list[tuple[FileRow, str | None]] = []  # rows now indexed; the gone path they were
         now = time.time()
         for rel, (cid, st) in hashed.items():
             old = known.get(rel)
             row = FileRow(rel, st, cid, INDEXED, None, now)
+            seen.read.add(cid)
             if old is not None and old.doc_cid == cid:
                 done.append((row, None))
-            elif cid in gone_by_cid:
-                done.append((row, gone_by_cid.pop(cid)))
-            elif cid in indexed:
+            elif cid in seen.gone_by_cid:
+                done.append((row, seen.gone_by_cid.pop(cid)))
+            elif cid in seen.indexed or cid in seen.present.values():
                 done.append((row, None))
             else:
                 prev = old.doc_cid if old is not None else None
-                others = {c for r, c in present.items() if r != rel}
+                others = {c for r, c in seen.present.items() if r != rel}
                 replaces = prev if prev and prev != cid and prev not in others else None
                 ingests.append(ToIngest(rel, self.root / rel, cid, st, replaces))
-                indexed.add(cid)
+                seen.indexed.add(cid)
         return ingests, done
 
     async def _renames(self, done: list[tuple[FileRow, str | None]], gone: dict[str, FileRow]) -> None:
@@ -301,8 +314,6 @@ class FolderWatch:
             ]
             retry = retry or any(o.transient for o in outcomes)
             await run_blocking(self._state.put, self.key, rows, limiter=self._threads)
-            if self.scan is not None:
-                self.scan = (self.scan[0] + len(part), self.scan[1])
         return retry
 
     def _row_after(self, item: ToIngest, outcome: Outcome, old: FileRow | None) -> FileRow:
