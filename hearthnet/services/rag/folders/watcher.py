@@ -200,6 +200,10 @@ class FolderWatch:
         retry = await self._apply(ready, todo, known, settling=due is not None)
         self._reconciled = True
         self.label = "watching"
+        old = now - self._settings.settle_max_seconds  # events that no window reaches any more
+        for rel in [r for r, t in self._events.items() if t < old]:
+            self._events.pop(rel, None)
+            self._gaps.pop(rel, None)
         if retry is not None:
             due = retry if due is None else min(due, retry)
         return due
@@ -249,6 +253,7 @@ class FolderWatch:
                     unstable = True
                 else:
                     hashed[rel] = got
+                    self._gaps.pop(rel, None)  # its next burst of writes starts afresh
             ingests, done = self._resolve(hashed, known, seen)
             await self._renames(done, gone)
             retry = await self._ingest(ingests, known) or retry
