@@ -44,7 +44,7 @@ from hearthnet.contracts.answer import (
     MAX_MODEL_NAME,
 )
 from hearthnet.contracts.base import check_input_keys
-from hearthnet.contracts.rag import DELETED, INGESTED, is_corpus_name
+from hearthnet.contracts.rag import DELETED, INGESTED, UPDATED, is_corpus_name
 from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.events.envelope import Event
 
@@ -54,7 +54,7 @@ log = structlog.get_logger("hearthnet.answer")
 
 T = TypeVar("T")
 
-DOCUMENT_EVENTS = frozenset({INGESTED, DELETED})
+DOCUMENT_EVENTS = frozenset({INGESTED, DELETED, UPDATED})
 """Events that change a corpus's documents: cached answers drawn from it are dropped."""
 SESSIONS_PAGE = 100
 SESSIONS_MAX_PAGE = 1000

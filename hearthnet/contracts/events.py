@@ -6,7 +6,7 @@ from __future__ import annotations
 from hearthnet.community.membership import Membership
 from hearthnet.community.rules import default_rules
 from hearthnet.contracts.node_events import node_addresses_rule
-from hearthnet.contracts.rag_events import deleted_rule, ingested_rule, moved_rule
+from hearthnet.contracts.rag_events import deleted_rule, ingested_rule, moved_rule, updated_rule
 from hearthnet.events.rules import EventRules
 
 __all__ = ["community_rules", "register_family_event_rules"]
@@ -17,6 +17,7 @@ def register_family_event_rules(rules: EventRules[Membership]) -> None:
     rules.register(ingested_rule())
     rules.register(deleted_rule())
     rules.register(moved_rule())
+    rules.register(updated_rule())
     rules.register(node_addresses_rule())
 
 

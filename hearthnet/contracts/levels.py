@@ -20,6 +20,7 @@ TRUST_REQUIRED: Final[Mapping[str, Level]] = {
     file.PUSH: Level.TRUSTED,
     rag.INGEST: Level.TRUSTED,
     rag.DELETE: Level.TRUSTED,
+    rag.UPDATE: Level.TRUSTED,
     rag.EXPORT: Level.TRUSTED,
     folders.WATCH: Level.ANCHOR,  # folders on the node's own disk: its owner's
     # changing the community

@@ -18,7 +18,9 @@ embedding?}]}`` (complete documents' chunks in the store's order: the ChromaDB d
 ``rag.ingest`` (trusted) ``params {corpus}``, ``input {doc_cid, title?, language?, filename?,
 metadata?}``, or ``input {documents: [such inputs]}`` (up to ``MAX_INGEST_BATCH``, each document
 atomic and answered on its own); ``rag.list_documents`` pages ``{after, limit}``; ``rag.delete`` (trusted)
-``{doc_cid}``; ``rag.list_corpora``, and ``rag.known_corpora`` (this node only: every corpus the
+``{doc_cid}``; ``rag.update`` (trusted) ``{doc_cid, metadata?, title?}`` (a document's metadata and
+title changed on its host without re-embedding: ``metadata`` sets each field given, ``null`` removes
+one); ``rag.list_corpora``, and ``rag.known_corpora`` (this node only: every corpus the
 community knows of and its hosts).  See ``specs/rag.md``.
 """
 
@@ -77,6 +79,8 @@ __all__ = [
     "RESERVED",
     "SEARCH_ARCHIVES",
     "SYSTEM",
+    "UPDATE",
+    "UPDATED",
     "OnFrame",
     "RagClient",
     "advertised_chunks",
@@ -100,6 +104,7 @@ __all__ = [
 QUERY = "rag.query"
 INGEST = "rag.ingest"
 DELETE = "rag.delete"
+UPDATE = "rag.update"
 LIST_DOCUMENTS = "rag.list_documents"
 LIST_CORPORA = "rag.list_corpora"
 KNOWN_CORPORA = "rag.known_corpora"
@@ -234,6 +239,9 @@ INGESTED = "rag.document.ingested"
 """``{corpus, doc_cid, title, language, chunks}``: a host indexed a document (rules: :mod:`.rag_events`)."""
 DELETED = "rag.document.deleted"
 """``{corpus, doc_cid}``: a host took a document out of a corpus."""
+UPDATED = "rag.document.updated"
+"""``{corpus, doc_cid, title, metadata, digest?}``: a host changed a document's title and metadata (the
+whole of its caller metadata after the change; ``digest``: of the document as stored after it)."""
 MOVED = "rag.corpus.moved"
 """``{corpus, from, to}``: an anchor handed a corpus's host role to an up-to-date replica."""
 EXPORT = "rag.export"
@@ -449,6 +457,27 @@ class RagClient:
         """``rag.delete``: the document out of ``corpus`` (on ``provider``, else where it is hosted)."""
         return await self._caller.call(
             DELETE, params={"corpus": corpus}, input={"doc_cid": doc_cid}, provider=provider, timeout=timeout
+        )
+
+    async def update(
+        self,
+        corpus: str,
+        document: str,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        title: str | None = None,
+        provider: str | None = None,
+        timeout: float | None = None,
+    ) -> CallResult:
+        """``rag.update``: the document ``document`` (its doc_cid) of ``corpus`` gets ``title`` and each
+        field of ``meta`` (a ``None`` value removes the field), without re-embedding, on its host."""
+        inp: dict[str, Any] = {"doc_cid": document}
+        if meta:
+            inp["metadata"] = dict(meta)
+        if title is not None:
+            inp["title"] = title
+        return await self._caller.call(
+            UPDATE, params={"corpus": corpus}, input=inp, provider=provider, timeout=timeout
         )
 
     async def list_documents(

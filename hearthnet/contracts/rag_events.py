@@ -1,5 +1,5 @@
-"""The rules of the ``rag.document.ingested`` and ``rag.document.deleted`` events: data shapes and
-who may emit them.
+"""The rules of the ``rag.document.ingested``, ``rag.document.deleted`` and ``rag.document.updated``
+events: data shapes and who may emit them.
 
 Registered on every node (whatever services it runs) so that every member
 stores and relays the same events.  Only a member that is ``trusted`` at that
@@ -10,8 +10,11 @@ corpus name), ``doc_cid`` (a canonical blob cid), ``title`` (<= 1000 chars),
 three more together or none (older events stay valid): ``digest`` (``blake3:`` + 64 hex digits, of
 the document's chunk ids, texts, metadata and vectors: :mod:`hearthnet.services.rag.replicas.digest`),
 ``embedding_model`` (<= 200 chars) and ``dim`` (1 .. 8192);
-``deleted`` exactly ``corpus`` and ``doc_cid``; ``rag.corpus.moved`` exactly ``corpus``, ``from``
-and ``to`` (node ids), by an anchor.  The corpus may not be
+``deleted`` exactly ``corpus`` and ``doc_cid``; ``updated`` exactly ``corpus``, ``doc_cid``, ``title``
+(<= 1000 chars) and ``metadata`` (the document's whole caller metadata after the change: at most 32
+fields named like a filter's keys, each a boolean, a 64-bit integer, a finite float or a string of at
+most 1000 characters), and ``digest`` (as ``ingested``'s) when the host holds the document's chunks;
+``rag.corpus.moved`` exactly ``corpus``, ``from`` and ``to`` (node ids), by an anchor.  The corpus may not be
 ``personal`` or ``system``: no honest node announces a document there.
 
 Who may *delete*: the log stores and relays a ``deleted`` event of any member
@@ -23,6 +26,7 @@ host, which is who answers ``rag.delete``) or a current anchor; see
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +38,7 @@ from hearthnet.contracts.rag import (
     INGESTED,
     MAX_TITLE,
     MOVED,
+    UPDATED,
     check_replicable,
     is_language,
     validate_corpus_name,
@@ -46,9 +51,11 @@ __all__ = [
     "deleted_rule",
     "ingested_rule",
     "moved_rule",
+    "updated_rule",
     "validate_deleted",
     "validate_ingested",
     "validate_moved",
+    "validate_updated",
 ]
 
 MAX_LANGUAGE = 16
@@ -65,6 +72,10 @@ DIGEST_FIELDS: dict[str, type] = {"digest": str, "embedding_model": str, "dim": 
 MAX_MODEL = 200
 MAX_DIM = 8192
 _DIGEST = re.compile(r"blake3:[0-9a-f]{64}")
+_METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MAX_METADATA_FIELDS = 32
+MAX_METADATA_STRING = 1000
+_INT64 = 1 << 63
 _NODE_ID = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
 
 
@@ -115,6 +126,46 @@ def validate_deleted(data: Mapping[str, Any]) -> None:
 def deleted_rule() -> EventRule:
     """Stored and relayed like ``ingested``; whom it cancels is decided by the corpus view (module doc)."""
     return EventRule(event_type=DELETED, min_level=Level.TRUSTED, validate=validate_deleted)
+
+
+def _check_metadata(metadata: Any) -> None:
+    """A document's caller metadata as the RAG service keeps it (the same bounds as ``rag.ingest``'s)."""
+    if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_FIELDS:
+        raise BadRequest(f"{UPDATED}.metadata must be an object of at most {MAX_METADATA_FIELDS} fields")
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key) or key.startswith("hn_"):
+            raise BadRequest(f"{UPDATED}.metadata has an invalid key")
+        if isinstance(value, bool) or (isinstance(value, int) and -_INT64 <= value < _INT64):
+            continue
+        if isinstance(value, float) and math.isfinite(value):
+            continue
+        if isinstance(value, str) and len(value) <= MAX_METADATA_STRING:
+            continue
+        raise BadRequest(f"{UPDATED}.metadata.{key} must be a boolean, a number or a short string")
+
+
+def validate_updated(data: Mapping[str, Any]) -> None:
+    base = {"corpus", "doc_cid", "title", "metadata"}
+    if set(data) not in (base, base | {"digest"}):
+        raise BadRequest(
+            f"{UPDATED} data must have exactly the keys corpus, doc_cid, title, metadata (and digest)"
+        )
+    if not all(isinstance(data[k], str) for k in ("corpus", "doc_cid", "title")):
+        raise BadRequest(f"{UPDATED} corpus, doc_cid and title must be strings")
+    validate_corpus_name(data["corpus"], allow_reserved=False)
+    if not is_cid(data["doc_cid"]):
+        raise BadRequest(f"{UPDATED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    if len(data["title"]) > MAX_TITLE:
+        raise BadRequest(f"{UPDATED}.title is limited to {MAX_TITLE} characters")
+    _check_metadata(data["metadata"])
+    if "digest" in data and not (isinstance(data["digest"], str) and _DIGEST.fullmatch(data["digest"])):
+        raise BadRequest(f"{UPDATED}.digest must be 'blake3:' + 64 lowercase hex digits")
+
+
+def updated_rule() -> EventRule:
+    """Stored and relayed like ``deleted``; whose copy it changes is decided by the corpus view (the
+    host's, when its author is the host: :mod:`hearthnet.services.rag.replicas.log`)."""
+    return EventRule(event_type=UPDATED, min_level=Level.TRUSTED, validate=validate_updated)
 
 
 def validate_moved(data: Mapping[str, Any]) -> None:

@@ -14,6 +14,7 @@ from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import MAX_K, QUERY_MODES, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
+from hearthnet.frontends.cli.docs_set import add_docs_set
 from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
 from hearthnet.frontends.cli.output import (
     CliError,
@@ -240,6 +241,8 @@ def cmd_rag_reindex(args: argparse.Namespace) -> None:
 
 # -- docs ---------------------------------------------------------------------------------
 def cmd_docs(args: argparse.Namespace) -> None:
+    if args.corpus is None:
+        raise BadRequest("the following arguments are required: --corpus")
     corpus = corpus_arg(args.corpus)
     client = Client(args.home)
     docs: list[dict[str, Any]] = []
@@ -378,13 +381,16 @@ def add_corpora(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def add_docs(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
-        "docs", parents=[common], help="the documents of a corpus (title, file, pages, chunks, who, when)"
+        "docs",
+        parents=[common],
+        help="the documents of a corpus (title, file, pages, chunks, who, when); 'docs set' changes one",
     )
-    p.add_argument("--corpus", required=True, help="the corpus to list (required)")
+    p.add_argument("--corpus", help="the corpus to list (required)")
     p.add_argument(
         "--on", metavar="NODE_ID", help="ask this host (default: the corpus's host, the largest copy first)"
     )
     p.set_defaults(func=cmd_docs)
+    add_docs_set(p, common)
 
 
 def add_delete(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -309,8 +310,26 @@ def _print_entry(args: argparse.Namespace, entry: dict[str, Any]) -> None:
         if entry.get("ocr_pages"):
             note += f", {plural(len(entry['ocr_pages']), 'page')} read by OCR"
         print(f"ok    {name}: {plural(int(entry['chunks_indexed']), 'chunk')}{note}")
+        if entry.get("kept"):
+            print(f"note  {name}: {shown(kept_text(entry, args))}")
     else:
         print(f"FAIL  {name}: {entry['error']}: {shown(entry['message'])}")
+
+
+def kept_text(entry: dict[str, Any], args: argparse.Namespace) -> str:
+    """What a document indexed already kept of its own values, and the command that changes them
+    (the values this ingest gave, as given)."""
+    kept = entry["kept"]
+    old = [f"title {kept['title']!r}"] if "title" in kept else []
+    old += [f"{k}={'(none)' if v is None else repr(v)}" for k, v in sorted(kept.get("metadata", {}).items())]
+    metas = [m for m in args.meta or () if m.partition("=")[0].partition(":")[0] in kept.get("metadata", {})]
+    command = ["hearthnet", "docs", "set", entry["doc_cid"], "--corpus", args.corpus]
+    command += [x for m in metas for x in ("--meta", m)]
+    command += ["--title", args.title] if "title" in kept else []
+    return (
+        f"already indexed with {', '.join(old)}: kept (an ingest never changes a stored document); "
+        f"to change it, run: {shlex.join(command)}"
+    )
 
 
 SKIPPED_NAMED = 5

@@ -186,6 +186,8 @@ class _Flow:
             )
             if "ocr_pages" in got and not entry["existing"]:
                 entry["ocr_pages"] = got["ocr_pages"]
+            if "kept" in got:  # indexed already with other values: they were kept
+                entry["kept"] = got["kept"]
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """``call``, tried again while refused with ``capacity_exceeded`` and a retry hint (a

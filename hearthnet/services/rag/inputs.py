@@ -31,7 +31,7 @@ from hearthnet.contracts.rag import (
     is_language,
 )
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.chunks import check_extra_metadata
+from hearthnet.services.rag.chunks import METADATA_KEY, RESERVED_METADATA, check_extra_metadata
 from hearthnet.services.rag.search.filters import build_where
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "GetInput",
     "IngestInput",
     "QueryInput",
+    "UpdateInput",
     "delete_input",
     "get_input",
     "ingest_batch_input",
@@ -47,6 +48,7 @@ __all__ = [
     "query_embedding",
     "query_input",
     "query_mode",
+    "update_input",
 ]
 
 MAX_QUERY_DIM = 8192
@@ -267,3 +269,35 @@ def delete_input(inp: Mapping[str, Any]) -> str:
             "input.doc_cid must be the blake3:<hex> CID of a document (`hearthnet docs` lists them)"
         )
     return doc_cid
+
+
+@dataclass(frozen=True)
+class UpdateInput:
+    doc_cid: str
+    metadata: dict[str, Any]
+    """The fields to set; a ``None`` value removes the field."""
+    title: str | None
+
+
+def update_input(inp: Mapping[str, Any]) -> UpdateInput:
+    """``rag.update``: the document's cid, the metadata fields to set (``null`` removes one) and its
+    new title; at least one of the two."""
+    check_input_keys(inp, {"doc_cid", "metadata", "title"}, "rag.update")
+    doc_cid = delete_input({"doc_cid": inp.get("doc_cid")})
+    raw = inp.get("metadata")
+    if raw is not None and not isinstance(raw, dict):
+        raise BadRequest("input.metadata must be an object of the fields to set (null removes one)")
+    fields = dict(raw or {})
+    removed = [k for k, v in fields.items() if v is None]
+    for key in removed:
+        if not isinstance(key, str) or METADATA_KEY.fullmatch(key) is None:
+            raise BadRequest(f"metadata key {str(key)[:70]!r} is invalid")
+        if key in RESERVED_METADATA or key.startswith("hn_"):
+            raise BadRequest(f"metadata key {key!r} is reserved")
+    kept = check_extra_metadata({k: v for k, v in fields.items() if v is not None})
+    title = inp.get("title")
+    if title is not None and (not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE):
+        raise BadRequest(f"input.title must be a non-empty string of at most {MAX_TITLE} characters")
+    if not fields and title is None:
+        raise BadRequest("input must change something: give metadata fields to set, a title, or both")
+    return UpdateInput(doc_cid, {**kept, **dict.fromkeys(removed)}, title)

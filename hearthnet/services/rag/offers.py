@@ -1,5 +1,5 @@
 """What this node offers for its corpora, kept current: ``rag.query``, ``rag.get``,
-``rag.list_documents`` and ``rag.delete`` registered once per corpus, and ``rag.ingest``
+``rag.list_documents``, ``rag.delete`` and ``rag.update`` registered once per corpus, and ``rag.ingest``
 advertising the corpora it hosts.
 
 The per-corpus params carry the corpus's ``docs`` and ``chunks``: the predicates match on
@@ -20,7 +20,7 @@ import anyio
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
 from hearthnet.contracts.levels import trust_required
-from hearthnet.contracts.rag import BY_CORPUS, MAX_K, QUERY, REPLICA_OF, announced
+from hearthnet.contracts.rag import BY_CORPUS, MAX_K, QUERY, REPLICA_OF, UPDATE, announced
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.store import CorpusRecord, CorpusStore
@@ -44,6 +44,8 @@ class Handlers:
     ingest: Handler
     list_corpora: Handler
     reindex: Handler
+    update: Handler | None = None
+    """``rag.update`` (registered per corpus beside ``rag.delete``; ``None``: not offered)."""
 
 
 class CorpusOffers:
@@ -150,11 +152,15 @@ class CorpusOffers:
         delete = {"corpus": corpus}
         self._queries[corpus] = query
         self._others[corpus] = {"rag.list_documents": listing, "rag.get": reads, "rag.delete": delete}
+        if self._handlers.update is not None:
+            self._others[corpus][UPDATE] = dict(delete)
         local_only = not announced(corpus)
         more = self._more(corpus) if self._more is not None and not local_only else []
         for registration in more:
             self._others[corpus][registration.descriptor.name] = dict(registration.descriptor.params)
         h = self._handlers
+        if h.update is not None:
+            more = [*more, self._update(corpus, h.update, local_only)]
         return [
             *more,
             Registration(
@@ -215,6 +221,24 @@ class CorpusOffers:
                 BY_CORPUS,
             ),
         ]
+
+    @staticmethod
+    def _update(corpus: str, handler: Handler, local_only: bool) -> Registration:
+        return Registration(
+            CapabilityDescriptor(
+                UPDATE,
+                (1, 0),
+                params={"corpus": corpus},
+                trust_required=trust_required(UPDATE),
+                max_concurrent=2,
+                timeout_seconds=300.0,
+                idempotent=True,
+                local_only=local_only,
+                description=f"change a document's title and metadata in corpus {corpus}",
+            ),
+            handler,
+            BY_CORPUS,
+        )
 
     def _ingest(self, held: Sequence[str]) -> Registration:
         replica = self._replica_params or (lambda _corpus: {})

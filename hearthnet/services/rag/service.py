@@ -1,7 +1,8 @@
-"""``rag.query``, ``rag.ingest``, ``rag.list_corpora``, ``rag.list_documents``, ``rag.delete``
-(and ``rag.reindex``, this node only): the handlers, each checking its input and the corpus's
-rules, then handing over to the route of its data — :mod:`.ingest` (read, chunk, embed, write,
-announce), :mod:`.deletion`, and the store's corpora searched as :class:`Corpus` (:mod:`.store`).
+"""``rag.query``, ``rag.ingest``, ``rag.list_corpora``, ``rag.list_documents``, ``rag.delete``,
+``rag.update`` (and ``rag.reindex``, this node only): the handlers, each checking its input and the
+corpus's rules, then handing over to the route of its data — :mod:`.ingest` (read, chunk, embed,
+write, announce), :mod:`.deletion`, :mod:`.update`, and the store's corpora searched as
+:class:`Corpus` (:mod:`.store`).
 
 What the node offers per corpus is kept current by :mod:`.offers`.  ``personal`` is never
 reachable from another node; ``system`` is read-only.  A corpus whose recorded model differs
@@ -26,7 +27,6 @@ from hearthnet.blobs import BlobStore
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import Registration
-from hearthnet.community.levels import Level
 from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
@@ -39,7 +39,7 @@ from hearthnet.contracts.rag import (
     host_label,
     validate_corpus_name,
 )
-from hearthnet.errors import BadRequest, BusError, NotFound, Unauthorized
+from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
@@ -68,12 +68,13 @@ from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.queries import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
 from hearthnet.services.rag.store.corpus import KeywordLeg
+from hearthnet.services.rag.trust import OwnLevel, check_own_trust
+from hearthnet.services.rag.update import Updates
 
 __all__ = ["RagService", "RagSettings"]
 
 log = structlog.get_logger("hearthnet.rag")
 
-OwnLevel = Callable[[], Level | None]
 CorpusChanged = Callable[[str], None]
 """Told the corpus name after this node changed its documents (the personal corpus included)."""
 Output = tuple[dict[str, Any], dict[str, Any]]
@@ -149,6 +150,7 @@ class RagService:
                 ingest=self._handle_ingest,
                 list_corpora=self._handle_list,
                 reindex=self._handle_reindex,
+                update=lambda ctx: self._updates.handle(ctx),
             ),
             embedding_model=settings.embedding_model,
             accept_new_corpora=settings.accept_new_corpora,
@@ -159,6 +161,9 @@ class RagService:
             ingest_max_concurrent=settings.ingest_max_concurrent,
         )
         self._ingestion, self._deletions = self._flows(blobs, append_event, append_events, find_event)
+        locks, limits = (self._gate, self._documents), (self._store_limiter, self._read_threads)
+        self._updates = Updates(store, bus.node_id, *locks, *limits, append_event, self._check_own_trust)
+        self._updates.hooks(refuse=self._refuse_update, changed=self._changed)
         self._archives = ServedArchives(
             bus=bus,
             configs=archives,
@@ -246,6 +251,7 @@ class RagService:
         # Small corpora are searched exactly from memory: load them now, not on the first query.
         await run_blocking(self._store.warm_exact, limiter=self._store_limiter)
         await self._deletions.announce_pending()
+        await self._updates.announce_pending()
         if self.replicas is not None:
             await self.replicas.follower.load()
 
@@ -421,8 +427,9 @@ class RagService:
         # one ingest (or delete) of a document at a time; a repeat finds it stored
         async with self._gate.ingest(corpus), self._documents.hold(corpus, inp.doc_cid):
             output, meta = await self._ingestion.ingest(ctx, started, corpus, inp)
-        if not meta.get("existing"):
-            self.ingests += 1
+        if meta.get("existing"):  # kept as stored: say what differs from this ingest's values
+            await self._updates.note_kept(corpus, [inp], [output])
+        self.ingests += not meta.get("existing")
         return output, meta
 
     async def _ingest_batch(
@@ -435,24 +442,17 @@ class RagService:
             for doc_cid in sorted(d.doc_cid for d in batch):
                 await held.enter_async_context(self._documents.hold(corpus, doc_cid))
             output, meta = await self._ingestion.ingest_many(ctx, started, corpus, batch)
+        await self._updates.note_kept(corpus, batch, output["documents"])
         self.ingests += sum(1 for d in output["documents"] if d["ok"] and not d["existing"])
         return output, meta
 
+    def _refuse_update(self, corpus: str) -> None:
+        self._archives.refuse_write(corpus, "update documents of")
+        if self.replicas is not None:
+            self.replicas.refuse_write(corpus, "metadata changes")
+
     async def _check_own_trust(self, what: str) -> None:
-        """This node signs the event: it must be trusted (read off the event loop: the log's lock
-        may be held by a long gossip replay)."""
-        own = await run_blocking(self._own_level, limiter=self._read_threads)
-        node = self._bus.node_id
-        if own is None:  # never joined, or revoked: promotion is no remedy (revocation is permanent)
-            raise Unauthorized(
-                f"node {node} is not a member of its community (it never joined, or it was "
-                f"revoked: 'hearthnet status' says which), so it may not {what}"
-            )
-        if own < Level.TRUSTED:
-            raise Unauthorized(
-                f"node {node} is only a {own.label} of its community, not trusted, so it may not "
-                f"{what}; an anchor can promote it ('hearthnet member promote {node} --level trusted')"
-            )
+        await check_own_trust(self._own_level, self._bus.node_id, self._read_threads, what)
 
     async def _known_hosts(self, corpus: str) -> list[dict[str, Any]]:
         """The hosts of ``corpus`` that ``rag.known_corpora`` (this node's catalog) knows of."""

@@ -1,6 +1,7 @@
-"""The digest a host puts in each ``rag.document.ingested`` event it signs: the ingest's own append
-functions wrapped, so the one ingest flow needs no change.  The digest is computed over the document
-as the store holds it (read back after the write), which is exactly what ``rag.export`` serves."""
+"""The digest a host puts in each ``rag.document.ingested`` and ``rag.document.updated`` event it
+signs: the ingest's own append functions wrapped, so the one ingest flow needs no change.  The digest
+is computed over the document as the store holds it (read back after the write), which is exactly
+what ``rag.export`` serves."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import anyio
 
-from hearthnet.contracts.rag import INGESTED
+from hearthnet.contracts.rag import INGESTED, UPDATED
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents
@@ -20,7 +21,7 @@ __all__ = ["DigestedAppends"]
 
 class DigestedAppends:
     """``append_event`` / ``append_events`` that add ``digest``, ``embedding_model`` and ``dim`` to an
-    ingest event (any other event passes unchanged)."""
+    ingest event, and ``digest`` to an update event (any other event passes unchanged)."""
 
     def __init__(
         self,
@@ -41,16 +42,19 @@ class DigestedAppends:
         if found is None:
             return data
         ids, texts, metas, vectors = found
+        digest = document_digest(ids, texts, metas, vectors)
+        if "metadata" in data:  # an update: the digest alone (what a copy of it must match)
+            return {**data, "digest": digest}
         info = self._store.info(corpus)
         return {
             **data,
-            "digest": document_digest(ids, texts, metas, vectors),
+            "digest": digest,
             "embedding_model": info.embedding_model,
             "dim": info.dim,
         }
 
     async def append_event(self, event_type: str, data: dict[str, Any]) -> str:
-        if event_type == INGESTED:
+        if event_type in (INGESTED, UPDATED):
             data = await run_blocking(self._digested, data, limiter=self._threads)
         return await self._append_event(event_type, data)
 

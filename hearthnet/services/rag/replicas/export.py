@@ -27,7 +27,7 @@ from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.replicas.digest import document_digest
 from hearthnet.services.rag.store import CorpusStore
 
-__all__ = ["FRAME_BYTES", "ExportServer", "Exported", "IngestFacts", "fetch_export"]
+__all__ = ["FRAME_BYTES", "ExportServer", "Exported", "IngestFacts", "UpdateFacts", "fetch_export"]
 
 log = structlog.get_logger("hearthnet.rag.replicas")
 
@@ -37,9 +37,24 @@ the wire's 1 MiB frame."""
 
 
 @dataclass(frozen=True)
+class UpdateFacts:
+    """What the host's latest ``rag.document.updated`` of a document says: its title and whole caller
+    metadata since, and the digest of the document with them (``None``: not known to the host)."""
+
+    title: str
+    metadata: dict[str, Any]
+    digest: str | None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> UpdateFacts:
+        digest = data.get("digest")
+        return cls(str(data["title"]), dict(data["metadata"]), digest if isinstance(digest, str) else None)
+
+
+@dataclass(frozen=True)
 class IngestFacts:
     """What the signed ingest event says of a document (``digest`` ``None``: an event from before
-    digests, whose copy only its own author may serve)."""
+    digests, whose copy only its own author may serve), and its host's latest update of it since."""
 
     corpus: str
     doc_cid: str
@@ -50,6 +65,14 @@ class IngestFacts:
     digest: str | None
     embedding_model: str | None
     dim: int | None
+    updated: UpdateFacts | None = None
+
+    @property
+    def digests(self) -> frozenset[str]:
+        """The digests a copy may match: the document as ingested, or as its latest update left it
+        (a node serving it may not have applied that update yet: the copy then applies it)."""
+        found = {self.digest, self.updated.digest if self.updated is not None else None}
+        return frozenset(d for d in found if d is not None)
 
     @classmethod
     def of(cls, data: Mapping[str, Any], author: str) -> IngestFacts:
@@ -220,7 +243,7 @@ async def fetch_export(bus: BusAPI, facts: IngestFacts, node: str, *, timeout: f
         )
     if facts.digest is not None:
         got = document_digest(ids, texts, metas, matrix)
-        if got != facts.digest:
+        if got not in facts.digests:
             raise InvalidSignature(
                 f"the copy of {facts.doc_cid} that {node} sent does not match the digest of its signed "
                 "ingest event (tampered or corrupted): refused, nothing written"

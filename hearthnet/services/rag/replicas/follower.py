@@ -1,8 +1,9 @@
 """The follower: makes this node's copy of each replicated corpus what the host's signed events say.
 
 For each corpus it follows (its owner's policy, and a corpus moved away from this node), it derives
-from the log the host's documents in effect (:mod:`.log`), removes what the host deleted, and copies
-what the host ingested, in log order: the chunks, metadata and vectors by ``rag.export`` from any node
+from the log the host's documents in effect (:mod:`.log`), removes what the host deleted, copies
+what the host ingested, in log order, and gives each document the title and metadata of the host's
+latest update of it (in place, no copy): the chunks, metadata and vectors by ``rag.export`` from any node
 that holds them, checked against the event's digest (:mod:`.export`), the source by ``file.fetch`` so
 a citation opens the PDF, then written with the store's one atomic write (``add_document``: a kill
 midway leaves nothing, and the next start copies it again).  No embedding unless this node runs
@@ -238,7 +239,8 @@ class Follower:
             await self._publish(corpus, bool(held), at_most_every=PUBLISH_SECONDS)
         copied = state.copied
         ok = await self._copy_all(state, missing)
-        if extra or state.copied > copied:
+        updated = await self._apply_updates(corpus, [f for f in view.documents if f.updated is not None])
+        if extra or state.copied > copied or updated:
             await self._publish(corpus, True)  # the pass's last counts and lag, always
         if state.copied > copied:
             state.pass_seconds = round(time.perf_counter() - started, 3)
@@ -261,6 +263,35 @@ class Follower:
         if held or corpus in await run_blocking(self._store.corpora, limiter=self._read_threads):
             self._published[corpus] = now
             await self._announce(corpus)
+
+    async def _apply_updates(self, corpus: str, documents: list[IngestFacts]) -> int:
+        """Give each held document the title and metadata of the host's latest update of it, where
+        they differ (no copying, no embedding); returns how many changed."""
+        if not documents:
+            return 0
+
+        def apply() -> int:
+            if corpus not in self._store.corpora():
+                return 0
+            held = {str(d["doc_cid"]): d for d in self._store.documents(corpus)}
+            changed = 0
+            for facts in documents:
+                doc, new = held.get(facts.doc_cid), facts.updated
+                if doc is None or new is None or (doc["title"], doc["metadata"]) == (new.title, new.metadata):
+                    continue
+                fields = {
+                    **dict.fromkeys(k for k in doc["metadata"] if k not in new.metadata),
+                    **new.metadata,
+                }
+                done = self._store.update_document(corpus, facts.doc_cid, metadata=fields, title=new.title)
+                changed += done is not None and done.changed
+            return changed
+
+        with anyio.CancelScope(shield=True):
+            changed: int = await run_blocking(apply, limiter=self._store_limiter)
+        if changed:
+            log.info("replica_updated", corpus=corpus, documents=changed)
+        return changed
 
     async def _remove(self, corpus: str, doc_cid: str) -> None:
         with anyio.CancelScope(shield=True):

@@ -2,7 +2,8 @@
 in effect on its copy, in log order (pure over the events; :func:`corpus_view` reads them from a log).
 
 The host is the author of the corpus's first ingest, until an anchor's ``rag.corpus.moved`` names
-another.  The documents are :func:`~hearthnet.services.rag.catalog.documents_in_effect` of that host:
+another.  The documents are :func:`~hearthnet.services.rag.catalog.documents_in_effect` of that host,
+each with the host's latest ``rag.document.updated`` of it since its ingest (its title and metadata):
 a delete applies whether it arrives before or after the ingest it cancels (a state is derived from the
 whole log, not applied event by event), and a replica that was off derives the same state on return.
 """
@@ -11,15 +12,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Membership
-from hearthnet.contracts.rag import DELETED, INGESTED, MOVED
+from hearthnet.contracts.rag import DELETED, INGESTED, MOVED, UPDATED
 from hearthnet.events.envelope import Event
 from hearthnet.events.log import EventLog
 from hearthnet.services.rag.catalog import documents_in_effect
-from hearthnet.services.rag.replicas.export import IngestFacts
+from hearthnet.services.rag.replicas.export import IngestFacts, UpdateFacts
 
 __all__ = ["CorpusView", "ReadView", "corpus_host", "corpus_view", "view_of"]
 
@@ -62,7 +63,7 @@ def view_of(events: list[Event], corpus: str, *, is_anchor: Callable[[str], bool
     held = documents_in_effect(mine, is_anchor=is_anchor)
     docs = sorted(
         (
-            (event.key, IngestFacts.of(event.data, event.author))
+            (event.key, _updated(IngestFacts.of(event.data, event.author), event, mine, host))
             for (_, _, h), event in held.items()
             if h == host
         ),
@@ -71,12 +72,27 @@ def view_of(events: list[Event], corpus: str, *, is_anchor: Callable[[str], bool
     return CorpusView(corpus, host, tuple(f for _, f in docs), left)
 
 
+def _updated(facts: IngestFacts, ingest: Event, events: list[Event], host: str | None) -> IngestFacts:
+    """``facts`` with the latest update of its document after ``ingest``, by the corpus's host or
+    the ingest's author (an update by anyone else changes no copy)."""
+    latest: Event | None = None
+    for event in events:  # replay order: the last one wins
+        if (
+            event.event_type == UPDATED
+            and event.data.get("doc_cid") == facts.doc_cid
+            and event.key > ingest.key
+            and event.author in (host, ingest.author)
+        ):
+            latest = event
+    return facts if latest is None else replace(facts, updated=UpdateFacts.of(latest.data))
+
+
 def corpus_view(log: EventLog[Membership], corpus: str) -> CorpusView:
     """:func:`view_of` over ``log``'s effective events (blocking: SQLite and decoding); nothing before
     the node is in a community."""
     if log.community_id is None:
         return CorpusView(corpus, None, (), frozenset())
-    kinds = [log.events_of_type(t, effective_only=True) for t in (INGESTED, DELETED, MOVED)]
+    kinds = [log.events_of_type(t, effective_only=True) for t in (INGESTED, DELETED, MOVED, UPDATED)]
     membership = log.membership()
     return view_of(
         list(heapq.merge(*kinds, key=lambda e: e.key)),

@@ -96,6 +96,13 @@ class ExactIndex:
             )
         return dropped
 
+    def update_doc(self, doc_cid: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """Every chunk of ``doc_cid`` gets the metadata ``change`` makes of its own (vectors and
+        texts unchanged)."""
+        snap = self._snap
+        metas = tuple(change(dict(m)) if m.get("doc_cid") == doc_cid else m for m in snap.metadatas)
+        self._snap = _Snapshot(snap.ids, snap.vectors, snap.texts, metas)
+
     def chunks(
         self, ids: Sequence[str], query: npt.NDArray[np.float32], *, include_text: bool = True
     ) -> list[Hit]:

@@ -6,11 +6,19 @@ chunk's metadata and is the meaning of a filter on every query path (exact
 in-memory search, the over-fetch path, and as a check on ChromaDB's answers).
 
 Semantics: values compare by type — a boolean equals only a boolean, a string
-only a string, numbers by value (``1 == 1.0``).  Range operators need a number
-on both sides.  ``$ne`` and ``$nin`` also match a chunk that lacks the key;
-every other operator needs it.
+only a string, numbers by value (``1 == 1.0``).  Range operators take a number,
+compared with numbers, or an ISO 8601 date or date-time string, compared as a
+moment in time with metadata strings that are dates or date-times themselves
+(``--meta timestamp:date=2024-03-12``): a date-time without an offset is UTC,
+a date is its whole day — ``$gte``/``$lt`` a date from its first moment,
+``$gt``/``$lte`` a date up to its last, so ``{"$gte": "2024-03-01", "$lte":
+"2024-03-31"}`` is all of March whether the metadata holds dates or
+date-times.  ``$ne`` and ``$nin`` also match a chunk that lacks the key; every
+other operator needs it.
 
-ChromaDB (1.5) differs in one way: against an integer field it truncates a
+ChromaDB (1.5) compares no strings by range: a date condition goes to it as no
+constraint, and the store keeps only the hits :func:`where_matches` accepts.
+It differs in one more way: against an integer field it truncates a
 non-integer operand (``page < 2.5`` acts as ``page < 2``).  :func:`chroma_where`
 therefore widens such comparisons (``page < 3``, ...) into a clause that
 matches at least every chunk the filter matches, and the store keeps only the
@@ -20,6 +28,8 @@ mixed types, which ChromaDB refuses.
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import json
 import math
 import operator
@@ -99,9 +109,62 @@ def _condition(key: Any, cond: Any, budget: list[int]) -> dict[str, Any]:
             raise BadRequest(f"filter has more than {MAX_IN_VALUES} $in/$nin values in all")
         return {key: {op: [_scalar(key, v) for v in value]}}
     value = _scalar(key, value)
-    if op in _RANGE_OPERATORS and (isinstance(value, bool) or not isinstance(value, int | float)):
-        raise BadRequest(f"{op} for {key!r} needs a number")
+    if op in _RANGE_OPERATORS:
+        if isinstance(value, str):
+            if _moment(value) is None:
+                raise BadRequest(
+                    f"{op} for {key!r} needs a number or an ISO 8601 date or date-time "
+                    f"(e.g. 2024-03-12 or 2024-03-12T09:30:00), not {value[:40]!r}"
+                )
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise BadRequest(f"{op} for {key!r} needs a number or an ISO 8601 date")
     return {key: {op: value}}
+
+
+_UTC = dt.UTC
+
+
+@functools.lru_cache(maxsize=65536)
+def _moment(text: str) -> tuple[float, bool] | None:
+    """An ISO 8601 date or date-time as ``(seconds since the epoch, is a date)``, UTC unless it
+    says its offset; ``None`` if ``text`` is neither."""
+    if not 10 <= len(text) <= 40 or not text[:4].isdigit() or text[4:5] != "-":
+        return None
+    try:
+        if len(text) == 10:
+            day = dt.date.fromisoformat(text)
+            return dt.datetime(day.year, day.month, day.day, tzinfo=_UTC).timestamp(), True
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=_UTC)
+    return moment.timestamp(), False
+
+
+def _date_test(op: str, text: str) -> Callable[[float], bool]:
+    """The range condition ``op text`` on a moment (:func:`_moment`): a date operand is its whole
+    day (its last moment is the next day's first, exclusive)."""
+    found = _moment(text)
+    if found is None:
+        raise ValueError(f"not a date: {text!r}")
+    at, is_date = found
+    end = at + 86400.0 if is_date else at  # the first moment after the day (or the moment itself)
+    if op == "$gte":
+        return lambda t: t >= at
+    if op == "$lt":
+        return lambda t: t < at
+    if op == "$gt":
+        return (lambda t: t >= end) if is_date else (lambda t: t > at)
+    return (lambda t: t < end) if is_date else (lambda t: t <= at)
+
+
+def _in_range(op: str, actual: Any, value: Any) -> bool:
+    """``actual op value`` for a range operator: numbers with numbers, dates with dates."""
+    if isinstance(value, str):
+        found = _moment(actual) if isinstance(actual, str) else None
+        return found is not None and _date_test(op, value)(found[0])
+    return _kind(actual) == "number" and _COMPARE[op](actual, value)
 
 
 def build_where(filter: Mapping[str, Any]) -> dict[str, Any]:
@@ -197,7 +260,7 @@ def where_matches(clause: Mapping[str, Any], metadata: Mapping[str, Any]) -> boo
         return any(_equal(actual, v) for v in value)
     if op == "$nin":
         return not any(_equal(actual, v) for v in value)
-    return _kind(actual) == "number" and _COMPARE[op](actual, value)
+    return _in_range(op, actual, value)
 
 
 Matcher = Callable[[Mapping[str, Any]], bool]
@@ -244,6 +307,15 @@ def compile_where(clause: Mapping[str, Any]) -> Matcher:
             return found if equal else not found
 
         return same
+    if op in _RANGE_OPERATORS and isinstance(value, str):
+        test = _date_test(op, value)
+
+        def dated(m: Mapping[str, Any]) -> bool:
+            actual = m.get(key)
+            found = _moment(actual) if isinstance(actual, str) else None
+            return found is not None and test(found[0])
+
+        return dated
     if op in _RANGE_OPERATORS:
         compare = _COMPARE[op]
 
@@ -301,8 +373,8 @@ def _inexact_for_chroma(value: Any) -> bool:
 
 def _chroma_condition(key: str, op: str, value: Any) -> dict[str, Any] | None:
     """ChromaDB's version of one condition; ``None`` means "no constraint" (matches everything)."""
-    if _inexact_for_chroma(value):
-        return None
+    if _inexact_for_chroma(value) or (op in _RANGE_OPERATORS and isinstance(value, str)):
+        return None  # beyond ChromaDB's exact numbers, or a date: ChromaDB compares no strings by range
     if op in ("$in", "$nin"):
         groups: dict[str, list[Any]] = {}
         fractions: list[float] = []

@@ -226,6 +226,20 @@ def remove_document(db: sqlite3.Connection, corpus: str, doc_cid: str) -> None:
     db.execute("DELETE FROM keyword_chunks WHERE corpus = ? AND doc_cid = ?", (corpus, doc_cid))
 
 
+def update_metadata(
+    db: sqlite3.Connection, corpus: str, doc_cid: str, change: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    """Each of one document's chunks gets the metadata ``change`` makes of its own (inside the
+    caller's transaction; its words are not touched)."""
+    rows = db.execute(
+        "SELECT id, metadata FROM keyword_chunks WHERE corpus = ? AND doc_cid = ?", (corpus, doc_cid)
+    ).fetchall()
+    db.executemany(
+        "UPDATE keyword_chunks SET metadata = ? WHERE id = ?",
+        [(json.dumps(change(dict(json.loads(meta))), sort_keys=True), row_id) for row_id, meta in rows],
+    )
+
+
 # -- reads ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KeywordRow:

@@ -10,7 +10,7 @@ changed meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,6 +101,14 @@ class InMemoryCopies:
         if index is not None:
             index.remove_doc(doc_cid)
         self.too_big.clear()
+
+    def updated(self, name: str, doc_cid: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        """A document's metadata changed (``change`` makes each chunk's new metadata of its old):
+        the copy follows; a load that started before is not installed."""
+        self.changed(name)
+        index = self.indexes.get(name)
+        if index is not None:
+            index.update_doc(doc_cid, change)
 
     def rebuilt(
         self,

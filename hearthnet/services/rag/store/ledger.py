@@ -14,7 +14,7 @@ import fcntl
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +43,8 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE TABLE IF NOT EXISTS reindex_swaps (corpus TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS deletions (
     corpus TEXT NOT NULL, doc_cid TEXT NOT NULL, PRIMARY KEY (corpus, doc_cid));
+CREATE TABLE IF NOT EXISTS metadata_updates (
+    corpus TEXT NOT NULL, doc_cid TEXT NOT NULL, announce INTEGER NOT NULL, PRIMARY KEY (corpus, doc_cid));
 """
 # ``reindex_swaps``: corpora whose rebuilt collection is committed in the ledger but may not yet
 # have replaced the old one in ChromaDB (``recover`` finishes the swap).
@@ -51,6 +53,9 @@ CREATE TABLE IF NOT EXISTS deletions (
 # ``deletions``: documents whose delete (``rag.delete``) is under way or done but not yet announced:
 # marked in the transaction that starts the delete, cleared once the event is appended (see
 # ``pending_deletions``), so a kill between the two still ends with the event.
+# ``metadata_updates``: documents whose new title and metadata (``rag.update``) are in the ledger but
+# perhaps not yet in every chunk in ChromaDB, or not yet announced (``announce``): marked in the
+# transaction that changes the ledger, cleared when both are done (``recover`` finishes a kill).
 # ``filename, pages, ingested_by, ingested_at``: what ``rag.list_documents`` shows (NULL in ledgers
 # written before they existed); kept by a reindex.
 _DOC_COLUMNS = "corpus, doc_cid, status, chunks, text_bytes, language, updated_at, tokens, title, metadata"
@@ -387,6 +392,7 @@ class Ledger:
     def remove(self, name: str, doc_cid: str) -> None:
         with transaction(self._db):
             self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
+            self._db.execute("DELETE FROM metadata_updates WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
             keyword.remove_document(self._db, name, doc_cid)
 
     def pending_deletions(self) -> list[tuple[str, str]]:
@@ -397,6 +403,54 @@ class Ledger:
 
     def deletion_announced(self, name: str, doc_cid: str) -> None:
         self._db.execute("DELETE FROM deletions WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
+
+    # a document's title and metadata changed (``rag.update``) ------------------------------------------
+    def update_metadata(
+        self,
+        name: str,
+        doc_cid: str,
+        *,
+        title: str,
+        metadata: Mapping[str, Any],
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        announce: bool,
+    ) -> bool:
+        """In one transaction: the complete document's new title and metadata, its keyword rows'
+        chunk metadata (``change`` of each), and the marker that the rest is owed; False (nothing
+        changed) if it is not complete."""
+        with transaction(self._db):
+            done = self._db.execute(
+                "UPDATE documents SET title = ?, metadata = ? "
+                "WHERE corpus = ? AND doc_cid = ? AND status = 'complete'",
+                (title, json.dumps(dict(metadata), sort_keys=True), name, doc_cid),
+            )
+            if done.rowcount != 1:
+                return False
+            keyword.update_metadata(self._db, name, doc_cid, change)
+            self._db.execute(
+                "INSERT INTO metadata_updates VALUES (?, ?, ?) ON CONFLICT (corpus, doc_cid) "
+                "DO UPDATE SET announce = MAX(announce, excluded.announce)",
+                (name, doc_cid, int(announce)),
+            )
+        return True
+
+    def pending_updates(self) -> list[tuple[str, str, bool]]:
+        """``(corpus, doc_cid, announce)`` of updates not yet wholly written or announced."""
+        return [
+            (str(c), str(d), bool(a))
+            for c, d, a in self._db.execute(
+                "SELECT corpus, doc_cid, announce FROM metadata_updates ORDER BY corpus, doc_cid"
+            )
+        ]
+
+    def update_written(self, name: str, doc_cid: str) -> None:
+        """The chunks hold it: only an announcement, if one is owed, keeps the marker."""
+        self._db.execute(
+            "DELETE FROM metadata_updates WHERE corpus = ? AND doc_cid = ? AND announce = 0", (name, doc_cid)
+        )
+
+    def update_announced(self, name: str, doc_cid: str) -> None:
+        self._db.execute("DELETE FROM metadata_updates WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
 
     # the corpus swap of a reindex ---------------------------------------------------------------------
     def replace(

@@ -47,6 +47,7 @@ from hearthnet.services.rag.store.keywords import CorpusKeywords
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock, metadata_json
 from hearthnet.services.rag.store.queries import CorpusQueries
 from hearthnet.services.rag.store.swap import CorpusSwap
+from hearthnet.services.rag.store.update import CorpusUpdates
 from hearthnet.services.rag.store.write import (
     CHUNK_KEYS,
     DocumentSource,
@@ -61,10 +62,10 @@ DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
-class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
+class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
     """All corpora of one node store directory (``root``): the core, the writes and deletes here;
     queries in :mod:`.queries`, keyword and hybrid queries in :mod:`.keywords`, the swap of a
-    reindex in :mod:`.swap`."""
+    reindex in :mod:`.swap`, metadata updates in :mod:`.update`."""
 
     def __init__(
         self,
@@ -581,6 +582,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap):
             if (corpus, doc_cid) in busy or corpus in missing:
                 continue
             out[corpus] = out.get(corpus, 0) + self._purge(corpus, doc_cid)
+        self.finish_updates()
         return out
 
     def close(self) -> None:

@@ -1,0 +1,173 @@
+"""A document's title and metadata changed in place, without re-embedding (a part of
+:class:`~hearthnet.services.rag.store.store.CorpusStore`): ``rag.update`` on a host, and a replica
+following the host's ``rag.document.updated``.
+
+The ledger's row, the keyword index's copy of each chunk's metadata and a marker saying the rest is
+owed change in one transaction (:meth:`Ledger.update_metadata`); then every chunk in ChromaDB and the
+in-memory copy.  A kill between them is finished by :meth:`CorpusUpdates.finish_updates` at the next
+open (the chunks made again from the ledger's title and metadata: the same result however often),
+and an update still to be announced keeps its marker until the caller says it was
+(:meth:`CorpusUpdates.update_announced`), so the announcement survives a kill too.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from hearthnet.errors import BadRequest, NotFound
+from hearthnet.services.rag.chunks import RESERVED_METADATA, check_extra_metadata
+from hearthnet.services.rag.search.memory import InMemoryCopies
+from hearthnet.services.rag.store.chroma import chroma_errors
+from hearthnet.services.rag.store.ledger import Ledger
+
+__all__ = ["CorpusUpdates", "DocumentUpdate", "chunk_change", "merged_metadata"]
+
+_log = structlog.get_logger("hearthnet.rag.store")
+
+Change = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class DocumentUpdate:
+    """A document's title and caller metadata after an update, and whether they changed."""
+
+    doc_cid: str
+    title: str
+    metadata: dict[str, Any]
+    changed: bool
+
+
+def merged_metadata(old: Mapping[str, Any], fields: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``old`` with each of ``fields`` set (a ``None`` value removes the field), checked like an
+    ingest's metadata (``bad_request`` naming what is wrong)."""
+    out = dict(old)
+    for key, value in (fields or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return check_extra_metadata(out)
+
+
+def chunk_change(title: str, metadata: Mapping[str, Any]) -> Change:
+    """What a chunk's metadata becomes: the chunker's keys kept, ``doc_title`` the new title, the
+    caller's fields exactly ``metadata``."""
+
+    def change(old: dict[str, Any]) -> dict[str, Any]:
+        kept = {k: v for k, v in old.items() if k in RESERVED_METADATA}
+        return {**kept, **metadata, "doc_title": title}
+
+    return change
+
+
+class CorpusUpdates:
+    """:meth:`update_document` and what finishes it, for :class:`CorpusStore` (whose state it
+    reads: the names below)."""
+
+    if TYPE_CHECKING:
+        _lock: threading.RLock
+        _ledger: Ledger
+        _batch: int
+        _pending: dict[str, set[str]]
+        _keys: dict[str, frozenset[str] | None]
+        _memory: InMemoryCopies
+
+        def corpora(self) -> list[str]: ...
+
+        def _collection(self, name: str) -> Any: ...
+
+        def document(self, name: str, doc_cid: str) -> dict[str, Any] | None: ...
+
+    def update_document(
+        self,
+        name: str,
+        doc_cid: str,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        title: str | None = None,
+        announce: bool = False,
+    ) -> DocumentUpdate | None:
+        """Give a complete document ``title`` and set each of ``metadata`` (``None`` removes a
+        field); ``None`` if the corpus does not hold the document complete.  Nothing is written when
+        nothing changes.  ``announce``: the caller appends an event and then calls
+        :meth:`update_announced` (until then the update is in :meth:`pending_updates`)."""
+        col = self._collection(name)
+        with self._lock:
+            if doc_cid in self._pending.get(name, ()):
+                raise BadRequest(
+                    f"document {doc_cid} is being written to corpus {name!r}; update it when that is done"
+                )
+            doc = self.document(name, doc_cid)
+            if doc is None:
+                return None
+            new_meta = merged_metadata(doc["metadata"], metadata)
+            new_title = doc["title"] if title is None else title
+            if (new_title, new_meta) == (doc["title"], doc["metadata"]):
+                return DocumentUpdate(doc_cid, new_title, new_meta, changed=False)
+            change = chunk_change(new_title, new_meta)
+            if not self._ledger.update_metadata(
+                name, doc_cid, title=new_title, metadata=new_meta, change=change, announce=announce
+            ):
+                return None
+            self._keys.pop(name, None)
+            self._memory.updated(name, doc_cid, change)
+        self._write_chunk_metadata(col, doc_cid, change)
+        with self._lock:
+            self._ledger.update_written(name, doc_cid)
+        _log.info("rag_document_updated", corpus=name, doc_cid=doc_cid, fields=len(new_meta))
+        return DocumentUpdate(doc_cid, new_title, new_meta, changed=True)
+
+    def _write_chunk_metadata(self, col: Any, doc_cid: str, change: Change) -> None:
+        """Every chunk of ``doc_cid`` in ChromaDB gets ``change`` of its metadata (a field it no
+        longer has is removed: ChromaDB merges what it is given, and ``None`` deletes)."""
+        with chroma_errors("read a document's chunk metadata"):
+            got = col.get(where={"doc_cid": doc_cid}, include=["metadatas"])
+        ids = [str(i) for i in got["ids"]]
+        metas = []
+        for old in got["metadatas"] or []:
+            old = dict(old or {})
+            new: dict[str, Any] = dict(change(old))
+            metas.append({**{k: None for k in old if k not in new}, **new})
+        for a in range(0, len(ids), self._batch):
+            with chroma_errors("update chunk metadata"):
+                col.update(ids=ids[a : a + self._batch], metadatas=metas[a : a + self._batch])
+
+    def pending_updates(self) -> list[tuple[str, str]]:
+        """``(corpus, doc_cid)`` of updates written but not yet announced."""
+        with self._lock:
+            return [(c, d) for c, d, announce in self._ledger.pending_updates() if announce]
+
+    def update_announced(self, name: str, doc_cid: str) -> None:
+        with self._lock:
+            self._ledger.update_announced(name, doc_cid)
+
+    def finish_updates(self) -> int:
+        """Write again into ChromaDB each update a kill may have cut short (from the ledger's title
+        and metadata); returns how many.  A document no longer complete needs nothing."""
+        done = 0
+        with self._lock:
+            pending = self._ledger.pending_updates()
+            held = set(self.corpora())
+        for corpus, doc_cid, _ in pending:
+            try:
+                doc = self.document(corpus, doc_cid) if corpus in held else None
+                if doc is None:
+                    with self._lock:
+                        self._ledger.update_announced(corpus, doc_cid)
+                    continue
+                change = chunk_change(str(doc["title"]), doc["metadata"])
+                self._write_chunk_metadata(self._collection(corpus), doc_cid, change)
+                with self._lock:
+                    self._ledger.update_written(corpus, doc_cid)
+                    self._memory.updated(corpus, doc_cid, change)
+                done += 1
+            except NotFound:
+                continue  # a corpus whose collection is missing on a server: finished when it is back
+        if done:
+            _log.warning("rag_updates_finished", documents=done)
+        return done
