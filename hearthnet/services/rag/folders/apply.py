@@ -164,6 +164,17 @@ class CorpusWriter:
             return Outcome.of(exc)
         return Outcome(True)
 
+    async def set_source(self, doc_cid: str, path: Path) -> Outcome:
+        """A renamed or moved file's document told its new path (``rag.update``: no re-embedding;
+        a signed ``rag.document.updated``)."""
+        try:
+            host = await self._host()
+            meta = source_metadata(path) or {SOURCE_PATH: None}
+            await self._busy(lambda: self._rag.update(self.corpus, doc_cid, meta=meta, provider=host))
+        except BusError as exc:
+            return Outcome.of(exc)
+        return Outcome(True)
+
     async def _busy(self, call: Callable[[], Awaitable[T]]) -> T:
         """``call``, tried again while refused with ``capacity_exceeded`` and a retry hint."""
         until = anyio.current_time() + BUSY_SECONDS

@@ -27,7 +27,7 @@ from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.services.rag.folders.apply import CorpusWriter
 from hearthnet.services.rag.folders.state import FolderState
-from hearthnet.services.rag.folders.watcher import FolderWatch, SetSource, WatchSettings
+from hearthnet.services.rag.folders.watcher import FolderWatch, WatchSettings
 
 __all__ = ["FolderService"]
 
@@ -47,7 +47,6 @@ class FolderService:
         configured: tuple[tuple[str, str], ...],
         own_level: Callable[[], Level | None],
         settings: WatchSettings | None = None,
-        set_source: SetSource | None = None,
     ) -> None:
         self._bus = bus
         self._node_id = node_id
@@ -55,7 +54,6 @@ class FolderService:
         self._configured = configured
         self._own_level = own_level
         self._settings = settings or WatchSettings()
-        self._set_source = set_source
         self._threads = anyio.CapacityLimiter(2)
         self._state: FolderState | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -115,7 +113,6 @@ class FolderService:
             threads=self._threads,
             settings=self._settings,
             may_write=self._check_trusted,
-            set_source=self._set_source,
         )
         scope = anyio.CancelScope()
         self.watches[path], self._scopes[path] = watch, scope

@@ -36,8 +36,6 @@ from hearthnet.services.rag.folders.state import FAILED, INDEXED, PENDING, FileR
 __all__ = ["FolderWatch", "WatchSettings"]
 
 log = structlog.get_logger("hearthnet.rag.folders")
-SetSource = Callable[[str, str, Path], Awaitable[None]]
-"""``(corpus, doc_cid, path)``: a renamed file's document told its new source path."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +43,11 @@ class WatchSettings:
     settle_seconds: float = 1.0
     """The least time a file must go without an event before it is read."""
     settle_max_seconds: float = 60.0
-    batch: int = 16
-    """Files one ``rag.ingest`` carries (a first scan goes batch by batch: background work)."""
+    batch: int = 32
+    """Files one ``rag.ingest`` carries (a first scan goes batch by batch: background work), as
+    ``hearthnet ingest`` sends them."""
+    batch_file_bytes: int = 256 * 1024
+    """Files up to this size go in batches; a larger one (a book) is ingested alone."""
     retry_seconds: float = 30.0
     """When a file refused for a transient reason (a busy or absent host) is tried again."""
 
@@ -75,7 +76,6 @@ class FolderWatch:
         threads: anyio.CapacityLimiter,
         settings: WatchSettings,
         may_write: Callable[[], Awaitable[None]],
-        set_source: SetSource | None = None,
     ) -> None:
         self.root = root
         self.key = str(root)
@@ -85,7 +85,6 @@ class FolderWatch:
         self._threads = threads
         self._settings = settings
         self._may_write = may_write
-        self._set_source = set_source
         self._wake = anyio.Event()
         self._events: dict[str, float] = {}
         self._gaps: dict[str, float] = {}
@@ -297,11 +296,10 @@ class FolderWatch:
             if was is None:
                 continue
             gone.pop(was, None)
-            if self._set_source is not None and row.doc_cid is not None:
-                try:
-                    await self._set_source(self.corpus, row.doc_cid, self.root / row.rel)
-                except BusError as exc:
-                    log.info("folder_source_not_updated", folder=self.key, code=exc.code)
+            if row.doc_cid is not None:
+                outcome = await self._writer.set_source(row.doc_cid, self.root / row.rel)
+                if not outcome.ok:  # the document stays found; its path is the old one until then
+                    log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
             log.info("folder_file_renamed", folder=self.key, doc_cid=row.doc_cid)
         if done:
             await run_blocking(self._state.drop, self.key, [w for _r, w in done if w], limiter=self._threads)
@@ -310,9 +308,10 @@ class FolderWatch:
     async def _ingest(self, items: list[ToIngest], known: dict[str, FileRow]) -> bool:
         """Ingest ``items`` batch by batch; whether one must be tried again later."""
         retry = False
+        small = [i for i in items if i.stat.size <= self._settings.batch_file_bytes]
         step = self._settings.batch
-        for start in range(0, len(items), step):
-            part = items[start : start + step]
+        parts = [small[a : a + step] for a in range(0, len(small), step)]
+        for part in [*parts, *([i] for i in items if i.stat.size > self._settings.batch_file_bytes)]:
             outcomes = await self._writer.ingest(part)
             rows = [
                 self._row_after(item, o, known.get(item.rel)) for item, o in zip(part, outcomes, strict=True)

@@ -136,7 +136,7 @@ class Ingestion:
         # and no member hears of would be worse than an answer that comes late.
         with anyio.CancelScope(shield=True):
             source = DocumentSource(inp.filename, prepared.document.page_count, ctx.caller, inp.replaces)
-            add = partial(self._store.add_document, corpus, source=source, announce=announced(corpus))
+            add = partial(self._store.add_document, corpus, source=source)
             await run_blocking(add, prepared.chunks, embedded.vectors, limiter=self._store_limiter)
             await self._replaced([inp.replaces] if inp.replaces else [])
             await self._offers.announce(corpus)
@@ -310,7 +310,7 @@ class Ingestion:
         await ctx.send({"stage": "write", "current": 0, "total": sum(len(c) for c, _, _ in docs)})
         with anyio.CancelScope(shield=True):  # once the write starts it is announced (see ingest)
             await run_blocking(
-                lambda: self._store.add_documents(corpus, docs, announce=announced(corpus)),
+                lambda: self._store.add_documents(corpus, docs),
                 limiter=self._store_limiter,
             )
             await self._replaced([o.inp.replaces for o in outcomes if o.inp.replaces])

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from hearthnet.contracts.rag import validate_corpus_name
+from hearthnet.contracts.rag import announced, validate_corpus_name
 from hearthnet.errors import BadRequest, InternalError, NotFound
 from hearthnet.services.rag.chunks import Chunk, check_extra_metadata
 from hearthnet.services.rag.search.memory import EXACT_MAX_CHUNKS, InMemoryCopies
@@ -374,18 +374,13 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
         embeddings: np.ndarray,
         *,
         source: DocumentSource | None = None,
-        announce: bool = True,
     ) -> None:
         """Add all chunks of one document atomically (:meth:`add_documents`); ``source`` (file
         name, pages, who asked) is kept in the ledger for ``rag.list_documents``."""
-        self.add_documents(name, [(chunks, embeddings, source)], announce=announce)
+        self.add_documents(name, [(chunks, embeddings, source)])
 
     def add_documents(
-        self,
-        name: str,
-        documents: Sequence[tuple[Sequence[Chunk], np.ndarray, DocumentSource | None]],
-        *,
-        announce: bool = True,
+        self, name: str, documents: Sequence[tuple[Sequence[Chunk], np.ndarray, DocumentSource | None]]
     ) -> list[bool]:
         """Add several documents with one ChromaDB write, each atomic and idempotent on its own.
 
@@ -394,8 +389,8 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
         the vector write and the ledger's commits are shared.  A failure undoes every document of
         the call (none is left half-written) and is raised.  Returns, per document, whether it
         was written (``False``: it was complete already).  A document whose source ``replaces``
-        another takes its place in one commit (the old one purged after, owed an announcement
-        with ``announce``: :meth:`pending_deletions`)."""
+        another takes its place in one commit (the old one purged after, its deletion owed an
+        announcement if the corpus is announced: :meth:`pending_deletions`)."""
         col = self._collection(name)
         dim = self.info(name).dim
         writes = [(DocumentWrite.of(c, v, dim), s or DocumentSource()) for c, v, s in documents]
@@ -413,7 +408,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
                 for a in range(0, len(ids), self._batch):
                     part = slice(a, a + self._batch)
                     self._write_batch(col, ids[part], vectors[part], texts[part], metas[part])
-            replaced = self._commit_documents(name, todo, announce=announce)
+            replaced = self._commit_documents(name, todo)
         except BaseException as exc:
             if isinstance(exc, CollectionGone):
                 self._forget_handle(name)
@@ -430,7 +425,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
                 for w, _ in todo:
                     self._pending.get(name, set()).discard(w.doc_cid)
         for old in replaced:  # hidden since the commit: now its chunks go (recover() ends a cut)
-            self._purge(name, old, announce=announce)
+            self._purge(name, old, announce=announced(name))
         written = {w.doc_cid for w, _ in todo}
         for w, _ in todo:
             _log.info("rag_document_added", corpus=name, doc_cid=w.doc_cid, chunks=len(w.ids))
@@ -475,9 +470,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
             for w, source in todo:
                 self._ledger.begin_write(name, w, source, now)
 
-    def _commit_documents(
-        self, name: str, todo: Sequence[tuple[DocumentWrite, DocumentSource]], *, announce: bool = True
-    ) -> list[str]:
+    def _commit_documents(self, name: str, todo: Sequence[tuple[DocumentWrite, DocumentSource]]) -> list[str]:
         """Each written document ``complete``, each it replaces ``deleting`` (one transaction): from
         here queries see the new ones, not the old ones (returned)."""
         now, docs, replaced = time.time(), [w for w, _ in todo], []
@@ -488,7 +481,8 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
                     if not self._ledger.complete(name, w, now):
                         raise InternalError(f"document {w.doc_cid} left the ledger while being written")
                 busy = self._pending.get(name, set())
-                replaced = [o for o in sorted(olds - busy) if self._ledger.mark_replaced(name, o, announce)]
+                owed = announced(name)  # the old version's deletion is announced like a delete's
+                replaced = [o for o in sorted(olds - busy) if self._ledger.mark_replaced(name, o, owed)]
             self._keys.pop(name, None)
             self._memory.changed(name)
             for old in replaced:

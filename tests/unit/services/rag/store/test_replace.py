@@ -62,14 +62,13 @@ def test_a_new_version_replaces_the_old_in_one_commit(store: CorpusStore, monkey
     assert store.pending_deletions() == [(CORPUS, old)]  # its rag.document.deleted is owed
 
 
-def test_replacing_without_announcing_owes_nothing(store: CorpusStore) -> None:
-    store.add_document(CORPUS, fake_chunks("blake3:a", 2), unit_vectors(2, seed=3))
+def test_replacing_in_the_personal_corpus_owes_no_announcement(store: CorpusStore) -> None:
+    store.create_corpus("personal", embedding_model="m", dim=16)
+    store.add_document("personal", fake_chunks("blake3:a", 2), unit_vectors(2, seed=3))
     source = DocumentSource(replaces="blake3:a")
-    store.add_document(
-        CORPUS, fake_chunks("blake3:b", 2), unit_vectors(2, seed=4), source=source, announce=False
-    )
-    assert seen(store, unit_vectors(1, seed=3)[0]) == {"blake3:b"}
-    assert store.pending_deletions() == []
+    store.add_document("personal", fake_chunks("blake3:b", 2), unit_vectors(2, seed=4), source=source)
+    assert [d["doc_cid"] for d in store.list_documents("personal", after="", limit=10)[0]] == ["blake3:b"]
+    assert store.pending_deletions() == []  # personal is never announced, nor its deletions
 
 
 def test_replacing_a_document_that_is_not_there_only_adds(store: CorpusStore) -> None:
