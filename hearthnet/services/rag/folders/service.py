@@ -70,6 +70,8 @@ class FolderService:
         for row in await run_blocking(state.folders, limiter=self._threads):
             if row.from_config and row.path not in named:
                 await run_blocking(state.remove_folder, row.path, limiter=self._threads)
+            elif named.get(row.path, row.corpus) != row.corpus:  # the config names another corpus:
+                await run_blocking(state.forget_files, row.path, limiter=self._threads)  # all new there
         for path, corpus in named.items():
             await run_blocking(
                 lambda p=path, c=corpus: state.add_folder(p, c, from_config=True), limiter=self._threads
