@@ -76,6 +76,8 @@ class FolderService:
             await run_blocking(
                 lambda p=path, c=corpus: state.add_folder(p, c, from_config=True), limiter=self._threads
             )
+        for row in await run_blocking(state.folders, limiter=self._threads):
+            self._begin(row.path, row.corpus)
 
     async def stop(self) -> None:
         if self._state is not None:
@@ -85,8 +87,8 @@ class FolderService:
         assert self._state is not None
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            for row in await run_blocking(self._state.folders, limiter=self._threads):
-                self._begin(row.path, row.corpus)
+            for path in list(self.watches):
+                self._run(path)
             await anyio.sleep_forever()
 
     def registrations(self) -> list[Registration]:
@@ -106,8 +108,9 @@ class FolderService:
                 watch.poke()
 
     def _begin(self, path: str, corpus: str) -> None:
-        assert self._tg is not None and self._state is not None
-        watch = FolderWatch(
+        """A folder's watch, listed at once; it runs from :meth:`run_background` (or now, if running)."""
+        assert self._state is not None
+        self.watches[path] = FolderWatch(
             Path(path),
             corpus,
             state=self._state,
@@ -116,8 +119,13 @@ class FolderService:
             settings=self._settings,
             may_write=self._check_trusted,
         )
-        scope = anyio.CancelScope()
-        self.watches[path], self._scopes[path] = watch, scope
+        if self._tg is not None:
+            self._run(path)
+
+    def _run(self, path: str) -> None:
+        assert self._tg is not None
+        watch, scope = self.watches[path], anyio.CancelScope()
+        self._scopes[path] = scope
 
         async def run() -> None:
             with scope:
@@ -194,7 +202,9 @@ class FolderService:
         rows = {r.path: r for r in await run_blocking(self._state.folders, limiter=self._threads)}
         if path in rows and rows[path].from_config:
             raise BadRequest(f"folder {path} is named in config.toml ([[rag.folders]]): remove it there")
-        self._scopes.pop(path).cancel()
+        scope = self._scopes.pop(path, None)
+        if scope is not None:
+            scope.cancel()
         watch = self.watches.pop(path)
         await run_blocking(self._state.remove_folder, path, limiter=self._threads)
         return {"path": path, "corpus": watch.corpus, "removed": True}
