@@ -243,17 +243,20 @@ def test_a_half_written_file_is_read_once_it_holds_still(mesh: LocalMesh, folder
 
 
 def test_after_a_restart_only_what_changed_is_read(mesh: LocalMesh, folder: Path) -> None:
+    """While B is down: a file changed, one deleted, one added, and the corpus loses the document of
+    a file that did not change (deleted on its host): B's first pass reads those three only."""
     a, b = nodes(mesh)
     b.stop()
     (folder / "notes" / "heating.txt").write_text(NOTE_OLD + "It was moved to the laundry room.\n")
     (folder / PDFS[1].name).unlink()
     (folder / "notes" / "garden.txt").write_text("Tomatoes are sown in March on the windowsill.\n")
+    a.cli("delete", blob_cid((folder / "naacl.pdf").read_bytes()), "--corpus", CORPUS)
     reads_before = len(passes_read(b))
     b.start()
     b.wait_ready()
     entry = assert_mirrors(a, b, folder)
     reads = passes_read(b)[reads_before:]
-    assert sum(reads) == 2, reads  # the changed note and the new file; not the four unchanged ones
+    assert sum(reads) == 3, reads  # the changed note, the new file, the lost one; not the other two
     assert entry["files"] == 4
 
 
