@@ -15,6 +15,7 @@ the corpus which documents it holds, so a document lost there is ingested again.
 from __future__ import annotations
 
 import math
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -168,6 +169,12 @@ class FolderWatch:
         except BusError as exc:
             self.reason = exc.message
             log.warning("folder_pass_failed", folder=self.key, code=exc.code)
+            return self._settings.retry_seconds
+        except (OSError, sqlite3.Error) as exc:  # the disk or the state failing: this folder waits
+            self.reason = f"the folder could not be scanned: {type(exc).__name__}: {exc}"[:500]
+            log.warning(
+                "folder_pass_failed", folder=self.key, code="internal_error", error=type(exc).__name__
+            )
             return self._settings.retry_seconds
         finally:
             self.scan = None
