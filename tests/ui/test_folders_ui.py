@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from hearthnet.testing import LocalMesh, MeshNode, wait_for
+from hearthnet.testing import LocalMesh, MeshNode
 from tests.shared_data import PDF_DIR
 from tests.ui.harness import chromium, owner_link, person_link, screenshot, skip_without_browser, ui_url
 from tests.ui.test_browser import css, fetch, sign_in, text_of, wait
@@ -31,13 +31,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MeshNode, P
     try:
         a = m.add("kitchen", env={"HEARTHNET_UI_LISTEN": "127.0.0.1:0", "HEARTHNET_OCR": "0"})
         m.found(a)
-        a.cli_json("watch", "add", str(folder), "--corpus", "family", "--json")
-
-        def scanned() -> bool:
-            (entry,) = a.cli_json("watch", "list", "--json")["folders"]
-            return entry["state"] == "watching" and entry["indexed"] == 1 and entry["failed_count"] == 1
-
-        wait_for(scanned, timeout=300, what="the first scan")
+        entry = a.cli_json("watch", "add", str(folder), "--corpus", "family", "--wait", "--json", timeout=600)
+        assert entry["state"] == "watching" and entry["indexed"] == 1 and entry["failed_count"] == 1, entry
         yield a, folder
     finally:
         m.close()

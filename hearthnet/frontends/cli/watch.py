@@ -13,12 +13,14 @@ import anyio
 
 from hearthnet.contracts.folders import FolderClient
 from hearthnet.frontends.cli.args import corpus_arg
-from hearthnet.frontends.cli.output import emit, emit_text, plural, shown
+from hearthnet.frontends.cli.output import Progress, emit, emit_text, plural, shown
 from hearthnet.frontends.client.client import AsyncClient
 
 __all__ = ["add_watch", "folder_lines"]
 
 T = TypeVar("T")
+FOLLOW_SECONDS = 0.5
+"""How often ``watch add --wait`` asks for the folder's progress."""
 
 
 def _folders(args: argparse.Namespace, ask: Callable[[FolderClient], Awaitable[T]]) -> T:
@@ -39,12 +41,39 @@ def cmd_add(args: argparse.Namespace) -> None:
     path = _abs(args.dir)
     out = _folders(args, lambda f: f.add(path, corpus))
     verb = "watching" if out.get("added") else "already watching"
-    emit_text(
-        args,
-        out,
-        f"{verb} {shown(out['path'])} into corpus {corpus}: the first scan runs in the background "
-        "('hearthnet watch list' shows its progress)",
-    )
+    if not args.wait:
+        emit_text(
+            args,
+            out,
+            f"{verb} {shown(out['path'])} into corpus {corpus}: the first scan runs in the background "
+            "('hearthnet watch list' shows its progress)",
+        )
+        return
+    entry = _follow(args, str(out["path"]))
+    emit_text(args, entry, "\n".join(folder_lines([entry])))
+
+
+def _follow(args: argparse.Namespace, path: str) -> dict[str, Any]:
+    """The folder's progress on one line until its first scan is done (Ctrl-C leaves it running)."""
+    progress = Progress(not args.json)
+
+    async def run() -> dict[str, Any]:
+        async with AsyncClient(args.home) as client:
+            while True:
+                entry = next(f for f in await FolderClient(client).list() if f["path"] == path)
+                scan = entry.get("scan") or {}
+                frame = {"stage": "scan", "current": scan.get("current", 0), "total": scan.get("total", 0)}
+                progress.show(os.path.basename(path) or path, frame)
+                if entry["state"] != "scanning" and not entry["pending"]:
+                    return entry
+                if entry["state"] in ("refused", "missing"):
+                    return entry
+                await anyio.sleep(FOLLOW_SECONDS)
+
+    try:
+        return anyio.run(run)
+    finally:
+        progress.done()
 
 
 def cmd_remove(args: argparse.Namespace) -> None:
@@ -93,6 +122,7 @@ def add_watch(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     a.add_argument("dir", metavar="DIR", help="the folder (on the node's disk)")
     a.add_argument("--corpus", required=True, help="the corpus its documents go to (required)")
+    a.add_argument("--wait", action="store_true", help="show the first scan's progress until it is done")
     a.set_defaults(func=cmd_add)
     lst = wsub.add_parser(
         "list", parents=[common], help="watched folders: indexed, pending, failed (with reasons)"
