@@ -159,8 +159,8 @@ class FolderWatch:
         except BusError as exc:
             self.label, self.reason = "refused", exc.message
             return None
-        if not self.root.is_dir():  # an unplugged disk: its documents stay
-            self.label, self.reason = "missing", f"folder {self.root} is not there"
+        if not await run_blocking(self.root.is_dir, limiter=self._threads):  # an unplugged disk:
+            self.label, self.reason = "missing", f"folder {self.root} is not there"  # documents stay
             return self._settings.retry_seconds
         self.reason = None
         self.label = "scanning" if not self._reconciled else "watching"
