@@ -2,7 +2,7 @@
 
 In process, over all 5,183 SciFact documents (title + abstract, one text each): the dense leg is
 exact cosine over the cached MiniLM vectors of ``bench.scifact``, the keyword leg the product's
-FTS5 index (:mod:`hearthnet.services.rag.search.keyword`) in a SQLite database in memory, and the
+FTS5 index (:mod:`hearthnet.services.rag.search.fulltext`) in a SQLite database in memory, and the
 fusion the product's :func:`~hearthnet.services.rag.search.fusion.fuse` with each leg bringing
 the same number of candidates as ``rag.query`` does (words in half the documents or more left
 out, as the product does).  Reports nDCG@10 of dense, keyword, the fusion for dense weights
@@ -21,7 +21,7 @@ import sqlite3
 import numpy as np
 
 from bench.scifact import DATA, corpus, doc_text, doc_vectors, ndcg_at_10, query_vectors
-from hearthnet.services.rag.search import keyword
+from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
 
 K = 10
@@ -59,10 +59,10 @@ def main() -> None:
     queries, qrels = train_queries()
     qvecs = query_vectors([t for _, t in queries])
     db = sqlite3.connect(":memory:", isolation_level=None)
-    db.executescript(keyword.SCHEMA)
-    keyword.create_index(db, "scifact")
+    db.executescript(fulltext.SCHEMA)
+    fulltext.create_index(db, "scifact")
     for d in docs:
-        keyword.add_document(db, "scifact", d["_id"], [d["_id"]], [doc_text(d)], [{}])
+        fulltext.add_document(db, "scifact", d["_id"], [d["_id"]], [doc_text(d)], [{}])
     weights = [round(w * 0.05, 2) for w in range(21)]
     results: dict[str, list[float]] = {"dense": [], "keyword": [], "rrf60": []}
     results.update({f"w{w}": [] for w in weights})
@@ -72,9 +72,9 @@ def main() -> None:
         sims = vecs @ q
         top = [int(i) for i in np.argsort(-sims)[:n]]
         dense = [ids[i] for i in top]
-        skip = keyword.too_common(db, "scifact", keyword.single_tokens(text), len(docs))
-        expr = keyword.match_expression(text, skip)
-        rows = keyword.search(db, "scifact", expr, n) if expr else []
+        skip = fulltext.too_common(db, "scifact", fulltext.single_tokens(text), len(docs))
+        expr = fulltext.match_expression(text, skip)
+        rows = fulltext.search(db, "scifact", expr, n) if expr else []
         kw = [r.chunk_id for r in rows]
         index = {d: i for i, d in enumerate(ids)}
         cosine = {ids[i]: float(sims[i]) for i in top}

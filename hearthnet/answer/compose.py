@@ -1,4 +1,6 @@
-"""One question answered: retrieve, merge, select, prompt, generate (or extract), check, cache.
+"""One question answered, in named steps (:meth:`Composer.ask`): plan (and the cache), retrieve,
+decide (abstain or not), rank (merge, rerank), select (:mod:`.selection`), say (generate through
+:mod:`.generate`, abstain or extract, the citations checked), store (session, cache).
 
 The composer reaches ``rag.query``, ``embed.text`` and ``llm.chat`` only
 through the bus.  Progress goes to ``send`` as frames: ``{stage: "retrieve",
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -21,15 +23,15 @@ import structlog
 
 from hearthnet.answer.abstain import DOCUMENTS_DO_NOT_SAY, abstains, best_cosine, nearest_sources
 from hearthnet.answer.archives import retrieve_archives
-from hearthnet.answer.budget import context_room, pack
 from hearthnet.answer.cache import AnswerCache, CacheKey
-from hearthnet.answer.citations import CitationCheck, neutralised, sources
+from hearthnet.answer.citations import Checked, CitationCheck, neutralised, sources
 from hearthnet.answer.extractive import extract
 from hearthnet.answer.frames import Say, Send, announcing, checking, rounded, where
+from hearthnet.answer.generate import NoToken, generate
 from hearthnet.answer.hits import Hit
 from hearthnet.answer.merge import merge
-from hearthnet.answer.prompt import Turn, context_head, context_line, history_messages, messages, system_text
-from hearthnet.answer.rerank import choose_reranker, rerank
+from hearthnet.answer.prompt import Turn
+from hearthnet.answer.rerank import Reranking, choose_reranker, rerank
 from hearthnet.answer.retrieve import (
     CorpusResult,
     Reachable,
@@ -40,10 +42,11 @@ from hearthnet.answer.retrieve import (
     retrieve,
     unreachable_corpora,
 )
+from hearthnet.answer.selection import Selection, select
 from hearthnet.bus.api import BusAPI
 from hearthnet.config import AnswerConfig
 from hearthnet.contracts.answer import MAX_CORPORA
-from hearthnet.contracts.llm import MESSAGE_OVERHEAD, REPLY_OVERHEAD, estimate_tokens
+from hearthnet.contracts.fusion import Ranked
 from hearthnet.contracts.rag import MAX_K
 from hearthnet.errors import BusError
 
@@ -51,8 +54,6 @@ __all__ = ["Ask", "Composer", "ModelChoice", "choose_model", "should_skip"]
 
 log = structlog.get_logger("hearthnet.answer")
 
-MAX_ANSWER_CHARS = 200_000
-"""Most characters of generated text kept from one ``llm.chat`` stream (a provider that never stops)."""
 NO_PASSAGE = "(no passage of the documents matches the question)"
 NO_SEARCH = "(none of the corpora could be searched)"
 NOT_SEARCHED = "(the documents were not searched, as asked, and no language model is reachable)"
@@ -124,13 +125,96 @@ def should_skip(question: str, top_score: float | None, *, threshold: float, sho
     return len(question.strip()) < short_chars and (top_score is None or top_score <= threshold)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What one ask searches and with which model (and so the cache's key)."""
+
+    names: list[str]
+    left_out: int
+    reachable: Mapping[str, Reachable]
+    choice: ModelChoice | None
+    max_tokens: int
+    temperature: float
+    reranker: str | None
+    key: CacheKey
+
+
 @dataclass
-class _Selection:
-    context: list[Hit]
-    history: list[dict[str, str]]
-    system: str
-    tokens: dict[str, int]
-    ranked: list[tuple[Hit, float]]
+class _Found:
+    """What retrieval found: per corpus, those away, the overall status and why it was skipped."""
+
+    results: dict[str, CorpusResult] = field(default_factory=dict)
+    offline: dict[str, Any] = field(default_factory=dict)
+    rag: str = "unavailable"
+    skipped: str | None = None
+    hits: list[Hit] = field(default_factory=list)
+    ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Said:
+    mode: str
+    checked: Checked
+    ttft_ms: float | None
+
+
+def _nothing_found(found: _Found) -> str:
+    """The line an extractive answer says when it has no sentence to quote, and why."""
+    if found.skipped == "no_rag":
+        return NOT_SEARCHED
+    return NO_SEARCH if found.rag in ("unavailable", "timeout") else NO_PASSAGE
+
+
+def _meta(plan: _Plan, found: _Found, merged_by: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "rag": found.rag,
+        "corpora": {name: r.summary() for name, r in found.results.items()},
+        "merge": merged_by,
+        "corpora_left_out": plan.left_out,
+        "model": plan.choice.model if plan.choice else None,
+        "cache": "miss",
+    }
+    if found.skipped is not None:
+        meta["skipped"] = found.skipped
+    if found.offline:
+        meta["corpora_unreachable"] = found.offline
+    return meta
+
+
+def _debug(selection: Selection, retrieve_ms: float, ttft_ms: float | None) -> dict[str, Any]:
+    return {
+        "chunks": [
+            {
+                "chunk_id": h.chunk_id,
+                "corpus": h.corpus,
+                "score": round(h.score, 6),
+                "similarity": round(h.cosine, 6),
+                "fused": round(fused, 6),
+            }
+            for h, fused in selection.ranked
+        ],
+        "tokens": selection.tokens,
+        "retrieve_ms": round(retrieve_ms, 1),
+        "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1),
+    }
+
+
+def _output(
+    ask: Ask, found: _Found, selection: Selection, said: _Said, abstain: bool, meta: dict[str, Any]
+) -> dict[str, Any]:
+    by_id = {h.chunk_id: h for h in selection.context}
+    cited = said.checked.cited
+    return {
+        "answer": said.checked.text,
+        "citations": [
+            {"chunk_id": c, "file": by_id[c].file, "page": by_id[c].page, "corpus": by_id[c].corpus}
+            for c in cited
+        ],
+        "sources": nearest_sources(found.hits) if abstain else sources(selection.context, cited),
+        "mode": said.mode,
+        "session": ask.session,
+        "meta": meta,
+    }
 
 
 class Composer:
@@ -150,7 +234,54 @@ class Composer:
         self._record = record
 
     async def ask(self, ask: Ask, send: Send, *, deadline: float) -> dict[str, Any]:
+        """Answer ``ask`` in named steps: plan and cache, retrieve, decide, rerank, select,
+        generate (or abstain, or extract) with its citations checked, store."""
         started = time.perf_counter()
+        plan = self._plan(ask)
+        cached = self._cache.get(plan.key) if ask.cacheable else None
+        if cached is not None:
+            return await self._replay(ask, cached, send, started)
+        found = await self._retrieve(ask, plan, send)
+        turns = await self._turns(ask)
+        abstain = self._decide(plan, found, turns)
+        ranked, merged_by, reranking = await self._rank(ask, plan, found, abstain, deadline)
+        # Retrieval that answered (even with nothing above the threshold) frames the answer in the
+        # documents; skipped or failed retrieval leaves a plain conversation.
+        selection = select(
+            self._config,
+            ask.question,
+            [(r.hit, r.fused) for r in ranked],
+            turns,
+            plan.choice.context_tokens if plan.choice else None,
+            plan.max_tokens,
+            found.rag in ("used", "partial"),
+        )
+        meta = _meta(plan, found, merged_by)
+        said = await self._say(ask, plan, found, selection, abstain, meta, send, deadline)
+        debug = _debug(selection, found.ms, said.ttft_ms)
+        reranking.add_to(meta, debug)
+        output = _output(ask, found, selection, said, abstain, meta)
+        await self._store(ask, plan, found, said, output, debug, reranking)
+        total_ms = (time.perf_counter() - started) * 1000
+        if ask.debug:
+            meta["debug"] = {**debug, "total_ms": round(total_ms, 1)}
+        log.info(
+            "answer_composed",
+            mode=said.mode,
+            rag=found.rag,
+            corpora=len(found.results),
+            chunks=len(selection.context),
+            cited=len(said.checked.cited),
+            citations_removed=said.checked.removed,
+            llm_error=meta.get("llm_error"),
+            rerank=reranking.status,
+            ms=round(total_ms, 1),
+        )
+        return output
+
+    # steps --------------------------------------------------------------------------
+    def _plan(self, ask: Ask) -> _Plan:
+        """What the ask searches and with which model, reranker and limits: the cache's key."""
         cfg = self._config
         reachable = reachable_corpora(self._bus)
         left_out = 0
@@ -174,159 +305,146 @@ class Composer:
             temperature,
             reranker,
         )
-        cached = self._cache.get(key) if ask.cacheable else None
-        if cached is not None:
-            return await self._replay(ask, cached, send, started)
+        return _Plan(names, left_out, reachable, choice, max_tokens, temperature, reranker, key)
 
-        retrieve_started = time.perf_counter()
-        results: dict[str, CorpusResult] = {}
-        offline: dict[str, Any] = {}
-        skipped: str | None = None
+    async def _retrieve(self, ask: Ask, plan: _Plan, send: Send) -> _Found:
+        """The corpora (and archives) searched, with those away named when every corpus was
+        asked for; a short question that found nothing close skips the documents."""
+        cfg = self._config
+        started = time.perf_counter()
+        found = _Found()
         if ask.no_rag:
-            rag, skipped = "skipped", "no_rag"
+            found.rag, found.skipped = "skipped", "no_rag"
         else:
             async with anyio.create_task_group() as tg:
                 if ask.corpora is None and not ask.archives:  # "every corpus": name those away
 
                     async def away() -> None:
-                        offline.update(
-                            await unreachable_corpora(self._bus, names, timeout=cfg.retrieval_timeout_seconds)
+                        found.offline.update(
+                            await unreachable_corpora(
+                                self._bus, plan.names, timeout=cfg.retrieval_timeout_seconds
+                            )
                         )
 
                     tg.start_soon(away)
-                if names or ask.archives:
-                    results = await self._retrieve(ask.question, names, reachable, send, ask.archives)
-            rag = overall_status(results) if results else "unavailable"
-        retrieve_ms = (time.perf_counter() - retrieve_started) * 1000
-        hits = [h for r in results.values() for h in r.hits]
-        top = max((h.cosine for h in hits), default=None)
-        if rag in ("used", "partial") and should_skip(  # only what was searched can be skipped
+                if plan.names or ask.archives:
+                    found.results = await self._search(
+                        ask.question, plan.names, plan.reachable, send, ask.archives
+                    )
+            found.rag = overall_status(found.results) if found.results else "unavailable"
+        found.ms = (time.perf_counter() - started) * 1000
+        found.hits = [h for r in found.results.values() for h in r.hits]
+        top = max((h.cosine for h in found.hits), default=None)
+        if found.rag in ("used", "partial") and should_skip(  # only what was searched can be skipped
             ask.question, top, threshold=cfg.similarity_threshold, short_chars=cfg.short_question_chars
         ):
-            rag, hits, skipped = "skipped", [], "short_question"
-        if ask.history is not None:
-            turns = list(ask.history)
-        else:
-            turns = await self._history(ask.session) if ask.session else []
-        # a follow-up ("and where is it kept?") may lean on earlier turns: a model decides then
-        abstain = (choice is None or not turns) and abstains(rag, hits, cfg.abstain_threshold)
+            found.rag, found.hits, found.skipped = "skipped", [], "short_question"
+        return found
+
+    async def _rank(
+        self, ask: Ask, plan: _Plan, found: _Found, abstain: bool, deadline: float
+    ) -> tuple[list[Ranked[Hit]], str, Reranking]:
+        """The hits close enough to the question in one ranking (and how it was merged), then
+        reranked if a reranker is reachable; none when the answer abstains."""
+        cfg = self._config
         ranked, merged_by = merge(
-            [] if abstain else [h for h in hits if h.cosine >= cfg.similarity_threshold]
+            [] if abstain else [h for h in found.hits if h.cosine >= cfg.similarity_threshold]
         )
         ranked, reranking = await rerank(
-            self._bus, reranker, ask.question, ranked, config=cfg, deadline=deadline
+            self._bus, plan.reranker, ask.question, ranked, config=cfg, deadline=deadline
         )
-        # Retrieval that answered (even with nothing above the threshold) frames the answer in the
-        # documents; skipped or failed retrieval leaves a plain conversation.
-        with_context = rag in ("used", "partial")
-        selection = self._select(
-            ask.question, [(r.hit, r.fused) for r in ranked], turns, choice, max_tokens, with_context
-        )
+        return ranked, merged_by, reranking
 
-        meta: dict[str, Any] = {
-            "rag": rag,
-            "corpora": {name: r.summary() for name, r in results.items()},
-            "merge": merged_by,
-            "corpora_left_out": left_out,
-            "model": choice.model if choice else None,
-            "cache": "miss",
-        }
-        if skipped is not None:
-            meta["skipped"] = skipped
-        if offline:
-            meta["corpora_unreachable"] = offline
+    async def _turns(self, ask: Ask) -> list[Turn]:
+        """The earlier turns: given by the caller, else the session's."""
+        if ask.history is not None:
+            return list(ask.history)
+        return await self._history(ask.session) if ask.session else []
+
+    def _decide(self, plan: _Plan, found: _Found, turns: list[Turn]) -> bool:
+        """Whether the answer abstains: nothing retrieved is close enough to the question.  A
+        follow-up ("and where is it kept?") may lean on earlier turns: a model decides then."""
+        no_model_to_ask = plan.choice is None or not turns
+        return no_model_to_ask and abstains(found.rag, found.hits, self._config.abstain_threshold)
+
+    async def _say(
+        self,
+        ask: Ask,
+        plan: _Plan,
+        found: _Found,
+        selection: Selection,
+        abstain: bool,
+        meta: dict[str, Any],
+        send: Send,
+        deadline: float,
+    ) -> _Said:
+        """The answer said, its citations checked as it streams: abstained, generated, or (no
+        model, or one that failed before its first token) extracted from the passages."""
         send = announcing(send, selection.context)
         check = CitationCheck({h.chunk_id: h for h in selection.context})
         say = checking(send, check)
         ttft_ms: float | None = None
-        answered = False
-        mode = "extractive"
+        mode = ""
         if abstain:
             await send({"stage": "answer", "mode": "abstained"})
             await say(DOCUMENTS_DO_NOT_SAY)
-            answered, mode = True, "abstained"
-            meta["abstain"] = {"best": rounded(best_cosine(hits)), "bar": cfg.abstain_threshold}
-        elif choice is not None:
+            mode = "abstained"
+            meta["abstain"] = {
+                "best": rounded(best_cosine(found.hits)),
+                "bar": self._config.abstain_threshold,
+            }
+        elif plan.choice is not None:
             llm_started = time.perf_counter()
             try:
-                first, usage = await self._generate(
-                    choice, selection, ask.question, max_tokens, temperature, say, deadline
+                first, meta["usage"] = await generate(
+                    self._bus,
+                    plan.choice.model,
+                    selection,
+                    ask.question,
+                    plan.max_tokens,
+                    plan.temperature,
+                    say,
+                    max(0.001, min(self._config.llm_timeout_seconds, deadline - anyio.current_time())),
                 )
-                answered, mode = True, "generated"
-                meta["usage"] = usage
+                mode = "generated"
                 ttft_ms = None if first is None else (first - llm_started) * 1000
-            except _NoToken as exc:  # nothing was streamed yet: the documents still answer
+            except NoToken as exc:  # nothing was streamed yet: the documents still answer
                 meta["llm_error"] = exc.code
-        if not answered:
-            nothing = (
-                NOT_SEARCHED
-                if skipped == "no_rag"
-                else NO_SEARCH
-                if rag in ("unavailable", "timeout")
-                else NO_PASSAGE
+        if not mode:
+            mode = "extractive"
+            meta["extractive_ranking"] = await self._extract(
+                ask.question, selection.context, send, say, _nothing_found(found)
             )
-            how = await self._extract(ask.question, selection.context, send, say, nothing)
-            meta["extractive_ranking"] = how
         await say(None)  # what the check held back at the end
         checked = check.checked()
-        by_id = {h.chunk_id: h for h in selection.context}
         meta["citations_removed"] = checked.removed
         meta["chunks"] = len(selection.context)
-        debug = {
-            "chunks": [
-                {
-                    "chunk_id": h.chunk_id,
-                    "corpus": h.corpus,
-                    "score": round(h.score, 6),
-                    "similarity": round(h.cosine, 6),
-                    "fused": round(fused, 6),
-                }
-                for h, fused in selection.ranked
-            ],
-            "tokens": selection.tokens,
-            "retrieve_ms": round(retrieve_ms, 1),
-            "ttft_ms": None if ttft_ms is None else round(ttft_ms, 1),
-        }
-        reranking.add_to(meta, debug)
-        output: dict[str, Any] = {
-            "answer": checked.text,
-            "citations": [
-                {"chunk_id": c, "file": by_id[c].file, "page": by_id[c].page, "corpus": by_id[c].corpus}
-                for c in checked.cited
-            ],
-            "sources": nearest_sources(hits) if abstain else sources(selection.context, checked.cited),
-            "mode": mode,
-            "session": ask.session,
-            "meta": meta,
-        }
+        return _Said(mode, checked, ttft_ms)
+
+    async def _store(
+        self,
+        ask: Ask,
+        plan: _Plan,
+        found: _Found,
+        said: _Said,
+        output: dict[str, Any],
+        debug: dict[str, Any],
+        reranking: Reranking,
+    ) -> None:
+        """The turn recorded in the session; the answer cached when it is whole (retrieval
+        answered or was skipped, the model did not fail, reranking did not fail)."""
         if ask.session:
-            await self._record(ask.session, ask.question, checked.text, checked.cited, mode)
+            await self._record(ask.session, ask.question, said.checked.text, said.checked.cited, said.mode)
+        meta = output["meta"]
         if (
             ask.cacheable
-            and rag in ("used", "skipped")
+            and found.rag in ("used", "skipped")
             and "llm_error" not in meta
             and reranking.status != "failed"
         ):
-            self._cache.put(key, {**output, "meta": {**meta, "debug": debug}})
-        total_ms = (time.perf_counter() - started) * 1000
-        if ask.debug:
-            meta["debug"] = {**debug, "total_ms": round(total_ms, 1)}
-        log.info(
-            "answer_composed",
-            mode=mode,
-            rag=rag,
-            corpora=len(results),
-            chunks=len(selection.context),
-            cited=len(checked.cited),
-            citations_removed=checked.removed,
-            llm_error=meta.get("llm_error"),
-            rerank=reranking.status,
-            ms=round(total_ms, 1),
-        )
-        return output
+            self._cache.put(plan.key, {**output, "meta": {**meta, "debug": debug}})
 
-    # steps --------------------------------------------------------------------------
-    async def _retrieve(
+    async def _search(
         self,
         question: str,
         names: Sequence[str],
@@ -383,130 +501,6 @@ class Composer:
             raise refused[0]
         return found
 
-    def _select(
-        self,
-        question: str,
-        ranked: list[tuple[Hit, float]],
-        turns: list[Turn],
-        choice: ModelChoice | None,
-        max_tokens: int,
-        with_context: bool,
-    ) -> _Selection:
-        """History within its share, then chunks in rank order within what the window leaves."""
-        cfg = self._config
-        window = choice.context_tokens if choice else None
-        instructions = system_text(cfg, [] if with_context else None)
-        system_tokens = estimate_tokens(instructions) + MESSAGE_OVERHEAD + REPLY_OVERHEAD
-        question_tokens = estimate_tokens(question) + MESSAGE_OVERHEAD
-        history_budget = cfg.history_tokens
-        if window is not None:
-            history_budget = min(
-                history_budget, max(0, window - system_tokens - question_tokens - max_tokens) // 2
-            )
-        history, history_tokens = history_messages(turns, history_budget)
-        room = context_room(
-            token_budget=cfg.token_budget,
-            context_tokens=window,
-            fixed_tokens=system_tokens + question_tokens + history_tokens,
-            max_tokens=max_tokens,
-        )
-        lines: dict[str, str] = {}
-        costs: dict[str, int] = {}
-
-        def cost(item: tuple[Hit, float]) -> int:
-            line = lines[item[0].chunk_id] = context_line(cfg.context_line, item[0])
-            c = costs[item[0].chunk_id] = estimate_tokens(line) + 1  # the line and the newline before it
-            return c
-
-        kept, context_tokens = pack(
-            ranked if with_context else [], budget=room, max_items=cfg.top_k_max, cost=cost
-        )
-        # What llm.chat checks against its window is the whole prompt's estimate.  A newline
-        # ends every run the estimate counts, so the system message's estimate is its head's
-        # plus its lines' (tests/unit/answer/test_budget.py): the prompt is summed from the
-        # parts costed above, never counted again (on a 40-chunk prompt that took milliseconds).
-        fixed = REPLY_OVERHEAD + MESSAGE_OVERHEAD + history_tokens + question_tokens
-        head = estimate_tokens(context_head(cfg)) if with_context and kept else 0
-        prompt = fixed + head + context_tokens
-        while window is not None and kept and prompt + max_tokens > window:
-            prompt -= costs[kept.pop()[0].chunk_id]
-        context = [h for h, _ in kept]
-        context_tokens = sum(costs[h.chunk_id] for h in context)
-        if not context:  # no line: the system message is the instructions alone (costed above)
-            prompt = fixed + system_tokens - MESSAGE_OVERHEAD - REPLY_OVERHEAD
-        system = system_text(cfg, [lines[h.chunk_id] for h in context] if with_context else None)
-        return _Selection(
-            context=context,
-            history=history,
-            system=system,
-            tokens={
-                "system": system_tokens,
-                "history": history_tokens,
-                "question": question_tokens,
-                "context": context_tokens,
-                "context_room": room,
-                "prompt": prompt,
-                "max_tokens": max_tokens,
-                "model_window": window or 0,
-            },
-            ranked=kept,
-        )
-
-    async def _generate(
-        self,
-        choice: ModelChoice,
-        selection: _Selection,
-        question: str,
-        max_tokens: int,
-        temperature: float,
-        say: Say,
-        deadline: float,
-    ) -> tuple[float | None, dict[str, Any] | None]:
-        """Stream ``llm.chat``'s deltas to ``say`` (which checks their citations); when its first
-        token came, and the model's ``usage``.
-
-        A failure before the first token raises :class:`_NoToken` (the caller
-        falls back to an extractive answer); after it, the ``BusError`` itself.
-        """
-        timeout = max(0.001, min(self._config.llm_timeout_seconds, deadline - anyio.current_time()))
-        size = 0
-        first: float | None = None
-        try:
-            async with self._bus.stream(
-                "llm.chat",
-                (1, 0),
-                params={"model": choice.model},
-                input={
-                    "messages": messages(selection.system, selection.history, question),
-                    "max_tokens": max_tokens,
-                    "temperature": temperature,
-                },
-                timeout=timeout,
-            ) as call:
-                await call.end_input()
-                async for frame in call.frames():
-                    delta = frame.get("delta")
-                    if not isinstance(delta, str) or not delta or size >= MAX_ANSWER_CHARS:
-                        continue
-                    delta = delta[: MAX_ANSWER_CHARS - size]
-                    if first is None:
-                        first = time.perf_counter()
-                    size += len(delta)
-                    await say(delta)
-                result = await call.result()
-        except BusError as exc:
-            if first is None:
-                raise _NoToken(exc.code) from exc
-            raise
-        message = result.output.get("message")
-        content = message.get("content") if isinstance(message, dict) else message
-        usage = result.output.get("usage")
-        usage = dict(usage) if isinstance(usage, dict) else None
-        if first is None and isinstance(content, str) and content:
-            await say(content[:MAX_ANSWER_CHARS])  # a provider that answered without streaming
-            return time.perf_counter(), usage
-        return first, usage
-
     async def _extract(
         self, question: str, context: Sequence[Hit], send: Send, say: Say, nothing: str = NO_PASSAGE
     ) -> str:
@@ -550,11 +544,3 @@ class Composer:
             "answer_composed", mode=cached["mode"], rag=meta.get("rag"), cache="hit", ms=round(total_ms, 1)
         )
         return {**cached, "session": ask.session, "meta": meta}
-
-
-class _NoToken(Exception):
-    """``llm.chat`` failed before its first token (``code`` is its wire code)."""
-
-    def __init__(self, code: str) -> None:
-        super().__init__(code)
-        self.code = code

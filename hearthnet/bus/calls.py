@@ -17,8 +17,8 @@ import anyio.abc
 import structlog
 
 from hearthnet.bus.api import CallStream, ProviderInfo
+from hearthnet.bus.call_origins import LocalCallContext
 from hearthnet.bus.context import CallContext, CallResult
-from hearthnet.bus.contexts import LocalCallContext
 from hearthnet.bus.descriptors import (
     Registration,
     Version,

@@ -13,8 +13,8 @@ import anyio
 import anyio.abc
 import structlog
 
+from hearthnet.bus.call_origins import RemoteCallContext
 from hearthnet.bus.context import CallContext, CallResult
-from hearthnet.bus.contexts import RemoteCallContext
 from hearthnet.bus.descriptors import (
     CapabilityDescriptor,
     Registration,

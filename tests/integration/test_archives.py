@@ -34,7 +34,6 @@ from hearthnet.services.rag.archives.search_tool import (
     ArchiveSearch,
     effective_archives,
 )
-from hearthnet.services.rag.corpus import Corpus
 from hearthnet.testing import LocalMesh, MeshNode, member_bus, wait_for
 from tests.chroma_fixture import (
     ENGLISH,
@@ -136,7 +135,7 @@ async def test_the_minilm_archive_answers_the_right_chunk_with_page_and_section(
     archives: Archives, requests: Requests
 ) -> None:
     archive = english_archive(archives, requests)
-    assert isinstance(archive, Corpus) and archive.read_only
+    assert archive.read_only
     query = "Chatbots are computer programs which participate in chat rooms as autonomous agents"
     vector = archives.minilm([query])[0]
     hits = await archive.query(vector, k=3)

@@ -12,8 +12,8 @@ import anyio
 import structlog
 
 from hearthnet.bus.context import CallContext
-from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
-from hearthnet.config.embedding import EmbeddingConfig
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler
+from hearthnet.config.embedding import EmbeddingConfig, OpenAIBackendConfig
 from hearthnet.contracts.embed import (
     CAPABILITY,
     ENCODING,
@@ -23,7 +23,8 @@ from hearthnet.contracts.embed import (
     pack_vectors,
     validate_embed_input,
 )
-from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
+from hearthnet.errors import NotFound, Timeout
+from hearthnet.services.base import ModelService, PlannedBackend
 from hearthnet.services.embedding.backend import EmbeddingBackend
 from hearthnet.services.embedding.model_files import ModelUnavailable, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxEmbeddingBackend, OnnxSettings
@@ -76,10 +77,12 @@ def make_handler(backend: EmbeddingBackend) -> Handler:
     return handle
 
 
-class EmbeddingService:
+class EmbeddingService(ModelService[EmbeddingBackend]):
     """Serves ``embed.text`` for each backend that could be started."""
 
     name = "embedding"
+    what = "embedding backends"
+    predicate = PREDICATE
 
     def __init__(
         self,
@@ -88,47 +91,26 @@ class EmbeddingService:
         backends: Sequence[EmbeddingBackend] = (),
     ) -> None:
         """``backends`` are used as given (tests, custom backends); ``config`` builds more at ``start``."""
+        super().__init__(backends)
         self.config = config or EmbeddingConfig(in_process=False)
-        self._given = list(backends)
-        self._backends: list[EmbeddingBackend] = []
-        self._unavailable: dict[str, str] = {}
 
-    @property
-    def backends(self) -> list[EmbeddingBackend]:
-        return list(self._backends)
-
-    @property
-    def unavailable(self) -> dict[str, str]:
-        """Model name -> why it is not served and how to fix it."""
-        return dict(self._unavailable)
-
-    async def start(self) -> None:
+    def planned(self) -> list[PlannedBackend[EmbeddingBackend]]:
         cfg = self.config
-        backends: list[EmbeddingBackend] = list(self._given)
+        plans: list[PlannedBackend[EmbeddingBackend]] = []
         if cfg.in_process:
             onnx = OnnxSettings() if cfg.threads is None else OnnxSettings(intra_op_threads=cfg.threads)
-            try:
-                backends.append(await anyio.to_thread.run_sync(self._load_onnx, onnx))
-            except ModelUnavailable as exc:
-                self._unavailable[onnx.model_name] = exc.message
-                log.warning(
-                    "embedding model unavailable; embed.text not offered for it",
-                    model=onnx.model_name,
-                    reason=exc.message,
-                )
+
+            async def load() -> EmbeddingBackend:
+                return await anyio.to_thread.run_sync(self._load_onnx, onnx)
+
+            plans.append(PlannedBackend(onnx.model_name, load, (ModelUnavailable,)))
         for oc in cfg.openai:
-            try:
-                backends.append(OpenAIEmbeddingBackend(oc, timeout_seconds=cfg.timeout_seconds))
-            except BadRequest as exc:
-                self._unavailable[oc.model] = exc.message
-                log.warning("embedding backend misconfigured", model=oc.model, reason=exc.message)
-        models = [b.model for b in backends]
-        dupes = {m for m in models if models.count(m) > 1}
-        if dupes:
-            for b in backends:
-                await b.aclose()
-            raise BadRequest(f"two embedding backends serve the same model name: {sorted(dupes)}")
-        self._backends = backends
+
+            async def connect(oc: OpenAIBackendConfig = oc) -> EmbeddingBackend:
+                return OpenAIEmbeddingBackend(oc, timeout_seconds=cfg.timeout_seconds)
+
+            plans.append(PlannedBackend(oc.model, connect))
+        return plans
 
     def _load_onnx(self, settings: OnnxSettings) -> OnnxEmbeddingBackend:
         model_dir = self.config.model_dir
@@ -136,36 +118,16 @@ class EmbeddingService:
         log.info("embedding model found; loaded on first use", model=settings.model_name, source=files.source)
         return OnnxEmbeddingBackend.lazy(files, settings)
 
-    def registrations(self) -> list[Registration]:
-        regs = []
-        for backend in self._backends:
-            regs.append(
-                Registration(
-                    descriptor=embed_descriptor(
-                        backend,
-                        max_concurrent=self.config.max_concurrent,
-                        timeout_seconds=_timeout_for(backend),
-                    ),
-                    handler=make_handler(backend),
-                    predicate=PREDICATE,
-                )
-            )
-        return regs
+    def descriptor(self, backend: EmbeddingBackend) -> CapabilityDescriptor:
+        return embed_descriptor(
+            backend, max_concurrent=self.config.max_concurrent, timeout_seconds=_timeout_for(backend)
+        )
 
-    async def stop(self) -> None:
-        backends, self._backends = self._backends, []
-        for backend in backends:
-            try:
-                await backend.aclose()
-            except (OSError, BusError) as exc:
-                log.warning("embedding backend close failed", model=backend.model, error=type(exc).__name__)
+    def handler(self, backend: EmbeddingBackend) -> Handler:
+        return make_handler(backend)
 
-    def health(self) -> dict[str, Any]:
-        return {
-            "ok": bool(self._backends),
-            "models": [{"model": b.model, "dim": b.dim, "max_tokens": b.max_tokens} for b in self._backends],
-            "unavailable": dict(self._unavailable),
-        }
+    def describe(self, backend: EmbeddingBackend) -> dict[str, Any]:
+        return {"model": backend.model, "dim": backend.dim, "max_tokens": backend.max_tokens}
 
 
 def _timeout_for(backend: EmbeddingBackend) -> float:

@@ -19,7 +19,7 @@ import anyio
 import structlog
 
 from hearthnet.bus.context import CallContext
-from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler
 from hearthnet.contracts.llm import (
     CAPABILITY,
     PREDICATE,
@@ -30,7 +30,7 @@ from hearthnet.contracts.llm import (
     validate_chat_input,
 )
 from hearthnet.errors import BadRequest, NotFound, Timeout
-from hearthnet.services.base import check_unique_models, close_backends
+from hearthnet.services.base import ModelService, PlannedBackend
 from hearthnet.services.llm.local import LocalChatBackend, LocalLlmConfig, LocalUnavailable
 from hearthnet.services.llm.openai_backend import ChatCompletion, OnDelta, OpenAIChatBackend, OpenAIChatConfig
 
@@ -160,71 +160,49 @@ def make_handler(backend: ChatBackend) -> Handler:
     return handle
 
 
-class LlmService:
+class LlmService(ModelService[ChatBackend]):
     """Serves ``llm.chat`` for each configured model that could be set up."""
 
     name = "llm"
+    what = "llm backends"
+    predicate = PREDICATE
 
     def __init__(self, config: LlmConfig | None = None, *, backends: Sequence[ChatBackend] = ()) -> None:
         """``backends`` are used as given (tests, custom backends); ``config`` builds more at ``start``."""
+        super().__init__(backends)
         self.config = config or LlmConfig()
-        self._given = list(backends)
-        self._backends: list[ChatBackend] = []
-        self._unavailable: dict[str, str] = {}
 
-    @property
-    def backends(self) -> list[ChatBackend]:
-        return list(self._backends)
+    def planned(self) -> list[PlannedBackend[ChatBackend]]:
+        plans: list[PlannedBackend[ChatBackend]] = []
+        for oc in self.config.openai:  # BadRequest: e.g. the API key variable is not set
 
-    @property
-    def unavailable(self) -> dict[str, str]:
-        """Model name -> why it is not served and how to fix it."""
-        return dict(self._unavailable)
+            async def connect(oc: OpenAIChatConfig = oc) -> ChatBackend:
+                return OpenAIChatBackend(oc)
 
-    async def start(self) -> None:
-        backends: list[ChatBackend] = list(self._given)
-        for oc in self.config.openai:
-            try:
-                backends.append(OpenAIChatBackend(oc))
-            except BadRequest as exc:  # e.g. the API key variable is not set
-                self._unavailable[oc.model] = exc.message
-                log.warning("llm backend misconfigured", model=oc.model, reason=exc.message)
+            plans.append(PlannedBackend(oc.model, connect))
         local = self.config.local
         if local is not None:
-            try:
+
+            async def start_local() -> ChatBackend:
                 backend = LocalChatBackend(local)
-            except LocalUnavailable as exc:
-                self._unavailable[local.model] = str(exc)
-                log.warning("local llm unavailable", model=local.model, reason=str(exc))
-            else:
                 backend.start()
-                backends.append(backend)
-        await check_unique_models(backends, "llm backends")
-        self._backends = backends
+                return backend
 
-    def registrations(self) -> list[Registration]:
-        return [
-            Registration(
-                descriptor=chat_descriptor(backend),
-                handler=make_handler(backend),
-                predicate=PREDICATE,
-            )
-            for backend in self._backends
-        ]
+            plans.append(PlannedBackend(local.model, start_local, (LocalUnavailable,)))
+        return plans
 
-    async def stop(self) -> None:
-        backends, self._backends = self._backends, []
-        await close_backends(backends, "llm backends")
+    def descriptor(self, backend: ChatBackend) -> CapabilityDescriptor:
+        return chat_descriptor(backend)
 
-    def health(self) -> dict[str, Any]:
-        models = []
-        for b in self._backends:
-            entry: dict[str, Any] = {
-                "model": b.model,
-                "context_tokens": b.context_tokens,
-                "max_output_tokens": b.max_output_tokens,
-            }
-            if isinstance(b, LocalChatBackend):
-                entry["local"] = b.health()
-            models.append(entry)
-        return {"ok": bool(self._backends), "models": models, "unavailable": dict(self._unavailable)}
+    def handler(self, backend: ChatBackend) -> Handler:
+        return make_handler(backend)
+
+    def describe(self, backend: ChatBackend) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "model": backend.model,
+            "context_tokens": backend.context_tokens,
+            "max_output_tokens": backend.max_output_tokens,
+        }
+        if isinstance(backend, LocalChatBackend):
+            entry["local"] = backend.health()
+        return entry

@@ -2,4 +2,4 @@
 chunk, embed, then :mod:`.store` writes and :mod:`.offers` announces) ; :mod:`.store` (ledger,
 ChromaDB, the atomic document write, the swap of a reindex) ; :mod:`.search` (exact, HNSW,
 filters, loop or thread) ; :mod:`.archives` (external ChromaDB collections).  What every stage
-shares: :mod:`.chunks` and the :class:`~.corpus.Corpus` protocol."""
+shares: :mod:`.chunks` and :class:`~.results.Hit`."""

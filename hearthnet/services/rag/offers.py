@@ -29,7 +29,7 @@ __all__ = ["QUERY_CONCURRENCY", "CorpusOffers", "Handlers"]
 
 QUERY_CONCURRENCY = 256
 """``rag.query`` calls a corpus admits at once by default (``rag.query_max_concurrent``): a waiting
-query costs little (its question waits for the next embedding call, :mod:`.search.queries`), and
+query costs little (its question waits for the next embedding call, :mod:`.search.query_embedder`), and
 the more wait, the fuller that call."""
 
 

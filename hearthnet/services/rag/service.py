@@ -1,8 +1,8 @@
 """``rag.query``, ``rag.ingest``, ``rag.list_corpora``, ``rag.list_documents``, ``rag.delete``,
 ``rag.update`` (and ``rag.reindex``, this node only): the handlers, each checking its input and the
 corpus's rules, then handing over to the route of its data — :mod:`.ingest` (read, chunk, embed,
-write, announce), :mod:`.deletion`, :mod:`.update`, and the store's corpora searched as
-:class:`Corpus` (:mod:`.store`).
+write, announce), :mod:`.deletion`, :mod:`.update`, and the store's corpora searched through
+:class:`~.store.LocalCorpus`.
 
 What the node offers per corpus is kept current by :mod:`.offers`.  ``personal`` is never
 reachable from another node; ``system`` is read-only.  A corpus whose recorded model differs
@@ -65,9 +65,9 @@ from hearthnet.services.rag.replicas.handlers import Replicas, export_registrati
 from hearthnet.services.rag.replicas.log import ReadView
 from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
 from hearthnet.services.rag.search.filters import filter_keys
-from hearthnet.services.rag.search.queries import QueryEmbedder
+from hearthnet.services.rag.search.query_embedder import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
-from hearthnet.services.rag.store.corpus import KeywordLeg
+from hearthnet.services.rag.store.local_corpus import KeywordLeg
 from hearthnet.services.rag.trust import OwnLevel, check_own_trust
 from hearthnet.services.rag.update import Updates
 

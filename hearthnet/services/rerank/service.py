@@ -16,11 +16,11 @@ import anyio
 import structlog
 
 from hearthnet.bus.context import CallContext
-from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registration
+from hearthnet.bus.descriptors import CapabilityDescriptor, Handler
 from hearthnet.config.rerank import RerankServerConfig
 from hearthnet.contracts.rerank import CAPABILITY, MAX_TEXTS, PREDICATE, VERSION, validate_rerank_input
-from hearthnet.errors import BadRequest, NotFound, Timeout
-from hearthnet.services.base import check_unique_models, close_backends
+from hearthnet.errors import NotFound, Timeout
+from hearthnet.services.base import ModelService, PlannedBackend
 from hearthnet.services.rerank.backend import RerankBackend, RerankResult
 
 __all__ = ["RerankService", "Reranker", "make_handler", "rerank_descriptor"]
@@ -82,52 +82,36 @@ def make_handler(backend: Reranker) -> Handler:
     return handle
 
 
-class RerankService:
+class RerankService(ModelService[Reranker]):
     """Serves ``rerank.text`` for each configured server whose settings could be used."""
 
     name = "rerank"
+    what = "rerank servers"
+    predicate = PREDICATE
 
     def __init__(
         self, servers: Sequence[RerankServerConfig] = (), *, backends: Sequence[Reranker] = ()
     ) -> None:
         """``backends`` are used as given (tests, custom backends); ``servers`` build more at ``start``."""
+        super().__init__(backends)
         self._servers = tuple(servers)
-        self._given = list(backends)
-        self._backends: list[Reranker] = []
-        self._unavailable: dict[str, str] = {}
 
-    @property
-    def backends(self) -> list[Reranker]:
-        return list(self._backends)
+    def planned(self) -> list[PlannedBackend[Reranker]]:
+        plans: list[PlannedBackend[Reranker]] = []
+        for server in self._servers:  # BadRequest: the API key variable is not set
 
-    async def start(self) -> None:
-        backends: list[Reranker] = list(self._given)
-        for server in self._servers:
-            try:
-                backends.append(RerankBackend(server))
-            except BadRequest as exc:  # the API key variable is not set
-                self._unavailable[server.model] = exc.message
-                log.warning("rerank server misconfigured", model=server.model, reason=exc.message)
-        await check_unique_models(backends, "rerank servers")
-        self._backends = backends
+            async def connect(server: RerankServerConfig = server) -> Reranker:
+                return RerankBackend(server)
 
-    def registrations(self) -> list[Registration]:
-        return [
-            Registration(
-                descriptor=rerank_descriptor(backend),
-                handler=make_handler(backend),
-                predicate=PREDICATE,
-            )
-            for backend in self._backends
-        ]
+            plans.append(PlannedBackend(server.model, connect))
+        return plans
 
-    async def stop(self) -> None:
-        backends, self._backends = self._backends, []
-        await close_backends(backends, "rerank servers")
+    def descriptor(self, backend: Reranker) -> CapabilityDescriptor:
+        return rerank_descriptor(backend)
 
-    def health(self) -> dict[str, Any]:
-        models = [
-            {"model": b.model, "protocol": b.config.protocol, "max_texts": b.config.max_texts}
-            for b in self._backends
-        ]
-        return {"ok": bool(self._backends), "models": models, "unavailable": dict(self._unavailable)}
+    def handler(self, backend: Reranker) -> Handler:
+        return make_handler(backend)
+
+    def describe(self, backend: Reranker) -> dict[str, Any]:
+        config = backend.config
+        return {"model": backend.model, "protocol": config.protocol, "max_texts": config.max_texts}

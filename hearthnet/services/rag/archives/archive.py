@@ -1,4 +1,4 @@
-"""An archive: an external ChromaDB collection served as a read-only corpus (:class:`Corpus`).
+"""An archive: an external ChromaDB collection served as a read-only corpus.
 
 The collections are made by another system (the seeds' document platform):
 named ``repo_<uuid>``, cosine space, segments in four ``layer``s with the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
@@ -28,7 +29,7 @@ import structlog
 from hearthnet.config.archives import ArchiveConfig
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition, Timeout
 from hearthnet.services.rag.archives.client import ChromaHttpClient, CollectionRef, QueryResult
-from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
+from hearthnet.services.rag.results import Hit, Vector
 from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 
 __all__ = [
@@ -39,6 +40,8 @@ __all__ = [
     "RENAMED_METADATA",
     "SEGMENT_METADATA",
     "Archive",
+    "ArchiveInfo",
+    "DocumentEntry",
     "archive_clause",
     "map_metadata",
     "score_of",
@@ -65,6 +68,34 @@ SEGMENT_METADATA = frozenset(
 """Keys that describe one segment, not its document (left out of a document's metadata)."""
 _FILTER_NAMES = {v: k for k, v in RENAMED_METADATA.items()}
 """HearthNet's key in a filter -> the archive's."""
+
+
+@dataclass(frozen=True)
+class ArchiveInfo:
+    """What ``rag.list_corpora`` shows of an archive; ``None`` where the collection cannot tell."""
+
+    name: str
+    embedding_model: str
+    dim: int | None
+    """Vector dimension (``None``: an empty collection has none yet)."""
+    chunks: int
+    """Vectors held (every segment of every layer)."""
+    docs: int | None = None
+    read_only: bool = True
+    label: str | None = None
+    """A human name ("AIS Management Standard"); the corpus name is the identifier."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Facts safe to show: collection, server, layer, space."""
+
+
+@dataclass(frozen=True)
+class DocumentEntry:
+    """One document of an archive as ``rag.list_documents`` shows it."""
+
+    doc_id: str
+    title: str | None = None
+    chunks: int | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 def map_metadata(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -143,7 +174,7 @@ class Archive:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    # Corpus ---------------------------------------------------------------------------------
+    # what serve.py asks ---------------------------------------------------------------------
     async def query(
         self,
         vector: Vector,
@@ -169,14 +200,14 @@ class Archive:
             ref = await self._checked(vec.size)
             return await self._search(ref, vec, k, clause, include_text)
 
-    async def info(self) -> CorpusInfo:
+    async def info(self) -> ArchiveInfo:
         """The collection as it is now: count, dimension, documents (its ``document`` layer)."""
         ref = await self._resolve(fresh=True)
         count = await self._call(self._client.count(ref))
         docs = await self._call(
             self._client.get(ref, where={"layer": {"$eq": "document"}}, limit=MAX_SCANNED + 1, metadata=False)
         )
-        return CorpusInfo(
+        return ArchiveInfo(
             name=self.name,
             embedding_model=self.embedding_model,
             dim=ref.dimension,

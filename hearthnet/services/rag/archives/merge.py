@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hearthnet.contracts.fusion import RRF_K, HitKeys, fuse
 from hearthnet.contracts.fusion import Ranked as _Ranked
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 
 __all__ = ["RRF_K", "ArchiveHit", "Ranked", "merge_hits"]
 

@@ -43,7 +43,7 @@ from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.services.rag.archives.archive import Archive, map_metadata
 from hearthnet.services.rag.archives.embed import embed_query
 from hearthnet.services.rag.archives.merge import ArchiveHit, Ranked, merge_hits
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 
 __all__ = [
     "FAILED",

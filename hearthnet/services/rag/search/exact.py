@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 
 __all__ = ["ExactIndex"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 from hearthnet.services.rag.search.filters import chroma_where, compile_where
 
 __all__ = ["MAX_RECHECKED", "OVERFETCH_FACTOR", "OVERFETCH_MIN", "hnsw_search", "scored"]

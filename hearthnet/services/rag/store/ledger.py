@@ -22,7 +22,7 @@ from typing import IO, Any
 from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.errors import BadRequest
 from hearthnet.runtime.sqlite_tx import transaction
-from hearthnet.services.rag.search import keyword
+from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.store.write import DocumentSource, DocumentWrite
 
 __all__ = ["SCHEMA_VERSION", "CorpusRecord", "CorpusRow", "Ledger", "WriterLock"]
@@ -123,7 +123,7 @@ class Ledger:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-            self._db.executescript(keyword.SCHEMA)
+            self._db.executescript(fulltext.SCHEMA)
             columns = {str(r[1]) for r in self._db.execute("PRAGMA table_info(documents)")}
             if "metadata" not in columns:  # a ledger from before document metadata was kept
                 self._db.execute("ALTER TABLE documents ADD COLUMN metadata TEXT")
@@ -155,14 +155,14 @@ class Ledger:
                 "INSERT INTO corpora VALUES (?, ?, ?, ?, ?)",
                 (name, embedding_model, dim, SCHEMA_VERSION, created),
             )
-            keyword.drop_index(self._db, name)  # rows a corpus of that name left behind
-            keyword.create_index(self._db, name)
+            fulltext.drop_index(self._db, name)  # rows a corpus of that name left behind
+            fulltext.create_index(self._db, name)
 
     def forget_corpus(self, name: str) -> None:
         with transaction(self._db):
             self._db.execute("DELETE FROM documents WHERE corpus = ?", (name,))
             self._db.execute("DELETE FROM corpora WHERE name = ?", (name,))
-            keyword.drop_index(self._db, name)
+            fulltext.drop_index(self._db, name)
 
     # the keyword index -----------------------------------------------------------------------
     def keyword_missing(self) -> list[str]:
@@ -179,10 +179,10 @@ class Ledger:
         """In one transaction: the corpus's keyword index made anew from ``chunks`` (``(doc_cid,
         chunk_id, text, metadata)`` of its complete documents, as ChromaDB holds them)."""
         with transaction(self._db):
-            keyword.drop_index(self._db, name)
-            keyword.create_index(self._db, name)
+            fulltext.drop_index(self._db, name)
+            fulltext.create_index(self._db, name)
             for doc_cid, chunk_id, text, metadata in chunks:
-                keyword.add_document(self._db, name, doc_cid, [chunk_id], [text], [metadata])
+                fulltext.add_document(self._db, name, doc_cid, [chunk_id], [text], [metadata])
 
     def sizes(self, name: str) -> tuple[int, int, int]:
         """``(documents, chunks, text bytes)`` of the corpus's complete documents."""
@@ -360,8 +360,8 @@ class Ledger:
             "WHERE corpus = ? AND doc_cid = ? AND status = 'pending'",
             (now, name, doc.doc_cid),
         )
-        if done.rowcount == 1 and keyword.has_index(self._db, name):
-            keyword.add_document(self._db, name, doc.doc_cid, doc.ids, doc.texts, doc.metadatas)
+        if done.rowcount == 1 and fulltext.has_index(self._db, name):
+            fulltext.add_document(self._db, name, doc.doc_cid, doc.ids, doc.texts, doc.metadatas)
         return done.rowcount == 1
 
     def begin_delete(self, name: str, doc_cid: str, *, announce: bool) -> None:
@@ -370,7 +370,7 @@ class Ledger:
             self._db.execute(
                 "UPDATE documents SET status = 'deleting' WHERE corpus = ? AND doc_cid = ?", (name, doc_cid)
             )
-            keyword.remove_document(self._db, name, doc_cid)
+            fulltext.remove_document(self._db, name, doc_cid)
             if announce:
                 self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
 
@@ -384,7 +384,7 @@ class Ledger:
         )
         if done.rowcount != 1:
             return False
-        keyword.remove_document(self._db, name, doc_cid)
+        fulltext.remove_document(self._db, name, doc_cid)
         if announce:
             self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
         return True
@@ -393,7 +393,7 @@ class Ledger:
         with transaction(self._db):
             self._db.execute("DELETE FROM documents WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
             self._db.execute("DELETE FROM metadata_updates WHERE corpus = ? AND doc_cid = ?", (name, doc_cid))
-            keyword.remove_document(self._db, name, doc_cid)
+            fulltext.remove_document(self._db, name, doc_cid)
 
     def pending_deletions(self) -> list[tuple[str, str]]:
         return [
@@ -426,7 +426,7 @@ class Ledger:
             )
             if done.rowcount != 1:
                 return False
-            keyword.update_metadata(self._db, name, doc_cid, change)
+            fulltext.update_metadata(self._db, name, doc_cid, change)
             self._db.execute(
                 "INSERT INTO metadata_updates VALUES (?, ?, ?) ON CONFLICT (corpus, doc_cid) "
                 "DO UPDATE SET announce = MAX(announce, excluded.announce)",
@@ -489,10 +489,10 @@ class Ledger:
                 "INSERT OR REPLACE INTO corpora VALUES (?, ?, ?, ?, ?)",
                 (name, embedding_model, dim, SCHEMA_VERSION, created),
             )
-            keyword.drop_index(self._db, name)  # the keyword index is rebuilt with the vectors
-            keyword.create_index(self._db, name)
+            fulltext.drop_index(self._db, name)  # the keyword index is rebuilt with the vectors
+            fulltext.create_index(self._db, name)
             for w in writes:
-                keyword.add_document(self._db, name, w.doc_cid, w.ids, w.texts, w.metadatas)
+                fulltext.add_document(self._db, name, w.doc_cid, w.ids, w.texts, w.metadatas)
             self._db.execute("INSERT OR REPLACE INTO reindex_swaps VALUES (?)", (name,))
 
     def swaps(self) -> list[str]:

@@ -10,6 +10,12 @@ writer killed midway, even by ``kill -9``), and queries exclude documents that a
 this process.  A reindex rebuilds a corpus beside the old one and swaps it
 in (:meth:`CorpusStore.replace_corpus`).
 
+The store is composed of parts, each its own object given what it uses of the store: the
+ledger (:mod:`.ledger`), the vector index (:mod:`.vector_index`: dense queries, chunk reads),
+the keyword index (:mod:`.keyword_index`: keyword and hybrid queries) and the swap
+(:mod:`.swap`: a reindex's swap, a corpus dropped).  The store itself keeps the collections and
+the writes and deletes of documents, and answers for its parts (its API is theirs too).
+
 Small corpora are searched exactly: while a corpus fits the budget of
 :class:`~hearthnet.services.rag.search.memory.InMemoryCopies`, its complete documents are also
 held in an :class:`~hearthnet.services.rag.search.exact.ExactIndex` (loaded on its first query,
@@ -19,7 +25,6 @@ or kept from the writes) and queries never touch the HNSW index.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -31,29 +36,31 @@ import structlog
 
 from hearthnet.contracts.rag import announced, validate_corpus_name
 from hearthnet.errors import BadRequest, InternalError, NotFound
-from hearthnet.services.rag.chunks import Chunk, check_extra_metadata
+from hearthnet.services.rag.chunks import Chunk
+from hearthnet.services.rag.results import Hit
+from hearthnet.services.rag.search.fulltext import KeywordRow
 from hearthnet.services.rag.search.memory import EXACT_MAX_CHUNKS, InMemoryCopies
 from hearthnet.services.rag.store.chroma import (
     HNSW_PARAMS,
     CollectionGone,
+    Collections,
     chroma_errors,
     collection_name,
     collection_settings,
     open_client,
     staging_collection_name,
 )
+from hearthnet.services.rag.store.document_list import DocumentList
 from hearthnet.services.rag.store.kept import KeptVectors
-from hearthnet.services.rag.store.keywords import CorpusKeywords
-from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock, metadata_json
-from hearthnet.services.rag.store.queries import CorpusQueries
+from hearthnet.services.rag.store.keyword_index import KeywordIndex
+from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock
 from hearthnet.services.rag.store.swap import CorpusSwap
 from hearthnet.services.rag.store.update import CorpusUpdates
+from hearthnet.services.rag.store.vector_index import ChunkRow, VectorIndex
 from hearthnet.services.rag.store.write import (
-    CHUNK_KEYS,
     DocumentSource,
     DocumentWrite,
     out_of_space,
-    user_metadata,
 )
 
 __all__ = ["DEFAULT_ROOT", "CorpusRecord", "CorpusStore"]
@@ -62,10 +69,9 @@ DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
-class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
-    """All corpora of one node store directory (``root``): the core, the writes and deletes here;
-    queries in :mod:`.queries`, keyword and hybrid queries in :mod:`.keywords`, the swap of a
-    reindex in :mod:`.swap`, metadata updates in :mod:`.update`."""
+class CorpusStore(CorpusUpdates):
+    """All corpora of one node store directory (``root``): the collections, the writes and deletes
+    here; its parts (module docstring) answer queries and swaps; metadata updates in :mod:`.update`."""
 
     def __init__(
         self,
@@ -84,13 +90,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
         self._hnsw = dict(HNSW_PARAMS if hnsw_params is None else hnsw_params)
         self._pending: dict[str, set[str]] = {}
         """Documents being written by this process, per corpus (hidden from queries)."""
-        self._collections: dict[str, Any] = {}
         self._memory = InMemoryCopies(exact_max_chunks)
-        self._keys: dict[str, frozenset[str] | None] = {}
-        """Per corpus, the metadata keys its complete documents have (see ``metadata_keys``)."""
-        self._readers = threading.local()
-        """Each thread's read-only connection to the ledger (keyword searches)."""
-        self._reader_connections: list[sqlite3.Connection] = []
         ledger: Ledger | None = None
         try:
             self._ledger = ledger = Ledger(self.root / "ledger.sqlite3")
@@ -98,6 +98,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
             with chroma_errors("connect"):
                 self._max_batch = int(self._client.get_max_batch_size())
             self._batch = max(1, min(self._max_batch, batch_size or 1000))
+            self._compose()
             removed = self.recover()
             self.kept = KeptVectors(self.root / "kept.sqlite3")
             """Vectors of documents being ingested, kept until written (an interrupted ingest resumes)."""
@@ -109,70 +110,132 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
         if any(removed.values()):
             _log.warning("rag_store_recovered", removed=removed)
 
+    def _compose(self) -> None:
+        """The parts, each given what it uses of the store."""
+        self._collections = Collections(
+            lock=self._lock,
+            ledger=self._ledger,
+            client=self._client,
+            remote=self._remote,
+            finish_swap=lambda name: self._swap.finish(name),
+            drop=self._forget_corpus,
+        )
+        lock, ledger, memory = self._lock, self._ledger, self._memory
+        self._docs = DocumentList(lock=lock, ledger=ledger, collection=self._collection, remote=self._remote)
+        self._vectors = VectorIndex(
+            lock=lock,
+            ledger=ledger,
+            memory=memory,
+            collection=self._collection,
+            handles=self._collections,
+            writing=self._writing,
+            batch=self._batch,
+        )
+        self._keywords = KeywordIndex(
+            self.root,
+            lock=lock,
+            ledger=ledger,
+            memory=memory,
+            collection=self._collection,
+            handles=self._collections,
+            vectors=self._vectors,
+            batch=self._batch,
+        )
+        self._swap = CorpusSwap(
+            self.root,
+            lock=lock,
+            ledger=ledger,
+            memory=memory,
+            client=self._client,
+            hnsw=self._hnsw,
+            write_document=self._write_document,
+            writing=lambda name: bool(self._pending.get(name)),
+            forget=self._forget_caches,
+            info=self.info,
+        )
+
+    def _writing(self, name: str) -> set[str]:
+        """The documents this process is writing to ``name`` (hidden from queries)."""
+        with self._lock:
+            return set(self._pending.get(name, ()))
+
+    # ----------------------------------------------------------------- the parts' API
+
+    def query(self, name: str, embedding: np.ndarray, **kw: Any) -> list[Hit]:
+        """The ``k`` most similar chunks (``k``, ``where``, ``include_text``: :meth:`VectorIndex.query`)."""
+        return self._vectors.query(name, embedding, **kw)
+
+    def query_in_memory(self, name: str, embedding: np.ndarray, **kw: Any) -> list[Hit] | None:
+        """:meth:`query`'s answer if the in-memory copy gives it at once, else ``None``
+        (:meth:`VectorIndex.query_in_memory`)."""
+        return self._vectors.query_in_memory(name, embedding, **kw)
+
+    def get_chunks(self, name: str, **kw: Any) -> list[ChunkRow]:
+        """Stored chunks by ids, filter or text (:meth:`VectorIndex.get_chunks`)."""
+        return self._vectors.get_chunks(name, **kw)
+
+    def document_chunks(
+        self, name: str, doc_cid: str
+    ) -> tuple[list[str], list[str], list[dict[str, Any]], np.ndarray] | None:
+        """A complete document's chunks and vectors (:meth:`VectorIndex.document_chunks`)."""
+        return self._vectors.document_chunks(name, doc_cid)
+
+    def warm_exact(self) -> list[str]:
+        """Load the exact copy of every corpus that fits the budget (:meth:`VectorIndex.warm_exact`)."""
+        return self._vectors.warm_exact(self.corpora())
+
+    def query_words(self, name: str, embedding: np.ndarray, text: str, **kw: Any) -> list[Hit]:
+        """A ``keyword`` or ``hybrid`` query (:meth:`KeywordIndex.query_words`)."""
+        return self._keywords.query_words(name, embedding, text, **kw)
+
+    def words_in_memory(
+        self, name: str, embedding: np.ndarray, rows: list[KeywordRow], **kw: Any
+    ) -> list[Hit] | None:
+        """:meth:`query_words` from the in-memory copy at once (:meth:`KeywordIndex.words_in_memory`)."""
+        return self._keywords.words_in_memory(name, embedding, rows, **kw)
+
+    def keyword_leg(
+        self, name: str, text: str, *, k: int, mode: str, where: Mapping[str, Any] | None = None
+    ) -> list[KeywordRow] | None:
+        """A query's keyword leg, needing no vector (:meth:`KeywordIndex.keyword_leg`)."""
+        return self._keywords.keyword_leg(name, text, k=k, mode=mode, where=where)
+
+    def keyword_ready(self, name: str) -> bool:
+        """Whether ``name`` has its keyword index yet (:meth:`KeywordIndex.ready`)."""
+        return self._keywords.ready(name)
+
+    def build_keywords(self) -> list[str]:
+        """The keyword index of every corpus that predates it (:meth:`KeywordIndex.build_missing`)."""
+        return self._keywords.build_missing()
+
+    def replace_corpus(self, name: str, **kw: Any) -> CorpusRecord:
+        """Rebuild ``name`` from ``documents`` with ``embedding_model`` and ``dim``, all or nothing
+        (:meth:`CorpusSwap.replace_corpus`)."""
+        return self._swap.replace_corpus(name, **kw)
+
+    def drop_corpus(self, name: str) -> bool:
+        """Remove ``name`` wholly (:meth:`CorpusSwap.drop_corpus`)."""
+        return self._swap.drop_corpus(name)
+
     # ----------------------------------------------------------------- corpora
 
     def _collection(self, name: str) -> Any:
-        """The corpus's collection, or ``NotFound`` if it is gone.
-
-        Embedded, only an interrupted reindex removes a collection, and the
-        corpus is dropped.  On a ChromaDB server a collection can also vanish
-        because the node was pointed at another server or the server lost its
-        data: then the corpus and its document list are kept, so that the right
-        server URL brings it back or ``hearthnet rag reindex`` rebuilds it from
-        its source documents.
-        """
-        from chromadb.errors import NotFoundError
-
-        validate_corpus_name(name)
-        with self._lock:
-            col = self._collections.get(name)
-            if col is not None:
-                return col
-            if self._ledger.corpus(name) is None:
-                raise NotFound(f"corpus {name!r} does not exist")
-        # Looked up without the lock (on a server this is a network call, and the event loop
-        # reads the ledger under the same lock); a miss is decided under it, after any swap.
-        with chroma_errors("open collection"), contextlib.suppress(NotFoundError):
-            col = self._client.get_collection(collection_name(name), embedding_function=None)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
-                raise NotFound(f"corpus {name!r} does not exist")
-            cached = self._collections.get(name)
-            if cached is not None:
-                return cached
-            with chroma_errors("open collection"):
-                try:
-                    if col is None and self._ledger.swap_owed(name):
-                        self._finish_swap(name)  # a reindex's swap failed halfway: finish it now
-                    if col is None:
-                        col = self._client.get_collection(collection_name(name), embedding_function=None)
-                except NotFoundError as exc:
-                    _log.warning("rag_corpus_collection_missing", corpus=name, kept=self._remote)
-                    if self._remote:
-                        raise NotFound(
-                            f"corpus {name!r}: its vector collection is not on the ChromaDB server (another "
-                            "server, or the server lost its data); its document list is kept: point the node "
-                            f"at the right server, or run 'hearthnet rag reindex --corpus {name}' to rebuild "
-                            "it from its source documents"
-                        ) from exc
-                    self._forget_corpus(name)
-                    raise NotFound(
-                        f"corpus {name!r} does not exist: its vector collection is gone (e.g. a reindex "
-                        "was interrupted), so it was dropped; ingest its documents again"
-                    ) from exc
-            self._collections[name] = col
-            return col
+        """The corpus's collection, or ``NotFound`` if it is gone (:meth:`Collections.open`)."""
+        return self._collections.open(name)
 
     def _forget_corpus(self, name: str) -> None:
         """Remove a corpus from the ledger and the caches (caller holds the lock)."""
         self._ledger.forget_corpus(name)
-        self._collections.pop(name, None)
-        self._keys.pop(name, None)
-        self._memory.forget(name)
+        self._forget_caches(name)
 
-    def _forget_handle(self, name: str) -> None:
+    def _forget_caches(self, name: str) -> None:
+        """Drop what the store holds of a corpus besides the ledger: its collection handle, its
+        metadata keys, its in-memory copy and its writes in progress."""
         with self._lock:
-            self._collections.pop(name, None)
+            self._collections.forget(name)
+            self._docs.changed(name)
+            self._memory.forget(name)
+            self._pending.pop(name, None)
 
     def create_corpus(self, name: str, *, embedding_model: str, dim: int) -> CorpusRecord:
         """Create ``name`` (idempotent for the same model and dimension)."""
@@ -204,7 +267,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
                     f"(dim {got.get('dim')}); reindex or use another corpus"
                 )
             self._ledger.add_corpus(name, embedding_model, dim, created)
-            self._collections[name] = col
+            self._collections.hold(name, col)
             self._memory.created(name, dim)
             return self.info(name)
 
@@ -235,117 +298,35 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
             schema_version=row.schema_version,
         )
 
-    # ----------------------------------------------------------------- documents
+    # ----------------------------------------------------------------- documents (the document list's)
 
     def has_document(self, name: str, doc_cid: str) -> bool:
-        self._collection(name)
-        with self._lock:
-            st = self._ledger.status(name, doc_cid)
-        return st is not None and st[0] == "complete"
+        return self._docs.has_document(name, doc_cid)
 
     def document_chunk_count(self, name: str, doc_cid: str) -> int:
-        self._collection(name)
-        with self._lock:
-            st = self._ledger.status(name, doc_cid)
-        return st[1] if st is not None and st[0] == "complete" else 0
+        return self._docs.document_chunk_count(name, doc_cid)
 
     def document_tokens(self, name: str, doc_cid: str) -> int:
         """Estimated tokens indexed for a complete document (0 if absent)."""
-        self._collection(name)
-        with self._lock:
-            return self._ledger.tokens(name, doc_cid)
+        return self._docs.document_tokens(name, doc_cid)
 
     def documents(self, name: str) -> list[dict[str, Any]]:
-        """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata, filename}``.
-
-        ``metadata`` is the caller's metadata given at ingest (what a reindex must keep).
-        """
-        return self._documents(name, None)
+        """Complete documents of a corpus (:meth:`DocumentList.documents`)."""
+        return self._docs.documents(name)
 
     def document(self, name: str, doc_cid: str) -> dict[str, Any] | None:
-        """One complete document as in :meth:`documents`, or ``None``.
-
-        ``NotFound`` if the corpus's collection is missing (its chunks cannot
-        be answered, so "already ingested" would not be true).
-        """
-        self._collection(name)
-        found = self._documents(name, doc_cid)
-        return found[0] if found else None
-
-    def _documents(self, name: str, doc_cid: str | None) -> list[dict[str, Any]]:
-        validate_corpus_name(name)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
-                raise NotFound(f"corpus {name!r} does not exist")
-            rows = self._ledger.complete_documents(name, doc_cid)
-        out = []
-        for cid, title, language, chunks, tokens, meta, filename in rows:
-            # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
-            # a reindex can rebuild a corpus whose collection is missing on a ChromaDB server
-            metadata = metadata_json(meta)
-            out.append(
-                {
-                    "doc_cid": str(cid),
-                    "title": str(title),
-                    "language": language,
-                    "chunks": int(chunks),
-                    "tokens": int(tokens),
-                    "metadata": metadata if metadata is not None else self._old_metadata(name, str(cid)),
-                    "filename": filename,
-                }
-            )
-        return out
-
-    def _old_metadata(self, name: str, doc_cid: str) -> dict[str, Any]:
-        """Metadata of a row from before the ledger kept it: from a chunk, or none if the
-        collection is missing on a server (a reindex then rebuilds the document without it)."""
-        try:
-            col = self._collection(name)
-        except NotFound:
-            if not self._remote:
-                raise
-            _log.warning("rag_metadata_unrecoverable", corpus=name, doc_cid=doc_cid)
-            return {}
-        with chroma_errors("read document metadata"):
-            got = col.get(where={"doc_cid": doc_cid}, limit=1, include=["metadatas"])
-        metas = got.get("metadatas") or [{}]
-        out: dict[str, Any] = {}
-        for key, value in user_metadata((metas[0] if metas else None) or {}).items():
-            with contextlib.suppress(BadRequest):  # a field older versions let through (e.g. NaN)
-                out.update(check_extra_metadata({key: value}))
-        return out
+        """One complete document, or ``None`` (:meth:`DocumentList.document`)."""
+        return self._docs.document(name, doc_cid)
 
     def list_documents(
         self, name: str, *, after: str = "", limit: int = 200
     ) -> tuple[list[dict[str, Any]], int]:
-        """A page of the corpus's complete documents by ``doc_cid`` (those after ``after``), and how
-        many it has in all: ``{doc_cid, title, filename, pages, chunks, language, ingested_by,
-        ingested_at}`` (``None`` where the ledger predates the field)."""
-        validate_corpus_name(name)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
-                raise NotFound(f"corpus {name!r} does not exist")
-            return self._ledger.page(name, after=after, limit=limit)
+        """A page of the corpus's complete documents and their total (:meth:`DocumentList.page`)."""
+        return self._docs.page(name, after=after, limit=limit)
 
     def metadata_keys(self, name: str) -> frozenset[str] | None:
-        """The metadata keys the corpus's complete documents have, or ``None`` if unknown (a
-        document from before the ledger kept metadata).  From the ledger, cached until a
-        document of the corpus completes or goes."""
-        with self._lock:
-            if name in self._keys:
-                return self._keys[name]
-            keys: set[str] | None = set(CHUNK_KEYS)
-            for meta, has_file in self._ledger.metadata_of(name):
-                found = metadata_json(meta)
-                if found is None:
-                    keys = None
-                    break
-                assert keys is not None
-                keys.update(found)
-                if has_file:
-                    keys.add("doc_filename")
-            self._keys[name] = None if keys is None else frozenset(keys)
-            return self._keys[name]
+        """The metadata keys the corpus's documents have (:meth:`DocumentList.metadata_keys`)."""
+        return self._docs.metadata_keys(name)
 
     # ----------------------------------------------------------------- the atomic write and delete
 
@@ -411,7 +392,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
             replaced = self._commit_documents(name, todo)
         except BaseException as exc:
             if isinstance(exc, CollectionGone):
-                self._forget_handle(name)
+                self._collections.forget(name)
             for w, _ in todo:  # undo each (recover() finishes what a second failure leaves)
                 with contextlib.suppress(Exception):
                     self._purge(name, w.doc_cid)
@@ -483,7 +464,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
                 busy = self._pending.get(name, set())
                 owed = announced(name)  # the old version's deletion is announced like a delete's
                 replaced = [o for o in sorted(olds - busy) if self._ledger.mark_replaced(name, o, owed)]
-            self._keys.pop(name, None)
+            self._docs.changed(name)
             self._memory.changed(name)
             for old in replaced:
                 self._memory.deleting(name, old)
@@ -501,7 +482,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
         col = self._collection(name)
         with self._lock:
             self._ledger.begin_delete(name, doc_cid, announce=announce)
-            self._keys.pop(name, None)
+            self._docs.changed(name)
             self._memory.deleting(name, doc_cid)
         with chroma_errors("delete chunks"):
             found = col.get(where={"doc_cid": doc_cid}, include=[])
@@ -557,7 +538,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
 
         with self._lock:
             for name in self._ledger.swaps():
-                self._finish_swap(name)
+                self._swap.finish(name)
                 _log.warning("rag_reindex_swap_finished", corpus=name)
         for name in self.corpora():  # a rebuild that never reached its swap: the old corpus stands
             with chroma_errors("drop an unfinished rebuild"), contextlib.suppress(NotFoundError):
@@ -584,7 +565,7 @@ class CorpusStore(CorpusQueries, CorpusKeywords, CorpusSwap, CorpusUpdates):
         with self._lock:
             self._collections.clear()
             self._memory.clear()
-            self._close_readers()
+            self._keywords.close()
             self._ledger.close()
             self.kept.close()
             self._writer.release()

@@ -1,13 +1,15 @@
-"""The corpus swap of a reindex: a corpus rebuilt beside the old one, then put in its place, all
-or nothing (a part of :class:`~hearthnet.services.rag.store.store.CorpusStore`)."""
+"""The corpus swap of a reindex (a part :class:`~hearthnet.services.rag.store.store.CorpusStore`
+composes): a corpus rebuilt beside the old one, then put in its place, all or nothing; and the
+drop of a whole corpus."""
 
 from __future__ import annotations
 
 import contextlib
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,31 +26,44 @@ from hearthnet.services.rag.store.chroma import (
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger
 from hearthnet.services.rag.store.write import DocumentWrite, out_of_space
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-
 __all__ = ["CorpusSwap"]
 
 
 class CorpusSwap:
-    """:meth:`replace_corpus` and the swap's completion, for :class:`CorpusStore` (whose state and
-    write path it uses: the names below)."""
+    """:meth:`replace_corpus`, :meth:`drop_corpus` and :meth:`finish` (a swap a crash left owed).
 
-    if TYPE_CHECKING:
-        root: Path
-        _lock: threading.RLock
-        _ledger: Ledger
-        _client: Any
-        _hnsw: dict[str, Any]
-        _pending: dict[str, set[str]]
-        _collections: dict[str, Any]
-        _keys: dict[str, frozenset[str] | None]
-        _memory: InMemoryCopies
+    What it uses of the store is given here: ``root`` (for a full disk's message), its ``lock``
+    and ``ledger``, the ChromaDB ``client`` and the ``hnsw`` settings of a new collection, the
+    in-memory copies (``memory``), ``write_document`` (the store's write of one document's
+    chunks into a collection), ``writing`` (whether this process is writing to a corpus),
+    ``forget`` (the store's caches of a corpus dropped: handle, metadata keys, copy, writes in
+    progress) and ``info``.  Blocking, thread-safe.
+    """
 
-        def info(self, name: str) -> CorpusRecord: ...
-
-        def _write_document(self, col: Any, doc: DocumentWrite) -> None: ...
+    def __init__(
+        self,
+        root: Path,
+        *,
+        lock: threading.RLock,
+        ledger: Ledger,
+        client: Any,
+        hnsw: dict[str, Any],
+        memory: InMemoryCopies,
+        write_document: Callable[[Any, DocumentWrite], None],
+        writing: Callable[[str], bool],
+        forget: Callable[[str], None],
+        info: Callable[[str], CorpusRecord],
+    ) -> None:
+        self._root = root
+        self._lock = lock
+        self._ledger = ledger
+        self._client = client
+        self._hnsw = hnsw
+        self._memory = memory
+        self._write_document = write_document
+        self._writing = writing
+        self._forget = forget
+        self._info = info
 
     def replace_corpus(
         self,
@@ -94,17 +109,14 @@ class CorpusSwap:
             with contextlib.suppress(Exception):
                 self._client.delete_collection(staging)
             if isinstance(exc, Exception):
-                full = out_of_space(self.root, exc, needed=sum(w.size for w in writes))
+                full = out_of_space(self._root, exc, needed=sum(w.size for w in writes))
                 if full is not None:
                     raise full from exc
             raise
         with self._lock:
             self._ledger.replace(name, writes, embedding_model=embedding_model, dim=dim, created=created)
-            self._pending.pop(name, None)
-            self._collections.pop(name, None)
-            self._keys.pop(name, None)
-            self._memory.forget(name)
-            self._finish_swap(name)
+            self._forget(name)
+            self.finish(name)
             # from memory: no query has to load the new copy from ChromaDB
             self._memory.rebuilt(
                 name,
@@ -114,7 +126,7 @@ class CorpusSwap:
                 [t for w in writes for t in w.texts],
                 [m for w in writes for m in w.metadatas],
             )
-        return self.info(name)
+        return self._info(name)
 
     def drop_corpus(self, name: str) -> bool:
         """Remove ``name`` wholly: its ledger rows (one transaction: from then on it does not exist),
@@ -126,17 +138,15 @@ class CorpusSwap:
         with self._lock:
             if self._ledger.corpus(name) is None:
                 return False
-            if self._pending.get(name):
+            if self._writing(name):
                 raise BadRequest(f"corpus {name!r} is being written; drop it when that is done")
             self._ledger.forget_corpus(name)
-            self._collections.pop(name, None)
-            self._keys.pop(name, None)
-            self._memory.forget(name)
+            self._forget(name)
         with chroma_errors("drop a corpus"), contextlib.suppress(NotFoundError):
             self._client.delete_collection(collection_name(name))
         return True
 
-    def _finish_swap(self, name: str) -> None:
+    def finish(self, name: str) -> None:
         """Put the rebuilt collection of ``name`` in place of the old one (caller holds the lock)."""
         from chromadb.errors import NotFoundError
 

@@ -23,6 +23,7 @@ from hearthnet.errors import BadRequest, NotFound
 from hearthnet.services.rag.chunks import RESERVED_METADATA, check_extra_metadata
 from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import chroma_errors
+from hearthnet.services.rag.store.document_list import DocumentList
 from hearthnet.services.rag.store.ledger import Ledger
 
 __all__ = ["CorpusUpdates", "DocumentUpdate", "chunk_change", "merged_metadata"]
@@ -74,7 +75,7 @@ class CorpusUpdates:
         _ledger: Ledger
         _batch: int
         _pending: dict[str, set[str]]
-        _keys: dict[str, frozenset[str] | None]
+        _docs: DocumentList
         _memory: InMemoryCopies
 
         def corpora(self) -> list[str]: ...
@@ -114,7 +115,7 @@ class CorpusUpdates:
                 name, doc_cid, title=new_title, metadata=new_meta, change=change, announce=announce
             ):
                 return None
-            self._keys.pop(name, None)
+            self._docs.changed(name)
             self._memory.updated(name, doc_cid, change)
         self._write_chunk_metadata(col, doc_cid, change)
         with self._lock:

@@ -96,7 +96,7 @@ async def test_a_question_that_would_wait_past_the_budget_is_refused_at_once_wit
     tmp_path: Path, minilm: OnnxModel
 ) -> None:
     from hearthnet.errors import CapacityExceeded
-    from hearthnet.services.rag.search.queries import QueryEmbedder
+    from hearthnet.services.rag.search.query_embedder import QueryEmbedder
 
     async with node(tmp_path, minilm=minilm) as n:
         await n.ingest("house", n.put(garden_text("tulips", paragraphs=1)))

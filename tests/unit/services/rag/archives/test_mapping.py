@@ -8,7 +8,7 @@ import pytest
 
 from hearthnet.services.rag.archives.archive import archive_clause, map_metadata, score_of
 from hearthnet.services.rag.archives.merge import RRF_K, ArchiveHit, merge_hits
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 from hearthnet.services.rag.search.filters import build_where, chroma_where, where_matches
 
 SEED_METADATA = {

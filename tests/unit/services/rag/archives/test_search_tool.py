@@ -30,7 +30,7 @@ from hearthnet.services.rag.archives.search_tool import (
     serves,
     tool_schema,
 )
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 
 AIS = "repo_a1b2c3d4-e5f6-7890-abcd-ef1234567890"
 WARTUNG = "repo_f9e8d7c6-b5a4-3210-fedc-ba0987654321"

@@ -155,7 +155,7 @@ def test_a_load_racing_a_completed_write_is_discarded(tmp_path: Path) -> None:
                     store.add_document("kb", fake_chunks("b", 5), unit_vectors(5, seed=2))
                 return col.get(**kw)
 
-        assert store._exact_index("kb", WriteDuringLoad()) is None
+        assert store._vectors.exact_index("kb", WriteDuringLoad()) is None
         assert "kb" not in store._memory.indexes
         hits = store.query("kb", unit_vectors(5, seed=2)[0], k=10)  # loads a fresh copy
         assert len(store._memory.indexes["kb"]) == 10 and {h.metadata["doc_cid"] for h in hits} == {"a", "b"}
@@ -195,7 +195,7 @@ def test_a_load_of_the_old_collection_is_not_installed_after_a_replace(tmp_path:
                     assert install.wait(30)
                 return got
 
-        loader = threading.Thread(target=store._exact_index, args=("kb", PausedLoad()))
+        loader = threading.Thread(target=store._vectors.exact_index, args=("kb", PausedLoad()))
         loader.start()
         assert read.wait(30)
         write_batch = store._write_batch
@@ -228,7 +228,7 @@ def test_a_new_corpus_is_searched_exactly_from_its_first_document_without_a_load
             def get(self, **kw: Any) -> Any:
                 raise AssertionError("the exact index was loaded from ChromaDB")
 
-        assert store._exact_index("kb", NoLoad()) is store._memory.indexes["kb"]
+        assert store._vectors.exact_index("kb", NoLoad()) is store._memory.indexes["kb"]
         hits = store.query("kb", unit_vectors(4, seed=ord("b"))[2], k=1)
         assert hits[0].chunk_id == "b-2" and hits[0].score == pytest.approx(1.0, abs=1e-5)
     finally:
@@ -255,10 +255,10 @@ def test_queries_during_a_load_use_hnsw_instead_of_loading_a_copy_each(tmp_path:
                 assert finish.wait(30)
                 return real.get(**kw)
 
-        loader = threading.Thread(target=store._exact_index, args=("kb", PausedLoad()))
+        loader = threading.Thread(target=store._vectors.exact_index, args=("kb", PausedLoad()))
         loader.start()
         assert reading.wait(30)
-        assert store._exact_index("kb", PausedLoad()) is None  # no second load: this query uses HNSW
+        assert store._vectors.exact_index("kb", PausedLoad()) is None  # no second load: this query uses HNSW
         hits = store.query("kb", va[7], k=3)  # answered meanwhile, through HNSW
         assert hits[0].chunk_id == "a-7" and "kb" not in store._memory.indexes
         finish.set()

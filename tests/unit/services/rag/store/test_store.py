@@ -496,11 +496,12 @@ class Killed(CorpusStore):
             threading.Event().wait()  # the rebuilt collection is half written: killed here
         super()._write_batch(*args)
 
-    def _finish_swap(self, name):
-        print("swapping", flush=True)
-        threading.Event().wait()  # the ledger names the rebuilt corpus, ChromaDB still the old one
+def swapping(name):
+    print("swapping", flush=True)
+    threading.Event().wait()  # the ledger names the rebuilt corpus, ChromaDB still the old one
 
 store = Killed(Path(sys.argv[1]))
+store._swap.finish = swapping
 docs = [(fake_chunks(f"new-{i}", 3), unit_vectors(3, dim=8, seed=i)) for i in range(3)]
 store.replace_corpus("re", embedding_model="m2", dim=8, documents=docs)
 """
@@ -611,7 +612,7 @@ def test_hnsw_query_never_shows_part_of_a_document_being_written(tmp_path: Path)
                 assert first_batch.wait(30)
                 return real.query(**kw)
 
-        s._collections["c"] = SlowQuery()
+        s._collections.hold("c", SlowQuery())
         write_batch = s._write_batch
 
         def paused(*args: Any) -> None:
@@ -655,7 +656,7 @@ def test_a_document_whose_undo_failed_stays_invisible(tmp_path: Path) -> None:
             def delete(self, **kw: Any) -> Any:
                 raise OSError(errno.ENOSPC, "No space left on device")
 
-        s._collections["c"] = FullDisk()
+        s._collections.hold("c", FullDisk())
         write_batch, calls = s._write_batch, [0]
 
         def second_fails(*args: Any) -> None:
@@ -668,7 +669,7 @@ def test_a_document_whose_undo_failed_stays_invisible(tmp_path: Path) -> None:
         vb = unit_vectors(6, seed=2)
         with pytest.raises(CapacityExceeded):
             s.add_document("c", fake_chunks("b", 6), vb)
-        s._collections["c"] = real
+        s._collections.hold("c", real)
         assert s._ledger.status("c", "b") == ("deleting", 6)
         assert real.count() == 6  # 4 of a, 2 of b left behind
         for where in (None, {"page": {"$gte": 1}}):
@@ -687,9 +688,9 @@ def test_a_query_holding_the_handle_of_a_replaced_collection_answers_from_the_ne
         stale = s._collection("re")
         new = unit_vectors(3, dim=8, seed=5)
         s.replace_corpus("re", embedding_model="m2", dim=8, documents=[(fake_chunks("new", 3), new)])
-        s._collections["re"] = stale  # as a query that took the handle before the swap
+        s._collections.hold("re", stale)  # as a query that took the handle before the swap
         assert s.query("re", new[1], k=1)[0].chunk_id == "new-1"
-        assert s._collections["re"] is not stale
+        assert s._collections.get("re") is not stale
 
 
 def test_a_filter_on_numbers_chromadb_compares_inexactly_still_finds_the_match(tmp_path: Path) -> None:
@@ -732,19 +733,19 @@ def test_a_document_whose_undo_failed_is_written_afresh_without_its_old_chunks(t
 
 
 def test_a_reindex_swap_that_failed_halfway_is_finished_by_the_next_use(tmp_path: Path) -> None:
-    class SwapFails(CorpusStore):
-        fail = True
-
-        def _finish_swap(self, name: str) -> None:
-            if self.fail:
-                self.fail = False
-                self._client.delete_collection(collection_name(name))  # the old one is gone ...
-                raise InternalError("vector store failed to swap in the rebuilt collection")  # ... no rename
-            super()._finish_swap(name)
-
     root = tmp_path / "rag"
     _old_corpora(root)
-    with SwapFails(root) as s:
+    with CorpusStore(root) as s:
+        finish, failed = s._swap.finish, []
+
+        def fails_once(name: str) -> None:
+            if not failed:
+                failed.append(name)
+                s._client.delete_collection(collection_name(name))  # the old one is gone ...
+                raise InternalError("vector store failed to swap in the rebuilt collection")  # ... no rename
+            finish(name)
+
+        s._swap.finish = fails_once  # type: ignore[method-assign]
         new = unit_vectors(3, dim=8, seed=6)
         with pytest.raises(InternalError):
             s.replace_corpus("re", embedding_model="m2", dim=8, documents=[(fake_chunks("new", 3), new)])

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hearthnet.services.rag.search import keyword
+from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.search.filters import build_where, compile_where
 
 TEXTS = {
@@ -33,17 +33,17 @@ TEXTS = {
 @pytest.fixture
 def db() -> Iterator[sqlite3.Connection]:
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.executescript(keyword.SCHEMA)
-    keyword.create_index(conn, "c")
+    conn.executescript(fulltext.SCHEMA)
+    fulltext.create_index(conn, "c")
     for name, text in TEXTS.items():
-        keyword.add_document(conn, "c", name, [name], [text], [{"doc_cid": name, "lang": name[:2]}])
+        fulltext.add_document(conn, "c", name, [name], [text], [{"doc_cid": name, "lang": name[:2]}])
     yield conn
     conn.close()
 
 
 def hits(db: sqlite3.Connection, query: str, corpus: str = "c") -> list[str]:
-    expression = keyword.match_expression(query)
-    return [] if expression is None else [r.chunk_id for r in keyword.search(db, corpus, expression, 10)]
+    expression = fulltext.match_expression(query)
+    return [] if expression is None else [r.chunk_id for r in fulltext.search(db, corpus, expression, 10)]
 
 
 @pytest.mark.parametrize(
@@ -95,8 +95,8 @@ def test_cjk_characters_out_of_order_are_not_a_phrase(db: sqlite3.Connection) ->
 
 
 def test_index_text_sets_cjk_characters_apart_and_normalises() -> None:
-    assert keyword.index_text("东京abc") == " 东  京 abc"
-    assert keyword.index_text("Ｗ－２") == "W-2"
+    assert fulltext.index_text("东京abc") == " 东  京 abc"
+    assert fulltext.index_text("Ｗ－２") == "W-2"
 
 
 @pytest.mark.parametrize(
@@ -112,47 +112,47 @@ def test_index_text_sets_cjk_characters_apart_and_normalises() -> None:
     ],
 )
 def test_match_expression_quotes_every_word(query: str, expression: str | None) -> None:
-    assert keyword.match_expression(query) == expression
+    assert fulltext.match_expression(query) == expression
 
 
 def test_a_query_uses_at_most_the_first_terms() -> None:
     words = " ".join(f"w{i}" for i in range(100))
-    expression = keyword.match_expression(words)
-    assert expression is not None and expression.count(" OR ") == keyword.MAX_QUERY_TERMS - 1
+    expression = fulltext.match_expression(words)
+    assert expression is not None and expression.count(" OR ") == fulltext.MAX_QUERY_TERMS - 1
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60))
 def test_no_query_text_is_an_fts5_syntax_error(query: str) -> None:
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.executescript(keyword.SCHEMA)
-    keyword.create_index(conn, "c")
-    keyword.add_document(conn, "c", "d", ["d"], [query], [{}])
-    expression = keyword.match_expression(query)
+    conn.executescript(fulltext.SCHEMA)
+    fulltext.create_index(conn, "c")
+    fulltext.add_document(conn, "c", "d", ["d"], [query], [{}])
+    expression = fulltext.match_expression(query)
     if expression is not None:
-        found = keyword.search(conn, "c", expression, 5)  # never raises
+        found = fulltext.search(conn, "c", expression, 5)  # never raises
         assert [r.chunk_id for r in found] == ["d"]  # the text finds itself
     conn.close()
 
 
 def test_the_filter_is_applied_while_walking_the_ranking(db: sqlite3.Connection) -> None:
     matches = compile_where(build_where({"lang": "fr"}))
-    got = keyword.search(db, "c", '"la" OR "die" OR "the"', 10, matches=matches)
+    got = fulltext.search(db, "c", '"la" OR "die" OR "the"', 10, matches=matches)
     assert [r.chunk_id for r in got] == ["fr"]
     assert got[0].metadata == {"doc_cid": "fr", "lang": "fr"} and got[0].bm25 > 0
 
 
 def test_removed_documents_are_not_found_and_corpora_are_apart(db: sqlite3.Connection) -> None:
-    keyword.create_index(db, "other")
-    keyword.add_document(db, "other", "x", ["x"], ["Müller elsewhere"], [{}])
+    fulltext.create_index(db, "other")
+    fulltext.add_document(db, "other", "x", ["x"], ["Müller elsewhere"], [{}])
     assert hits(db, "muller") == ["de"]
     assert hits(db, "muller", "other") == ["x"]
-    keyword.remove_document(db, "c", "de")
+    fulltext.remove_document(db, "c", "de")
     assert hits(db, "muller") == []
     assert hits(db, "muller", "other") == ["x"]
     assert db.execute("SELECT COUNT(*) FROM keyword_chunks WHERE doc_cid = 'de'").fetchone() == (0,)
-    keyword.drop_index(db, "other")
-    assert not keyword.has_index(db, "other")
+    fulltext.drop_index(db, "other")
+    assert not fulltext.has_index(db, "other")
     assert db.execute("SELECT COUNT(*) FROM keyword_chunks WHERE corpus = 'other'").fetchone() == (0,)
 
 
@@ -160,12 +160,12 @@ def test_a_selective_filter_looks_deeper_than_the_first_matches() -> None:
     """The first look covers the best 8 x k matches; chunks the filter keeps further down are still
     found (up to ``max_scanned``), and not beyond it."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.executescript(keyword.SCHEMA)
-    keyword.create_index(conn, "c")
+    conn.executescript(fulltext.SCHEMA)
+    fulltext.create_index(conn, "c")
     for i in range(100):  # the more "pump", the better the BM25: rare ones rank last
-        keyword.add_document(conn, "c", f"d{i}", [f"d{i}"], ["pump " * (100 - i) + "x"], [{"rare": i >= 95}])
+        fulltext.add_document(conn, "c", f"d{i}", [f"d{i}"], ["pump " * (100 - i) + "x"], [{"rare": i >= 95}])
     matches = compile_where(build_where({"rare": True}))
-    got = keyword.search(conn, "c", '"pump"', 2, matches=matches)
+    got = fulltext.search(conn, "c", '"pump"', 2, matches=matches)
     assert [r.chunk_id for r in got] == ["d95", "d96"]
-    assert keyword.search(conn, "c", '"pump"', 2, matches=matches, max_scanned=50) == []
+    assert fulltext.search(conn, "c", '"pump"', 2, matches=matches, max_scanned=50) == []
     conn.close()

@@ -1,27 +1,29 @@
-"""How the store answers a query (a part of :class:`~hearthnet.services.rag.store.store.CorpusStore`):
-from the corpus's in-memory copy when it has one (loading it on first use if it fits), else
-through ChromaDB's HNSW index; only complete documents either way."""
+"""The store's vector index (a part :class:`~hearthnet.services.rag.store.store.CorpusStore`
+composes): dense queries from the corpus's in-memory copy when it has one (loading it on first use
+if it fits), else through ChromaDB's HNSW index; only complete documents either way.  Also the
+reads of stored chunks by id or filter (``rag.get``) and of a document's chunks with their vectors
+(``rag.export``)."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import structlog
 
 from hearthnet.errors import BadRequest, BusError, NotFound
-from hearthnet.services.rag.corpus import Hit
+from hearthnet.services.rag.results import Hit
 from hearthnet.services.rag.search.exact import ExactIndex
 from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 from hearthnet.services.rag.search.hnsw import hnsw_search
 from hearthnet.services.rag.search.memory import InMemoryCopies
-from hearthnet.services.rag.store.chroma import CollectionGone, chroma_errors
+from hearthnet.services.rag.store.chroma import CollectionGone, Collections, chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
 
-__all__ = ["ChunkRow", "CorpusQueries", "query_vector"]
+__all__ = ["ChunkRow", "VectorIndex", "query_vector"]
 
 _log = structlog.get_logger("hearthnet.rag.store")
 
@@ -47,23 +49,34 @@ class ChunkRow:
     embedding: list[float] | None
 
 
-class CorpusQueries:
-    """:meth:`query`, :meth:`query_in_memory` and the in-memory copies, for :class:`CorpusStore`
-    (whose state it reads: the names below)."""
+class VectorIndex:
+    """Dense queries and chunk reads of the store's corpora.
 
-    if TYPE_CHECKING:
-        _lock: threading.RLock
-        _ledger: Ledger
-        _batch: int
-        _pending: dict[str, set[str]]
-        _collections: dict[str, Any]
-        _memory: InMemoryCopies
+    What it uses of the store is given here: its ``lock`` (held for every ledger read and every
+    change of the in-memory ``memory``), its ``ledger``, ``collection`` (a corpus's ChromaDB
+    collection, ``NotFound`` if gone), ``handles`` (the collection handles held: ``known`` and
+    ``forget``), ``writing`` (the documents this process is writing to a corpus, hidden from
+    queries) and the ChromaDB ``batch`` size.  Blocking, thread-safe.
+    """
 
-        def corpora(self) -> list[str]: ...
-
-        def _collection(self, name: str) -> Any: ...
-
-        def _forget_handle(self, name: str) -> None: ...
+    def __init__(
+        self,
+        *,
+        lock: threading.RLock,
+        ledger: Ledger,
+        memory: InMemoryCopies,
+        collection: Callable[[str], Any],
+        handles: Collections,
+        writing: Callable[[str], set[str]],
+        batch: int,
+    ) -> None:
+        self._lock = lock
+        self._ledger = ledger
+        self._memory = memory
+        self._collection = collection
+        self._handles = handles
+        self._writing = writing
+        self._batch = batch
 
     def query(
         self,
@@ -78,7 +91,7 @@ class CorpusQueries:
         try:
             return self._query(name, embedding, k=k, where=where, include_text=include_text)
         except CollectionGone:
-            self._forget_handle(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
+            self._handles.forget(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
             return self._query(name, embedding, k=k, where=where, include_text=include_text)
 
     def query_in_memory(
@@ -105,7 +118,7 @@ class CorpusQueries:
             return None
         try:
             index = self._memory.get(name)
-            known = name in self._collections
+            known = self._handles.known(name)
         finally:
             self._lock.release()
         if index is None or not known or len(index) * index.dim > max_floats:
@@ -133,12 +146,12 @@ class CorpusQueries:
             dim = row.dim
         vec = query_vector(embedding, dim, k)
         clause = build_where(where) if where else None
-        index = self._exact_index(name, col)
+        index = self.exact_index(name, col)
         if index is not None:
             matches = None if clause is None else compile_where(clause)
             return index.search(vec, k, matches, include_text=include_text)
         with self._lock:
-            hidden = set(self._pending.get(name, ())) | self._ledger.not_complete(name)
+            hidden = self._writing(name) | self._ledger.not_complete(name)
             complete, stored = self._ledger.chunk_counts(name)
         with chroma_errors("query"):
             return hnsw_search(
@@ -150,16 +163,16 @@ class CorpusQueries:
                 hidden=hidden,
                 complete=complete,
                 stored=stored,
-                complete_only=lambda hits: self._complete_only(name, hits),
+                complete_only=lambda hits: self.complete_only(name, hits),
             )
 
-    def _complete_only(self, name: str, hits: list[Hit]) -> list[Hit]:
+    def complete_only(self, name: str, hits: list[Hit]) -> list[Hit]:
         """The hits whose document is complete in the ledger now."""
         with self._lock:
             complete = self._ledger.complete_among(name, [str(h.metadata.get("doc_cid")) for h in hits])
         return [h for h in hits if h.metadata.get("doc_cid") in complete]
 
-    def _exact_index(self, name: str, col: Any) -> ExactIndex | None:
+    def exact_index(self, name: str, col: Any) -> ExactIndex | None:
         """The corpus's exact copy, loading it if the corpus fits the budget; else ``None``.
 
         The load reads ChromaDB without holding the store lock (seconds for a large
@@ -180,7 +193,7 @@ class CorpusQueries:
                 self._memory.loading.discard(name)
 
     def _load_exact(self, name: str, col: Any) -> ExactIndex | None:
-        """:meth:`_exact_index`'s load (the caller marked ``name`` as loading)."""
+        """:meth:`exact_index`'s load (the caller marked ``name`` as loading)."""
         with self._lock:
             row = self._ledger.corpus(name)
             if row is None:
@@ -249,15 +262,16 @@ class CorpusQueries:
             vectors[order] if len(order) else vectors.reshape(0, 0),
         )
 
-    def warm_exact(self) -> list[str]:
-        """Load the exact copy of every corpus that fits the budget (blocking); returns their names.
+    def warm_exact(self, names: Sequence[str]) -> list[str]:
+        """Load the exact copy of each corpus of ``names`` that fits the budget (blocking); returns
+        those loaded.
 
         A corpus that cannot be loaded is logged and left to HNSW: it never stops the others.
         """
         loaded = []
-        for name in self.corpora():
+        for name in names:
             try:
-                if self._exact_index(name, self._collection(name)) is not None:
+                if self.exact_index(name, self._collection(name)) is not None:
                     loaded.append(name)
             except BusError as exc:
                 _log.warning("rag_exact_warm_failed", corpus=name, code=exc.code, error=exc.message)
@@ -290,7 +304,7 @@ class CorpusQueries:
             if widened is not None:
                 parts.append(widened)
         with self._lock:
-            hidden = set(self._pending.get(name, ())) | self._ledger.not_complete(name)
+            hidden = self._writing(name) | self._ledger.not_complete(name)
         if hidden:
             parts.append({"doc_cid": {"$nin": sorted(hidden)}})
         chroma_clause = None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}

@@ -155,7 +155,7 @@ _CRASH_WRITER = """
 import sys, threading
 from pathlib import Path
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
-from tests.unit.services.rag.store.test_keywords import doc
+from tests.unit.services.rag.store.test_keyword_index import doc
 from tests.unit.services.rag.store.test_store import unit_vectors
 
 class Marking(CorpusStore):

@@ -1,4 +1,5 @@
-"""Concrete call contexts: a call from a peer, and a call from this node itself."""
+"""Where a call comes from: a peer (:class:`RemoteCallContext`, over a link) or this node itself
+(:class:`LocalCallContext`); both are the :class:`~hearthnet.bus.context.CallContext` a handler sees."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""One corpus of the store as the service searches it: a :class:`~hearthnet.services.rag.corpus.Corpus`
-(query, info, list documents), the same interface an external archive implements.  A query runs
-on the event loop or in a read thread as :mod:`hearthnet.services.rag.search.choice` decides."""
+"""One corpus of the store as ``rag.query`` searches it: dense, keyword or hybrid, on the event
+loop or in a read thread as :mod:`hearthnet.services.rag.search.choice` decides."""
 
 from __future__ import annotations
 
@@ -12,10 +11,9 @@ import numpy as np
 
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.corpus import CorpusInfo, DocumentEntry, Hit, Vector
+from hearthnet.services.rag.results import Hit, Vector
 from hearthnet.services.rag.search.choice import search_here_or_in_thread
-from hearthnet.services.rag.search.keyword import KeywordRow
-from hearthnet.services.rag.store.ledger import CorpusRecord
+from hearthnet.services.rag.search.fulltext import KeywordRow
 from hearthnet.services.rag.store.store import CorpusStore
 
 __all__ = ["KeywordLeg", "LocalCorpus"]
@@ -31,8 +29,6 @@ class KeywordLeg:
 class LocalCorpus:
     """Corpus ``name`` of ``store``, read in ``threads`` (never on the event loop, but for a small
     in-memory search)."""
-
-    read_only = False
 
     def __init__(
         self, store: CorpusStore, name: str, threads: WorkerThreads, *, embedding_model: str
@@ -50,17 +46,6 @@ class LocalCorpus:
     def embedding_model(self) -> str:
         return self._model
 
-    async def query(
-        self,
-        vector: Vector,
-        *,
-        k: int,
-        where: Mapping[str, Any] | None = None,
-        include_text: bool = True,
-    ) -> list[Hit]:
-        hits, _, _ = await self.search(vector, k=k, where=where, include_text=include_text)
-        return hits
-
     async def search(
         self,
         vector: Vector,
@@ -72,11 +57,12 @@ class LocalCorpus:
         mode: str = "dense",
         leg: KeywordLeg | None = None,
     ) -> tuple[list[Hit], frozenset[str] | None, str]:
-        """:meth:`query`'s hits, with a filter the metadata keys the corpus's documents have (``None``
-        without one, or if unknown: what a filter naming no such key is warned about), and the mode
-        used: ``keyword`` and ``hybrid`` rank by ``text``'s BM25 or by both fused (in a read
-        thread), or fall back to ``dense`` while the corpus has no keyword index yet.  ``leg``: the
-        keyword leg, started by :meth:`keyword_leg` before the vector was there."""
+        """The ``k`` best hits for ``vector`` (and ``text``) matching ``where``; with a filter, the
+        metadata keys the corpus's documents have (``None`` without one, or if unknown: what a
+        filter naming no such key is warned about); and the mode used: ``keyword`` and ``hybrid``
+        rank by ``text``'s BM25 or by both fused (in a read thread), or fall back to ``dense``
+        while the corpus has no keyword index yet.  ``leg``: the keyword leg, started by
+        :meth:`keyword_leg` before the vector was there."""
         store, name = self._store, self._name
         vec = np.asarray(vector, dtype=np.float32)
 
@@ -124,35 +110,3 @@ class LocalCorpus:
 
         found: list[KeywordRow] | None = await run_blocking(rows, limiter=self._threads)
         return KeywordLeg(found)
-
-    async def record(self) -> CorpusRecord:
-        """The store's record of the corpus (its counts from the ledger)."""
-        result: CorpusRecord = await run_blocking(self._store.info, self._name, limiter=self._threads)
-        return result
-
-    async def info(self) -> CorpusInfo:
-        r = await self.record()
-        return CorpusInfo(
-            name=r.name,
-            embedding_model=r.embedding_model,
-            dim=r.dim,
-            chunks=r.chunks,
-            docs=r.docs,
-            size_bytes=r.size_bytes,
-            language_majority=r.language_majority,
-        )
-
-    async def list_documents(self, *, limit: int = 100, offset: int = 0) -> list[DocumentEntry]:
-        def page() -> list[dict[str, Any]]:
-            return self._store.list_documents(self._name, after="", limit=offset + limit)[0][offset:]
-
-        docs: list[dict[str, Any]] = await run_blocking(page, limiter=self._threads)
-        return [
-            DocumentEntry(
-                doc_id=d["doc_cid"],
-                title=d["title"],
-                chunks=d["chunks"],
-                metadata={k: d[k] for k in ("filename", "pages", "language", "ingested_by") if d.get(k)},
-            )
-            for d in docs
-        ]

@@ -1,8 +1,8 @@
-"""Keyword and hybrid queries of the store (a part of
-:class:`~hearthnet.services.rag.store.store.CorpusStore`), and the keyword index of a corpus that
-predates it, built from ChromaDB at open.
+"""The store's keyword index (a part :class:`~hearthnet.services.rag.store.store.CorpusStore`
+composes): keyword and hybrid queries, and the index of a corpus that predates it, built from
+ChromaDB at open.
 
-The keyword index lives in the ledger's database (:mod:`hearthnet.services.rag.search.keyword`),
+The keyword index lives in the ledger's database (:mod:`hearthnet.services.rag.search.fulltext`),
 written in the transactions that complete or delete a document.  Searches read it through a
 read-only connection of their own per thread (WAL: they never wait for the store's lock or a
 write), so they see only committed, hence complete, documents.
@@ -12,60 +12,64 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import structlog
 
 from hearthnet.errors import BadRequest, BusError, NotFound
-from hearthnet.services.rag.corpus import Hit
-from hearthnet.services.rag.search import keyword
+from hearthnet.services.rag.results import Hit
+from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.search.filters import build_where, compile_where
 from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
 from hearthnet.services.rag.search.memory import InMemoryCopies
-from hearthnet.services.rag.store.chroma import chroma_errors
+from hearthnet.services.rag.store.chroma import Collections, chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
-from hearthnet.services.rag.store.queries import query_vector
+from hearthnet.services.rag.store.vector_index import VectorIndex, query_vector
 
-__all__ = ["CorpusKeywords"]
+__all__ = ["KeywordIndex"]
 
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
-class CorpusKeywords:
-    """:meth:`query_words` (``keyword`` and ``hybrid`` queries) and :meth:`build_keywords`, for
-    :class:`CorpusStore` (whose state it reads: the names below)."""
+class KeywordIndex:
+    """Keyword and hybrid queries of the store's corpora, and :meth:`build_missing`.
 
-    if TYPE_CHECKING:
-        root: Path
-        _lock: threading.RLock
-        _ledger: Ledger
-        _batch: int
-        _memory: InMemoryCopies
-        _collections: dict[str, Any]
-        _readers: threading.local
-        _reader_connections: list[sqlite3.Connection]
+    What it uses of the store is given here: the ledger's database file (``root``), its
+    ``lock`` and ``ledger`` (the index's rows are written by the ledger's transactions; this
+    part reads them), the in-memory copies (``memory``), ``collection``, ``handles`` and
+    ``batch`` as for :class:`VectorIndex`, and the store's ``vectors`` (a hybrid query's dense
+    leg, the cosines of keyword hits).  Blocking, thread-safe.
+    """
 
-        def corpora(self) -> list[str]: ...
-
-        def _collection(self, name: str) -> Any: ...
-
-        def _complete_only(self, name: str, hits: list[Hit]) -> list[Hit]: ...
-
-        def query(
-            self,
-            name: str,
-            embedding: np.ndarray,
-            *,
-            k: int,
-            where: Mapping[str, Any] | None = None,
-            include_text: bool = True,
-        ) -> list[Hit]: ...
+    def __init__(
+        self,
+        root: Path,
+        *,
+        lock: threading.RLock,
+        ledger: Ledger,
+        memory: InMemoryCopies,
+        collection: Callable[[str], Any],
+        handles: Collections,
+        vectors: VectorIndex,
+        batch: int,
+    ) -> None:
+        self._root = root
+        self._lock = lock
+        self._ledger = ledger
+        self._memory = memory
+        self._collection = collection
+        self._handles = handles
+        self._vectors = vectors
+        self._batch = batch
+        self._readers = threading.local()
+        """Each thread's read-only connection to the ledger (keyword searches)."""
+        self._reader_connections: list[sqlite3.Connection] = []
 
     # -- the index of a corpus that predates it ------------------------------------------------------
-    def build_keywords(self) -> list[str]:
+    def build_missing(self) -> list[str]:
         """Build the keyword index of every corpus that has none, from its complete documents in
         ChromaDB (blocking; under the store's lock, so no document completes or goes meanwhile).
         Returns the corpora built; one that cannot be read is logged and left without."""
@@ -99,27 +103,28 @@ class CorpusKeywords:
                 if meta.get("doc_cid") in complete:
                     yield str(meta["doc_cid"]), str(chunk_id), text or "", meta
 
-    def keyword_ready(self, name: str) -> bool:
+    def ready(self, name: str) -> bool:
         """Whether ``name`` has its keyword index (a corpus that predates it has none until built)."""
-        return keyword.has_index(self._reader(), name)
+        return fulltext.has_index(self._reader(), name)
 
     def _reader(self) -> sqlite3.Connection:
         """This thread's read-only connection to the ledger's database."""
         db: sqlite3.Connection | None = getattr(self._readers, "db", None)
         if db is None:
-            uri = (self.root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
+            uri = (self._root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
             db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
             self._readers.db = db
             with self._lock:
                 self._reader_connections.append(db)
         return db
 
-    def _close_readers(self) -> None:
-        """Close every thread's read connection (the store is closing; caller holds the lock)."""
-        for db in self._reader_connections:
-            db.close()
-        self._reader_connections.clear()
-        self._readers = threading.local()
+    def close(self) -> None:
+        """Close every thread's read connection (the store is closing)."""
+        with self._lock:
+            for db in self._reader_connections:
+                db.close()
+            self._reader_connections.clear()
+            self._readers = threading.local()
 
     # -- queries ---------------------------------------------------------------------------------------
     def query_words(
@@ -132,14 +137,14 @@ class CorpusKeywords:
         mode: str,
         where: Mapping[str, Any] | None = None,
         include_text: bool = True,
-        rows: list[keyword.KeywordRow] | None = None,
+        rows: list[fulltext.KeywordRow] | None = None,
     ) -> list[Hit]:
         """The ``k`` best chunks for ``text`` by BM25 (``mode`` ``keyword``) or by the fusion of
         BM25 and cosine (``hybrid``, :func:`fuse`); each hit's ``similarity`` is its cosine to
         ``embedding``.  ``where`` applies to both legs.  ``rows``: the keyword leg, if the caller
         ran it already (:meth:`keyword_leg`, e.g. while the query was being embedded).
         ``NotFound`` for an unknown corpus or one without its keyword index yet
-        (:meth:`keyword_ready`)."""
+        (:meth:`ready`)."""
         if mode not in ("keyword", "hybrid"):
             raise BadRequest(f"mode {mode!r} is not a keyword or hybrid query")
         self._collection(name)  # NotFound for an unknown corpus, whatever the mode
@@ -158,7 +163,7 @@ class CorpusKeywords:
         wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
         dense = []
         if mode == "hybrid":
-            dense = self.query(name, vec, k=wanted, where=where, include_text=include_text)
+            dense = self._vectors.query(name, vec, k=wanted, where=where, include_text=include_text)
         if rows is None:
             rows = self._keyword_rows(name, text, wanted, matches)
         found = {h.chunk_id: h for h in dense}
@@ -169,7 +174,7 @@ class CorpusKeywords:
         self,
         name: str,
         embedding: np.ndarray,
-        rows: list[keyword.KeywordRow],
+        rows: list[fulltext.KeywordRow],
         *,
         k: int,
         mode: str,
@@ -183,7 +188,7 @@ class CorpusKeywords:
             return None
         try:
             index = self._memory.get(name)
-            known = name in self._collections
+            known = self._handles.known(name)
         finally:
             self._lock.release()
         if index is None or not known or len(index) * index.dim > max_floats:
@@ -200,36 +205,36 @@ class CorpusKeywords:
 
     def keyword_leg(
         self, name: str, text: str, *, k: int, mode: str, where: Mapping[str, Any] | None = None
-    ) -> list[keyword.KeywordRow] | None:
+    ) -> list[fulltext.KeywordRow] | None:
         """The keyword leg of a ``mode`` query (``keyword``: ``k`` rows, ``hybrid``: its candidates),
         needing no vector, so it can run while the query is embedded; ``None`` if the corpus has no
         keyword index (yet)."""
-        if not self.keyword_ready(name):
+        if not self.ready(name):
             return None
         clause = build_where(where) if where else None
         wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
         return self._keyword_rows(name, text, wanted, None if clause is None else compile_where(clause))
 
     def _keyword_rows(
-        self, name: str, text: str, limit: int, matches: keyword.Matches | None
-    ) -> list[keyword.KeywordRow]:
+        self, name: str, text: str, limit: int, matches: fulltext.Matches | None
+    ) -> list[fulltext.KeywordRow]:
         """The keyword leg: ``text``'s best chunks by BM25, words in half the chunks or more left out
-        (:func:`keyword.too_common`)."""
+        (:func:`fulltext.too_common`)."""
         try:
             return self._read_keywords(name, text, limit, matches)
         except sqlite3.OperationalError as exc:  # no such table: the corpus has no index (yet)
             raise NotFound(f"corpus {name!r} has no keyword index") from exc
 
     def _read_keywords(
-        self, name: str, text: str, limit: int, matches: keyword.Matches | None
-    ) -> list[keyword.KeywordRow]:
+        self, name: str, text: str, limit: int, matches: fulltext.Matches | None
+    ) -> list[fulltext.KeywordRow]:
         db = self._reader()
         (chunks,) = db.execute(
             "SELECT COALESCE(SUM(chunks), 0) FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
         ).fetchone()
-        skip = keyword.too_common(db, name, keyword.single_tokens(text), int(chunks))
-        expression = keyword.match_expression(text, skip)
-        return [] if expression is None else keyword.search(db, name, expression, limit, matches=matches)
+        skip = fulltext.too_common(db, name, fulltext.single_tokens(text), int(chunks))
+        expression = fulltext.match_expression(text, skip)
+        return [] if expression is None else fulltext.search(db, name, expression, limit, matches=matches)
 
     def _chunks(self, name: str, ids: list[str], vec: np.ndarray, include_text: bool) -> list[Hit]:
         """The chunks ``ids`` of complete documents, scored by cosine: from the in-memory copy, else
@@ -259,11 +264,11 @@ class CorpusKeywords:
             )
             for i, (cid, s) in enumerate(zip(got["ids"], sims, strict=True))
         ]
-        return self._complete_only(name, hits)
+        return self._vectors.complete_only(name, hits)
 
 
 def _ranked(
-    mode: str, k: int, rows: list[keyword.KeywordRow], found: dict[str, Hit], more: list[Hit]
+    mode: str, k: int, rows: list[fulltext.KeywordRow], found: dict[str, Hit], more: list[Hit]
 ) -> list[Hit]:
     """The answer of a ``keyword`` (by BM25) or ``hybrid`` (fused) query from its keyword ``rows``
     and the candidates with their cosines (``found``: the dense leg's, ``more``: the keyword leg's

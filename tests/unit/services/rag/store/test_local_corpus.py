@@ -1,5 +1,5 @@
-"""A corpus of the store as the service searches it: a :class:`Corpus` like an archive, searched
-on the event loop when its in-memory copy is small and unfiltered, in a read thread otherwise."""
+"""A corpus of the store as ``rag.query`` searches it: answering like the store, on the event loop
+when its in-memory copy is small and unfiltered, in a read thread otherwise."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import anyio
 import pytest
 
 from hearthnet.runtime.worker_threads import WorkerThreads
-from hearthnet.services.rag.corpus import Corpus
 from hearthnet.services.rag.search import choice
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
 from tests.unit.services.rag.store.test_store import fake_chunks, unit_vectors
@@ -31,19 +30,16 @@ def store(tmp_path: Path) -> Iterator[CorpusStore]:
 
 
 @pytest.mark.anyio
-async def test_a_store_corpus_is_a_corpus_and_answers_like_the_store(store: CorpusStore) -> None:
+async def test_a_store_corpus_answers_like_the_store(store: CorpusStore) -> None:
     threads = WorkerThreads(1, "test-read")
     try:
         corpus = LocalCorpus(store, "kb", threads, embedding_model=MODEL)
-        assert isinstance(corpus, Corpus) and corpus.name == "kb" and not corpus.read_only
+        assert corpus.name == "kb" and corpus.embedding_model == MODEL
         query = unit_vectors(6, seed=2)[3]
-        hits = await corpus.query(query, k=3)
+        hits, keys, used = await corpus.search(query, k=3, where=None, include_text=True)
         assert [h.chunk_id for h in hits] == [h.chunk_id for h in store.query("kb", query, k=3)]
         assert hits[0].chunk_id == "b-3" and hits[0].text == "chunk 3 of b"
-        info = await corpus.info()
-        assert (info.name, info.docs, info.chunks, info.dim, info.embedding_model) == ("kb", 2, 12, 16, MODEL)
-        docs = await corpus.list_documents(limit=1, offset=1)
-        assert [(d.doc_id, d.chunks) for d in docs] == [("b", 6)]
+        assert keys is None and used == "dense"
     finally:
         threads.close()
 
