@@ -36,6 +36,7 @@ NOTE_NEW = "The heat pump in the cellar is now serviced every May by Bert Okafor
 NOTE_QUESTION = "who services the heat pump in the cellar"
 WAIT = 600.0
 """Seconds a step may take on two cores shared with four other engineers (each step takes a few)."""
+pytestmark = pytest.mark.timeout(2 * WAIT)
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,8 @@ class Plan:
     todo: dict[str, Stat] = field(default_factory=dict)
     gone: dict[str, FileRow] = field(default_factory=dict)
     unchanged: dict[str, FileRow] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    """Files to do because the corpus no longer holds their document (ingested again as they are)."""
 
 
 def plan(disk: Mapping[str, Stat], known: Mapping[str, FileRow]) -> Plan:

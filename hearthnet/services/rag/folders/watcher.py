@@ -60,6 +60,7 @@ class _Seen:
 
     gone_by_cid: dict[str | None, str]
     present: dict[str, str | None]
+    lost: set[str]
     indexed: set[str] = field(default_factory=set)
     read: set[str | None] = field(default_factory=set)
 
@@ -223,6 +224,7 @@ class FolderWatch:
             if row.status == INDEXED and row.doc_cid not in held:
                 del todo.unchanged[rel]
                 todo.todo[rel] = row.stat
+                todo.lost.add(rel)
 
     async def _mark_pending(self, todo: Plan, known: dict[str, FileRow]) -> None:
         """Every file to do shows as pending (with the recorded content until it is read)."""
@@ -246,6 +248,7 @@ class FolderWatch:
         seen = _Seen(
             gone_by_cid={row.doc_cid: rel for rel, row in gone.items() if row.doc_cid is not None},
             present={rel: row.doc_cid for rel, row in todo.unchanged.items() if row.status == INDEXED},
+            lost=todo.lost,
         )
         unstable = retry = False
         self.scan = (0, len(ready))
@@ -283,7 +286,7 @@ class FolderWatch:
             old = known.get(rel)
             row = FileRow(rel, st, cid, INDEXED, None, now)
             seen.read.add(cid)
-            if old is not None and old.doc_cid == cid:
+            if old is not None and old.doc_cid == cid and rel not in seen.lost:
                 done.append((row, None))
             elif cid in seen.gone_by_cid:
                 done.append((row, seen.gone_by_cid.pop(cid)))
