@@ -122,7 +122,11 @@ def add_watch(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     a.add_argument("dir", metavar="DIR", help="the folder (on the node's disk)")
     a.add_argument("--corpus", required=True, help="the corpus its documents go to (required)")
-    a.add_argument("--wait", action="store_true", help="show the first scan's progress until it is done")
+    a.add_argument(
+        "--wait",
+        action="store_true",
+        help="show the first scan's progress until it is done (default: answer at once)",
+    )
     a.set_defaults(func=cmd_add)
     lst = wsub.add_parser(
         "list", parents=[common], help="watched folders: indexed, pending, failed (with reasons)"
