@@ -57,6 +57,9 @@ log = structlog.get_logger("hearthnet.answer")
 NO_PASSAGE = "(no passage of the documents matches the question)"
 NO_SEARCH = "(none of the corpora could be searched)"
 NOT_SEARCHED = "(the documents were not searched, as asked, and no language model is reachable)"
+EXTRACTIVE_AS_ASKED = (
+    "Quoted from the documents, as asked (no language model); these passages match the question:"
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class Ask:
     """Earlier turns given by the caller (instead of a session's)."""
     model: str | None = None
     """The ``llm.chat`` model asked for (else ``[answer] model``, else the largest window)."""
+    extractive: bool = False
+    """Asked to quote the documents, with no model (the web UI's "extractive only")."""
 
     @property
     def cacheable(self) -> bool:
@@ -225,8 +230,11 @@ class Composer:
         config: AnswerConfig,
         cache: AnswerCache,
         history: Callable[[str], Awaitable[list[Turn]]],
-        record: Callable[[str, str, str, list[str], str], Awaitable[None]],
+        record: Callable[[str, str, str, list[str], str, list[dict[str, Any]]], Awaitable[None]],
+        attached: Callable[[str, str], Awaitable[CorpusResult | None]] | None = None,
     ) -> None:
+        self._attached = attached
+        """``(session, question)`` -> the session's attached documents searched (``None``: none)."""
         self._bus = bus
         self._config = config
         self._cache = cache
@@ -289,7 +297,7 @@ class Composer:
             names, left_out = default_corpora(reachable, MAX_CORPORA)
         else:  # archives named alone search only themselves, as the seeds' rag_config does
             names = list(ask.corpora or ())
-        choice = choose_model(self._bus, ask.model or cfg.model)
+        choice = None if ask.extractive else choose_model(self._bus, ask.model or cfg.model)
         max_tokens = ask.max_tokens or cfg.max_tokens
         if choice is not None and choice.max_output_tokens is not None:
             max_tokens = min(max_tokens, choice.max_output_tokens)
@@ -327,10 +335,14 @@ class Composer:
                         )
 
                     tg.start_soon(away)
+                attached: dict[str, CorpusResult] = {}
+                if ask.session and self._attached is not None:  # the session's own documents
+                    tg.start_soon(self._search_attached, ask.session, ask.question, attached)
                 if plan.names or ask.archives:
                     found.results = await self._search(
                         ask.question, plan.names, plan.reachable, send, ask.archives
                     )
+            found.results.update(attached)
             found.rag = overall_status(found.results) if found.results else "unavailable"
         found.ms = (time.perf_counter() - started) * 1000
         found.hits = [h for r in found.results.values() for h in r.hits]
@@ -413,7 +425,12 @@ class Composer:
         if not mode:
             mode = "extractive"
             meta["extractive_ranking"] = await self._extract(
-                ask.question, selection.context, send, say, _nothing_found(found)
+                ask.question,
+                selection.context,
+                send,
+                say,
+                _nothing_found(found),
+                EXTRACTIVE_AS_ASKED if ask.extractive else None,
             )
         await say(None)  # what the check held back at the end
         checked = check.checked()
@@ -434,7 +451,8 @@ class Composer:
         """The turn recorded in the session; the answer cached when it is whole (retrieval
         answered or was skipped, the model did not fail, reranking did not fail)."""
         if ask.session:
-            await self._record(ask.session, ask.question, said.checked.text, said.checked.cited, said.mode)
+            turn = (said.checked.text, said.checked.cited, said.mode, output["sources"])
+            await self._record(ask.session, ask.question, *turn)
         meta = output["meta"]
         if (
             ask.cacheable
@@ -501,8 +519,21 @@ class Composer:
             raise refused[0]
         return found
 
+    async def _search_attached(self, session: str, question: str, into: dict[str, CorpusResult]) -> None:
+        """The documents attached to ``session``, searched beside the corpora."""
+        assert self._attached is not None
+        found = await self._attached(session, question)
+        if found is not None:
+            into[found.corpus] = found
+
     async def _extract(
-        self, question: str, context: Sequence[Hit], send: Send, say: Say, nothing: str = NO_PASSAGE
+        self,
+        question: str,
+        context: Sequence[Hit],
+        send: Send,
+        say: Say,
+        nothing: str = NO_PASSAGE,
+        header: str | None = None,
     ) -> str:
         """The extractive answer, said line by line (its quotes' brackets neutralised: a document's
         text never poses as a citation); returns how its sentences were ranked.  ``nothing`` is
@@ -517,7 +548,7 @@ class Composer:
             margin=cfg.extractive_margin,
             floor=cfg.extractive_floor,
         )
-        lines = [cfg.extractive_header]
+        lines = [header or cfg.extractive_header]
         lines += [f'- "{neutralised(s.text)}" [{s.hit.file}#{s.hit.chunk_id}]' for s, _ in best] or [nothing]
         await send({"stage": "answer", "mode": "extractive"})
         for i, line in enumerate(lines):
@@ -535,7 +566,8 @@ class Composer:
         await send({"delta": cached["answer"]})
         if ask.session:
             cited = [c["chunk_id"] for c in cached["citations"]]
-            await self._record(ask.session, ask.question, cached["answer"], cited, cached["mode"])
+            turn = (cached["answer"], cited, cached["mode"], cached["sources"])
+            await self._record(ask.session, ask.question, *turn)
         meta["cache"] = "hit"
         total_ms = (time.perf_counter() - started) * 1000
         if ask.debug:

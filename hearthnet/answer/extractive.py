@@ -18,10 +18,11 @@ from dataclasses import dataclass
 
 from hearthnet.answer.hits import Hit
 from hearthnet.bus.api import BusAPI
-from hearthnet.contracts.embed import Embedder
+from hearthnet.contracts.embed import MAX_TEXTS, Embedder
+from hearthnet.contracts.rag import LOW_TEXT
 from hearthnet.errors import BusError
 
-__all__ = ["Sentence", "close_to_the_best", "extract", "rank_lexically", "split_sentences"]
+__all__ = ["Sentence", "close_to_the_best", "extract", "leading_clauses", "rank_lexically", "split_sentences"]
 
 MIN_SENTENCE_CHARS = 20
 MAX_SENTENCE_CHARS = 400
@@ -29,6 +30,12 @@ MAX_SENTENCES = 200
 """Most sentences embedded for one answer (``embed.text`` takes 256 texts a call)."""
 _END = re.compile(r"(?<=[.!?\u2026\u3002\uff01\uff1f])[\"'\u201d\u2019)\]]*\s+")
 _WORD = re.compile(r"\w{3,}")
+_CLAUSE = re.compile(r"[,;:](?=\s)")
+LONG_SENTENCE_CHARS = 160
+"""A sentence longer than this is also scored by its leading clauses (:func:`leading_clauses`)."""
+MIN_CLAUSE_CHARS = 60
+MAX_CLAUSES = 3
+"""Leading clauses scored per long sentence at most (the longest ones)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,14 @@ def split_sentences(text: str) -> list[str]:
 
 
 def candidates(hits: Sequence[Hit]) -> list[Sentence]:
-    """Each distinct sentence of ``hits`` once (overlapping chunks repeat their edges)."""
+    """Each distinct sentence of ``hits`` once (overlapping chunks repeat their edges); those of
+    chunks whose page carries almost no text (a title page: ``low_text``) only if no other has any."""
+    content = [h for h in hits if h.metadata.get(LOW_TEXT) is not True]
+    low = [h for h in hits if h.metadata.get(LOW_TEXT) is True]
+    return _sentences(content) or _sentences(low)
+
+
+def _sentences(hits: Sequence[Hit]) -> list[Sentence]:
     seen: set[str] = set()
     out: list[Sentence] = []
     for hit in hits:
@@ -89,11 +103,37 @@ async def _rank_by_embedding(
         by_model.setdefault(s.hit.embedding_model, []).append(s)
     scored: list[tuple[Sentence, float]] = []
     for model, group in by_model.items():
-        answer = await Embedder(bus, model, timeout).embed([question, *(s.text for s in group)])
+        texts = [(i, s.text) for i, s in enumerate(group)]
+        room = MAX_TEXTS - 1 - len(texts)  # one call: the question, the sentences, clauses in rank order
+        for i, s in enumerate(group):
+            clauses = leading_clauses(s.text)[: max(0, room)]
+            texts += [(i, c) for c in clauses]
+            room -= len(clauses)
+        answer = await Embedder(bus, model, timeout).embed([question, *(t for _, t in texts)])
         vectors = answer.vectors
         sims = vectors[1:] @ vectors[0]
-        scored.extend((s, float(sim)) for s, sim in zip(group, sims, strict=True))
+        best = [-math.inf] * len(group)
+        for (i, _), sim in zip(texts, sims, strict=True):
+            best[i] = max(best[i], float(sim))
+        scored.extend(zip(group, best, strict=True))
     return sorted(scored, key=lambda p: (-p[1], p[0].position))
+
+
+def leading_clauses(text: str) -> list[str]:
+    """The opening of a long sentence, cut after each clause (at ``,`` ``;`` ``:``) from
+    ``MIN_CLAUSE_CHARS`` to ``LONG_SENTENCE_CHARS`` characters: a long sentence's vector averages
+    all its clauses, so the one that answers ("When first I took up my abode in the woods, ...,
+    was on Independence Day, ...") is scored on its own too; the whole sentence is quoted."""
+    if len(text) <= LONG_SENTENCE_CHARS:
+        return []
+    out: list[str] = []
+    for cut in _CLAUSE.finditer(text):
+        head = text[: cut.start() + 1]
+        if len(head) > LONG_SENTENCE_CHARS:
+            break
+        if len(head) >= MIN_CLAUSE_CHARS:
+            out.append(head)
+    return out[-MAX_CLAUSES:]
 
 
 def close_to_the_best(

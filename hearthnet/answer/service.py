@@ -19,6 +19,7 @@ text is ever logged.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 
+from hearthnet.answer.attachments import Attachments
 from hearthnet.answer.cache import AnswerCache
 from hearthnet.answer.compose import Ask, Composer
 from hearthnet.answer.prompt import Turn
@@ -36,6 +38,7 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Handler, Registratio
 from hearthnet.config import AnswerConfig
 from hearthnet.contracts.answer import (
     ASK_FIELDS,
+    ATTACH,
     MAX_ANSWER_TOKENS,
     MAX_ARCHIVES,
     MAX_CORPORA,
@@ -44,7 +47,8 @@ from hearthnet.contracts.answer import (
     MAX_MODEL_NAME,
 )
 from hearthnet.contracts.base import check_input_keys
-from hearthnet.contracts.rag import DELETED, INGESTED, UPDATED, is_corpus_name
+from hearthnet.contracts.rag import DELETED, INGESTED, MAX_K, UPDATED, is_corpus_name
+from hearthnet.contracts.reading import MAX_FILENAME, MAX_READ_BYTES
 from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.events.envelope import Event
 
@@ -132,6 +136,7 @@ def parse_ask(inp: Mapping[str, Any], config: AnswerConfig) -> Ask:
         archives=archives,
         history=history,
         model=model,
+        extractive=_flag(inp, "extractive", False),
     )
 
 
@@ -189,8 +194,16 @@ class AnswerService:
             if clock is None
             else AnswerCache(ttl=config.cache_ttl_seconds, max_entries=config.cache_max_entries, clock=clock)
         )
+        self.attachments = Attachments(bus, self._in_db, embed_timeout=config.retrieval_timeout_seconds)
         self._composer = Composer(
-            bus=bus, config=config, cache=self.cache, history=self._history, record=self._record
+            bus=bus,
+            config=config,
+            cache=self.cache,
+            history=self._history,
+            record=self._record,
+            attached=lambda session, question: self.attachments.search(
+                session, question, k=min(MAX_K, config.top_k_max), timeout=config.retrieval_timeout_seconds
+            ),
         )
         self.asks = 0
         self.modes: dict[str, int] = {"generated": 0, "extractive": 0}
@@ -234,6 +247,13 @@ class AnswerService:
             local("answer.session.get", self._handle_session_get, idempotent=True),
             local("answer.session.rename", self._handle_session_rename, idempotent=True),
             local("answer.session.delete", self._handle_session_delete, idempotent=True),
+            local(
+                ATTACH,
+                self._handle_attach,
+                max_concurrent=2,
+                timeout_seconds=600.0,
+                description="add a document to one chat session (never to a corpus)",
+            ),
         ]
 
     # cache invalidation -------------------------------------------------------------------
@@ -256,14 +276,30 @@ class AnswerService:
             raise BadRequest("the answer service is not running")
         return await anyio.to_thread.run_sync(lambda: fn(store), limiter=self._limiter)
 
+    async def _in_db(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._in_store(lambda s: s.run(fn))
+
     async def _history(self, session: str) -> list[Turn]:
         return await self._in_store(lambda s: s.history(session, turns=self._config.max_turns))
 
-    async def _record(self, session: str, question: str, answer: str, cited: list[str], mode: str) -> None:
+    async def _record(
+        self,
+        session: str,
+        question: str,
+        answer: str,
+        cited: list[str],
+        mode: str,
+        sources: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        """One turn kept, with the passages a reader opens again: the cited ones (the nearest for an
+        abstained answer)."""
+        kept = [dict(x) for x in sources if x.get("cited") or x.get("nearest")]
         # shielded: an answer already sent must land in its session even if the caller walks away
         with anyio.CancelScope(shield=True):
             await self._in_store(
-                lambda s: s.append(session, question=question, answer=answer, cited=cited, mode=mode)
+                lambda s: s.append(
+                    session, question=question, answer=answer, cited=cited, mode=mode, sources=kept
+                )
             )
 
     # handlers ----------------------------------------------------------------------------
@@ -305,6 +341,25 @@ class AnswerService:
         self._check_local(ctx)
         check_input_keys(ctx.input, {"session"}, "answer.session.delete")
         session = validate_session_id(ctx.input.get("session"))
-        await self._in_store(lambda s: s.delete(session))
+        await self._in_store(lambda s: s.delete(session))  # its attachments go by the cascade
         self.cache.invalidate_session(session)
         return {"session": session, "deleted": True}
+
+    async def _handle_attach(self, ctx: CallContext) -> dict[str, Any]:
+        self._check_local(ctx)
+        check_input_keys(ctx.input, {"session", "name", "data"}, ATTACH)
+        session = validate_session_id(ctx.input.get("session"))
+        name, data = ctx.input.get("name"), ctx.input.get("data")
+        if (
+            not isinstance(name, str)
+            or not name.strip()
+            or len(name) > MAX_FILENAME
+            or not name.isprintable()
+        ):
+            raise BadRequest(f"input.name must be a file name of 1..{MAX_FILENAME} printable characters")
+        if not isinstance(data, bytes) or not data or len(data) > MAX_READ_BYTES:
+            raise BadRequest(f"input.data must be the document's bytes: 1..{MAX_READ_BYTES:,} of them")
+        attachment = await self.attachments.attach(session, name, data, deadline=ctx.deadline)
+        self.cache.invalidate_session(session)  # an answer cached before did not search it
+        log.info("document_attached", chunks=attachment["chunks"], pages=attachment["pages"])
+        return {"session": session, "attachment": attachment}

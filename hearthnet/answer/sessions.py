@@ -14,9 +14,11 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from hearthnet.answer.attachments import ATTACHMENT_SCHEMA, attachments_of
 from hearthnet.answer.prompt import Turn
 from hearthnet.errors import BadRequest, NotFound
 from hearthnet.runtime.sqlite_tx import transaction
@@ -24,6 +26,7 @@ from hearthnet.runtime.sqlite_tx import transaction
 __all__ = ["MAX_TITLE", "SessionStore", "validate_session_id", "validate_title"]
 
 MAX_TITLE = 200
+T = TypeVar("T")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -72,11 +75,20 @@ class SessionStore:
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(_SCHEMA)
+        self._db.execute("PRAGMA secure_delete=ON")  # a deleted chat's documents leave no trace in the file
+        self._db.executescript(_SCHEMA + ATTACHMENT_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
+        if "sources" not in columns:  # a store from before turns kept their sources
+            self._db.execute("ALTER TABLE turns ADD COLUMN sources TEXT NOT NULL DEFAULT '[]'")
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the database under the store's lock (the attachments' tables live here too)."""
+        with self._lock:
+            return fn(self._db)
 
     def history(self, session: str, *, turns: int) -> list[Turn]:
         """The last ``turns`` turns of ``session``, oldest first (none if it does not exist yet)."""
@@ -87,23 +99,44 @@ class SessionStore:
             ).fetchall()
         return [Turn(q, a) for q, a in reversed(rows)]
 
-    def append(self, session: str, *, question: str, answer: str, cited: list[str], mode: str) -> int:
-        """Record a turn (creating the session); returns the session's turn count."""
+    def append(
+        self,
+        session: str,
+        *,
+        question: str,
+        answer: str,
+        cited: list[str],
+        mode: str,
+        sources: list[dict[str, Any]] | None = None,
+    ) -> int:
+        """Record a turn (creating the session); returns the session's turn count.  ``sources``:
+        the passages the answer cited (or the nearest, for an abstained one), as shown again."""
         now = _now_ms()
         with self._lock, transaction(self._db):
             title = " ".join(question.split())[:MAX_TITLE] or session
             self._db.execute(
                 "INSERT INTO sessions (id, title, created_ms, updated_ms) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET updated_ms = excluded.updated_ms",
+                "ON CONFLICT(id) DO UPDATE SET updated_ms = excluded.updated_ms, title = CASE WHEN "
+                "EXISTS (SELECT 1 FROM turns WHERE session_id = excluded.id) THEN sessions.title "
+                "ELSE excluded.title END",  # made by an attachment: its first question names it
                 (session, title, now, now),
             )
             (last,) = self._db.execute(
                 "SELECT COALESCE(MAX(seq), 0) FROM turns WHERE session_id = ?", (session,)
             ).fetchone()
             self._db.execute(
-                "INSERT INTO turns (session_id, seq, question, answer, cited, mode, created_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session, last + 1, question, answer, json.dumps(cited), mode, now),
+                "INSERT INTO turns (session_id, seq, question, answer, cited, mode, created_ms, sources) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session,
+                    last + 1,
+                    question,
+                    answer,
+                    json.dumps(cited),
+                    mode,
+                    now,
+                    json.dumps(sources or []),
+                ),
             )
             self._db.execute(
                 "DELETE FROM turns WHERE session_id = ? AND seq <= ?", (session, last + 1 - self._max_turns)
@@ -138,19 +171,29 @@ class SessionStore:
             if row is None:
                 raise NotFound(f"no session {session}")
             turns = self._db.execute(
-                "SELECT seq, question, answer, cited, mode, created_ms FROM turns "
+                "SELECT seq, question, answer, cited, mode, created_ms, sources FROM turns "
                 "WHERE session_id = ? ORDER BY seq",
                 (session,),
             ).fetchall()
+            attached = attachments_of(self._db, session)
         return {
             "id": session,
             "title": row[0],
             "created_ms": row[1],
             "updated_ms": row[2],
             "turns": [
-                {"seq": s, "question": q, "answer": a, "cited": json.loads(c), "mode": m, "created_ms": t}
-                for s, q, a, c, m, t in turns
+                {
+                    "seq": s,
+                    "question": q,
+                    "answer": a,
+                    "cited": json.loads(c),
+                    "mode": m,
+                    "created_ms": t,
+                    "sources": json.loads(src),
+                }
+                for s, q, a, c, m, t, src in turns
             ],
+            "attachments": attached,
         }
 
     def rename(self, session: str, title: str) -> None:

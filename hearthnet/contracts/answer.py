@@ -4,12 +4,16 @@ and :class:`AnswerClient`, what the front doors (CLI, web UI, OpenAI gateway, MC
 The composer's capabilities are local-only: the node's own front doors call them.
 
 - ``answer.ask`` (streamed): ``input {question, corpora?, session?, no_rag?, debug?, cache?,
-  max_tokens?, temperature?, archives?, history?, model?}`` (:class:`AskInput`, :data:`ASK_FIELDS`)
+  max_tokens?, temperature?, archives?, history?, model?, extractive?}`` (:class:`AskInput`,
+  :data:`ASK_FIELDS`)
   -> frames ``{stage: "retrieve", corpora}``, ``{stage: "answer", mode}`` and ``{delta}``, then
   ``output {answer, citations, sources, mode: generated | extractive, session, meta}``.
 - ``answer.sessions``: ``{limit?}`` -> ``{sessions: [{id, title, turns, created_ms, updated_ms}]}``.
 - ``answer.session.get``: ``{session}`` -> the session with its turns.
-- ``answer.session.rename``: ``{session, title}``; ``answer.session.delete``: ``{session}``.
+- ``answer.session.rename``: ``{session, title}``; ``answer.session.delete``: ``{session}`` (its
+  attached documents go too).
+- ``answer.attach``: ``{session, name, data}`` -> ``{session, attachment: {id, name, title, pages,
+  chunks, created_ms}}``: a document searched with the corpora for that session's questions only.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from hearthnet.contracts.base import Caller, Streamed, opened, streamer
 __all__ = [
     "ASK",
     "ASK_FIELDS",
+    "ATTACH",
     "MAX_ANSWER_TOKENS",
     "MAX_ARCHIVES",
     "MAX_CORPORA",
@@ -45,6 +50,7 @@ SESSIONS = "answer.sessions"
 SESSION_GET = "answer.session.get"
 SESSION_RENAME = "answer.session.rename"
 SESSION_DELETE = "answer.session.delete"
+ATTACH = "answer.attach"
 
 ASK_FIELDS = frozenset(
     {
@@ -59,6 +65,7 @@ ASK_FIELDS = frozenset(
         "archives",
         "history",
         "model",
+        "extractive",
     }
 )
 """Every field of ``answer.ask``'s input."""
@@ -91,6 +98,7 @@ class AskInput:
     archives: Sequence[Mapping[str, Any]] | None = None
     history: Sequence[Mapping[str, str]] | None = None
     model: str | None = None
+    extractive: bool | None = None
 
     def to_input(self) -> dict[str, Any]:
         inp: dict[str, Any] = {"question": self.question}
@@ -129,3 +137,10 @@ class AnswerClient:
 
     async def delete(self, session: str) -> dict[str, Any]:
         return (await self._caller.call(SESSION_DELETE, input={"session": session})).output
+
+    async def attach(
+        self, session: str, name: str, data: bytes, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """``answer.attach``: ``data`` (a document's bytes) added to ``session`` alone."""
+        inp = {"session": session, "name": name, "data": data}
+        return (await self._caller.call(ATTACH, input=inp, timeout=timeout)).output

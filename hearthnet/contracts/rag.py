@@ -57,6 +57,7 @@ __all__ = [
     "LIST_CORPORA",
     "LIST_DOCUMENTS",
     "LIST_PAGE",
+    "LOW_TEXT",
     "MAX_CONTAINS",
     "MAX_CORPUS_NAME",
     "MAX_FILENAME",
@@ -253,6 +254,9 @@ corpus, or give it up; ``input {}`` lists this node's replicas."""
 MOVE = "rag.move"
 """``rag.move@1.0`` (this node only, an anchor's) ``input {corpus, to}``: make the up-to-date replica
 ``to`` the corpus's host (a signed ``rag.corpus.moved``)."""
+LOW_TEXT = "low_text"
+"""In a chunk's metadata (``true``, or absent): its page carries almost no text (a cover, a notice, a
+table of contents); ``rag.query`` ranks it below content, an extractive answer quotes it last."""
 REPLICA_OF = "replica_of"
 """In a replica's ``rag.query`` params: the node id of the corpus's host it follows."""
 BEHIND = "behind"

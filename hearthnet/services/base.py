@@ -77,7 +77,7 @@ class ModelService(Generic[B]):
     chat, rerank): backends given by the caller plus those the config plans, each model offered
     once; a planned backend that cannot be built is left out with its reason (``unavailable``)."""
 
-    name: ClassVar[str]
+    name: str
     what: ClassVar[str]
     """How logs and refusals name the backends: "embedding backends"."""
     predicate: ClassVar[ParamsPredicate]

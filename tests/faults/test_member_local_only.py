@@ -39,6 +39,8 @@ LOCAL_ONLY: dict[str, tuple[dict[str, Any], bool]] = {
     "answer.ask": ({"question": "what is in the personal corpus?"}, True),
     "answer.sessions": ({}, False),
     "answer.session.get": ({"session": "x"}, False),
+    "answer.attach": ({"session": "x", "name": "notes.txt", "data": b"a chat's own document"}, False),
+    "rag.read_document": ({"data": b"a chat's own document", "filename": "notes.txt"}, False),
     "rag.known_corpora": ({}, False),
     "rag.reindex": ({"corpus": "personal"}, True),
 }

@@ -12,9 +12,11 @@ import json
 import shlex
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pypdf import PdfReader, PdfWriter
 
 from hearthnet.blobs.cid import blob_cid
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
@@ -102,18 +104,11 @@ def log_events(node: MeshNode, event: str) -> list[dict[str, Any]]:
 
 def test_setup_a_hosts_two_documents_and_b_replicates_them(mesh: LocalMesh) -> None:
     a, b, _ = nodes(mesh)
-    for path, year in ((LATEX, "2020"), (NAACL, "2006")):
+    for path, day in ((LATEX, "2020-05-01"), (NAACL, "2006-06-04")):
         a.cli(
-            "ingest",
-            str(path),
-            "--corpus",
-            CORPUS,
-            "--meta",
-            f"year={year}",
-            "--meta",
-            "kind=paper",
-            timeout=900,
-        )
+            "ingest", str(path), "--corpus", CORPUS, "--meta", f"year={day[:4]}", "--meta", "kind=paper",
+            "--meta", f"timestamp:date={day}", timeout=900,
+        )  # fmt: skip
     out = b.cli_json("corpus", "replicate", CORPUS, timeout=600)
     assert out["replicating"]
     wait_for(lambda: replica_current(b, 2), timeout=300, what="B's replica to hold both documents")
@@ -237,6 +232,33 @@ def test_ingesting_a_document_again_with_other_values_says_how_to_change_them(me
     assert as_json["results"][0]["kept"] == {"metadata": {"year": 2031}}
 
 
+def test_the_page_that_answers_is_quoted_not_the_title_page(mesh: LocalMesh, tmp_path: Path) -> None:
+    """Walden's title, notice and contents pages (marked low_text at ingest) no longer come first
+    for a question whose words they share, and the answer quotes the page that answers (p. 65 of
+    the book), not the title page."""
+    a, _, c = nodes(mesh)
+    excerpt = tmp_path / "walden-excerpt.pdf"
+    book, wanted = [2, 3, 4, 5, 64, 65, 66], 65
+    reader, writer = PdfReader(str(PDF_DIR / "en_walden_thoreau_249p.pdf")), PdfWriter()
+    for n in book:
+        writer.add_page(reader.pages[n - 1])
+    with excerpt.open("wb") as fh:
+        writer.write(fh)
+    a.cli("ingest", str(excerpt), "--corpus", "walden", timeout=900)
+    question = "When did Thoreau go to live in the woods?"
+    for mode in ("hybrid", "dense"):
+        out = c.cli_json("query", question, "--corpus", "walden", "--mode", mode, timeout=120)
+        pages = [book[ch["metadata"]["page"] - 1] for ch in out["chunks"]]
+        assert pages[0] not in (2, 3, 4) and wanted in pages, (mode, pages)  # before: 2 (the title)
+        for ch in out["chunks"]:  # a title page may follow: its score halved, its cosine kept
+            if ch["metadata"].get("low_text") and mode == "dense":
+                assert ch["score"] < ch["similarity"]
+    answer = c.cli_json("ask", question, "--corpus", "walden", timeout=300)
+    cited = [s for s in answer["sources"] if s["cited"]]
+    assert cited and book[cited[0]["page"] - 1] == wanted, answer["sources"][:3]
+    assert "Independence Day" in " ".join(cited[0]["text"].split())
+
+
 def test_a_new_replica_copies_the_updated_document(mesh: LocalMesh) -> None:
     """Its copy matches the update's digest, not the ingest's: accepted, and nothing left to apply."""
     a, _, c = nodes(mesh)
@@ -247,5 +269,6 @@ def test_a_new_replica_copies_the_updated_document(mesh: LocalMesh) -> None:
     d.cli_json("corpus", "replicate", CORPUS, timeout=600)
     wait_for(lambda: replica_current(d, 3), timeout=300, what="D's replica to hold the 3 documents")
     cid = blob_cid(LATEX.read_bytes())
-    assert listed_on(c, d)[cid]["title"] == "Two columns"
+    assert listed_on(c, d)[cid]["title"] == listed_on(c, a)[cid]["title"] == "Newer"  # updated twice
     assert not log_events(d, "replica_copy_refused")
+    assert {h["metadata"]["year"] for h in hits_on(c, d, {"doc_cid": cid})} == {2031}

@@ -13,6 +13,7 @@ import datetime as dt
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,8 +21,10 @@ import anyio
 
 from hearthnet.bus.context import CallResult
 from hearthnet.contracts.answer import MAX_CORPORA, AnswerClient, AskInput
+from hearthnet.contracts.base import Caller
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import validate_corpus_name
+from hearthnet.contracts.reading import MAX_READ_BYTES
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import stdin_text, text_arg
 from hearthnet.frontends.cli.ask_marks import Numbered, source_key
@@ -228,7 +231,13 @@ def cmd_ask(args: argparse.Namespace) -> None:
     question = text_arg(question, "the question")
     if args.corpus and args.no_rag:
         raise BadRequest("--corpus and --no-rag contradict each other: --no-rag searches no corpus")
-    session = args.session if args.session is not None else (new_session_id() if args.new_session else None)
+    if args.attach and args.no_rag:
+        raise BadRequest("--attach and --no-rag contradict each other: --no-rag searches no document")
+    fresh = args.new_session or bool(args.attach)  # an attachment belongs to a session
+    session = args.session if args.session is not None else (new_session_id() if fresh else None)
+    if args.attach:
+        assert session is not None
+        attach_files(args, session)
     inp = ask_input(args, question, session)
     named = bool(args.corpus)
     human = not args.json
@@ -314,6 +323,38 @@ def cmd_ask(args: argparse.Namespace) -> None:
         print(f"session {sid}: continue it with 'hearthnet ask --session {sid} QUESTION'", file=sys.stderr)
 
 
+async def _attach_one(caller: Caller, *, session: str, name: str, data: bytes) -> dict[str, Any]:
+    return await AnswerClient(caller).attach(session, name, data)
+
+
+def attach_files(args: argparse.Namespace, session: str) -> None:
+    """Each ``--attach FILE`` added to ``session`` (``answer.attach``): read by the node as an ingest
+    reads, searched for this session's questions only, deleted with the session."""
+    client = Client(args.home)
+    for name in args.attach:
+        path = Path(name)
+        try:
+            size = path.stat().st_size
+            if not path.is_file():
+                raise BadRequest(f"--attach {name}: not a file")
+            if size > MAX_READ_BYTES:
+                raise BadRequest(
+                    f"--attach {name}: {size:,} bytes; at most {MAX_READ_BYTES:,} can be attached to a "
+                    "chat (ingest it into a corpus instead)"
+                )
+            data = path.read_bytes()
+        except OSError as exc:
+            raise BadRequest(f"--attach {name}: {exc.strerror or exc}") from exc
+        out = client.run(partial(_attach_one, session=session, name=path.name, data=data))
+        got = out.get("attachment") or {}
+        if not args.json:
+            print(
+                f"attached {shown(path.name)} ({plural(int(got.get('pages') or 0), 'page')}, "
+                f"{plural(int(got.get('chunks') or 0), 'passage')}) to session {shown(session)}",
+                file=sys.stderr,
+            )
+
+
 def _explained(why: str, meta: Mapping[str, Any], output: Mapping[str, Any], home: Path) -> BusError:
     """:func:`failure` with the reasons asked of the node."""
     failed = anyio.run(failed_reasons, home, meta)
@@ -362,6 +403,11 @@ def cmd_sessions_show(args: argparse.Namespace) -> None:
         f"({_turns(len(out['turns']))}, created {_when(out.get('created_ms'))}, "
         f"last used {_when(out.get('updated_ms'))})"
     ]
+    for doc in out.get("attachments") or []:
+        lines.append(
+            f"attached: {shown(str(doc.get('name')))} ({plural(int(doc.get('pages') or 0), 'page')}, "
+            f"{plural(int(doc.get('chunks') or 0), 'passage')})"
+        )
     for turn in out["turns"]:
         lines.append("")
         lines.append(f"[{turn['seq']}] {_when(turn.get('created_ms'))}  {shown(str(turn['mode']))}")
@@ -420,6 +466,15 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="start a new conversation and print its id for follow-up questions (default: a one-off "
         "question, nothing kept)",
+    )
+    p.add_argument(
+        "--attach",
+        action="append",
+        metavar="FILE",
+        help="add FILE (a PDF, text or Markdown document) to this conversation only: it is searched with "
+        "the corpora for the session's questions, cited like them, never added to a corpus, and deleted "
+        "with the session (repeatable; without --session a new session is started; default: no document "
+        "beside the corpora)",
     )
     p.add_argument(
         "--debug",

@@ -9,11 +9,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hearthnet.contracts.rag import host_label
-from hearthnet.errors import BusError, NotFound, Partition, Timeout
+from hearthnet.errors import BusError, NotFound, Partition
 from hearthnet.frontends.cli.output import shown
+from hearthnet.frontends.client import left_out
 from hearthnet.frontends.client.client import AsyncClient
-from hearthnet.frontends.client.corpora import explain_unreachable, seen_text
 
 __all__ = ["copy_notes", "failed_reasons", "failure", "offline_reasons", "verdict"]
 
@@ -35,50 +34,13 @@ def copy_notes(meta: Mapping[str, Any]) -> list[str]:
 
 
 def offline_reasons(meta: Mapping[str, Any]) -> list[str]:
-    """Why each corpus of ``meta.corpora_unreachable`` was not searched: its hosts and since when
-    they are offline (as ``query`` says it)."""
-    out = []
-    for corpus, info in sorted((meta.get("corpora_unreachable") or {}).items()):
-        hosts = info.get("hosts") if isinstance(info, Mapping) else None
-        where = " and ".join(
-            f"{shown(host_label(str(h.get('node')), h.get('node_name')))}, which is {seen_text(h)}"
-            for h in hosts or []
-            if isinstance(h, Mapping)
-        )
-        out.append(
-            f"corpus {shown(str(corpus))!r} is hosted on {where}"
-            if where
-            else f"corpus {shown(str(corpus))!r} is offline"
-        )
-    return out
+    """Why each corpus of ``meta.corpora_unreachable`` was not searched (escaped for a terminal)."""
+    return left_out.offline_reasons(meta, shown)
 
 
 async def failed_reasons(home: Path, meta: Mapping[str, Any]) -> list[tuple[str, BusError]]:
-    """Why each corpus of ``meta.corpora`` that was asked did not answer, as an error to tell the
-    user (``query``'s explanation: no such corpus, or its hosts offline since when)."""
-    out: list[tuple[str, BusError]] = []
-    caller = AsyncClient(home)
-    for corpus, info in sorted((meta.get("corpora") or {}).items()):
-        if not isinstance(info, Mapping) or info.get("status") == "ok":
-            continue
-        code = str(info.get("code") or "")
-        name = shown(str(corpus))
-        if info.get("status") == "timeout":
-            out.append(
-                (str(corpus), Timeout(f"corpus {name!r} did not answer within the retrieval deadline"))
-            )
-            continue
-        exc: BusError = Partition(
-            f"corpus {name!r} could not be searched" + (f" ({shown(code)})" if code else "")
-        )
-        if code in ("", "not_found", "partition") and not str(corpus).startswith("archive:"):
-            try:
-                explained = await explain_unreachable(caller, str(corpus), exc)
-            except BusError:
-                explained = exc
-            exc = explained
-        out.append((str(corpus), exc))
-    return out
+    """Why each asked corpus of ``meta.corpora`` did not answer (escaped for a terminal)."""
+    return await left_out.failed_reasons(AsyncClient(home), meta, shown)
 
 
 def verdict(output: Mapping[str, Any], *, named: bool, no_rag: bool) -> str | None:

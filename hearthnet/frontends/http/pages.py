@@ -64,7 +64,7 @@ def _chrome(active: str, session: Session, node_name: str) -> tuple[str, str]:
 
 def ask_page(session: Session, node_name: str) -> str:
     nav, head = _chrome("ask", session, node_name)
-    body = """
+    body = f"""
 <div class="ask">
   <aside class="sessions" aria-labelledby="sessions-h">
     <div class="row"><h2 id="sessions-h">Chats</h2>
@@ -76,6 +76,10 @@ def ask_page(session: Session, node_name: str) -> str:
     <h1 id="chat-h" class="visually-hidden">Ask your documents</h1>
     <p id="chat-empty" class="muted intro">Ask a question about the documents of your community.
       Answers cite their sources: open a numbered chip to see the passage and the page.</p>
+    <div class="chat-head">
+      <ul id="attachments" class="attachments" aria-label="Documents in this chat"></ul>
+      <button type="button" id="export-chat" class="secondary" hidden>Export as Markdown</button>
+    </div>
     <ol id="messages" class="messages" aria-live="polite"></ol>
     <form id="ask-form" class="ask-form">
       <label for="question" class="visually-hidden">Your question</label>
@@ -87,6 +91,19 @@ def ask_page(session: Session, node_name: str) -> str:
           <fieldset><legend class="visually-hidden">Corpora to search</legend>
             <div id="corpora-options" class="options"></div></fieldset>
         </details>
+        <button type="button" id="attach" class="secondary" aria-label="Attach a document to this chat"
+          title="Attach a document to this chat: it is searched for this chat's questions only"><svg
+          aria-hidden="true" class="icon" viewBox="0 0 24 24" width="16" height="16" fill="none"
+          stroke="currentColor" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"><path
+          d="M21.44 11.05l-9.19 9.19a6 6 0 0 1-8.49-8.49l9.19-9.19a4 4 0 0 1 5.66 5.66l-9.2 9.19a2 2 0 0
+          1-2.83-2.83l8.49-8.48"/></svg> Attach</button>
+        <input type="file" id="pick-attachment" class="visually-hidden" tabindex="-1" aria-hidden="true"
+          accept="{formats.accept()}">
+        <label for="model" class="visually-hidden">Answered by</label>
+        <select id="model" title="Who answers in this chat">
+          <option value="">Model: the node's choice</option>
+          <option value="extractive">Extractive only (no model)</option>
+        </select>
         <label class="toggle"><input type="checkbox" id="debug"> Debug</label>
         <button type="submit" id="ask-button">Ask</button>
       </div>

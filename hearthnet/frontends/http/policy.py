@@ -50,6 +50,7 @@ HTTP_CALLABLE: Final[frozenset[str]] = frozenset(
         answer.SESSION_GET,
         answer.SESSION_RENAME,
         answer.SESSION_DELETE,
+        answer.ATTACH,  # a document for one chat of the login (never a corpus)
         # changing the corpora
         file.IMPORT,
         file.PUSH,

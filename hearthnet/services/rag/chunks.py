@@ -36,10 +36,12 @@ RESERVED_METADATA = frozenset(
         "tokens",
         "chunk_id",
         "ocr",
+        "low_text",
     }
 )
 """Keys the chunker (and ``rag.query``'s output, for ``chunk_id``) sets; callers may not.  ``ocr``
-(``true``) marks the chunks of a page whose text OCR read off its image."""
+(``true``) marks the chunks of a page whose text OCR read off its image; ``low_text`` (``true``) those of
+a page with almost no text (:mod:`.low_text`)."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """A metadata field name: also what a ``rag.query`` filter may name (``hn_*`` is reserved)."""
 MAX_METADATA_FIELDS = 32

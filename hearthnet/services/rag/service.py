@@ -49,6 +49,7 @@ from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
 from hearthnet.services.rag.ingest.isolated import DocumentReaders
+from hearthnet.services.rag.ingest.unstored import read_document_registration
 from hearthnet.services.rag.inputs import (
     IngestInput,
     delete_input,
@@ -57,6 +58,7 @@ from hearthnet.services.rag.inputs import (
     list_input,
     query_input,
 )
+from hearthnet.services.rag.low_text import demoted, wider
 from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
 from hearthnet.services.rag.reads import ChunkReads
 from hearthnet.services.rag.replicas.announce import DigestedAppends
@@ -171,9 +173,7 @@ class RagService:
             embed_timeout=settings.embed_timeout_seconds,
         )
         """The configured archives, served read-only beside the store's corpora."""
-        self.queries = 0
-        self.ingests = 0
-        self.deletes = 0
+        self.queries = self.ingests = self.deletes = 0
 
     def _flows(
         self, blobs: BlobStore, append: AppendEvent, appends: AppendEvents | None, find_event: FindEvent
@@ -264,11 +264,9 @@ class RagService:
     def registrations(self) -> list[Registration]:
         """What the node registers at start (reads the store: before the node serves anything)."""
         mine = self.replicas.registrations() if self.replicas is not None else []
-        return [
-            *self._offers.registrations(),
-            *self._archives.registrations(self._store.corpora()),
-            *mine,
-        ]
+        archives = self._archives.registrations(self._store.corpora())
+        read = read_document_registration(self._readers, self._embedder)  # a chat's attachments
+        return [*self._offers.registrations(), *archives, *mine, read]
 
     def health(self) -> dict[str, Any]:
         """Served to peers by ``node.stats``: the personal corpus is never named."""
@@ -319,7 +317,7 @@ class RagService:
 
         async def keyword_leg() -> None:  # needs no vector: runs while the query is embedded
             try:
-                leg.append(await local.keyword_leg(query, k=k, mode=mode, where=where))
+                leg.append(await local.keyword_leg(query, k=wider(k), mode=mode, where=where))
             except BusError as exc:
                 failed.append(exc)
 
@@ -337,13 +335,14 @@ class RagService:
             raise failed[0]
         hits, known_keys, used = await local.search(
             vector,
-            k=k,
+            k=wider(k),
             where=where,
             include_text=include_text,
             text=query,
             mode=mode,
             leg=leg[0] if leg else None,
         )
+        hits = demoted(hits, k)  # chunks of pages with almost no text below content
         warnings = self._duplicate_warnings(corpus, "this answer")
         replica, lag = replica_meta(self._bus.node_id, corpus, registered)  # a replica's lag, if any
         warnings += lag

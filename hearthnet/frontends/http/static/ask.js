@@ -7,6 +7,9 @@
   let current = null; // the open chat's id
   let busy = false;
   let nodeNames = {};
+  let turns = []; // the open chat's turns as shown: {question, out} (what the export writes)
+  let chatTitle = "";
+  const MODELS_KEY = "hn-chat-models"; // the model picked for each chat, in this browser
 
   // -- corpora to search ----------------------------------------------------------------
   async function loadCorpora() {
@@ -39,6 +42,92 @@
     document.getElementById("corpora-summary").textContent = picked ? picked.join(", ") : "all corpora";
   }
 
+  // -- who answers: a model of the mesh, or extractive only, per chat -------------------------
+  async function loadModels() {
+    let data;
+    try {
+      const me = await api("/api/node"); // this node's name, for sources it holds (attachments)
+      if (me.node_id && me.name) nodeNames[me.node_id] = me.name;
+      data = await api("/api/models");
+    } catch (err) {
+      return;
+    }
+    const select = document.getElementById("model");
+    const keep = select.value;
+    const models = (data.models || []).map((m) => el("option", { text: `Model: ${m.id}`, attrs: { value: `model:${m.id}` } }));
+    select.replaceChildren(
+      el("option", { text: "Model: the node's choice", attrs: { value: "" } }),
+      ...models,
+      el("option", { text: "Extractive only (no model)", attrs: { value: "extractive" } }),
+    );
+    select.value = [...select.options].some((o) => o.value === keep) ? keep : "";
+    restoreModel();
+    select.dataset.loaded = "true";
+  }
+
+  function savedModels() {
+    try {
+      return JSON.parse(localStorage.getItem(MODELS_KEY) || "{}") || {};
+    } catch (err) {
+      return {};
+    }
+  }
+
+  function saveModel() {
+    if (!current) return;
+    const all = savedModels();
+    const value = document.getElementById("model").value;
+    if (value) all[current] = value;
+    else delete all[current];
+    try {
+      localStorage.setItem(MODELS_KEY, JSON.stringify(all));
+    } catch (err) {
+      /* storage full or off: the choice lasts for this page only */
+    }
+  }
+
+  function restoreModel() {
+    const select = document.getElementById("model");
+    const wanted = (current && savedModels()[current]) || "";
+    if (![...select.options].some((o) => o.value === wanted)) {
+      if (wanted.startsWith("model:")) select.append(el("option", { text: `Model: ${wanted.slice(6)} (not reachable now)`, attrs: { value: wanted } }));
+      else return;
+    }
+    select.value = wanted;
+  }
+
+  // -- documents attached to the open chat -------------------------------------------------------
+  function showAttachments(list) {
+    const box = document.getElementById("attachments");
+    box.replaceChildren(
+      ...(list || []).map((a) =>
+        el("li", { class: "attachment", attrs: { "data-attachment": a.id } }, el("span", { class: "muted", text: "Attached: " }), el("span", { class: "name", text: a.name }), el("span", { class: "muted", text: ` · ${a.pages} ${a.pages === 1 ? "page" : "pages"}, ${a.chunks} ${a.chunks === 1 ? "passage" : "passages"} · this chat only` })),
+      ),
+    );
+  }
+
+  async function attachFiles(files) {
+    for (const file of files) {
+      const box = document.getElementById("attachments");
+      const pending = el("li", { class: "attachment pending", attrs: { role: "status" } }, el("span", { class: "name", text: file.name }), el("span", { class: "muted", text: " · reading…" }));
+      box.append(pending);
+      const query = `name=${encodeURIComponent(file.name)}${current ? `&session=${encodeURIComponent(current)}` : ""}`;
+      try {
+        const data = await api(`/api/chats/attach?${query}`, { method: "POST", body: file, type: file.type || "application/octet-stream" });
+        current = data.session;
+        saveModel();
+        const chat = await api(`/api/chat?session=${encodeURIComponent(current)}`);
+        chatTitle = chat.title || chatTitle;
+        showAttachments(chat.attachments);
+        document.getElementById("export-chat").hidden = false;
+      } catch (err) {
+        pending.remove();
+        banner(`Could not attach ${file.name}: ${err.message}`, "bad");
+      }
+    }
+    await loadChats();
+  }
+
   // -- chats ------------------------------------------------------------------------------
   async function loadChats() {
     let data;
@@ -50,6 +139,8 @@
     }
     const list = document.getElementById("session-list");
     const chats = data.sessions || [];
+    const open = chats.find((c) => c.id === current);
+    if (open && open.title) chatTitle = open.title; // named by its first question once asked
     list.replaceChildren(
       ...chats.map((c) => {
         const title = c.title || "Untitled chat";
@@ -79,15 +170,22 @@
       return;
     }
     current = id;
+    chatTitle = data.title || "";
+    turns = [];
+    restoreModel();
+    showAttachments(data.attachments);
     const messages = document.getElementById("messages");
     messages.replaceChildren();
     for (const turn of data.turns || []) {
       const view = addTurn(turn.question || "");
       // the server's record of what the turn cited is the only source of its chips
       const citations = (turn.cited || []).map((id) => ({ chunk_id: id }));
-      finish(view, { answer: turn.answer || "", mode: turn.mode, citations, sources: turn.sources || [] });
+      const out = { answer: turn.answer || "", mode: turn.mode, citations, sources: turn.sources || [] };
+      finish(view, out);
+      turns.push({ question: turn.question || "", out });
     }
     document.getElementById("chat-empty").hidden = messages.children.length > 0;
+    document.getElementById("export-chat").hidden = turns.length === 0;
     await loadChats();
     document.getElementById("question").focus();
   }
@@ -118,6 +216,11 @@
 
   function newChat() {
     current = null;
+    turns = [];
+    chatTitle = "";
+    document.getElementById("model").value = "";
+    showAttachments([]);
+    document.getElementById("export-chat").hidden = true;
     document.getElementById("messages").replaceChildren();
     document.getElementById("chat-empty").hidden = false;
     for (const li of document.querySelectorAll("#session-list li")) li.classList.remove("current");
@@ -127,15 +230,16 @@
   // -- one question and its answer ------------------------------------------------------------
   function addTurn(question) {
     const status = el("div", { class: "status", attrs: { role: "status" } });
+    const notice = el("div", { class: "left-out", attrs: { hidden: true } });
     const mode = el("div", { class: "mode" });
     const text = el("div", { class: "text" });
     const cites = el("div", { class: "citations" });
     const debug = el("div", { class: "debug" });
-    const answer = el("div", { class: "answer" }, mode, text, status, cites, debug);
+    const answer = el("div", { class: "answer" }, notice, mode, text, status, cites, debug);
     const li = el("li", {}, el("div", { class: "question", text: question }), answer);
     document.getElementById("messages").append(li);
     document.getElementById("chat-empty").hidden = true;
-    return { li, status, mode, text, cites, debug, raw: "" };
+    return { li, status, notice, mode, text, cites, debug, raw: "" };
   }
 
   /** Citation markers in the answer text: [file#chunk_id; file#chunk_id] -> chips, but only for
@@ -199,7 +303,21 @@
       );
     }
     view.status.textContent = "";
+    showLeftOut(view, out.left_out || []);
     if (out.meta && out.meta.debug) view.debug.replaceChildren(debugView(out.meta));
+  }
+
+  /** Corpora the answer could not search, and why (the CLI's "left out" note): above the answer,
+   * so nobody reads "the documents do not say" without knowing which documents were not asked. */
+  function showLeftOut(view, reasons) {
+    view.notice.hidden = !reasons.length;
+    view.notice.replaceChildren();
+    if (!reasons.length) return;
+    view.notice.setAttribute("role", "note");
+    view.notice.append(
+      el("strong", { text: "Left out of this answer: " }),
+      ...reasons.map((r, i) => el("span", { class: "reason", text: i ? `; ${r}` : r })),
+    );
   }
 
   function toggle(view, chip, p, source, id, cards) {
@@ -252,10 +370,85 @@
     );
   }
 
+  // -- export: the open chat as Markdown, each answer with its numbered sources ------------------
+  function markdownOf() {
+    const lines = [`# ${oneLine(chatTitle || (turns[0] && turns[0].question) || "Chat")}`, "", `Exported from HearthNet on ${new Date().toISOString().slice(0, 16).replace("T", " ")} UTC.`];
+    const attached = [...document.querySelectorAll("#attachments li.attachment:not(.pending) .name")].map((e) => e.textContent);
+    if (attached.length) lines.push("", `Documents attached to this chat: ${attached.join(", ")}.`);
+    turns.forEach((t, i) => {
+      lines.push("", `## ${i + 1}. ${oneLine(t.question)}`, "");
+      const { text, cited } = numbered(t.out);
+      if (t.out.mode === "extractive") lines.push("*Extractive answer: quoted from the documents, no language model.*", "");
+      if (t.out.mode === "abstained") lines.push("*Not in the documents.*", "");
+      if ((t.out.left_out || []).length) lines.push(`*Left out: ${t.out.left_out.join("; ")}.*`, "");
+      lines.push(text.trim());
+      const nearest = (t.out.sources || []).filter((s) => s.nearest);
+      if (cited.length) {
+        lines.push("", "Sources:", "");
+        cited.forEach((s, n) => lines.push(`${n + 1}. ${sourceLine(s)}`));
+      } else if (nearest.length) {
+        lines.push("", "Nearest passages (not an answer):", "");
+        nearest.forEach((s, n) => lines.push(`${n + 1}. ${sourceLine(s)}`));
+      }
+    });
+    return lines.join("\n") + "\n";
+  }
+
+  function oneLine(text) {
+    return String(text).replace(/\s+/g, " ").trim();
+  }
+
+  /** The answer with its checked markers as [1], [2] (the order of first citation) and the
+   * sources those numbers name; a marker the server did not keep stays as it is. */
+  function numbered(out) {
+    const cited = new Set((out.citations || []).map((c) => c.chunk_id));
+    const byChunk = {};
+    for (const s of out.sources || []) byChunk[s.chunk_id] = s;
+    const order = [];
+    const text = String(out.answer || "").replace(MARK, (whole, inner) => {
+      const refs = inner.split(/[;,]/).map((p) => p.trim());
+      if (!refs.every((r) => r.includes("#") && cited.has(r.slice(r.lastIndexOf("#") + 1)))) return whole;
+      return refs
+        .map((r) => {
+          const chunk = r.slice(r.lastIndexOf("#") + 1);
+          if (!order.includes(chunk)) order.push(chunk);
+          if (!byChunk[chunk]) byChunk[chunk] = { chunk_id: chunk, file: r.slice(0, r.lastIndexOf("#")) };
+          return `[${order.indexOf(chunk) + 1}]`;
+        })
+        .join("");
+    });
+    return { text, cited: order.map((c) => byChunk[c]) };
+  }
+
+  function sourceLine(s) {
+    const parts = [];
+    const title = s.title && s.title !== s.file ? `${oneLine(s.title)} — ` : "";
+    parts.push(`${title}${oneLine(s.file || s.chunk_id)}`);
+    if (s.page) parts[0] += `, page ${s.page}`;
+    if (s.corpus) parts.push(`${s.corpus}${s.node ? ` on ${nodeNames[s.node] || shortId(s.node)}` : ""}`);
+    let line = parts.join(" — ");
+    if (s.text) line += `\n   > ${oneLine(s.text).slice(0, 400)}`;
+    return line;
+  }
+
+  function exportChat() {
+    const blob = new Blob([markdownOf()], { type: "text/markdown;charset=utf-8" });
+    const name = `${oneLine(chatTitle || "chat").replace(/[^\w.-]+/g, "-").slice(0, 60) || "chat"}.md`;
+    const link = el("a", { attrs: { href: URL.createObjectURL(blob), download: name } });
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 10000);
+  }
+
   async function ask(question) {
     const view = addTurn(question);
+    let listed = false;
     view.status.textContent = "Searching…";
     const body = { question, debug: document.getElementById("debug").checked };
+    const who = document.getElementById("model").value;
+    if (who === "extractive") body.extractive = true;
+    else if (who.startsWith("model:")) body.model = who.slice(6);
     const corpora = selectedCorpora();
     if (corpora) body.corpora = corpora;
     if (current) body.session = current;
@@ -263,6 +456,7 @@
       for await (const { event, data } of HN.postEvents("/api/ask", body)) {
         if (event === "chat") {
           current = data.session;
+          saveModel();
         } else if (event === "frame") {
           if (data.stage === "retrieve") {
             const n = (data.corpora || []).length;
@@ -273,7 +467,12 @@
             view.status.textContent = "Writing…";
           }
         } else if (event === "done") {
+          if (!turns.length) chatTitle = question; // a chat is named by its first question
+          await loadChats(); // the chat is listed by the time its answer is complete
+          listed = true;
           finish(view, data);
+          turns.push({ question, out: data });
+          document.getElementById("export-chat").hidden = false;
         } else if (event === "error") {
           view.status.replaceChildren(el("span", { class: "error", text: `No answer: ${data.message || data.error}` }));
         }
@@ -281,7 +480,7 @@
     } catch (err) {
       view.status.replaceChildren(el("span", { class: "error", text: `No answer: ${err.message}` }));
     }
-    await loadChats();
+    if (!listed) await loadChats();
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -309,14 +508,25 @@
       }
     });
     document.getElementById("new-chat").addEventListener("click", newChat);
+    const picker = document.getElementById("pick-attachment");
+    document.getElementById("attach").addEventListener("click", () => picker.click());
+    picker.addEventListener("change", async () => {
+      const files = [...picker.files];
+      picker.value = "";
+      await attachFiles(files);
+    });
+    document.getElementById("model").addEventListener("change", saveModel);
+    document.getElementById("export-chat").addEventListener("click", exportChat);
     on("reconnected", () => {
       loadCorpora();
+      loadModels();
       loadChats();
     });
     on("event", (ev) => {
       if (ev.type === "rag.document.ingested" || ev.type === "rag.document.deleted") loadCorpora();
     });
     loadCorpora();
+    loadModels();
     loadChats();
   });
 })();

@@ -45,6 +45,9 @@ const HN = (() => {
     if (o.json !== undefined) {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(o.json);
+    } else if (o.body !== undefined) {
+      headers["Content-Type"] = o.type || "application/octet-stream";
+      body = o.body; // a file, sent as it is
     }
     let response;
     try {

@@ -25,6 +25,7 @@ from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunks import Chunk, check_extra_metadata, chunk_id_for
 from hearthnet.services.rag.ingest.read import Document, PageText
 from hearthnet.services.rag.ingest.tokens import DEFAULT_COUNTER, TokenCounter
+from hearthnet.services.rag.low_text import LOW_TEXT, low_text_page
 
 __all__ = [
     "MAX_CHUNK_CHARS",
@@ -218,6 +219,8 @@ class PageChunker:
         }
         if page.ocr:
             meta["ocr"] = True  # the text was read off the page's image
+        if low_text_page(page.text):
+            meta[LOW_TEXT] = True  # a cover, a notice, a table of contents: ranked below content
         out: list[Chunk] = []
         for c in chunk_text(
             page.text, tokens_per_chunk=self._size, overlap_tokens=self._overlap, metadata=meta

@@ -36,6 +36,7 @@ from hearthnet.contracts.rag import MAX_TITLE
 from hearthnet.errors import BadRequest, InternalError
 from hearthnet.runtime.log_summary import LogSummary
 from hearthnet.services.rag.ingest import pdf_content
+from hearthnet.services.rag.ingest.columns import ColumnOrder
 from hearthnet.services.rag.ingest.limits import ContentBudget, ReadLimits
 
 __all__ = [
@@ -405,6 +406,7 @@ def _stream_pdf(
 ) -> _Parts:
     summaries = _document_summaries()
     budget = ContentBudget(limits or ReadLimits())
+    columns = ColumnOrder(data)  # a page with columns is read column by column
     try:
         with _summarised(summaries), _pypdf_warnings_logged():
             reader, page_count, title = _open_pdf(data, filename_hint=filename_hint, max_pages=max_pages)
@@ -416,6 +418,8 @@ def _stream_pdf(
             budget.start_page(number)
             with _summarised(summaries), _pypdf_warnings_logged(), pdf_content.counted(budget):
                 page, error = _read_page(reader, number, budget)
+            if page.text.strip() and (ordered := columns.text(number)) is not None:
+                page = PageText(page=number, text=_clean(ordered), scanned=False)
             if error is not None:
                 failed += 1
                 unsupported += isinstance(error, NotImplementedError | DependencyError)
@@ -431,6 +435,7 @@ def _stream_pdf(
     finally:
         for summary in summaries.values():
             summary.flush()
+        columns.close()
     if not any_text and not (scans_ok and any_scan):  # with OCR, scanned pages are read instead
         if failed == page_count:
             why = " (it uses PDF features this reader does not support)" if unsupported else ""

@@ -12,8 +12,9 @@ in (:meth:`CorpusStore.replace_corpus`).
 
 The store is composed of parts, each its own object given what it uses of the store: the
 ledger (:mod:`.ledger`), the vector index (:mod:`.vector_index`: dense queries, chunk reads),
-the keyword index (:mod:`.keyword_index`: keyword and hybrid queries) and the swap
-(:mod:`.swap`: a reindex's swap, a corpus dropped).  The store itself keeps the collections and
+the keyword index (:mod:`.keyword_index`: keyword and hybrid queries), the swap
+(:mod:`.swap`: a reindex's swap, a corpus dropped) and the updates (:mod:`.update`: a
+document's title and metadata changed in place).  The store itself keeps the collections and
 the writes and deletes of documents, and answers for its parts (its API is theirs too).
 
 Small corpora are searched exactly: while a corpus fits the budget of
@@ -55,7 +56,7 @@ from hearthnet.services.rag.store.kept import KeptVectors
 from hearthnet.services.rag.store.keyword_index import KeywordIndex
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock
 from hearthnet.services.rag.store.swap import CorpusSwap
-from hearthnet.services.rag.store.update import CorpusUpdates
+from hearthnet.services.rag.store.update import DocumentUpdate, DocumentUpdates
 from hearthnet.services.rag.store.vector_index import ChunkRow, VectorIndex
 from hearthnet.services.rag.store.write import (
     DocumentSource,
@@ -69,9 +70,9 @@ DEFAULT_ROOT = Path.home() / ".local" / "share" / "hearthnet" / "rag"
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
-class CorpusStore(CorpusUpdates):
+class CorpusStore:
     """All corpora of one node store directory (``root``): the collections, the writes and deletes
-    here; its parts (module docstring) answer queries and swaps; metadata updates in :mod:`.update`."""
+    here; its parts (module docstring) answer queries, swaps and metadata updates."""
 
     def __init__(
         self,
@@ -154,6 +155,17 @@ class CorpusStore(CorpusUpdates):
             info=self.info,
         )
 
+        self._updates = DocumentUpdates(
+            lock=lock,
+            ledger=ledger,
+            memory=memory,
+            collection=self._collection,
+            docs=self._docs,
+            writing=self._writing,
+            corpora=self.corpora,
+            batch=self._batch,
+        )
+
     def _writing(self, name: str) -> set[str]:
         """The documents this process is writing to ``name`` (hidden from queries)."""
         with self._lock:
@@ -216,6 +228,17 @@ class CorpusStore(CorpusUpdates):
     def drop_corpus(self, name: str) -> bool:
         """Remove ``name`` wholly (:meth:`CorpusSwap.drop_corpus`)."""
         return self._swap.drop_corpus(name)
+
+    def update_document(self, name: str, doc_cid: str, **kw: Any) -> DocumentUpdate | None:
+        """A document's title and metadata changed in place (:meth:`DocumentUpdates.update_document`)."""
+        return self._updates.update_document(name, doc_cid, **kw)
+
+    def pending_updates(self) -> list[tuple[str, str]]:
+        """Updates written but not yet announced (:meth:`DocumentUpdates.pending_updates`)."""
+        return self._updates.pending_updates()
+
+    def update_announced(self, name: str, doc_cid: str) -> None:
+        self._updates.update_announced(name, doc_cid)
 
     # ----------------------------------------------------------------- corpora
 
@@ -557,7 +580,7 @@ class CorpusStore(CorpusUpdates):
             if (corpus, doc_cid) in busy or corpus in missing:
                 continue
             out[corpus] = out.get(corpus, 0) + self._purge(corpus, doc_cid)
-        self.finish_updates()
+        self._updates.finish_updates()
         return out
 
     def close(self) -> None:

@@ -1,13 +1,13 @@
-"""A document's title and metadata changed in place, without re-embedding (a part of
-:class:`~hearthnet.services.rag.store.store.CorpusStore`): ``rag.update`` on a host, and a replica
+"""A document's title and metadata changed in place, without re-embedding (a part
+:class:`~hearthnet.services.rag.store.store.CorpusStore` composes): ``rag.update`` on a host, and a replica
 following the host's ``rag.document.updated``.
 
 The ledger's row, the keyword index's copy of each chunk's metadata and a marker saying the rest is
 owed change in one transaction (:meth:`Ledger.update_metadata`); then every chunk in ChromaDB and the
-in-memory copy.  A kill between them is finished by :meth:`CorpusUpdates.finish_updates` at the next
+in-memory copy.  A kill between them is finished by :meth:`DocumentUpdates.finish_updates` at the next
 open (the chunks made again from the ledger's title and metadata: the same result however often),
 and an update still to be announced keeps its marker until the caller says it was
-(:meth:`CorpusUpdates.update_announced`), so the announcement survives a kill too.
+(:meth:`DocumentUpdates.update_announced`), so the announcement survives a kill too.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
@@ -26,7 +26,7 @@ from hearthnet.services.rag.store.chroma import chroma_errors
 from hearthnet.services.rag.store.document_list import DocumentList
 from hearthnet.services.rag.store.ledger import Ledger
 
-__all__ = ["CorpusUpdates", "DocumentUpdate", "chunk_change", "merged_metadata"]
+__all__ = ["DocumentUpdate", "DocumentUpdates", "chunk_change", "merged_metadata"]
 
 _log = structlog.get_logger("hearthnet.rag.store")
 
@@ -66,23 +66,35 @@ def chunk_change(title: str, metadata: Mapping[str, Any]) -> Change:
     return change
 
 
-class CorpusUpdates:
-    """:meth:`update_document` and what finishes it, for :class:`CorpusStore` (whose state it
-    reads: the names below)."""
+class DocumentUpdates:
+    """:meth:`update_document` and what finishes it: a part :class:`CorpusStore` composes.
 
-    if TYPE_CHECKING:
-        _lock: threading.RLock
-        _ledger: Ledger
-        _batch: int
-        _pending: dict[str, set[str]]
-        _docs: DocumentList
-        _memory: InMemoryCopies
+    Given what it uses of the store: its ``lock``, ``ledger`` and ``memory`` (the in-memory
+    copies), ``collection`` (a corpus's ChromaDB collection), ``docs`` (the document list: a
+    document's title and metadata, the metadata keys to read again), ``writing`` (the documents
+    this process is writing) and ``batch`` (ChromaDB's write size).  Blocking, thread-safe.
+    """
 
-        def corpora(self) -> list[str]: ...
-
-        def _collection(self, name: str) -> Any: ...
-
-        def document(self, name: str, doc_cid: str) -> dict[str, Any] | None: ...
+    def __init__(
+        self,
+        *,
+        lock: threading.RLock,
+        ledger: Ledger,
+        memory: InMemoryCopies,
+        collection: Callable[[str], Any],
+        docs: DocumentList,
+        writing: Callable[[str], set[str]],
+        corpora: Callable[[], list[str]],
+        batch: int,
+    ) -> None:
+        self._lock = lock
+        self._ledger = ledger
+        self._memory = memory
+        self._collection = collection
+        self._docs = docs
+        self._writing = writing
+        self._corpora = corpora
+        self._batch = batch
 
     def update_document(
         self,
@@ -99,11 +111,11 @@ class CorpusUpdates:
         :meth:`update_announced` (until then the update is in :meth:`pending_updates`)."""
         col = self._collection(name)
         with self._lock:
-            if doc_cid in self._pending.get(name, ()):
+            if doc_cid in self._writing(name):
                 raise BadRequest(
                     f"document {doc_cid} is being written to corpus {name!r}; update it when that is done"
                 )
-            doc = self.document(name, doc_cid)
+            doc = self._docs.document(name, doc_cid)
             if doc is None:
                 return None
             new_meta = merged_metadata(doc["metadata"], metadata)
@@ -153,10 +165,10 @@ class CorpusUpdates:
         done = 0
         with self._lock:
             pending = self._ledger.pending_updates()
-            held = set(self.corpora())
+            held = set(self._corpora())
         for corpus, doc_cid, _ in pending:
             try:
-                doc = self.document(corpus, doc_cid) if corpus in held else None
+                doc = self._docs.document(corpus, doc_cid) if corpus in held else None
                 if doc is None:
                     with self._lock:
                         self._ledger.update_announced(corpus, doc_cid)
