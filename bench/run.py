@@ -38,6 +38,7 @@ BENCHMARKS = (
     "load",
     "drafts",
     "small",
+    "folders",
     "fuzz",
     "ui",
     "lan_addresses",

@@ -171,6 +171,24 @@ def rag_service(parts: NodeParts) -> Service | None:
     return service
 
 
+def folder_service(parts: NodeParts) -> Service | None:
+    """``rag.watch``: folders this node keeps indexed, into corpora wherever they are hosted."""
+    from hearthnet.services.rag.folders.service import FolderService
+    from hearthnet.services.rag.folders.watcher import WatchSettings
+
+    own_id = parts.identity.node_id
+    service = FolderService(
+        bus=parts.bus,
+        node_id=own_id,
+        state_path=parts.config.home / "folders.sqlite",
+        configured=parts.config.rag.folders,
+        own_level=lambda: parts.event_log.view(lambda m: m.level_of(own_id)),
+        settings=WatchSettings(settle_seconds=parts.config.rag.folder_settle_seconds),
+    )
+    parts.community.on_events(lambda _events: service.membership_changed())
+    return service
+
+
 def rag_catalog_service(parts: NodeParts) -> Service | None:
     """``rag.known_corpora`` on every node, RAG or not: the corpora of offline hosts are listed anywhere."""
     from hearthnet.services.rag.catalog import RagCatalog
@@ -239,6 +257,7 @@ def default_service_factories() -> list[ServiceFactory]:
         ocr_service,
         llm_service,
         rerank_service,
+        folder_service,
     ]
 
 

@@ -36,8 +36,12 @@ KEYS = frozenset(
         "archive_urls",
         "replicas",
         "max_replicas",
+        "folders",
+        "folder_settle_seconds",
     }
 )
+FOLDER_KEYS = frozenset({"path", "corpus"})
+MAX_FOLDER_TABLES = 64
 REPLICA_KEYS = frozenset({"corpus"})
 MAX_REPLICA_TABLES = 64
 ARCHIVE_KEYS = frozenset({"name", "label", "collection_name", "chromadb_url", "embedding_model", "layer"})
@@ -75,6 +79,11 @@ class RagConfig:
     host's signed events (``specs/replicas.md``)."""
     max_replicas: int | None = None
     """How many other nodes may replicate each corpus this node hosts (``None``: no cap)."""
+    folders: tuple[tuple[str, str], ...] = ()
+    """Folders this node keeps indexed, ``(path, corpus)`` (``[[rag.folders]]``, ``specs/folders.md``)."""
+    folder_settle_seconds: float = 1.0
+    """The least time a watched file goes without a change before it is read (a file being
+    written is read once it holds still; the window grows with the gaps between its writes)."""
 
     @property
     def allowed_archive_urls(self) -> frozenset[str]:
@@ -102,6 +111,8 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
         archive_defaults=defaults,
         replicas=_replicas(rag_s),
         max_replicas=_max_replicas(rag_s),
+        folders=_folders(rag_s),
+        folder_settle_seconds=seconds(rag_s, "folder_settle_seconds", 1.0, "rag"),
     )
 
 
@@ -202,6 +213,36 @@ def _replicas(rag_s: Mapping[str, Any]) -> tuple[str, ...]:
         if corpus in out:
             raise BadRequest(f"{where}: corpus {corpus!r} is named by an earlier table")
         out.append(corpus)
+    return tuple(out)
+
+
+def _folders(rag_s: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``[[rag.folders]]``: each ``{path, corpus}``, an absolute path given once, a writable corpus."""
+    from hearthnet.contracts.rag import check_writable, validate_corpus_name
+
+    tables = get(rag_s, "folders", list, [], "rag")
+    if len(tables) > MAX_FOLDER_TABLES:
+        raise BadRequest(
+            f"[[rag.folders]] in config.toml has {len(tables)} tables; at most {MAX_FOLDER_TABLES}"
+        )
+    out: list[tuple[str, str]] = []
+    for i, raw in enumerate(tables, start=1):
+        t = table(raw, "rag.folders", FOLDER_KEYS)
+        where = f"[[rag.folders]] #{i} in config.toml"
+        for required in ("path", "corpus"):
+            if required not in t:
+                raise BadRequest(f"{where} needs {required}")
+        path = get(t, "path", str, None, "rag.folders")
+        if not path.startswith(("/", "~")):
+            raise BadRequest(f"{where}: path {path!r} must be absolute")
+        try:
+            corpus = validate_corpus_name(get(t, "corpus", str, None, "rag.folders"))
+            check_writable(corpus, is_local=True, what="documents")
+        except BadRequest as exc:
+            raise BadRequest(f"{where}: {exc.message}") from exc
+        if any(p == path for p, _ in out):
+            raise BadRequest(f"{where}: path {path!r} is named by an earlier table")
+        out.append((path, corpus))
     return tuple(out)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from hearthnet.community.levels import Level
-from hearthnet.contracts import file, node, rag
+from hearthnet.contracts import file, folders, node, rag
 
 __all__ = ["TRUST_REQUIRED", "trust_required"]
 
@@ -22,6 +22,7 @@ TRUST_REQUIRED: Final[Mapping[str, Level]] = {
     rag.DELETE: Level.TRUSTED,
     rag.UPDATE: Level.TRUSTED,
     rag.EXPORT: Level.TRUSTED,
+    folders.WATCH: Level.ANCHOR,  # folders on the node's own disk: its owner's
     # changing the community
     node.INVITE: Level.ANCHOR,
     node.MEMBER_PROMOTE: Level.ANCHOR,

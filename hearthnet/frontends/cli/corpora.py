@@ -282,6 +282,8 @@ def cmd_docs(args: argparse.Namespace) -> None:
         lines.append(shown(str(d["title"])))
         lines.append("    " + shown(" | ".join(f for f in facts if f)))
         lines.append(f"    {d['doc_cid']}")
+        if d.get("source_path"):  # a watched folder's file
+            lines.append(f"    from {shown(str(d['source_path']))}")
     where = host_label(str(provider), names.get(str(provider)))
     lines.append(f"{plural(total, 'document')} in {corpus} on {shown(where)}")
     warn(args, warnings)

@@ -33,6 +33,7 @@ from hearthnet.frontends.cli.node import add_call, add_events, add_status
 from hearthnet.frontends.cli.output import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, CliError, one_line
 from hearthnet.frontends.cli.replicas import add_corpus
 from hearthnet.frontends.cli.ui import add_ui
+from hearthnet.frontends.cli.watch import add_watch
 from hearthnet.frontends.client.client import resolve_home
 
 __all__ = ["build_parser", "main"]
@@ -66,6 +67,7 @@ COMMANDS: tuple[AddCommand, ...] = (
     add_corpus,
     add_docs,
     add_delete,
+    add_watch,
     add_rag,
     add_logs,
     add_llm,

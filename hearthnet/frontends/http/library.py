@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Route
 
 from hearthnet.blobs.cid import is_cid
 from hearthnet.contracts.file import IMPORT
+from hearthnet.contracts.folders import FolderClient
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import INGEST, PERSONAL, SYSTEM, RagClient, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, Unauthorized
@@ -224,6 +225,13 @@ async def _jobs(state: UiState, request: Request, session: Session) -> Response:
     return json_response({"jobs": [j.to_json() for j in state.jobs.of(session.token_id)]})
 
 
+async def _folders(state: UiState, request: Request, session: Session) -> Response:
+    """The folders this node keeps indexed (``rag.watch``): its owner's only (paths on its disk)."""
+    if not session.owner:
+        return json_response({"folders": []})
+    return json_response({"folders": await FolderClient(state.bus.login(session.level)).list()})
+
+
 def routes(state: UiState) -> list[BaseRoute]:
     def r(path: str, handler: Callable[..., Awaitable[Response]], methods: list[str] | None = None) -> Route:
         return Route(path, api(state, handler), methods=methods or ["GET"])
@@ -234,4 +242,5 @@ def routes(state: UiState) -> list[BaseRoute]:
         r("/api/documents/delete", _delete, ["POST"]),
         r("/api/upload", _upload, ["POST"]),
         r("/api/jobs", _jobs),
+        r("/api/folders", _folders),
     ]

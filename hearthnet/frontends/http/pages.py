@@ -146,6 +146,22 @@ def library_page(session: Session, node_name: str) -> str:
     </div>
     <ul id="uploads" class="uploads" aria-live="polite"></ul>
   </section>"""
+    folders = ""
+    if session.owner:  # the node's own disk: its owner's business
+        folders = """
+  <section class="card" aria-labelledby="folders-h" id="folders-card">
+    <div class="row"><h2 id="folders-h">Watched folders</h2>
+      <span class="muted">'hearthnet watch add DIR --corpus C' adds one</span></div>
+    <div class="table-wrap"><table id="folders" class="table">
+      <caption class="visually-hidden">Folders this node keeps indexed</caption>
+      <thead><tr><th scope="col">Folder</th><th scope="col">Corpus</th>
+        <th scope="col" class="num">Indexed</th><th scope="col" class="num">Pending</th>
+        <th scope="col" class="num">Failed</th><th scope="col" class="hide-narrow">Last change</th>
+        <th scope="col">State</th></tr></thead>
+      <tbody></tbody></table></div>
+    <ul id="folder-failures" class="muted"></ul>
+    <p id="folders-empty" class="muted" hidden>No watched folder.</p>
+  </section>"""
     body = f"""
 <h1>Library</h1>
 <div class="library">
@@ -170,14 +186,15 @@ def library_page(session: Session, node_name: str) -> str:
         <th scope="col"><span class="visually-hidden">Actions</span></th></tr></thead>
       <tbody></tbody></table></div>
     <p id="documents-empty" class="muted" hidden>No documents.</p>
-  </section>{upload}
+  </section>{folders}{upload}
 </div>
 <dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
   <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
   <div id="confirm-extra"></div>
   <div class="row end"><button value="cancel" class="secondary">Cancel</button>
   <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
-    return _layout("Library", body, scripts=("common.js", "library.js"), head=head, nav=nav)
+    scripts = ("common.js", "library.js", "folders.js") if folders else ("common.js", "library.js")
+    return _layout("Library", body, scripts=scripts, head=head, nav=nav)
 
 
 def mesh_page(session: Session, node_name: str) -> str:

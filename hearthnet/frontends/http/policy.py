@@ -17,7 +17,7 @@ from typing import Any, Final
 from hearthnet.bus.api import BusAPI, CallStream
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
-from hearthnet.contracts import answer, embed, file, llm, node, rag, rerank
+from hearthnet.contracts import answer, embed, file, folders, llm, node, rag, rerank
 from hearthnet.contracts.levels import trust_required
 from hearthnet.errors import BusError, Unauthorized
 
@@ -56,6 +56,7 @@ HTTP_CALLABLE: Final[frozenset[str]] = frozenset(
         file.PUSH,
         rag.INGEST,
         rag.DELETE,
+        folders.WATCH,  # the Library's watched folders (the owner's: anchor)
         # changing the community
         node.INVITE,
         node.MEMBER_PROMOTE,

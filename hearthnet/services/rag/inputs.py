@@ -139,6 +139,8 @@ class IngestInput:
     metadata: dict[str, Any]
     filename: str | None
     """The file's name without folders (what ``rag.list_documents`` and query hits show)."""
+    replaces: str | None = None
+    """A document of the corpus this one replaces in one store swap (a watched file's new version)."""
 
 
 def ingest_input(inp: Mapping[str, Any]) -> IngestInput:
@@ -164,7 +166,12 @@ def ingest_input(inp: Mapping[str, Any]) -> IngestInput:
         filename = PurePosixPath(filename.replace("\\", "/")).name or None
         if filename is not None and len(filename) > MAX_FILENAME:
             raise BadRequest(f"input.filename is {len(filename)} characters long; at most {MAX_FILENAME}")
-    return IngestInput(doc_cid, title, language, metadata, filename)
+    replaces = inp.get("replaces")
+    if replaces is not None and (
+        not isinstance(replaces, str) or not is_cid(replaces) or replaces == doc_cid
+    ):
+        raise BadRequest("input.replaces must be the blake3:<hex> doc_cid of another document of the corpus")
+    return IngestInput(doc_cid, title, language, metadata, filename, replaces)
 
 
 def ingest_batch_input(inp: Mapping[str, Any]) -> list[IngestInput] | None:

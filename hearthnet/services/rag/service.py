@@ -179,6 +179,16 @@ class RagService:
         self, blobs: BlobStore, append: AppendEvent, appends: AppendEvents | None, find_event: FindEvent
     ) -> tuple[Ingestion, Deletions]:
         """The routes of a document into the store and out of it (``append_event``: digested)."""
+        deletions = Deletions(
+            store=self._store,
+            blobs=blobs,
+            node_id=self._bus.node_id,
+            store_limiter=self._store_limiter,
+            read_threads=self._read_threads,
+            append_event=append,
+            find_event=find_event,
+            counts_changed=self._documents_changed,
+        )
         ingestion = Ingestion(
             bus=self._bus,
             store=self._store,
@@ -192,16 +202,7 @@ class RagService:
             store_limiter=self._store_limiter,
             read_threads=self._read_threads,
             readers=self._readers,
-        )
-        deletions = Deletions(
-            store=self._store,
-            blobs=blobs,
-            node_id=self._bus.node_id,
-            store_limiter=self._store_limiter,
-            read_threads=self._read_threads,
-            append_event=append,
-            find_event=find_event,
-            counts_changed=self._documents_changed,
+            announce_deletions=deletions.announce_pending,
         )
         return ingestion, deletions
 

@@ -113,7 +113,7 @@
           "tr",
           { attrs: { "data-doc": d.doc_cid } },
           el("td", { text: d.title || "(untitled)" }),
-          el("td", { text: d.filename || "–" }),
+          el("td", { text: d.filename || "–", attrs: d.source_path ? { title: d.source_path } : {} }),
           el("td", { class: "num hide-narrow", text: d.pages ?? "–" }),
           el("td", { class: "num", text: d.chunks ?? "–" }),
           el("td", { class: "hide-narrow", text: d.ingested_at ? new Date(d.ingested_at * (d.ingested_at > 1e12 ? 1 : 1000)).toLocaleDateString() : "–" }),

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -69,8 +70,11 @@ class Ingestion:
         read_threads: WorkerThreads,
         readers: DocumentReaders,
         append_events: AppendEvents | None = None,
+        announce_deletions: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._bus = bus
+        self._announce_deletions = announce_deletions
+        """Appends the deletions a write owes (the documents it replaced: ``Deletions.announce_pending``)."""
         self._append_events = append_events
         self._store = store
         self._blobs = blobs
@@ -132,13 +136,10 @@ class Ingestion:
         # deadline passes or it walks away meanwhile: a stored document that no query can reach
         # and no member hears of would be worse than an answer that comes late.
         with anyio.CancelScope(shield=True):
-            source = DocumentSource(
-                filename=inp.filename, pages=prepared.document.page_count, ingested_by=ctx.caller
-            )
-            await run_blocking(
-                lambda: self._store.add_document(corpus, prepared.chunks, embedded.vectors, source=source),
-                limiter=self._store_limiter,
-            )
+            source = DocumentSource(inp.filename, prepared.document.page_count, ctx.caller, inp.replaces)
+            add = partial(self._store.add_document, corpus, source=source)
+            await run_blocking(add, prepared.chunks, embedded.vectors, limiter=self._store_limiter)
+            await self._replaced([inp.replaces] if inp.replaces else [])
             await self._offers.announce(corpus)
             self._changed(corpus)
             doc_title = str(prepared.chunks[0].metadata.get("doc_title", inp.title))
@@ -319,7 +320,10 @@ class Ingestion:
         for o in outcomes:
             assert o.prepared is not None and o.vectors is not None
             source = DocumentSource(
-                filename=o.inp.filename, pages=o.prepared.document.page_count, ingested_by=ctx.caller
+                filename=o.inp.filename,
+                pages=o.prepared.document.page_count,
+                ingested_by=ctx.caller,
+                replaces=o.inp.replaces,
             )
             docs.append((o.prepared.chunks, o.vectors, source))
         dim = int(docs[0][1].shape[1])
@@ -329,7 +333,11 @@ class Ingestion:
         )
         await ctx.send({"stage": "write", "current": 0, "total": sum(len(c) for c, _, _ in docs)})
         with anyio.CancelScope(shield=True):  # once the write starts it is announced (see ingest)
-            await run_blocking(lambda: self._store.add_documents(corpus, docs), limiter=self._store_limiter)
+            await run_blocking(
+                lambda: self._store.add_documents(corpus, docs),
+                limiter=self._store_limiter,
+            )
+            await self._replaced([o.inp.replaces for o in outcomes if o.inp.replaces])
             await self._offers.announce(corpus)
             self._changed(corpus)
             events = await self._emit_many(
@@ -434,6 +442,11 @@ class Ingestion:
             "chunks": chunks,
         }
         return await self._append_event(INGESTED, data)
+
+    async def _replaced(self, doc_cids: list[str]) -> None:
+        """Announce the documents a write replaced (their deletions were owed from its commit)."""
+        if doc_cids and self._announce_deletions is not None:
+            await self._announce_deletions()
 
     async def _keep_source(self, doc_cid: str) -> None:
         """Pin an indexed document's blob: ``rag reindex`` re-embeds the corpus from it.

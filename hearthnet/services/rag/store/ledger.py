@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.errors import BadRequest
 from hearthnet.runtime.sqlite_tx import transaction
 from hearthnet.services.rag.search import fulltext
@@ -240,7 +241,7 @@ class Ledger:
         ``CorpusStore.list_documents``)."""
         rows = self._db.execute(
             "SELECT doc_cid, title, filename, pages, chunks, language, ingested_by, "
-            "COALESCE(ingested_at, updated_at) FROM documents "
+            "COALESCE(ingested_at, updated_at), metadata FROM documents "
             "WHERE corpus = ? AND status = 'complete' AND doc_cid > ? ORDER BY doc_cid LIMIT ?",
             (name, after, limit),
         ).fetchall()
@@ -257,8 +258,10 @@ class Ledger:
                 "language": language,
                 "ingested_by": by,
                 "ingested_at": float(at),
+                # the file a watched folder ingested it from (specs/folders.md)
+                "source_path": (metadata_json(meta) or {}).get(SOURCE_PATH),
             }
-            for cid, title, filename, pages, chunks, language, by, at in rows
+            for cid, title, filename, pages, chunks, language, by, at, meta in rows
         ]
         return docs, int(total)
 
@@ -370,6 +373,21 @@ class Ledger:
             fulltext.remove_document(self._db, name, doc_cid)
             if announce:
                 self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
+
+    def mark_replaced(self, name: str, doc_cid: str, announce: bool) -> bool:
+        """A complete document marked ``deleting`` inside the caller's transaction (:meth:`batch`),
+        the one that completes the document replacing it; whether it was complete."""
+        done = self._db.execute(
+            "UPDATE documents SET status = 'deleting' "
+            "WHERE corpus = ? AND doc_cid = ? AND status = 'complete'",
+            (name, doc_cid),
+        )
+        if done.rowcount != 1:
+            return False
+        fulltext.remove_document(self._db, name, doc_cid)
+        if announce:
+            self._db.execute("INSERT OR IGNORE INTO deletions VALUES (?, ?)", (name, doc_cid))
+        return True
 
     def remove(self, name: str, doc_cid: str) -> None:
         with transaction(self._db):

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from hearthnet.contracts.rag import validate_corpus_name
+from hearthnet.contracts.rag import announced, validate_corpus_name
 from hearthnet.errors import BadRequest, InternalError, NotFound
 from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.results import Hit
@@ -379,10 +379,8 @@ class CorpusStore:
         *,
         source: DocumentSource | None = None,
     ) -> None:
-        """Add all chunks of one document atomically; a no-op if it is already complete.
-
-        ``source`` (file name, pages, who asked) is kept in the ledger for ``rag.list_documents``.
-        """
+        """Add all chunks of one document atomically (:meth:`add_documents`); ``source`` (file
+        name, pages, who asked) is kept in the ledger for ``rag.list_documents``."""
         self.add_documents(name, [(chunks, embeddings, source)])
 
     def add_documents(
@@ -394,8 +392,9 @@ class CorpusStore:
         :meth:`_commit_documents`, :meth:`_purge` on failure) as :meth:`add_document` does; only
         the vector write and the ledger's commits are shared.  A failure undoes every document of
         the call (none is left half-written) and is raised.  Returns, per document, whether it
-        was written (``False``: it was complete already).
-        """
+        was written (``False``: it was complete already).  A document whose source ``replaces``
+        another takes its place in one commit (the old one purged after, its deletion owed an
+        announcement if the corpus is announced: :meth:`pending_deletions`)."""
         col = self._collection(name)
         dim = self.info(name).dim
         writes = [(DocumentWrite.of(c, v, dim), s or DocumentSource()) for c, v, s in documents]
@@ -413,7 +412,7 @@ class CorpusStore:
                 for a in range(0, len(ids), self._batch):
                     part = slice(a, a + self._batch)
                     self._write_batch(col, ids[part], vectors[part], texts[part], metas[part])
-            self._commit_documents(name, [w for w, _ in todo])
+            replaced = self._commit_documents(name, todo)
         except BaseException as exc:
             if isinstance(exc, CollectionGone):
                 self._collections.forget(name)
@@ -429,6 +428,8 @@ class CorpusStore:
             with self._lock:
                 for w, _ in todo:
                     self._pending.get(name, set()).discard(w.doc_cid)
+        for old in replaced:  # hidden since the commit: now its chunks go (recover() ends a cut)
+            self._purge(name, old, announce=announced(name))
         written = {w.doc_cid for w, _ in todo}
         for w, _ in todo:
             _log.info("rag_document_added", corpus=name, doc_cid=w.doc_cid, chunks=len(w.ids))
@@ -473,21 +474,27 @@ class CorpusStore:
             for w, source in todo:
                 self._ledger.begin_write(name, w, source, now)
 
-    def _commit_documents(self, name: str, docs: Sequence[DocumentWrite]) -> None:
-        """Each written document ``complete`` (one transaction): from here queries see it."""
-        now = time.time()
+    def _commit_documents(self, name: str, todo: Sequence[tuple[DocumentWrite, DocumentSource]]) -> list[str]:
+        """Each written document ``complete``, each it replaces ``deleting`` (one transaction): from
+        here queries see the new ones, not the old ones (returned)."""
+        now, docs, replaced = time.time(), [w for w, _ in todo], []
+        olds = {s.replaces for _, s in todo if s.replaces} - {w.doc_cid for w in docs}
         with self._lock:
             with self._ledger.batch():
                 for w in docs:
                     if not self._ledger.complete(name, w, now):
-                        raise InternalError(
-                            f"document {w.doc_cid} left the ledger while it was being written"
-                        )
+                        raise InternalError(f"document {w.doc_cid} left the ledger while being written")
+                busy = self._pending.get(name, set())
+                owed = announced(name)  # the old version's deletion is announced like a delete's
+                replaced = [o for o in sorted(olds - busy) if self._ledger.mark_replaced(name, o, owed)]
             self._docs.changed(name)
             self._memory.changed(name)
+            for old in replaced:
+                self._memory.deleting(name, old)
             for w in docs:
                 self._memory.added(name, w.ids, w.vectors, w.texts, w.metadatas)
         self.kept.drop([w.doc_cid for w in docs])
+        return replaced
 
     def _purge(self, name: str, doc_cid: str, *, announce: bool = False) -> int:
         """Delete every chunk of ``doc_cid`` from Chroma, then its ledger row.

@@ -34,6 +34,9 @@ class DocumentSource:
     filename: str | None = None
     pages: int | None = None
     ingested_by: str | None = None
+    replaces: str | None = None
+    """A document of the corpus this one takes the place of: it leaves in the transaction that
+    makes this one visible (a query sees one or the other, never neither, never both)."""
 
 
 def user_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:

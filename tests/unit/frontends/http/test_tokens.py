@@ -182,10 +182,11 @@ def test_every_capability_the_ui_calls_is_on_the_allow_list() -> None:
 def test_the_allow_list_keeps_writes_from_members_and_the_community_from_all_but_anchors() -> None:
     writes = {"file.import", "file.push", "rag.ingest", "rag.delete"}
     community = {"community.invite", "member.promote", "member.demote", "member.revoke"}
+    owners = {"rag.watch"}  # folders on the node's own disk: its owner's
     for capability, level in policy.CAPABILITY_LEVELS.items():
         if capability in writes:
             assert level is Level.TRUSTED, capability
-        elif capability in community:
+        elif capability in community | owners:
             assert level is Level.ANCHOR, capability
         elif capability.startswith("answer."):
             assert level is Level.MEMBER, capability  # a person's own chats (the UI scopes them)
