@@ -23,7 +23,7 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.file import FileClient
-from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced
+from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced, embedded_with_another
 from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_processes import stopped_at
@@ -152,9 +152,8 @@ class Ingestion:
             registered = self._offers.query_params(corpus)
             if registered is not None and str(registered["embedding_model"]) != self.model:
                 # before any fetch, read or embedding: the write at the end would be refused anyway
-                raise NotFound(
-                    f"corpus {corpus} was embedded with {registered['embedding_model']} but this node "
-                    f"embeds with {self.model}: run 'hearthnet rag reindex --corpus {corpus}' first"
+                raise embedded_with_another(
+                    corpus, str(registered["embedding_model"]), self.model, then=" first"
                 )
             await ctx.send({"stage": "fetch", "current": 0, "total": len(fresh)})
             fresh = await self._fetch_many(ctx, fresh, done)
