@@ -26,7 +26,7 @@ from hearthnet.contracts.rag import PERSONAL, RagClient
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import chroma_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
-from hearthnet.frontends.http.gateway_answers import json_response
+from hearthnet.frontends.http.gateway_answers import json_response, keyed_endpoint
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.json_input import loads_bounded
 
@@ -57,18 +57,22 @@ Handler = Callable[[ChromaState, Request, GatedCalls], Awaitable[Response]]
 
 
 def _endpoint(state: ChromaState, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        caller: Caller | None = request.scope.get("hn.caller")
-        if caller is None:
-            return _problem(shapes.ChromaProblem(401, "AuthError", "this route takes an API key"))
-        try:
-            return await handler(state, request, GatedCalls(state.bus, caller))
-        except shapes.ChromaProblem as problem:
-            return _problem(problem)
-        except BusError as exc:
-            return _problem(shapes.error_of(exc))
+    async def run(request: Request, caller: Caller) -> Response:
+        return await handler(state, request, GatedCalls(state.bus, caller))
 
-    return endpoint
+    return keyed_endpoint(
+        run,
+        answer=_answer,
+        no_key=lambda: shapes.ChromaProblem(401, "AuthError", "this route takes an API key"),
+        problems=(shapes.ChromaProblem,),
+    )
+
+
+def _answer(exc: Exception) -> Response:
+    if isinstance(exc, BusError):
+        return _problem(shapes.error_of(exc))
+    assert isinstance(exc, shapes.ChromaProblem)
+    return _problem(exc)
 
 
 async def _body(request: Request) -> dict[str, Any]:

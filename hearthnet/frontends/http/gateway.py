@@ -52,6 +52,7 @@ from hearthnet.frontends.http.gateway_answers import (
     Producer,
     error_response,
     json_response,
+    keyed_endpoint,
 )
 from hearthnet.frontends.http.last_resort import LastResort, programs_door, programs_shape
 from hearthnet.frontends.http.policy import GatedBus
@@ -80,16 +81,15 @@ Handler = Callable[[GatewayState, Request, Caller], Awaitable[Response]]
 
 
 def _endpoint(state: GatewayState, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        caller: Caller | None = request.scope.get("hn.caller")
-        if caller is None:  # the bearer door answered 401 otherwise
-            return error_response(Unauthorized("no API key"))
-        try:
-            return await handler(state, request, caller)
-        except BusError as exc:
-            return error_response(exc)
+    async def run(request: Request, caller: Caller) -> Response:
+        return await handler(state, request, caller)
 
-    return endpoint
+    return keyed_endpoint(run, answer=_bus_error, no_key=lambda: Unauthorized("no API key"))
+
+
+def _bus_error(exc: Exception) -> Response:
+    assert isinstance(exc, BusError)  # the gateway has no problems of its own
+    return error_response(exc)
 
 
 # -- models -----------------------------------------------------------------------------------

@@ -15,12 +15,13 @@ from typing import Any, Final
 
 import anyio
 import structlog
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hearthnet.errors import BusError, InternalError, NotFound, Partition, bus_error_in
 from hearthnet.frontends.http import openai_shapes as shapes
-from hearthnet.frontends.http.bearer import openai_error_body
+from hearthnet.frontends.http.bearer import Caller, openai_error_body
 
 __all__ = [
     "STATUS",
@@ -234,3 +235,27 @@ class GatewayCall(Response):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:
                 pass
+
+
+def keyed_endpoint(
+    run: Callable[[Request, Caller], Awaitable[Response]],
+    *,
+    answer: Callable[[Exception], Response],
+    no_key: Callable[[], Exception],
+    problems: tuple[type[Exception], ...] = (),
+) -> Callable[[Request], Awaitable[Response]]:
+    """A route of a door for programs (the gateway, ChromaDB's, TEI's): ``run`` with the caller the
+    bearer door found (``no_key()`` answered without one); a ``BusError`` or one of the door's own
+    ``problems`` answered in the door's shape by ``answer``."""
+    caught: tuple[type[Exception], ...] = (BusError, *problems)
+
+    async def endpoint(request: Request) -> Response:
+        caller: Caller | None = request.scope.get("hn.caller")
+        try:
+            if caller is None:  # the bearer door answered 401 otherwise
+                raise no_key()
+            return await run(request, caller)
+        except caught as exc:
+            return answer(exc)
+
+    return endpoint

@@ -26,7 +26,7 @@ from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rerank import rerank_texts
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.http.bearer import Caller, GatedCalls
-from hearthnet.frontends.http.gateway_answers import json_response
+from hearthnet.frontends.http.gateway_answers import json_response, keyed_endpoint
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.json_input import loads_bounded
 
@@ -69,25 +69,27 @@ Handler = Callable[[TeiState, Request, GatedCalls], Awaitable[Response]]
 
 
 def _endpoint(state: TeiState, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        caller: Caller | None = request.scope.get("hn.caller")
-        try:
-            if caller is None:
-                raise TeiProblem(401, "Unauthorized", "this route takes an API key")
-            return await handler(state, request, GatedCalls(state.bus, caller))
-        except BusError as exc:
-            status, kind = _STATUS.get(exc.code, (500, "Backend"))
-            message = exc.message if exc.code != "internal_error" else exc.message[:300]
-            problem = TeiProblem(status, kind, message)
-        except TeiProblem as exc:
-            problem = exc
-        return Response(
-            tei_error(problem.status, problem.message, problem.kind),
-            status_code=problem.status,
-            media_type="application/json",
-        )
+    async def run(request: Request, caller: Caller) -> Response:
+        return await handler(state, request, GatedCalls(state.bus, caller))
 
-    return endpoint
+    return keyed_endpoint(
+        run,
+        answer=_problem,
+        no_key=lambda: TeiProblem(401, "Unauthorized", "this route takes an API key"),
+        problems=(TeiProblem,),
+    )
+
+
+def _problem(exc: Exception) -> Response:
+    """A :class:`TeiProblem`, or a bus error as TEI would say it, in TEI's shape."""
+    if isinstance(exc, BusError):
+        status, kind = _STATUS.get(exc.code, (500, "Backend"))
+        message = exc.message if exc.code != "internal_error" else exc.message[:300]
+        exc = TeiProblem(status, kind, message)
+    assert isinstance(exc, TeiProblem)
+    return Response(
+        tei_error(exc.status, exc.message, exc.kind), status_code=exc.status, media_type="application/json"
+    )
 
 
 async def _body(request: Request) -> dict[str, Any]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.errors import BadRequest
+from hearthnet.services.rag.results import Hit
 
 __all__ = [
     "MAX_METADATA_FIELDS",
@@ -20,7 +21,7 @@ __all__ = [
     "Chunk",
     "check_extra_metadata",
     "chunk_id_for",
-    "query_hit",
+    "query_chunks",
 ]
 
 RESERVED_METADATA = frozenset(
@@ -114,24 +115,20 @@ def check_extra_metadata(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def query_hit(
-    rank: int,
-    *,
-    score: float,
-    similarity: float,
-    chunk_id: str,
-    metadata: Mapping[str, Any],
-    text: str | None,
-) -> dict[str, Any]:
-    """One hit of ``rag.query``'s output, a store corpus's or an archive's: its rank, its ``score``
-    beside the cosine (``similarity``), its metadata with its ``chunk_id``, and its text unless
-    ``None`` (``include_text: false``)."""
-    item: dict[str, Any] = {
-        "rank": rank,
-        "score": round(float(score), 6),
-        "similarity": round(float(similarity), 6),
-        "metadata": {**metadata, "chunk_id": chunk_id},
-    }
-    if text is not None:
-        item["text"] = text
-    return item
+def query_chunks(hits: Sequence[Hit], *, include_text: bool) -> list[dict[str, Any]]:
+    """``rag.query``'s ``chunks``, a store corpus's or an archive's: each hit's rank, its ``score``
+    beside the cosine (``similarity``; the score itself when it is the cosine), its metadata with
+    its ``chunk_id``, and its text unless the query asked for none."""
+    out = []
+    for rank, hit in enumerate(hits, start=1):
+        similarity = hit.score if hit.similarity is None else hit.similarity
+        item: dict[str, Any] = {
+            "rank": rank,
+            "score": round(float(hit.score), 6),
+            "similarity": round(float(similarity), 6),
+            "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
+        }
+        if include_text and hit.text is not None:
+            item["text"] = hit.text
+        out.append(item)
+    return out

@@ -15,7 +15,7 @@ the store's corpora by :mod:`.archives.serve`: read-only, every write to one ``b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +44,7 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.archives.serve import ServedArchives
-from hearthnet.services.rag.chunks import query_hit
+from hearthnet.services.rag.chunks import query_chunks
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
@@ -346,28 +346,8 @@ class RagService:
         warnings = self._duplicate_warnings(corpus, "this answer")
         replica, lag = replica_meta(self._bus.node_id, corpus, registered)  # a replica's lag, if any
         warnings += lag
-        if used != mode:
-            warnings.append(
-                f"corpus {corpus} has no keyword index yet (it is built when the node starts): "
-                f"this {mode} query was answered by dense search alone"
-            )
-        if where and known_keys is not None:
-            for key in sorted(filter_keys(where) - known_keys):
-                warnings.append(
-                    f"no document of corpus {corpus} has the metadata field {key!r} (misspelled?): "
-                    f"the filter cannot match on it; its fields are {', '.join(sorted(known_keys))}"
-                )
-        chunks = [
-            query_hit(
-                rank,
-                score=hit.score,
-                similarity=hit.score if hit.similarity is None else hit.similarity,
-                chunk_id=hit.chunk_id,
-                metadata=hit.metadata,
-                text=hit.text if include_text else None,
-            )
-            for rank, hit in enumerate(hits, start=1)
-        ]
+        warnings += _query_warnings(corpus, mode, used, where, known_keys)
+        chunks = query_chunks(hits, include_text=include_text)
         self.queries += 1
         ms = _ms(started)
         log.info(
@@ -593,6 +573,26 @@ class RagService:
         async with self._gate.reindex(corpus, waiting) as progress:
             docs = await self._ingestion.reindex(ctx, corpus, progress)
         return {"corpus": corpus, "docs": docs, "embedding_model": self._settings.embedding_model}
+
+
+def _query_warnings(
+    corpus: str, mode: str, used: str, where: Mapping[str, Any] | None, known_keys: frozenset[str] | None
+) -> list[str]:
+    """What a query's caller is told besides its hits: a keyword or hybrid query answered densely
+    (no keyword index yet), a filter naming a metadata field no document has."""
+    warnings = []
+    if used != mode:
+        warnings.append(
+            f"corpus {corpus} has no keyword index yet (it is built when the node starts): "
+            f"this {mode} query was answered by dense search alone"
+        )
+    if where and known_keys is not None:
+        for key in sorted(filter_keys(where) - known_keys):
+            warnings.append(
+                f"no document of corpus {corpus} has the metadata field {key!r} (misspelled?): "
+                f"the filter cannot match on it; its fields are {', '.join(sorted(known_keys))}"
+            )
+    return warnings
 
 
 def _ms(started: float) -> float:

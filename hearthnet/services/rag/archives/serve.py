@@ -25,7 +25,7 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
-from hearthnet.services.rag.chunks import query_hit
+from hearthnet.services.rag.chunks import query_chunks
 from hearthnet.services.rag.inputs import list_input, query_input
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
@@ -142,17 +142,7 @@ class ServedArchives:
         )
         embedded = time.perf_counter()
         hits = await archive.query(vector, k=k, where=where, include_text=include_text)
-        chunks = [
-            query_hit(
-                rank,
-                score=hit.score,
-                similarity=hit.score,  # dense only: the score is the cosine
-                chunk_id=hit.chunk_id,
-                metadata=hit.metadata,
-                text=hit.text if include_text else None,
-            )
-            for rank, hit in enumerate(hits, start=1)
-        ]
+        chunks = query_chunks(hits, include_text=include_text)
         self.queries += 1
         ms = round((time.perf_counter() - started) * 1000, 3)
         log.info(

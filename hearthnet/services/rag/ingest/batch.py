@@ -21,10 +21,11 @@ from hearthnet.errors import BusError
 from hearthnet.services.rag.ingest.document import PreparedDocument, ReadParts, StreamedDocument
 from hearthnet.services.rag.ingest.embed import ChunkSink, Progress, embed_while_reading, hand_over
 from hearthnet.services.rag.ingest.ocr import ScanReader
+from hearthnet.services.rag.ingest.read import MAX_TEXT_BYTES
 from hearthnet.services.rag.inputs import IngestInput
 from hearthnet.services.rag.store.kept import KeptVectors
 
-__all__ = ["ReadOutcome", "read_and_embed_many"]
+__all__ = ["BatchRead", "ReadOutcome", "read_and_embed_many"]
 
 
 @dataclass
@@ -39,6 +40,15 @@ class ReadOutcome:
     """Chunks of it handed to the embedder (their rows in the batch's vectors)."""
 
 
+@dataclass(frozen=True)
+class BatchRead:
+    """A batch read and embedded: each document's outcome, in order, and how many of the batch's
+    chunks the embedder truncated."""
+
+    outcomes: list[ReadOutcome]
+    truncated: int
+
+
 async def read_and_embed_many(
     inputs: Sequence[IngestInput],
     *,
@@ -50,13 +60,15 @@ async def read_and_embed_many(
     progress: Progress | None,
     scans: Callable[[str], ScanReader | None] | None = None,
     kept: KeptVectors | None = None,
-) -> list[ReadOutcome]:
+    max_text_bytes: int | None = MAX_TEXT_BYTES,
+) -> BatchRead:
     """Read and chunk ``inputs`` in order in one worker, embedding their chunks as they come.
 
     An embedding failure fails the whole batch (nothing was written); a document's own read
     failure is recorded on its outcome, and its chunks already embedded are dropped.  ``scans``
     gives the reader of a document's scanned pages (``ocr.page``), as one document's ingest has;
-    ``read_parts`` reads each document's bytes (in a worker process the caller can stop).
+    ``read_parts`` reads each document's bytes (in a worker process the caller can stop);
+    ``max_text_bytes=None`` lifts the text cap (a reindex takes again what was accepted once).
     """
     outcomes = [ReadOutcome(inp) for inp in inputs]
 
@@ -72,6 +84,7 @@ async def read_and_embed_many(
             extra_metadata=inp.metadata,
             ocr=scans(inp.doc_cid) if scans is not None else None,
             read=read_parts,
+            max_text_bytes=max_text_bytes,
         )
 
         def counted(n: int) -> None:
@@ -95,4 +108,4 @@ async def read_and_embed_many(
         if outcome.error is None and outcome.prepared is not None:
             outcome.vectors = embedded.vectors[row : row + outcome.sent]
         row += outcome.sent
-    return outcomes
+    return BatchRead(outcomes, embedded.truncated)

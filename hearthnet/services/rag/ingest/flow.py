@@ -1,8 +1,10 @@
-"""One document's way into a corpus, once its input is checked and the corpus gate is held:
-fetch its blob, read and chunk it while its first chunks are already embedded, write it to the
-store atomically, then announce it (the corpus registered again with its counts, the signed
-``rag.document.ingested`` event, its source pinned).  A reindex takes the same read-and-embed
-path for every document of a corpus, then swaps the corpus.
+"""Documents' way into a corpus, once the input is checked and the corpus gate is held: fetch
+their blobs, read and chunk them while their first chunks are already embedded (together, in
+calls across documents), write them to the store in one write (each document atomic), then
+announce them (the corpus registered again with its counts, the signed
+``rag.document.ingested`` events, their sources pinned).  One path: a single document is a batch
+of one.  A reindex takes the same read-and-embed path for every document of a corpus, then swaps
+the corpus.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,7 +23,7 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.file import FileClient
-from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced
+from hearthnet.contracts.rag import INGESTED, MAX_TITLE, announced, embedded_with_another
 from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_processes import stopped_at
@@ -29,14 +31,10 @@ from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.gate import Reindexing
 from hearthnet.services.rag.ingest.attachments import ingest_attachments
-from hearthnet.services.rag.ingest.batch import ReadOutcome, read_and_embed_many
-from hearthnet.services.rag.ingest.document import PreparedDocument, StreamedDocument
+from hearthnet.services.rag.ingest.batch import BatchRead, ReadOutcome, read_and_embed_many
+from hearthnet.services.rag.ingest.document import PreparedDocument
 from hearthnet.services.rag.ingest.embed import (
-    ChunkSink,
-    EmbeddedDocument,
     Progress,
-    embed_while_reading,
-    hand_over,
 )
 from hearthnet.services.rag.ingest.isolated import DocumentReaders
 from hearthnet.services.rag.ingest.ocr import ScanReader, ocr_route
@@ -97,82 +95,18 @@ class Ingestion:
 
     # rag.ingest ----------------------------------------------------------------------------
     async def ingest(self, ctx: CallContext, started: float, corpus: str, inp: IngestInput) -> Output:
-        """Fetch, read, embed, write and announce ``inp``'s document (one stored already is repaired)."""
-        doc_cid = inp.doc_cid
-        existing = await self._existing(corpus, doc_cid)
-        if existing is not None:
-            return await self._repair(started, corpus, doc_cid, *existing)
-        registered = self._offers.query_params(corpus)
-        if registered is not None and str(registered["embedding_model"]) != self.model:
-            # before any fetch, read or embedding: the write at the end would be refused anyway
-            raise NotFound(
-                f"corpus {corpus} was embedded with {registered['embedding_model']} but this node embeds "
-                f"with {self.model}: run 'hearthnet rag reindex --corpus {corpus}' first"
-            )
-        await ctx.send({"stage": "fetch", "current": 0, "total": 1})
-        hint = None if ctx.is_local else ctx.caller
-        await FileClient(self._bus).fetch(
-            doc_cid, hint=hint, provider=self._bus.node_id, timeout=max(30.0, ctx.remaining())
-        )
-        max_tokens = self._embedder.max_tokens()
-        await ctx.send({"stage": "read", "current": 0, "total": 1})
-        prepared, embedded = await self.read_and_embed(
-            doc_cid,
-            title=inp.title,
-            language=inp.language,
-            filename=inp.filename,
-            metadata=inp.metadata,
-            max_tokens=max_tokens,
-            progress=ctx.send,
-            deadline=ctx.deadline,
-        )
-        dim = int(embedded.vectors.shape[1])
-        await run_blocking(
-            lambda: self._store.create_corpus(corpus, embedding_model=self.model, dim=dim),
-            limiter=self._store_limiter,
-        )
-        await ctx.send({"stage": "write", "current": 0, "total": len(prepared.chunks)})
-        # Once the write starts, the document is registered and announced even if the caller's
-        # deadline passes or it walks away meanwhile: a stored document that no query can reach
-        # and no member hears of would be worse than an answer that comes late.
-        with anyio.CancelScope(shield=True):
-            source = DocumentSource(inp.filename, prepared.document.page_count, ctx.caller, inp.replaces)
-            add = partial(self._store.add_document, corpus, source=source)
-            await run_blocking(add, prepared.chunks, embedded.vectors, limiter=self._store_limiter)
-            await self._replaced([inp.replaces] if inp.replaces else [])
-            await self._offers.announce(corpus)
-            self._changed(corpus)
-            doc_title = str(prepared.chunks[0].metadata.get("doc_title", inp.title))
-            event_id = await self._emit(corpus, doc_cid, doc_title, prepared.language, len(prepared.chunks))
-            await self._keep_source(doc_cid)
-        tokens = int(sum(int(c.metadata.get("tokens", 0)) for c in prepared.chunks))
-        log.info(
-            "rag_ingested",
-            corpus=corpus,
-            doc_cid=doc_cid,
-            chunks=len(prepared.chunks),
-            pages=prepared.document.page_count,
-            ocr_pages=len(prepared.ocr_pages),
-            truncated=embedded.truncated,
-            ms=_ms(started),
-        )
-        return (
-            {
-                "doc_cid": doc_cid,
-                "chunks_indexed": len(prepared.chunks),
-                "tokens_indexed": tokens,
-                "ocr_pages": list(prepared.ocr_pages),
-                **await self._attached(ctx, started, corpus, inp, prepared),
-            },
-            {
-                "corpus": corpus,
-                "ms": _ms(started),
-                "ingest_event_id": event_id,
-                "embedding_model": self.model,
-                "truncated": embedded.truncated,
-                "pages": prepared.document.page_count,
-            },
-        )
+        """``rag.ingest`` of one document: a batch of one (:meth:`ingest_many`'s path), its failure
+        raised; one stored already is repaired."""
+        done, truncated = await self._ingest_documents(ctx, started, corpus, [inp])
+        one = done[inp.doc_cid]
+        if one.error is not None:
+            raise one.error
+        meta: dict[str, Any] = {"corpus": corpus, "ms": _ms(started), "ingest_event_id": one.event_id}
+        if one.existing:
+            meta["existing"] = True
+        else:
+            meta.update(embedding_model=self.model, truncated=truncated, pages=one.pages)
+        return one.output, meta
 
     # rag.ingest {documents} -----------------------------------------------------------------
     async def ingest_many(
@@ -187,52 +121,8 @@ class Ingestion:
         per input in order: ``{doc_cid, ok: true, chunks_indexed, tokens_indexed, existing,
         ingest_event_id}`` or ``{doc_cid, ok: false, error, message}``.
         """
-        results: dict[str, dict[str, Any]] = {}
-        found = await self._existing_many(corpus, [d.doc_cid for d in inputs])
-        for doc_cid, existing in found.items():
-            output, meta = await self._repair(started, corpus, doc_cid, *existing)
-            results[doc_cid] = {
-                **output,
-                "ok": True,
-                "existing": True,
-                "ingest_event_id": meta["ingest_event_id"],
-            }
-        fresh = [d for d in inputs if d.doc_cid not in found]
-        if fresh:
-            registered = self._offers.query_params(corpus)
-            if registered is not None and str(registered["embedding_model"]) != self.model:
-                raise NotFound(
-                    f"corpus {corpus} was embedded with {registered['embedding_model']} but this node "
-                    f"embeds with {self.model}: run 'hearthnet rag reindex --corpus {corpus}' first"
-                )
-            await ctx.send({"stage": "fetch", "current": 0, "total": len(fresh)})
-            fresh = await self._fetch_many(ctx, fresh, results)
-        if fresh:
-            await ctx.send({"stage": "read", "current": 0, "total": len(fresh)})
-            async with stopped_at(ctx.deadline, "reading the documents") as stop:
-                outcomes = await read_and_embed_many(
-                    fresh,
-                    blobs=self._blobs,
-                    embedder=self._embedder,
-                    max_tokens=self._embedder.max_tokens(),
-                    read_parts=self._readers.reader(stop),
-                    limiter=self._reader_limiter,
-                    progress=ctx.send,
-                    scans=self._scans(ctx.deadline, ctx.send),
-                    kept=self._store.kept,
-                )
-            for o in outcomes:
-                if o.error is not None:
-                    results[o.inp.doc_cid] = _failed(o.inp.doc_cid, o.error)
-            readable = [o for o in outcomes if o.error is None]
-            if readable:
-                results.update(await self._write_many(ctx, corpus, readable))
-                for o in readable:
-                    assert o.prepared is not None
-                    results[o.inp.doc_cid].update(
-                        await self._attached(ctx, started, corpus, o.inp, o.prepared)
-                    )
-        documents = [results[d.doc_cid] for d in inputs]
+        done, _ = await self._ingest_documents(ctx, started, corpus, inputs)
+        documents = [done[d.doc_cid].entry(d.doc_cid) for d in inputs]
         ok = [d for d in documents if d["ok"]]
         log.info(
             "rag_ingested_batch",
@@ -250,6 +140,44 @@ class Ingestion:
             },
             {"corpus": corpus, "ms": _ms(started), "embedding_model": self.model},
         )
+
+    async def _ingest_documents(
+        self, ctx: CallContext, started: float, corpus: str, inputs: list[IngestInput]
+    ) -> tuple[dict[str, _Done], int]:
+        """The one way documents come in: those stored already repaired, the others fetched, read
+        and embedded together, written in one write and announced; per document what came of it,
+        and the chunks the embedder truncated."""
+        done: dict[str, _Done] = {}
+        found = await self._existing_many(corpus, [d.doc_cid for d in inputs])
+        for doc_cid, existing in found.items():
+            output, meta = await self._repair(started, corpus, doc_cid, *existing)
+            done[doc_cid] = _Done(output, meta["ingest_event_id"], existing=True)
+        fresh = [d for d in inputs if d.doc_cid not in found]
+        if fresh:
+            registered = self._offers.query_params(corpus)
+            if registered is not None and str(registered["embedding_model"]) != self.model:
+                # before any fetch, read or embedding: the write at the end would be refused anyway
+                raise embedded_with_another(
+                    corpus, str(registered["embedding_model"]), self.model, then=" first"
+                )
+            await ctx.send({"stage": "fetch", "current": 0, "total": len(fresh)})
+            fresh = await self._fetch_many(ctx, fresh, done)
+        if not fresh:
+            return done, 0
+        await ctx.send({"stage": "read", "current": 0, "total": len(fresh)})
+        read = await self._read_many(fresh, deadline=ctx.deadline, progress=ctx.send)
+        for o in read.outcomes:
+            if o.error is not None:
+                done[o.inp.doc_cid] = _Done({}, None, error=o.error)
+        readable = [o for o in read.outcomes if o.error is None]
+        if readable:
+            done.update(await self._write_many(ctx, corpus, readable))
+            for o in readable:
+                assert o.prepared is not None
+                done[o.inp.doc_cid].output.update(
+                    await self._attached(ctx, started, corpus, o.inp, o.prepared)
+                )
+        return done, read.truncated
 
     async def _attached(
         self, ctx: CallContext, started: float, corpus: str, inp: IngestInput, prepared: PreparedDocument
@@ -288,7 +216,7 @@ class Ingestion:
         return out
 
     async def _fetch_many(
-        self, ctx: CallContext, inputs: list[IngestInput], results: dict[str, dict[str, Any]]
+        self, ctx: CallContext, inputs: list[IngestInput], results: dict[str, _Done]
     ) -> list[IngestInput]:
         """The documents whose blobs are here (fetched from the caller when not); the others'
         errors go to ``results``."""
@@ -306,14 +234,14 @@ class Ingestion:
                         d.doc_cid, hint=hint, provider=self._bus.node_id, timeout=max(30.0, ctx.remaining())
                     )
                 except BusError as exc:
-                    results[d.doc_cid] = _failed(d.doc_cid, exc)
+                    results[d.doc_cid] = _Done({}, None, error=exc)
                     continue
             ready.append(d)
         return ready
 
     async def _write_many(
         self, ctx: CallContext, corpus: str, outcomes: list[ReadOutcome]
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, _Done]:
         """Store the read documents in one write, then announce them (one registration, their
         events appended together, their sources pinned)."""
         docs = []
@@ -332,11 +260,11 @@ class Ingestion:
             limiter=self._store_limiter,
         )
         await ctx.send({"stage": "write", "current": 0, "total": sum(len(c) for c, _, _ in docs)})
-        with anyio.CancelScope(shield=True):  # once the write starts it is announced (see ingest)
-            await run_blocking(
-                lambda: self._store.add_documents(corpus, docs),
-                limiter=self._store_limiter,
-            )
+        # Once the write starts, the documents are registered and announced even if the caller's
+        # deadline passes or it walks away meanwhile: a stored document that no query can reach
+        # and no member hears of would be worse than an answer that comes late.
+        with anyio.CancelScope(shield=True):
+            await run_blocking(lambda: self._store.add_documents(corpus, docs), limiter=self._store_limiter)
             await self._replaced([o.inp.replaces for o in outcomes if o.inp.replaces])
             await self._offers.announce(corpus)
             self._changed(corpus)
@@ -358,24 +286,22 @@ class Ingestion:
         out = {}
         for o, event_id in zip(outcomes, events, strict=True):
             assert o.prepared is not None
-            log.info(  # each document's line, as when it comes alone (ids and counts only)
+            log.info(  # ids and counts only
                 "rag_ingested",
                 corpus=corpus,
                 doc_cid=o.inp.doc_cid,
                 chunks=len(o.prepared.chunks),
                 pages=o.prepared.document.page_count,
                 ocr_pages=len(o.prepared.ocr_pages),
-                batch=True,
+                batch=len(outcomes) > 1,
             )
-            out[o.inp.doc_cid] = {
+            output = {
                 "doc_cid": o.inp.doc_cid,
-                "ok": True,
                 "chunks_indexed": len(o.prepared.chunks),
                 "tokens_indexed": int(sum(int(c.metadata.get("tokens", 0)) for c in o.prepared.chunks)),
                 "ocr_pages": list(o.prepared.ocr_pages),
-                "existing": False,
-                "ingest_event_id": event_id,
             }
+            out[o.inp.doc_cid] = _Done(output, event_id, pages=o.prepared.document.page_count)
         return out
 
     async def _emit_many(self, corpus: str, docs: list[tuple[str, str, str, int]]) -> list[str]:
@@ -469,56 +395,30 @@ class Ingestion:
             )
 
     # read and embed ------------------------------------------------------------------------
-    async def read_and_embed(
+    async def _read_many(
         self,
-        doc_cid: str,
+        inputs: list[IngestInput],
         *,
-        title: str,
-        language: str | None,
-        filename: str | None,
-        metadata: dict[str, Any],
-        max_tokens: int,
-        progress: Progress | None,
         deadline: float,
+        progress: Progress | None,
         max_text_bytes: int | None = MAX_TEXT_BYTES,
-    ) -> tuple[PreparedDocument, EmbeddedDocument]:
-        """Read and chunk a stored blob in a worker while its first chunks are already embedded.
-
-        The worker hands each page's chunks over a buffer of ``PAGES_AHEAD``
-        pages, so reading overlaps embedding instead of preceding it or waiting
-        between embed calls; the document's bytes never reach the event loop.
-        Scanned PDF pages are read by ``ocr.page`` on the way (:mod:`.ocr`), within ``deadline``.
-        The bytes are read in a worker process killed when ``deadline`` passes or this is cancelled.
-        """
-        result: list[PreparedDocument] = []
-        scans = self._scans(deadline, progress)
-        async with stopped_at(deadline, "reading the document") as stop:
-            read_parts = self._readers.reader(stop)
-
-            def read(sink: ChunkSink) -> None:
-                doc = StreamedDocument(
-                    self._blobs.read_blob(doc_cid),
-                    doc_cid=doc_cid,
-                    title=title,
-                    language=language,
-                    max_tokens=max_tokens,
-                    filename_hint=filename,
-                    extra_metadata=metadata,
-                    max_text_bytes=max_text_bytes,
-                    ocr=scans(doc_cid),
-                    read=read_parts,
-                )
-                hand_over(doc, sink)
-                result.append(doc.prepared())
-
-            embedded = await embed_while_reading(
-                read,
+    ) -> BatchRead:
+        """Read and chunk stored blobs in a worker while their first chunks are already embedded
+        (:func:`read_and_embed_many`); the bytes are read in a worker process killed when
+        ``deadline`` passes or this is cancelled, scanned pages by ``ocr.page`` on the way."""
+        async with stopped_at(deadline, "reading the documents") as stop:
+            return await read_and_embed_many(
+                inputs,
+                blobs=self._blobs,
                 embedder=self._embedder,
+                max_tokens=self._embedder.max_tokens(),
+                read_parts=self._readers.reader(stop),
                 limiter=self._reader_limiter,
                 progress=progress,
+                scans=self._scans(deadline, progress),
                 kept=self._store.kept,
+                max_text_bytes=max_text_bytes,
             )
-        return result[0], embedded
 
     def _scans(self, deadline: float, progress: Progress | None) -> Callable[[str], ScanReader | None]:
         """Who reads a document's scanned pages (``ocr.page``: this node's, else a peer's; a
@@ -549,22 +449,24 @@ class Ingestion:
                 f"{len(missing)} source documents of {corpus} are not in this node's blob store "
                 f"(first: {missing[0]}); fetch them with 'hearthnet file get' first"
             )
-        max_tokens = self._embedder.max_tokens()
         progress.total = len(docs)
         prepared_docs = []
         for i, doc in enumerate(docs):
-            prepared, embedded = await self.read_and_embed(
-                doc["doc_cid"],
+            one = IngestInput(
+                doc_cid=doc["doc_cid"],
                 title=str(doc["title"]),
                 language=doc["language"],
-                filename=doc["filename"],  # so its chunks keep their doc_filename
                 metadata=doc["metadata"],  # what the caller gave at ingest: filters on it keep working
-                max_tokens=max_tokens,
-                progress=None,
-                deadline=ctx.deadline,
-                max_text_bytes=None,  # it was accepted once (perhaps before the cap): take it again
+                filename=doc["filename"],  # so its chunks keep their doc_filename
             )
-            prepared_docs.append((prepared.chunks, embedded.vectors))
+            # it was accepted once (perhaps before the text cap): it is taken again whatever its size
+            (read,) = (
+                await self._read_many([one], deadline=ctx.deadline, progress=None, max_text_bytes=None)
+            ).outcomes
+            if read.error is not None:
+                raise read.error
+            assert read.prepared is not None and read.vectors is not None
+            prepared_docs.append((read.prepared.chunks, read.vectors))
             progress.done = i + 1
             await ctx.send({"stage": "reindex", "current": i + 1, "total": len(docs)})
         dim = int(prepared_docs[0][1].shape[1])
@@ -582,8 +484,22 @@ class Ingestion:
         return len(docs)
 
 
-def _failed(doc_cid: str, exc: BusError) -> dict[str, Any]:
-    return {"doc_cid": doc_cid, "ok": False, "error": exc.code, "message": exc.message}
+@dataclass
+class _Done:
+    """What came of one document of an ingest: its output and ingest event (``existing``: it was
+    stored already), or the error that stopped it."""
+
+    output: dict[str, Any]
+    event_id: str | None
+    existing: bool = False
+    pages: int | None = None
+    error: BusError | None = None
+
+    def entry(self, doc_cid: str) -> dict[str, Any]:
+        """The document's entry in a batch's output."""
+        if self.error is not None:
+            return {"doc_cid": doc_cid, "ok": False, "error": self.error.code, "message": self.error.message}
+        return {**self.output, "ok": True, "existing": self.existing, "ingest_event_id": self.event_id}
 
 
 def _ms(started: float) -> float:

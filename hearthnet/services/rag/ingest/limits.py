@@ -76,28 +76,32 @@ class ContentBudget:
         self.page_bytes += n
         self.document_bytes += n
         lim = self.limits
-        if self.page_bytes > lim.page_inflated_bytes:
-            raise BadRequest(
-                f"page {self.page} of the PDF inflates to more than {lim.page_inflated_bytes:,} bytes of "
-                f"content streams (the limit on inflated bytes per page): {_BLOWN}"
-            )
-        if self.document_bytes > lim.document_inflated_bytes:
-            raise BadRequest(
-                f"the PDF inflates to more than {lim.document_inflated_bytes:,} bytes of content streams "
-                f"by page {self.page} (the limit on inflated bytes per document): {_BLOWN}"
-            )
+        self._check(
+            (self.page_bytes, lim.page_inflated_bytes),
+            (self.document_bytes, lim.document_inflated_bytes),
+            "inflates to more than {:,} bytes of content streams",
+            "inflated bytes",
+        )
 
     def charge_operators(self, n: int) -> None:
         self.page_operators += n
         self.document_operators += n
         lim = self.limits
-        if self.page_operators > lim.page_operators:
+        self._check(
+            (self.page_operators, lim.page_operators),
+            (self.document_operators, lim.document_operators),
+            "holds more than {:,} content-stream operators",
+            "operators",
+        )
+
+    def _check(self, page: tuple[int, int], document: tuple[int, int], what: str, unit: str) -> None:
+        """``bad_request`` if the page's or the document's ``(count, limit)`` is over its limit."""
+        if page[0] > page[1]:
             raise BadRequest(
-                f"page {self.page} of the PDF holds more than {lim.page_operators:,} content-stream "
-                f"operators (the limit on operators per page): {_BLOWN}"
+                f"page {self.page} of the PDF {what.format(page[1])} (the limit on {unit} per page): {_BLOWN}"
             )
-        if self.document_operators > lim.document_operators:
+        if document[0] > document[1]:
             raise BadRequest(
-                f"the PDF holds more than {lim.document_operators:,} content-stream operators by page "
-                f"{self.page} (the limit on operators per document): {_BLOWN}"
+                f"the PDF {what.format(document[1])} by page {self.page} (the limit on {unit} per document): "
+                f"{_BLOWN}"
             )

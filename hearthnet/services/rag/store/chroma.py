@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -91,6 +92,7 @@ class CollectionGone(NotFound):
     server lost it): the store drops the handle, so the next use looks the collection up again."""
 
 
+@dataclass(kw_only=True, eq=False)
 class Collections:
     """The collection of each corpus: opened on first use and held (under the store's ``lock``,
     an ``RLock``: a caller holding it may ask too).
@@ -100,23 +102,13 @@ class Collections:
     and ``drop`` (a corpus whose collection is gone, forgotten; called under the lock).
     """
 
-    def __init__(
-        self,
-        *,
-        lock: threading.RLock,
-        ledger: Ledger,
-        client: Any,
-        remote: bool,
-        finish_swap: Callable[[str], None],
-        drop: Callable[[str], None],
-    ) -> None:
-        self._lock = lock
-        self._ledger = ledger
-        self._client = client
-        self._remote = remote
-        self._finish_swap = finish_swap
-        self._drop = drop
-        self._held: dict[str, Any] = {}
+    lock: threading.RLock
+    ledger: Ledger
+    client: Any
+    remote: bool
+    finish_swap: Callable[[str], None]
+    drop: Callable[[str], None]
+    _held: dict[str, Any] = field(default_factory=dict, init=False)
 
     def open(self, name: str) -> Any:
         """The corpus's collection, or ``NotFound`` if it is gone.
@@ -131,38 +123,38 @@ class Collections:
         from chromadb.errors import NotFoundError
 
         validate_corpus_name(name)
-        with self._lock:
+        with self.lock:
             col = self._held.get(name)
             if col is not None:
                 return col
-            if self._ledger.corpus(name) is None:
+            if self.ledger.corpus(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
         # Looked up without the lock (on a server this is a network call, and the event loop
         # reads the ledger under the same lock); a miss is decided under it, after any swap.
         with chroma_errors("open collection"), contextlib.suppress(NotFoundError):
-            col = self._client.get_collection(collection_name(name), embedding_function=None)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
+            col = self.client.get_collection(collection_name(name), embedding_function=None)
+        with self.lock:
+            if self.ledger.corpus(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
             cached = self._held.get(name)
             if cached is not None:
                 return cached
             with chroma_errors("open collection"):
                 try:
-                    if col is None and self._ledger.swap_owed(name):
-                        self._finish_swap(name)  # a reindex's swap failed halfway: finish it now
+                    if col is None and self.ledger.swap_owed(name):
+                        self.finish_swap(name)  # a reindex's swap failed halfway: finish it now
                     if col is None:
-                        col = self._client.get_collection(collection_name(name), embedding_function=None)
+                        col = self.client.get_collection(collection_name(name), embedding_function=None)
                 except NotFoundError as exc:
-                    _log.warning("rag_corpus_collection_missing", corpus=name, kept=self._remote)
-                    if self._remote:
+                    _log.warning("rag_corpus_collection_missing", corpus=name, kept=self.remote)
+                    if self.remote:
                         raise NotFound(
                             f"corpus {name!r}: its vector collection is not on the ChromaDB server (another "
                             "server, or the server lost its data); its document list is kept: point the node "
                             f"at the right server, or run 'hearthnet rag reindex --corpus {name}' to rebuild "
                             "it from its source documents"
                         ) from exc
-                    self._drop(name)
+                    self.drop(name)
                     raise NotFound(
                         f"corpus {name!r} does not exist: its vector collection is gone (e.g. a reindex "
                         "was interrupted), so it was dropped; ingest its documents again"
@@ -172,25 +164,25 @@ class Collections:
 
     def get(self, name: str) -> Any | None:
         """The handle held for ``name``, or ``None`` (no lookup)."""
-        with self._lock:
+        with self.lock:
             return self._held.get(name)
 
     def known(self, name: str) -> bool:
         """Whether the collection of ``name`` is held (no lookup)."""
-        with self._lock:
+        with self.lock:
             return name in self._held
 
     def hold(self, name: str, collection: Any) -> None:
-        with self._lock:
+        with self.lock:
             self._held[name] = collection
 
     def forget(self, name: str) -> None:
         """Let go of the handle: the next :meth:`open` looks the collection up again."""
-        with self._lock:
+        with self.lock:
             self._held.pop(name, None)
 
     def clear(self) -> None:
-        with self._lock:
+        with self.lock:
             self._held.clear()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -23,6 +24,7 @@ __all__ = ["DocumentList"]
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
+@dataclass(kw_only=True, eq=False)
 class DocumentList:
     """The documents of the store's corpora.
 
@@ -32,38 +34,35 @@ class DocumentList:
     leaves such metadata unknown).  Blocking, thread-safe.
     """
 
-    def __init__(
-        self, *, lock: threading.RLock, ledger: Ledger, collection: Callable[[str], Any], remote: bool
-    ) -> None:
-        self._lock = lock
-        self._ledger = ledger
-        self._collection = collection
-        self._remote = remote
-        self._metadata_keys: dict[str, frozenset[str] | None] = {}
-        """Per corpus, the metadata keys its complete documents have (see :meth:`metadata_keys`)."""
+    lock: threading.RLock
+    ledger: Ledger
+    collection: Callable[[str], Any]
+    remote: bool
+    _metadata_keys: dict[str, frozenset[str] | None] = field(default_factory=dict, init=False)
+    """Per corpus, the metadata keys its complete documents have (see :meth:`metadata_keys`)."""
 
     def changed(self, name: str) -> None:
         """A document of ``name`` completed or started going (or the corpus went): keys read again."""
-        with self._lock:
+        with self.lock:
             self._metadata_keys.pop(name, None)
 
     def has_document(self, name: str, doc_cid: str) -> bool:
-        self._collection(name)
-        with self._lock:
-            st = self._ledger.status(name, doc_cid)
+        self.collection(name)
+        with self.lock:
+            st = self.ledger.status(name, doc_cid)
         return st is not None and st[0] == "complete"
 
     def document_chunk_count(self, name: str, doc_cid: str) -> int:
-        self._collection(name)
-        with self._lock:
-            st = self._ledger.status(name, doc_cid)
+        self.collection(name)
+        with self.lock:
+            st = self.ledger.status(name, doc_cid)
         return st[1] if st is not None and st[0] == "complete" else 0
 
     def document_tokens(self, name: str, doc_cid: str) -> int:
         """Estimated tokens indexed for a complete document (0 if absent)."""
-        self._collection(name)
-        with self._lock:
-            return self._ledger.tokens(name, doc_cid)
+        self.collection(name)
+        with self.lock:
+            return self.ledger.tokens(name, doc_cid)
 
     def documents(self, name: str) -> list[dict[str, Any]]:
         """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata, filename}``.
@@ -78,16 +77,16 @@ class DocumentList:
         ``NotFound`` if the corpus's collection is missing (its chunks cannot
         be answered, so "already ingested" would not be true).
         """
-        self._collection(name)
+        self.collection(name)
         found = self._documents(name, doc_cid)
         return found[0] if found else None
 
     def _documents(self, name: str, doc_cid: str | None) -> list[dict[str, Any]]:
         validate_corpus_name(name)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
+        with self.lock:
+            if self.ledger.corpus(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
-            rows = self._ledger.complete_documents(name, doc_cid)
+            rows = self.ledger.complete_documents(name, doc_cid)
         out = []
         for cid, title, language, chunks, tokens, meta, filename in rows:
             # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
@@ -110,9 +109,9 @@ class DocumentList:
         """Metadata of a row from before the ledger kept it: from a chunk, or none if the
         collection is missing on a server (a reindex then rebuilds the document without it)."""
         try:
-            col = self._collection(name)
+            col = self.collection(name)
         except NotFound:
-            if not self._remote:
+            if not self.remote:
                 raise
             _log.warning("rag_metadata_unrecoverable", corpus=name, doc_cid=doc_cid)
             return {}
@@ -130,20 +129,20 @@ class DocumentList:
         many it has in all: ``{doc_cid, title, filename, pages, chunks, language, ingested_by,
         ingested_at}`` (``None`` where the ledger predates the field)."""
         validate_corpus_name(name)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
+        with self.lock:
+            if self.ledger.corpus(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
-            return self._ledger.page(name, after=after, limit=limit)
+            return self.ledger.page(name, after=after, limit=limit)
 
     def metadata_keys(self, name: str) -> frozenset[str] | None:
         """The metadata keys the corpus's complete documents have, or ``None`` if unknown (a
         document from before the ledger kept metadata).  From the ledger, cached until a
         document of the corpus completes or goes."""
-        with self._lock:
+        with self.lock:
             if name in self._metadata_keys:
                 return self._metadata_keys[name]
             keys: set[str] | None = set(CHUNK_KEYS)
-            for meta, has_file in self._ledger.metadata_of(name):
+            for meta, has_file in self.ledger.metadata_of(name):
                 found = metadata_json(meta)
                 if found is None:
                     keys = None

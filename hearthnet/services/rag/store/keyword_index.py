@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.search.filters import build_where, compile_where
 from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
 from hearthnet.services.rag.search.memory import InMemoryCopies
-from hearthnet.services.rag.store.chroma import Collections, chroma_errors
+from hearthnet.services.rag.store.chroma import chroma_errors
 from hearthnet.services.rag.store.ledger import Ledger
 from hearthnet.services.rag.store.vector_index import VectorIndex, query_vector
 
@@ -34,39 +35,27 @@ __all__ = ["KeywordIndex"]
 _log = structlog.get_logger("hearthnet.rag.store")
 
 
+@dataclass(kw_only=True, eq=False)
 class KeywordIndex:
     """Keyword and hybrid queries of the store's corpora, and :meth:`build_missing`.
 
     What it uses of the store is given here: the ledger's database file (``root``), its
     ``lock`` and ``ledger`` (the index's rows are written by the ledger's transactions; this
-    part reads them), the in-memory copies (``memory``), ``collection``, ``handles`` and
-    ``batch`` as for :class:`VectorIndex`, and the store's ``vectors`` (a hybrid query's dense
+    part reads them), the in-memory copies (``memory``), ``collection`` and ``batch`` as
+    for :class:`VectorIndex`, and the store's ``vectors`` (a hybrid query's dense
     leg, the cosines of keyword hits).  Blocking, thread-safe.
     """
 
-    def __init__(
-        self,
-        root: Path,
-        *,
-        lock: threading.RLock,
-        ledger: Ledger,
-        memory: InMemoryCopies,
-        collection: Callable[[str], Any],
-        handles: Collections,
-        vectors: VectorIndex,
-        batch: int,
-    ) -> None:
-        self._root = root
-        self._lock = lock
-        self._ledger = ledger
-        self._memory = memory
-        self._collection = collection
-        self._handles = handles
-        self._vectors = vectors
-        self._batch = batch
-        self._readers = threading.local()
-        """Each thread's read-only connection to the ledger (keyword searches)."""
-        self._reader_connections: list[sqlite3.Connection] = []
+    root: Path
+    lock: threading.RLock
+    ledger: Ledger
+    memory: InMemoryCopies
+    collection: Callable[[str], Any]
+    vectors: VectorIndex
+    batch: int
+    _readers: threading.local = field(default_factory=threading.local, init=False)
+    """Each thread's read-only connection to the ledger (keyword searches)."""
+    _reader_connections: list[sqlite3.Connection] = field(default_factory=list, init=False)
 
     # -- the index of a corpus that predates it ------------------------------------------------------
     def build_missing(self) -> list[str]:
@@ -74,14 +63,14 @@ class KeywordIndex:
         ChromaDB (blocking; under the store's lock, so no document completes or goes meanwhile).
         Returns the corpora built; one that cannot be read is logged and left without."""
         built = []
-        with self._lock:
-            missing = self._ledger.keyword_missing()
+        with self.lock:
+            missing = self.ledger.keyword_missing()
         for name in missing:
             try:
-                with self._lock:
-                    col = self._collection(name)
-                    complete = set(self._ledger.complete_chunks(name))
-                    self._ledger.build_keywords(name, self._stored_chunks(col, complete))
+                with self.lock:
+                    col = self.collection(name)
+                    complete = set(self.ledger.complete_chunks(name))
+                    self.ledger.build_keywords(name, self._stored_chunks(col, complete))
             except BusError as exc:
                 _log.warning("rag_keyword_build_failed", corpus=name, code=exc.code, error=exc.message)
                 continue
@@ -94,7 +83,7 @@ class KeywordIndex:
         offset = 0
         while True:
             with chroma_errors("read the corpus for its keyword index"):
-                got = col.get(include=["documents", "metadatas"], limit=self._batch, offset=offset)
+                got = col.get(include=["documents", "metadatas"], limit=self.batch, offset=offset)
             if not got["ids"]:
                 return
             offset += len(got["ids"])
@@ -111,16 +100,16 @@ class KeywordIndex:
         """This thread's read-only connection to the ledger's database."""
         db: sqlite3.Connection | None = getattr(self._readers, "db", None)
         if db is None:
-            uri = (self._root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
+            uri = (self.root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
             db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
             self._readers.db = db
-            with self._lock:
+            with self.lock:
                 self._reader_connections.append(db)
         return db
 
     def close(self) -> None:
         """Close every thread's read connection (the store is closing)."""
-        with self._lock:
+        with self.lock:
             for db in self._reader_connections:
                 db.close()
             self._reader_connections.clear()
@@ -147,10 +136,10 @@ class KeywordIndex:
         (:meth:`ready`)."""
         if mode not in ("keyword", "hybrid"):
             raise BadRequest(f"mode {mode!r} is not a keyword or hybrid query")
-        self._collection(name)  # NotFound for an unknown corpus, whatever the mode
-        with self._lock:
-            cached = self._memory.get(name)
-            row = None if cached is not None else self._ledger.corpus(name)
+        self.collection(name)  # NotFound for an unknown corpus, whatever the mode
+        with self.lock:
+            cached = self.memory.get(name)
+            row = None if cached is not None else self.ledger.corpus(name)
         if cached is not None:
             dim = cached.dim
         elif row is not None:
@@ -163,7 +152,7 @@ class KeywordIndex:
         wanted = max(k, HYBRID_CANDIDATES) if mode == "hybrid" else k
         dense = []
         if mode == "hybrid":
-            dense = self._vectors.query(name, vec, k=wanted, where=where, include_text=include_text)
+            dense = self.vectors.query(name, vec, k=wanted, where=where, include_text=include_text)
         if rows is None:
             rows = self._keyword_rows(name, text, wanted, matches)
         found = {h.chunk_id: h for h in dense}
@@ -184,14 +173,8 @@ class KeywordIndex:
         """:meth:`query_words`' answer from the in-memory copy, its keyword leg already run, if it can
         be given at once (for the event loop, like :meth:`query_in_memory`: no lock waited for, no
         filter, a copy of at most ``max_floats`` components), else ``None``."""
-        if mode not in ("keyword", "hybrid") or not self._lock.acquire(blocking=False):
-            return None
-        try:
-            index = self._memory.get(name)
-            known = self._handles.known(name)
-        finally:
-            self._lock.release()
-        if index is None or not known or len(index) * index.dim > max_floats:
+        index = self.vectors.copy_at_once(name, max_floats) if mode in ("keyword", "hybrid") else None
+        if index is None:
             return None
         vec = query_vector(embedding, index.dim, k)
         dense = (
@@ -241,11 +224,11 @@ class KeywordIndex:
         from ChromaDB (whose vectors are normalised here)."""
         if not ids:
             return []
-        with self._lock:
-            index = self._memory.get(name)
+        with self.lock:
+            index = self.memory.get(name)
         if index is not None:
             return index.chunks(ids, vec, include_text=include_text)
-        col = self._collection(name)
+        col = self.collection(name)
         include = ["embeddings", "metadatas", *(["documents"] if include_text else [])]
         with chroma_errors("read chunks"):
             got = col.get(ids=ids, include=include)
@@ -264,7 +247,7 @@ class KeywordIndex:
             )
             for i, (cid, s) in enumerate(zip(got["ids"], sims, strict=True))
         ]
-        return self._vectors.complete_only(name, hits)
+        return self.vectors.complete_only(name, hits)
 
 
 def _ranked(

@@ -106,6 +106,8 @@ class CorpusStore:
         except BaseException:
             if ledger is not None:
                 ledger.close()
+            if hasattr(self, "_client"):
+                _close_client(self._client)
             self._writer.release()
             raise
         if any(removed.values()):
@@ -133,17 +135,16 @@ class CorpusStore:
             batch=self._batch,
         )
         self._keywords = KeywordIndex(
-            self.root,
+            root=self.root,
             lock=lock,
             ledger=ledger,
             memory=memory,
             collection=self._collection,
-            handles=self._collections,
             vectors=self._vectors,
             batch=self._batch,
         )
         self._swap = CorpusSwap(
-            self.root,
+            root=self.root,
             lock=lock,
             ledger=ledger,
             memory=memory,
@@ -584,13 +585,14 @@ class CorpusStore:
         return out
 
     def close(self) -> None:
-        """Release the writer lock and the ledger (idempotent)."""
+        """Release the writer lock, the ledger and the ChromaDB client (idempotent)."""
         with self._lock:
             self._collections.clear()
             self._memory.clear()
             self._keywords.close()
             self._ledger.close()
             self.kept.close()
+            _close_client(self._client)
             self._writer.release()
 
     def __enter__(self) -> CorpusStore:
@@ -598,3 +600,12 @@ class CorpusStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_client(client: Any) -> None:
+    """Let go of a ChromaDB client: the last one of a path or server stops its system (its SQLite
+    files, its HTTP connections).  A failure to stop is logged: closing goes on."""
+    try:
+        client.close()
+    except Exception as exc:  # a third party's teardown: never stops ours
+        _log.warning("rag_chroma_close_failed", error=type(exc).__name__)

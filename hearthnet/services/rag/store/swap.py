@@ -8,6 +8,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from hearthnet.services.rag.store.write import DocumentWrite, out_of_space
 __all__ = ["CorpusSwap"]
 
 
+@dataclass(kw_only=True, eq=False)
 class CorpusSwap:
     """:meth:`replace_corpus`, :meth:`drop_corpus` and :meth:`finish` (a swap a crash left owed).
 
@@ -40,30 +42,16 @@ class CorpusSwap:
     progress) and ``info``.  Blocking, thread-safe.
     """
 
-    def __init__(
-        self,
-        root: Path,
-        *,
-        lock: threading.RLock,
-        ledger: Ledger,
-        client: Any,
-        hnsw: dict[str, Any],
-        memory: InMemoryCopies,
-        write_document: Callable[[Any, DocumentWrite], None],
-        writing: Callable[[str], bool],
-        forget: Callable[[str], None],
-        info: Callable[[str], CorpusRecord],
-    ) -> None:
-        self._root = root
-        self._lock = lock
-        self._ledger = ledger
-        self._client = client
-        self._hnsw = hnsw
-        self._memory = memory
-        self._write_document = write_document
-        self._writing = writing
-        self._forget = forget
-        self._info = info
+    root: Path
+    lock: threading.RLock
+    ledger: Ledger
+    client: Any
+    hnsw: dict[str, Any]
+    memory: InMemoryCopies
+    write_document: Callable[[Any, DocumentWrite], None]
+    writing: Callable[[str], bool]
+    forget: Callable[[str], None]
+    info: Callable[[str], CorpusRecord]
 
     def replace_corpus(
         self,
@@ -96,29 +84,29 @@ class CorpusSwap:
         staging = staging_collection_name(name)
         created = time.time()
         settings = collection_settings(
-            name, embedding_model=embedding_model, dim=dim, created=created, hnsw=self._hnsw
+            name, embedding_model=embedding_model, dim=dim, created=created, hnsw=self.hnsw
         )
         with chroma_errors("create the rebuilt collection"):
             with contextlib.suppress(NotFoundError):
-                self._client.delete_collection(staging)
-            col = self._client.create_collection(staging, **settings, embedding_function=None)
+                self.client.delete_collection(staging)
+            col = self.client.create_collection(staging, **settings, embedding_function=None)
         try:
             for w in writes:
-                self._write_document(col, w)
+                self.write_document(col, w)
         except BaseException as exc:
             with contextlib.suppress(Exception):
-                self._client.delete_collection(staging)
+                self.client.delete_collection(staging)
             if isinstance(exc, Exception):
-                full = out_of_space(self._root, exc, needed=sum(w.size for w in writes))
+                full = out_of_space(self.root, exc, needed=sum(w.size for w in writes))
                 if full is not None:
                     raise full from exc
             raise
-        with self._lock:
-            self._ledger.replace(name, writes, embedding_model=embedding_model, dim=dim, created=created)
-            self._forget(name)
+        with self.lock:
+            self.ledger.replace(name, writes, embedding_model=embedding_model, dim=dim, created=created)
+            self.forget(name)
             self.finish(name)
             # from memory: no query has to load the new copy from ChromaDB
-            self._memory.rebuilt(
+            self.memory.rebuilt(
                 name,
                 dim,
                 [i for w in writes for i in w.ids],
@@ -126,7 +114,7 @@ class CorpusSwap:
                 [t for w in writes for t in w.texts],
                 [m for w in writes for m in w.metadatas],
             )
-        return self._info(name)
+        return self.info(name)
 
     def drop_corpus(self, name: str) -> bool:
         """Remove ``name`` wholly: its ledger rows (one transaction: from then on it does not exist),
@@ -135,15 +123,15 @@ class CorpusSwap:
         from chromadb.errors import NotFoundError
 
         validate_corpus_name(name)
-        with self._lock:
-            if self._ledger.corpus(name) is None:
+        with self.lock:
+            if self.ledger.corpus(name) is None:
                 return False
-            if self._writing(name):
+            if self.writing(name):
                 raise BadRequest(f"corpus {name!r} is being written; drop it when that is done")
-            self._ledger.forget_corpus(name)
-            self._forget(name)
+            self.ledger.forget_corpus(name)
+            self.forget(name)
         with chroma_errors("drop a corpus"), contextlib.suppress(NotFoundError):
-            self._client.delete_collection(collection_name(name))
+            self.client.delete_collection(collection_name(name))
         return True
 
     def finish(self, name: str) -> None:
@@ -152,11 +140,11 @@ class CorpusSwap:
 
         with chroma_errors("swap in the rebuilt collection"):
             try:
-                staged = self._client.get_collection(staging_collection_name(name), embedding_function=None)
+                staged = self.client.get_collection(staging_collection_name(name), embedding_function=None)
             except NotFoundError:
                 staged = None  # already renamed before a crash
             if staged is not None:
                 with contextlib.suppress(NotFoundError):
-                    self._client.delete_collection(collection_name(name))
+                    self.client.delete_collection(collection_name(name))
                 staged.modify(name=collection_name(name))
-        self._ledger.swap_done(name)
+        self.ledger.swap_done(name)

@@ -49,6 +49,7 @@ class ChunkRow:
     embedding: list[float] | None
 
 
+@dataclass(kw_only=True, eq=False)
 class VectorIndex:
     """Dense queries and chunk reads of the store's corpora.
 
@@ -59,24 +60,13 @@ class VectorIndex:
     queries) and the ChromaDB ``batch`` size.  Blocking, thread-safe.
     """
 
-    def __init__(
-        self,
-        *,
-        lock: threading.RLock,
-        ledger: Ledger,
-        memory: InMemoryCopies,
-        collection: Callable[[str], Any],
-        handles: Collections,
-        writing: Callable[[str], set[str]],
-        batch: int,
-    ) -> None:
-        self._lock = lock
-        self._ledger = ledger
-        self._memory = memory
-        self._collection = collection
-        self._handles = handles
-        self._writing = writing
-        self._batch = batch
+    lock: threading.RLock
+    ledger: Ledger
+    memory: InMemoryCopies
+    collection: Callable[[str], Any]
+    handles: Collections
+    writing: Callable[[str], set[str]]
+    batch: int
 
     def query(
         self,
@@ -91,7 +81,7 @@ class VectorIndex:
         try:
             return self._query(name, embedding, k=k, where=where, include_text=include_text)
         except CollectionGone:
-            self._handles.forget(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
+            self.handles.forget(name)  # then the corpus as it is now: rebuilt, or gone (NotFound)
             return self._query(name, embedding, k=k, where=where, include_text=include_text)
 
     def query_in_memory(
@@ -114,16 +104,24 @@ class VectorIndex:
         walk down the ranking is Python, as long as the filter is selective):
         :meth:`query` then decides.
         """
-        if where or not self._lock.acquire(blocking=False):
-            return None
-        try:
-            index = self._memory.get(name)
-            known = self._handles.known(name)
-        finally:
-            self._lock.release()
-        if index is None or not known or len(index) * index.dim > max_floats:
+        index = None if where else self.copy_at_once(name, max_floats)
+        if index is None:
             return None
         return index.search(query_vector(embedding, index.dim, k), k, include_text=include_text)
+
+    def copy_at_once(self, name: str, max_floats: int) -> ExactIndex | None:
+        """The corpus's in-memory copy if the event loop may search it now: the store lock free
+        (never waited for), the collection's handle known, at most ``max_floats`` components."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            index = self.memory.get(name)
+            known = self.handles.known(name)
+        finally:
+            self.lock.release()
+        if index is None or not known or len(index) * index.dim > max_floats:
+            return None
+        return index
 
     def _query(
         self,
@@ -134,10 +132,10 @@ class VectorIndex:
         where: Mapping[str, Any] | None,
         include_text: bool,
     ) -> list[Hit]:
-        col = self._collection(name)
-        with self._lock:
-            cached = self._memory.get(name)  # kept with the corpus's row: no ledger read then
-            row = None if cached is not None else self._ledger.corpus(name)
+        col = self.collection(name)
+        with self.lock:
+            cached = self.memory.get(name)  # kept with the corpus's row: no ledger read then
+            row = None if cached is not None else self.ledger.corpus(name)
         if cached is not None:
             dim = cached.dim
         elif row is None:
@@ -150,9 +148,9 @@ class VectorIndex:
         if index is not None:
             matches = None if clause is None else compile_where(clause)
             return index.search(vec, k, matches, include_text=include_text)
-        with self._lock:
-            hidden = self._writing(name) | self._ledger.not_complete(name)
-            complete, stored = self._ledger.chunk_counts(name)
+        with self.lock:
+            hidden = self.writing(name) | self.ledger.not_complete(name)
+            complete, stored = self.ledger.chunk_counts(name)
         with chroma_errors("query"):
             return hnsw_search(
                 col,
@@ -168,8 +166,8 @@ class VectorIndex:
 
     def complete_only(self, name: str, hits: list[Hit]) -> list[Hit]:
         """The hits whose document is complete in the ledger now."""
-        with self._lock:
-            complete = self._ledger.complete_among(name, [str(h.metadata.get("doc_cid")) for h in hits])
+        with self.lock:
+            complete = self.ledger.complete_among(name, [str(h.metadata.get("doc_cid")) for h in hits])
         return [h for h in hits if h.metadata.get("doc_cid") in complete]
 
     def exact_index(self, name: str, col: Any) -> ExactIndex | None:
@@ -181,29 +179,29 @@ class VectorIndex:
         again.  One load per corpus at a time: queries arriving meanwhile use HNSW instead
         of loading (and holding in memory) a copy each.
         """
-        with self._lock:
-            index = self._memory.get(name)
-            if index is not None or not self._memory.should_load(name):
+        with self.lock:
+            index = self.memory.get(name)
+            if index is not None or not self.memory.should_load(name):
                 return index
-            self._memory.loading.add(name)
+            self.memory.loading.add(name)
         try:
             return self._load_exact(name, col)
         finally:
-            with self._lock:
-                self._memory.loading.discard(name)
+            with self.lock:
+                self.memory.loading.discard(name)
 
     def _load_exact(self, name: str, col: Any) -> ExactIndex | None:
         """:meth:`exact_index`'s load (the caller marked ``name`` as loading)."""
-        with self._lock:
-            row = self._ledger.corpus(name)
+        with self.lock:
+            row = self.ledger.corpus(name)
             if row is None:
                 return None
-            complete = self._ledger.complete_chunks(name)
+            complete = self.ledger.complete_chunks(name)
             total = sum(complete.values())
-            if not self._memory.fits(name, total):
-                self._memory.too_big.add(name)
+            if not self.memory.fits(name, total):
+                self.memory.too_big.add(name)
                 return None
-            generation = self._memory.generation(name)
+            generation = self.memory.generation(name)
         # Chunks of documents being written now are in Chroma but not complete: skipped.
         ids: list[str] = []
         vectors: list[np.ndarray] = []
@@ -213,7 +211,7 @@ class VectorIndex:
         with chroma_errors("load corpus for exact search"):
             while True:
                 got = col.get(
-                    include=["embeddings", "documents", "metadatas"], limit=self._batch, offset=offset
+                    include=["embeddings", "documents", "metadatas"], limit=self.batch, offset=offset
                 )
                 if not got["ids"]:
                     break
@@ -226,15 +224,15 @@ class VectorIndex:
         index = ExactIndex(row.dim)
         if ids:  # one copy into the index, not one growing concatenation per page
             index.add(ids, np.concatenate(vectors), texts, metas)
-        with self._lock:
-            if self._memory.generation(name) != generation or self._memory.get(name) is not None:
-                return self._memory.get(name)  # changed meanwhile: not this copy
+        with self.lock:
+            if self.memory.generation(name) != generation or self.memory.get(name) is not None:
+                return self.memory.get(name)  # changed meanwhile: not this copy
             if len(index) != total:
                 # The ledger and Chroma disagree (should not happen): trust neither copy, use HNSW.
                 _log.warning("rag_exact_index_mismatch", corpus=name, ledger=total, loaded=len(index))
-                self._memory.too_big.add(name)
+                self.memory.too_big.add(name)
                 return None
-            if self._memory.install(name, index) is None:
+            if self.memory.install(name, index) is None:
                 return None
         _log.info("rag_exact_index_loaded", corpus=name, chunks=total, bytes=index.nbytes)
         return index
@@ -244,9 +242,9 @@ class VectorIndex:
     ) -> tuple[list[str], list[str], list[dict[str, Any]], np.ndarray] | None:
         """A complete document's chunk ids, texts, metadata and vectors, in chunk order (``chunk_index``,
         then id), as stored; ``None`` if the corpus does not hold it complete (blocking)."""
-        col = self._collection(name)
-        with self._lock:
-            if doc_cid not in self._ledger.complete_among(name, [doc_cid]):
+        col = self.collection(name)
+        with self.lock:
+            if doc_cid not in self.ledger.complete_among(name, [doc_cid]):
                 return None
         with chroma_errors("read a document's chunks"):
             got = col.get(where={"doc_cid": doc_cid}, include=["embeddings", "documents", "metadatas"])
@@ -271,7 +269,7 @@ class VectorIndex:
         loaded = []
         for name in names:
             try:
-                if self.exact_index(name, self._collection(name)) is not None:
+                if self.exact_index(name, self.collection(name)) is not None:
                     loaded.append(name)
             except BusError as exc:
                 _log.warning("rag_exact_warm_failed", corpus=name, code=exc.code, error=exc.message)
@@ -296,15 +294,15 @@ class VectorIndex:
         checked against its exact meaning after; a row a widened comparison let in (rare) is left
         out of the page rather than replaced, so such a page may hold fewer than ``limit``.
         """
-        col = self._collection(name)
+        col = self.collection(name)
         clause = build_where(where) if where else None
         parts: list[dict[str, Any]] = []
         if clause is not None:
             widened = chroma_where(clause)
             if widened is not None:
                 parts.append(widened)
-        with self._lock:
-            hidden = self._writing(name) | self._ledger.not_complete(name)
+        with self.lock:
+            hidden = self.writing(name) | self.ledger.not_complete(name)
         if hidden:
             parts.append({"doc_cid": {"$nin": sorted(hidden)}})
         chroma_clause = None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}
@@ -339,6 +337,6 @@ class VectorIndex:
                     embedding=None if vectors is None else [float(x) for x in vectors[i]],
                 )
             )
-        with self._lock:
-            complete = self._ledger.complete_among(name, [str(r.metadata.get("doc_cid")) for r in rows])
+        with self.lock:
+            complete = self.ledger.complete_among(name, [str(r.metadata.get("doc_cid")) for r in rows])
         return [r for r in rows if r.metadata.get("doc_cid") in complete]

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from hearthnet.contracts.rag import INGESTED
 from hearthnet.errors import BadRequest
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from tests.unit.services.rag.test_service import Ctx, _pinned, garden_text, node
@@ -51,6 +52,46 @@ async def test_a_batch_is_embedded_together_written_once_and_answered_per_docume
         assert {h["metadata"]["doc_cid"] for h in hits["chunks"]} <= set(good) | {old}
         listed = {d["doc_cid"]: d["filename"] for d in n.store.documents("house")}
         assert listed[good[1]] == "3.txt"
+
+
+@pytest.mark.anyio
+async def test_a_single_document_is_a_batch_of_one(
+    tmp_path: Path, minilm: OnnxModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rag.ingest {doc_cid}`` takes the batch's path (one way in): read and embedded as a batch of
+    one, written and announced as a batch's document is, its read failure raised as itself."""
+    from hearthnet.services.rag.ingest import flow
+
+    batches: list[int] = []
+    real = flow.read_and_embed_many
+
+    async def counted(inputs: Any, **kw: Any) -> Any:
+        batches.append(len(inputs))
+        return await real(inputs, **kw)
+
+    monkeypatch.setattr(flow, "read_and_embed_many", counted)
+    async with node(tmp_path, minilm=minilm) as n:
+        alone = n.put(garden_text("tulips"))
+        output, meta = await n.ingest("house", alone, filename="tulips.txt")
+        assert batches == [1]
+        assert output["doc_cid"] == alone and output["chunks_indexed"] >= 1 and output["ocr_pages"] == []
+        assert (
+            meta["truncated"] == 0 and meta["pages"] == 1 and meta["embedding_model"] == n.rag._embedder.model
+        )
+        assert meta["ingest_event_id"] and [d["doc_cid"] for t, d in n.events if t == INGESTED] == [alone]
+        together = n.put(garden_text("beans"))
+        docs = {"documents": [{"doc_cid": together, "filename": "beans.txt"}]}
+        batch, _ = await n.call("rag.ingest", Ctx("rag.ingest", {"corpus": "house"}, docs))
+        assert batches == [1, 1]
+        (entry,) = batch["documents"]
+        assert set(entry) == {*output, "ok", "existing", "ingest_event_id"}  # the same answer, per document
+        again, meta = await n.ingest("house", alone)
+        assert meta["existing"] is True and again["chunks_indexed"] == output["chunks_indexed"]
+        assert batches == [1, 1]  # a stored document is repaired, never read again
+        bad = n.blobs.put_bytes(b"%PDF-1.4 not really a pdf").doc_cid
+        with pytest.raises(BadRequest):
+            await n.ingest("house", bad)
+        assert batches == [1, 1, 1]
 
 
 @pytest.mark.anyio

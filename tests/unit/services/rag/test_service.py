@@ -398,14 +398,14 @@ async def test_a_query_does_not_wait_behind_writes_holding_every_write_thread(
         await n.ingest("house", n.put(garden_text("roses")), filename="roses.md")
         release = threading.Event()
         writing = threading.Semaphore(0)
-        real_add = n.store.add_document
+        real_add = n.store.add_documents
 
-        def slow_add(*args: Any, **kwargs: Any) -> None:
+        def slow_add(*args: Any, **kwargs: Any) -> list[bool]:
             writing.release()
             release.wait(TIMEOUT)  # a long ChromaDB write (a large document on a slow disk)
-            real_add(*args, **kwargs)
+            return real_add(*args, **kwargs)
 
-        monkeypatch.setattr(n.store, "add_document", slow_add)
+        monkeypatch.setattr(n.store, "add_documents", slow_add)
         with anyio.fail_after(TIMEOUT):
             async with anyio.create_task_group() as tg:
                 try:
@@ -559,14 +559,14 @@ async def test_a_caller_walking_away_during_the_write_leaves_the_document_regist
     await that the caller's cancellation did stop: stored, unreachable by rag.query, unannounced."""
     async with node(tmp_path, minilm=minilm) as n:
         cid = n.put(garden_text("tulips"))
-        write = n.store.add_document
+        write = n.store.add_documents
         with anyio.CancelScope() as scope:
 
-            def walk_away_meanwhile(*args: Any, **kw: Any) -> None:
+            def walk_away_meanwhile(*args: Any, **kw: Any) -> list[bool]:
                 anyio.from_thread.run_sync(scope.cancel)  # the deadline passes during the write
-                write(*args, **kw)
+                return write(*args, **kw)
 
-            n.store.add_document = walk_away_meanwhile  # type: ignore[method-assign]
+            n.store.add_documents = walk_away_meanwhile  # type: ignore[method-assign]
             await n.ingest("garden", cid, filename="tulips.md")
         assert n.store.has_document("garden", cid)
         assert [data["doc_cid"] for _, data in n.events] == [cid]

@@ -796,3 +796,20 @@ def test_a_failed_shared_write_leaves_none_of_its_documents_and_they_can_be_adde
         store._write_batch = real  # type: ignore[method-assign]
         assert store.add_documents("kb", docs) == [True, True]
         assert col.count() == 6
+
+
+def test_closing_the_store_lets_go_of_its_chromadb_client(tmp_path: Path) -> None:
+    """The embedded ChromaDB's system (its SQLite files) is stopped when the store closes, not held
+    until the process ends (the unclosed files ``ignore::ResourceWarning`` once hid)."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    before = set(SharedSystemClient._identifier_to_system)
+    store = CorpusStore(tmp_path / "rag")
+    store.create_corpus("kb", embedding_model="m", dim=16)
+    opened = set(SharedSystemClient._identifier_to_system) - before
+    assert opened  # the store's own system
+    store.close()
+    store.close()  # idempotent
+    assert not set(SharedSystemClient._identifier_to_system) & opened
+    with CorpusStore(tmp_path / "rag") as again:  # and the corpus is there when it opens again
+        assert again.corpora() == ["kb"]
