@@ -60,7 +60,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(DEMO / "heating_handbook.pdf", docs / "heating_handbook.pdf")
     shutil.copy(DEMO / "garden_and_seeds.pdf", docs / "garden_and_seeds.pdf")
     (docs / "README.md").write_text("# Family papers\n\nScans and notes of the household, sorted by room.\n")
-    (docs / "MANIFEST.tsv").write_text("file\troom\nheating_handbook.pdf\tcellar\n")
+    (docs / "MANIFEST.rtf").write_text("{\\rtf1 heating_handbook.pdf: cellar}")
     (docs / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
     return docs
 
@@ -92,7 +92,7 @@ def test_ingesting_a_folder_says_what_went_in_and_what_was_skipped_and_why(
     ]
     assert all(r["ok"] for r in out["results"])
     skipped = {Path(s["path"]).name: s["reason"] for s in out["skipped"]}
-    assert set(skipped) == {"MANIFEST.tsv", ".DS_Store"} and ".tsv" in skipped["MANIFEST.tsv"]
+    assert set(skipped) == {"MANIFEST.rtf", ".DS_Store"} and ".rtf" in skipped["MANIFEST.rtf"]
     assert out["summary"].startswith("ingested 3 of 5 files into family on ")
     again = a.cli("ingest", str(folder), "--corpus", "family")  # the host is found: B
     lines = again.stdout.splitlines()
@@ -233,13 +233,13 @@ def test_the_failure_line_counts_the_files_as_the_summary_does(mesh: LocalMesh, 
     docs = tmp_path / "mixed"
     docs.mkdir()
     (docs / "empty.md").write_text("")
-    (docs / "notes.tsv").write_text("a\tb\n")
+    (docs / "notes.rtf").write_text("a\tb\n")
     (docs / ".hidden.txt").write_text("secret")
     proc = a.cli("ingest", str(docs), "--corpus", "family", check=False)
     assert proc.returncode == 1
     summary = proc.stdout.splitlines()[-1]
     assert summary.startswith("ingested 0 of 3 files into family on "), summary
-    assert ", 1 failed, 2 skipped: .hidden.txt (hidden: its name starts with '.'); notes.tsv (" in summary
+    assert ", 1 failed, 2 skipped: .hidden.txt (hidden: its name starts with '.'); notes.rtf (" in summary
     assert "((" not in summary and "))" not in summary
     assert proc.stderr == "hearthnet: 1 of 3 files failed to ingest\n"
     proc = a.cli("ingest", str(docs / "empty.md"), "--corpus", "family", check=False)

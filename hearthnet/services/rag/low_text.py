@@ -25,6 +25,8 @@ __all__ = [
     "LOW_TEXT_WEIGHT",
     "LOW_TEXT_WORDS",
     "demoted",
+    "exact_terms",
+    "kept_by_words",
     "low_text_page",
     "wider",
 ]
@@ -78,12 +80,38 @@ class _Ranked(Protocol):
 H = TypeVar("H", bound=_Ranked)
 
 
-def demoted(hits: Sequence[H], k: int) -> list[H]:
+_EXACT_TERM = re.compile(r"\w*(?:[a-z][A-Z]|\d)[\w.-]*")
+"""A term a question names exactly: a CamelCase identifier (``HydroJunction``) or one with a digit
+(``25.1581``, ``P12.1.2``, ``2005-10-04``)."""
+
+
+def exact_terms(question: str) -> bool:
+    """Whether ``question`` names a term exactly: then a page of labels (a data model's diagram,
+    a table) that holds it is content, not a cover."""
+    return _EXACT_TERM.search(question) is not None
+
+
+class _Row(Protocol):
+    @property
+    def chunk_id(self) -> str: ...
+
+
+def kept_by_words(mode: str, question: str, rows: Sequence[_Row] | None) -> frozenset[str]:
+    """The chunks never demoted: every one a ``keyword`` query found (its words are the asker's
+    choice), and those the keyword leg of a ``hybrid`` query found when it names a term exactly."""
+    if rows is None or mode == "dense" or (mode == "hybrid" and not exact_terms(question)):
+        return frozenset()
+    return frozenset(r.chunk_id for r in rows)
+
+
+def demoted(hits: Sequence[H], k: int, *, kept: frozenset[str] = frozenset()) -> list[H]:
     """The ``k`` best of ``hits`` once each marked chunk's score is multiplied by
-    :data:`LOW_TEXT_WEIGHT` (its similarity kept: the cosine); the order is otherwise kept."""
+    :data:`LOW_TEXT_WEIGHT` (its similarity kept: the cosine); the order is otherwise kept.
+    Chunks whose id is in ``kept`` (the keyword leg's, for a question naming an exact term) are
+    never demoted."""
     out: list[H] = []
     for hit in hits:
-        if hit.metadata.get(LOW_TEXT) is True:
+        if hit.metadata.get(LOW_TEXT) is True and getattr(hit, "chunk_id", None) not in kept:
             cosine = hit.score if hit.similarity is None else hit.similarity
             score = hit.score * LOW_TEXT_WEIGHT if hit.score >= 0 else hit.score / LOW_TEXT_WEIGHT
             hit = dataclasses.replace(hit, score=score, similarity=cosine)  # type: ignore[type-var]

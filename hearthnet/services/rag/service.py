@@ -58,7 +58,7 @@ from hearthnet.services.rag.inputs import (
     list_input,
     query_input,
 )
-from hearthnet.services.rag.low_text import demoted, wider
+from hearthnet.services.rag.low_text import demoted, kept_by_words, wider
 from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handlers
 from hearthnet.services.rag.reads import ChunkReads
 from hearthnet.services.rag.replicas.announce import DigestedAppends
@@ -342,7 +342,8 @@ class RagService:
             mode=mode,
             leg=leg[0] if leg else None,
         )
-        hits = demoted(hits, k)  # chunks of pages with almost no text below content
+        kept = kept_by_words(used, query, leg[0].rows if leg else None)
+        hits = demoted(hits, k, kept=kept)  # chunks of pages with almost no text below content
         warnings = self._duplicate_warnings(corpus, "this answer")
         replica, lag = replica_meta(self._bus.node_id, corpus, registered)  # a replica's lag, if any
         warnings += lag

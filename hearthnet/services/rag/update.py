@@ -110,7 +110,7 @@ class Updates:
                     f"the document's title and metadata would take {size} bytes: at most "
                     f"{MAX_UPDATE_BYTES} can be announced; set fewer or shorter fields"
                 )
-            return self.store.update_document(
+            return self.store.updates.update_document(
                 corpus, doc_cid, metadata=fields, title=title, announce=announce
             )
 
@@ -126,7 +126,9 @@ class Updates:
     async def _announce(self, corpus: str, done: DocumentUpdate) -> str:
         data = {"corpus": corpus, "doc_cid": done.doc_cid, "title": done.title, "metadata": done.metadata}
         event_id = await self.append_event(UPDATED, data)
-        await run_blocking(self.store.update_announced, corpus, done.doc_cid, limiter=self.store_limiter)
+        await run_blocking(
+            self.store.updates.update_announced, corpus, done.doc_cid, limiter=self.store_limiter
+        )
         return event_id
 
     async def note_kept(self, corpus: str, inputs: list[IngestInput], answers: list[dict[str, Any]]) -> None:
@@ -162,7 +164,7 @@ class Updates:
         """Append the events of updates that were written but not announced (the node died between):
         with the document's title and metadata as they are now.  An append that fails keeps the
         marker for the next start; it never stops this one."""
-        pending = await run_blocking(self.store.pending_updates, limiter=self.store_limiter)
+        pending = await run_blocking(self.store.updates.pending_updates, limiter=self.store_limiter)
         for corpus, doc_cid in pending:
             try:
                 doc = await run_blocking(
@@ -174,7 +176,7 @@ class Updates:
                     log.warning("rag_update_announced_late", corpus=corpus, doc_cid=doc_cid)
                 else:
                     await run_blocking(
-                        self.store.update_announced, corpus, doc_cid, limiter=self.store_limiter
+                        self.store.updates.update_announced, corpus, doc_cid, limiter=self.store_limiter
                     )
             except BusError as exc:
                 log.warning("rag_update_not_announced", corpus=corpus, doc_cid=doc_cid, code=exc.code)

@@ -213,16 +213,21 @@ class FolderService:
 def _folder_path(value: object, *, must_exist: bool) -> str:
     if not isinstance(value, str) or not value.strip():
         raise BadRequest(f"{WATCH} input.path must be a folder's path on this node")
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise BadRequest(
-            f"folder path {value!r} must be absolute (the node does not share your working folder)"
-        )
-    resolved = path.resolve()
-    if must_exist and not resolved.is_dir():
-        raise BadRequest(f"{value} is not a folder on this node")
+    shown = f"{value!r:.200}"
+    try:
+        path = Path(value).expanduser()
+        if not path.is_absolute():
+            raise BadRequest(
+                f"folder path {shown} must be absolute (the node does not share your working folder)"
+            )
+        resolved = path.resolve()
+        if must_exist and not resolved.is_dir():
+            raise BadRequest(f"{shown} is not a folder on this node")
+    except (OSError, RuntimeError, ValueError) as exc:  # too long, a symlink loop, a NUL byte
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise BadRequest(f"folder path {shown} cannot be opened on this node: {reason}") from None
     if must_exist and not os.access(resolved, os.R_OK | os.X_OK):
-        raise BadRequest(f"folder {value} cannot be read by the node (its permissions)")
+        raise BadRequest(f"folder {shown} cannot be read by the node (its permissions)")
     return str(resolved)
 
 

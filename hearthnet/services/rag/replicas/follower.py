@@ -283,7 +283,9 @@ class Follower:
                     **dict.fromkeys(k for k in doc["metadata"] if k not in new.metadata),
                     **new.metadata,
                 }
-                done = self._store.update_document(corpus, facts.doc_cid, metadata=fields, title=new.title)
+                done = self._store.updates.update_document(
+                    corpus, facts.doc_cid, metadata=fields, title=new.title
+                )
                 changed += done is not None and done.changed
             return changed
 

@@ -56,7 +56,7 @@ from hearthnet.services.rag.store.kept import KeptVectors
 from hearthnet.services.rag.store.keyword_index import KeywordIndex
 from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger, WriterLock
 from hearthnet.services.rag.store.swap import CorpusSwap
-from hearthnet.services.rag.store.update import DocumentUpdate, DocumentUpdates
+from hearthnet.services.rag.store.update import DocumentUpdates
 from hearthnet.services.rag.store.vector_index import ChunkRow, VectorIndex
 from hearthnet.services.rag.store.write import (
     DocumentSource,
@@ -156,7 +156,7 @@ class CorpusStore:
             info=self.info,
         )
 
-        self._updates = DocumentUpdates(
+        self.updates = DocumentUpdates(  # a document's title and metadata changed in place
             lock=lock,
             ledger=ledger,
             memory=memory,
@@ -229,17 +229,6 @@ class CorpusStore:
     def drop_corpus(self, name: str) -> bool:
         """Remove ``name`` wholly (:meth:`CorpusSwap.drop_corpus`)."""
         return self._swap.drop_corpus(name)
-
-    def update_document(self, name: str, doc_cid: str, **kw: Any) -> DocumentUpdate | None:
-        """A document's title and metadata changed in place (:meth:`DocumentUpdates.update_document`)."""
-        return self._updates.update_document(name, doc_cid, **kw)
-
-    def pending_updates(self) -> list[tuple[str, str]]:
-        """Updates written but not yet announced (:meth:`DocumentUpdates.pending_updates`)."""
-        return self._updates.pending_updates()
-
-    def update_announced(self, name: str, doc_cid: str) -> None:
-        self._updates.update_announced(name, doc_cid)
 
     # ----------------------------------------------------------------- corpora
 
@@ -581,7 +570,7 @@ class CorpusStore:
             if (corpus, doc_cid) in busy or corpus in missing:
                 continue
             out[corpus] = out.get(corpus, 0) + self._purge(corpus, doc_cid)
-        self._updates.finish_updates()
+        self.updates.finish_updates()
         return out
 
     def close(self) -> None:

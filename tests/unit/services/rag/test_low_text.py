@@ -7,7 +7,7 @@ import dataclasses
 
 from hearthnet.services.rag.ingest.chunk import chunk_document
 from hearthnet.services.rag.ingest.read import read_document
-from hearthnet.services.rag.low_text import LOW_TEXT, LOW_TEXT_WEIGHT, demoted, low_text_page
+from hearthnet.services.rag.low_text import LOW_TEXT, LOW_TEXT_WEIGHT, demoted, kept_by_words, low_text_page
 from hearthnet.services.rag.results import Hit
 from tests.unit.services.rag.ingest.test_columns import pages_of
 
@@ -54,3 +54,22 @@ def test_a_marked_chunk_ranks_below_content_and_keeps_its_cosine() -> None:
     negative = demoted([hit("t", -0.1, low=True), hit("x", -0.15)], 2)
     assert [h.chunk_id for h in negative] == ["x", "t"]  # a negative score goes further down
     assert demoted([dataclasses.replace(hits[1])], 5) == [hits[1]]  # content is left as it is
+
+
+def test_a_page_of_labels_holding_a_term_the_question_names_exactly_is_not_demoted() -> None:
+    """A data model's diagram page (labels, no sentence) is marked low_text; asked for one of its
+    identifiers, the keyword leg found it, and it keeps its rank (issue 34's demotion must not lose
+    the exact terms hybrid search finds)."""
+    rows = [hit("diagram", 0.5, low=True)]
+    hits = [hit("diagram", 0.5, low=True), hit("prose", 0.3)]
+    for mode, question in (("hybrid", "What is a HydroJunction?"), ("hybrid", "What does § 25.1581 say?")):
+        kept = kept_by_words(mode, question, rows)
+        assert [h.chunk_id for h in demoted(hits, 2, kept=kept)] == ["diagram", "prose"]
+    assert kept_by_words("keyword", "what is the water", rows) == {"diagram"}  # the asker chose words
+    for mode, question in (
+        ("hybrid", "When did Thoreau go to live in the woods?"),
+        ("dense", "HydroJunction"),
+    ):
+        kept = kept_by_words(mode, question, rows)
+        assert [h.chunk_id for h in demoted(hits, 2, kept=kept)] == ["prose", "diagram"]
+    assert kept_by_words("hybrid", "HydroJunction", None) == frozenset()  # no keyword index

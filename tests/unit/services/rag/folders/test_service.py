@@ -51,8 +51,12 @@ async def watch(bus: CapabilityBus, **inp: Any) -> dict[str, Any]:
 
 async def test_bad_requests_are_refused_with_the_reason(tmp_path: Path) -> None:
     (tmp_path / "a-file.txt").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     async with service(tmp_path) as (bus, _):
         cases = [
+            ({"action": "add", "path": str(tmp_path / ("x" * 10_000)), "corpus": "c"}, "cannot be opened"),
+            ({"action": "add", "path": str(tmp_path / "loop"), "corpus": "c"}, "cannot be opened"),
+            ({"action": "add", "path": str(tmp_path / "nul\0byte"), "corpus": "c"}, "cannot be opened"),
             ({"action": "add", "path": "papers", "corpus": "c"}, "must be absolute"),
             ({"action": "add", "path": str(tmp_path / "none"), "corpus": "c"}, "is not a folder"),
             ({"action": "add", "path": str(tmp_path / "a-file.txt"), "corpus": "c"}, "is not a folder"),

@@ -38,7 +38,9 @@ def test_an_update_changes_title_and_metadata_everywhere_and_keeps_the_vectors(s
     before = store.document_chunks("kb", "doc-a")
     assert before is not None
 
-    done = store.update_document("kb", "doc-a", metadata={"year": 2024, "topic": None, "k": "v"}, title="New")
+    done = store.updates.update_document(
+        "kb", "doc-a", metadata={"year": 2024, "topic": None, "k": "v"}, title="New"
+    )
     assert done is not None and done.changed
     assert (done.title, done.metadata) == ("New", {"year": 2024, "k": "v"})
     doc = store.document("kb", "doc-a")
@@ -59,20 +61,20 @@ def test_an_update_changes_title_and_metadata_everywhere_and_keeps_the_vectors(s
     assert after is not None
     assert after[0] == before[0] and after[1] == before[1]
     np.testing.assert_array_equal(after[3], before[3])  # not re-embedded
-    assert store.pending_updates() == []
+    assert store.updates.pending_updates() == []
 
-    same = store.update_document("kb", "doc-a", metadata={"year": 2024}, title="New")
+    same = store.updates.update_document("kb", "doc-a", metadata={"year": 2024}, title="New")
     assert same is not None and not same.changed
-    assert store.update_document("kb", "doc-zzz", title="x") is None
+    assert store.updates.update_document("kb", "doc-zzz", title="x") is None
 
 
 def test_an_update_to_be_announced_stays_owed_until_it_is(store: CorpusStore) -> None:
     store.create_corpus("kb", embedding_model="m", dim=16)
     store.add_document("kb", fake_chunks("doc-a", 3), unit_vectors(3))
-    store.update_document("kb", "doc-a", title="T", announce=True)
-    assert store.pending_updates() == [("kb", "doc-a")]
-    store.update_announced("kb", "doc-a")
-    assert store.pending_updates() == []
+    store.updates.update_document("kb", "doc-a", title="T", announce=True)
+    assert store.updates.pending_updates() == [("kb", "doc-a")]
+    store.updates.update_announced("kb", "doc-a")
+    assert store.updates.pending_updates() == []
 
 
 def test_bad_metadata_is_refused_and_nothing_changes(store: CorpusStore) -> None:
@@ -80,9 +82,9 @@ def test_bad_metadata_is_refused_and_nothing_changes(store: CorpusStore) -> None
     store.add_document("kb", _with_meta("doc-a", 3, year=2020), unit_vectors(3))
     for bad in ({"page": 3}, {"hn_x": 1}, {"bad key": 1}, {"x": float("nan")}, {"x": [1]}):
         with pytest.raises(BadRequest):
-            store.update_document("kb", "doc-a", metadata=bad)
+            store.updates.update_document("kb", "doc-a", metadata=bad)
     with pytest.raises(BadRequest, match="at most 32"):
-        store.update_document("kb", "doc-a", metadata={f"f{i}": i for i in range(40)})
+        store.updates.update_document("kb", "doc-a", metadata={f"f{i}": i for i in range(40)})
     doc = store.document("kb", "doc-a")
     assert doc is not None and doc["metadata"] == {"year": 2020}
 
@@ -103,4 +105,4 @@ def test_an_update_cut_short_after_the_ledger_is_finished_at_the_next_open(tmp_p
     with CorpusStore(root, exact_max_chunks=0) as s:
         hits = s.query("kb", vecs[0], k=30, where={"year": 2030})
         assert len(hits) == 30 and all(h.metadata["doc_title"] == "After" for h in hits)
-        assert s.pending_updates() == [("kb", "doc-a")]  # its announcement is still owed
+        assert s.updates.pending_updates() == [("kb", "doc-a")]  # its announcement is still owed
