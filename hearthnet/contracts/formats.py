@@ -173,13 +173,17 @@ def place_of(metadata: Mapping[str, Any]) -> str | None:
 
 def anchor_of(metadata: Mapping[str, Any]) -> str | None:
     """The fragment that opens a chunk's document at its place: ``page=3`` for a paged document
-    (a PDF in the browser's viewer), ``u3-2`` (unit 3, paragraph or row 2) or ``u3`` for the
-    HTML rendering of one without pages."""
+    the browser shows (a PDF in its viewer, a photo), ``u3-2`` (unit 3, paragraph or row 2) or
+    ``u3`` for the HTML rendering of one without pages or one the browser cannot show (TIFF, HEIC)."""
     page = _int(metadata.get("page"))
     if page is None:
         return None
     if not metadata.get("unit"):
-        return f"page={page}"
+        named = str(metadata.get("doc_filename") or metadata.get("filename") or "")
+        fmt = by_suffix(named)
+        # a page the browser shows itself (a PDF, a photo) opens the original at it; a page it
+        # cannot show (a TIFF or HEIC scan) opens the HTML rendering at the page's unit
+        return f"page={page}" if fmt is None or fmt.inline else f"u{page}"
     mark = _int(metadata.get("paragraph"))
     mark = mark if mark is not None else _int(metadata.get("row"))
     return f"u{page}" + (f"-{mark}" if mark is not None else "")

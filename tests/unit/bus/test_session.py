@@ -32,12 +32,17 @@ async def session_and_raw_link(
     """A running ``PeerSession`` and the raw link of its peer."""
     ours, raw = await memory_link_pair()
     session = PeerSession(ours, dispatcher=dispatcher, on_control=ignore_control)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(session.run)
-        try:
-            yield session, raw
-        finally:
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(session.run)
+            try:
+                yield session, raw
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):  # both ends closed: their memory streams with them
+            await ours.aclose()
+            await raw.aclose()
 
 
 def request(rid: int, *, deadline_ms: int = 5000, hang: bool = False) -> dict[str, Any]:

@@ -351,7 +351,7 @@
   }
 
   // A document the browser shows (a PDF, a photo, text) opens as itself, a PDF at #page=N; any
-  // other (Word, slides, sheets, e-books, web pages, e-mail) as its HTML rendering at the anchor
+  // other (Word, slides, sheets, e-books, web pages, e-mail, TIFF/HEIC scans) as its HTML rendering at the anchor
   // of the cited section and paragraph, slide, or sheet and row (/files/<cid>/view).
   function openLink(s, page) {
     const cid = encodeURIComponent(s.doc_cid);

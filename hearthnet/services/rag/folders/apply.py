@@ -83,11 +83,17 @@ class CorpusWriter:
         return str((online or hosts)[0]["node"]) if hosts else None
 
     async def held(self) -> set[str] | None:
-        """Every ``doc_cid`` the corpus holds now (``None``: it cannot be asked now)."""
+        """Every ``doc_cid`` the corpus holds now (``None``: it cannot be asked now).
+
+        A corpus no node is known to host yet (gossip not arrived after a restart, its host never
+        seen) is not asked: "holds nothing" from whichever node answered would have every indexed
+        file ingested again, into a second copy elsewhere."""
         out: set[str] = set()
         after: str | None = None
         try:
             host = await self._host()
+            if host is None:
+                return None
             while True:
                 page = await self._rag.list_documents(
                     self.corpus, after=after, limit=MAX_LIST_PAGE, provider=host

@@ -39,7 +39,8 @@ def test_the_last_records_come_from_the_rotated_files_too_oldest_first(
     write_log(home, "node.log.2", [record(i) for i in range(0, 3)])
     write_log(home, "node.log.1", [record(i) for i in range(3, 6)])
     write_log(home, "node.log", [record(6), record(7, peer="ed25519:abc", note="two words")])
-    (home / "logs" / "node.log").open("a").write('{"i": 8, "event": "half-writ')  # the writer is mid-line
+    with (home / "logs" / "node.log").open("a") as f:
+        f.write('{"i": 8, "event": "half-writ')  # the writer is mid-line
     assert main(["logs", "--home", str(home), "-n", "4", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["file"] == str(home / "logs" / "node.log")
@@ -100,6 +101,13 @@ def output_lines(proc: subprocess.Popen[str]) -> queue.Queue[str]:
     return lines
 
 
+def stopped(proc: subprocess.Popen[str]) -> None:
+    """``proc`` ended (killed if still running) and its pipes closed once its output is read."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=30)  # reads what is left (the pump sees the end), then closes the pipes
+
+
 @pytest.fixture
 def node_logging(tmp_path: Path) -> Iterator[Path]:
     """This process logs like a node whose home is ``tmp_path / "home"``: the real writer, rotating
@@ -154,9 +162,7 @@ def test_follow_survives_rotations_and_ctrl_c_ends_it_quietly(node_logging: Path
         assert proc.wait(timeout=30) == 130
         assert proc.stderr is not None and proc.stderr.read() == ""
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stopped(proc)
 
 
 def test_follow_waits_for_a_missing_file_and_rereads_a_truncated_one(tmp_path: Path) -> None:
@@ -178,7 +184,5 @@ def test_follow_waits_for_a_missing_file_and_rereads_a_truncated_one(tmp_path: P
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stopped(proc)
     assert os.path.exists(home / "logs" / "node.log")

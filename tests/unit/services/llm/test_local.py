@@ -201,6 +201,7 @@ def test_the_child_dies_with_its_parent(fake_llama: Path, tmp_path: Path) -> Non
     finally:
         if parent.poll() is None:
             parent.kill()
+        parent.communicate(timeout=30)  # reaped, its pipe closed
         if child and _alive(child):
             os.kill(child, signal.SIGKILL)  # the test failed: leave no orphan behind
 
