@@ -51,12 +51,14 @@ local-llm: install
 demo: install
 	$(BIN)/python -m hearthnet.demo
 
+# Two workers, each taking a whole test file (a module's mesh is set up once): most tests wait on
+# processes, sockets and timers, so two share the machine's cores well.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The edit loop: the unit tests alone (no node processes, no browser), in under two minutes.
 test-fast: install
-	$(BIN)/python -m pytest -q tests/unit
+	$(BIN)/python -m pytest -q -n 2 tests/unit
 
 test-faults: install
 	$(BIN)/python -m pytest -q tests/faults -s
