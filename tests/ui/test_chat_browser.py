@@ -132,6 +132,20 @@ def ask_on_page(driver: Any, question: str) -> Any:
     return answer
 
 
+def open_chat(driver: Any, session: str) -> None:
+    """Click the chat's Open button, again if the list was redrawn under the click (a refresh)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def clicked(d: Any) -> bool:
+        try:
+            css(d, f'#session-list li[data-session="{session}"] button.open')[0].click()
+        except (StaleElementReferenceException, IndexError):
+            return False
+        return True
+
+    wait(driver, clicked, what=f"chat {session} to open")
+
+
 def pick(driver: Any, value: str) -> None:
     from selenium.webdriver.support.ui import Select
 
@@ -221,9 +235,9 @@ def test_the_model_is_picked_per_chat(mesh: LocalMesh, driver: Any, server: Open
     assert server_requests(server) > asked
     model_chat = current_chat(driver)
     # each chat reopens with its own choice
-    css(driver, f'#session-list li[data-session="{extractive_chat}"] button.open')[0].click()
+    open_chat(driver, extractive_chat)
     wait(driver, lambda d: css(d, "#model")[0].get_attribute("value") == "extractive", what="extractive")
-    css(driver, f'#session-list li[data-session="{model_chat}"] button.open')[0].click()
+    open_chat(driver, model_chat)
     wait(driver, lambda d: css(d, "#model")[0].get_attribute("value") == f"model:{MODEL}", what="the model")
     screenshot(driver, "chat-04-model-picked")
 
@@ -247,7 +261,7 @@ def test_a_chat_is_exported_as_markdown_with_its_sources(mesh: LocalMesh, driver
     driver.refresh()
     wait(driver, lambda d: css(d, "#model[data-loaded]"), what="the Ask page's models")
     wait(driver, lambda d: css(d, f'#session-list li[data-session="{chat}"] button.open'), what="the chat")
-    css(driver, f'#session-list li[data-session="{chat}"] button.open')[0].click()
+    open_chat(driver, chat)
     wait(driver, lambda d: css(d, "#messages .chip"), what="the chat's answer with its chips")
     # what the browser would save: the Blob handed to the download link
     driver.execute_script(
