@@ -3,6 +3,7 @@ model-backed ones (embeddings, chat, rerank), each serving a list of backends of
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -72,7 +73,7 @@ class PlannedBackend(Generic[B]):
     unavailable_on: tuple[type[Exception], ...] = (BadRequest,)
 
 
-class ModelService(Generic[B]):
+class ModelService(ABC, Generic[B]):
     """The start, registrations, health and stop every model-backed service shares (embeddings,
     chat, rerank): backends given by the caller plus those the config plans, each model offered
     once; a planned backend that cannot be built is left out with its reason (``unavailable``)."""
@@ -102,11 +103,13 @@ class ModelService(Generic[B]):
         """The backends the config asks for, built at ``start``."""
         return []
 
+    @abstractmethod
     def descriptor(self, backend: B) -> CapabilityDescriptor:
-        raise NotImplementedError
+        """The capability ``backend`` is registered as."""
 
+    @abstractmethod
     def handler(self, backend: B) -> Handler:
-        raise NotImplementedError
+        """What answers the calls ``backend`` takes."""
 
     def describe(self, backend: B) -> dict[str, Any]:
         """One model's line in ``health``."""
