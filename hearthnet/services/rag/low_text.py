@@ -68,6 +68,9 @@ def wider(k: int) -> int:
 
 class _Ranked(Protocol):
     @property
+    def chunk_id(self) -> str: ...
+
+    @property
     def score(self) -> float: ...
 
     @property
@@ -111,7 +114,7 @@ def demoted(hits: Sequence[H], k: int, *, kept: frozenset[str] = frozenset()) ->
     never demoted."""
     out: list[H] = []
     for hit in hits:
-        if hit.metadata.get(LOW_TEXT) is True and getattr(hit, "chunk_id", None) not in kept:
+        if hit.metadata.get(LOW_TEXT) is True and hit.chunk_id not in kept:
             cosine = hit.score if hit.similarity is None else hit.similarity
             score = hit.score * LOW_TEXT_WEIGHT if hit.score >= 0 else hit.score / LOW_TEXT_WEIGHT
             hit = dataclasses.replace(hit, score=score, similarity=cosine)  # type: ignore[type-var]
