@@ -5,8 +5,6 @@ and the metadata keys they have (cached until a document of the corpus completes
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +14,8 @@ from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest, NotFound
 from hearthnet.services.rag.chunks import check_extra_metadata
 from hearthnet.services.rag.store.chroma import chroma_errors
-from hearthnet.services.rag.store.ledger import Ledger, metadata_json
+from hearthnet.services.rag.store.core import StoreCore
+from hearthnet.services.rag.store.ledger import metadata_json
 from hearthnet.services.rag.store.write import CHUNK_KEYS, user_metadata
 
 __all__ = ["DocumentList"]
@@ -28,41 +27,38 @@ _log = structlog.get_logger("hearthnet.rag.store")
 class DocumentList:
     """The documents of the store's corpora.
 
-    Given what it uses of the store: its ``lock`` and ``ledger``, ``collection`` (a corpus's
-    ChromaDB collection, ``NotFound`` if gone; a document's metadata from before the ledger
-    kept it is read from a chunk) and ``remote`` (ChromaDB is a server: a missing collection
-    leaves such metadata unknown).  Blocking, thread-safe.
+    Given what it uses of the store: its ``core`` (a document's metadata from before the ledger
+    kept it is read from a chunk of its collection) and ``remote`` (ChromaDB is a server: a missing
+    collection leaves such metadata unknown).  Blocking, thread-safe.
     """
 
-    lock: threading.RLock
-    ledger: Ledger
-    collection: Callable[[str], Any]
+    core: StoreCore
     remote: bool
     _metadata_keys: dict[str, frozenset[str] | None] = field(default_factory=dict, init=False)
     """Per corpus, the metadata keys its complete documents have (see :meth:`metadata_keys`)."""
 
     def changed(self, name: str) -> None:
         """A document of ``name`` completed or started going (or the corpus went): keys read again."""
-        with self.lock:
+        with self.core.lock:
             self._metadata_keys.pop(name, None)
 
     def has_document(self, name: str, doc_cid: str) -> bool:
-        self.collection(name)
-        with self.lock:
-            st = self.ledger.status(name, doc_cid)
+        self.core.collection(name)
+        with self.core.lock:
+            st = self.core.ledger.status(name, doc_cid)
         return st is not None and st[0] == "complete"
 
     def document_chunk_count(self, name: str, doc_cid: str) -> int:
-        self.collection(name)
-        with self.lock:
-            st = self.ledger.status(name, doc_cid)
+        self.core.collection(name)
+        with self.core.lock:
+            st = self.core.ledger.status(name, doc_cid)
         return st[1] if st is not None and st[0] == "complete" else 0
 
     def document_tokens(self, name: str, doc_cid: str) -> int:
         """Estimated tokens indexed for a complete document (0 if absent)."""
-        self.collection(name)
-        with self.lock:
-            return self.ledger.tokens(name, doc_cid)
+        self.core.collection(name)
+        with self.core.lock:
+            return self.core.ledger.tokens(name, doc_cid)
 
     def documents(self, name: str) -> list[dict[str, Any]]:
         """Complete documents of a corpus: ``{doc_cid, title, language, chunks, tokens, metadata, filename}``.
@@ -77,16 +73,16 @@ class DocumentList:
         ``NotFound`` if the corpus's collection is missing (its chunks cannot
         be answered, so "already ingested" would not be true).
         """
-        self.collection(name)
+        self.core.collection(name)
         found = self._documents(name, doc_cid)
         return found[0] if found else None
 
     def _documents(self, name: str, doc_cid: str | None) -> list[dict[str, Any]]:
         validate_corpus_name(name)
-        with self.lock:
-            if self.ledger.corpus(name) is None:
+        with self.core.lock:
+            if self.core.ledger.corpus(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
-            rows = self.ledger.complete_documents(name, doc_cid)
+            rows = self.core.ledger.complete_documents(name, doc_cid)
         out = []
         for cid, title, language, chunks, tokens, meta, filename in rows:
             # the ledger keeps the metadata (older ledgers did not: then it is read from a chunk), so
@@ -109,7 +105,7 @@ class DocumentList:
         """Metadata of a row from before the ledger kept it: from a chunk, or none if the
         collection is missing on a server (a reindex then rebuilds the document without it)."""
         try:
-            col = self.collection(name)
+            col = self.core.collection(name)
         except NotFound:
             if not self.remote:
                 raise
@@ -129,20 +125,20 @@ class DocumentList:
         many it has in all: ``{doc_cid, title, filename, pages, chunks, language, ingested_by,
         ingested_at}`` (``None`` where the ledger predates the field)."""
         validate_corpus_name(name)
-        with self.lock:
-            if self.ledger.corpus(name) is None:
+        with self.core.lock:
+            if self.core.ledger.corpus(name) is None:
                 raise NotFound(f"corpus {name!r} does not exist")
-            return self.ledger.page(name, after=after, limit=limit)
+            return self.core.ledger.page(name, after=after, limit=limit)
 
     def metadata_keys(self, name: str) -> frozenset[str] | None:
         """The metadata keys the corpus's complete documents have, or ``None`` if unknown (a
         document from before the ledger kept metadata).  From the ledger, cached until a
         document of the corpus completes or goes."""
-        with self.lock:
+        with self.core.lock:
             if name in self._metadata_keys:
                 return self._metadata_keys[name]
             keys: set[str] | None = set(CHUNK_KEYS)
-            for meta, has_file in self.ledger.metadata_of(name):
+            for meta, has_file in self.core.ledger.metadata_of(name):
                 found = metadata_json(meta)
                 if found is None:
                     keys = None

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,9 +24,8 @@ from hearthnet.services.rag.results import Hit
 from hearthnet.services.rag.search import fulltext
 from hearthnet.services.rag.search.filters import build_where, compile_where
 from hearthnet.services.rag.search.fusion import HYBRID_CANDIDATES, fuse
-from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import chroma_errors
-from hearthnet.services.rag.store.ledger import Ledger
+from hearthnet.services.rag.store.core import StoreCore
 from hearthnet.services.rag.store.vector_index import VectorIndex, query_vector
 
 __all__ = ["KeywordIndex"]
@@ -39,20 +37,13 @@ _log = structlog.get_logger("hearthnet.rag.store")
 class KeywordIndex:
     """Keyword and hybrid queries of the store's corpora, and :meth:`build_missing`.
 
-    What it uses of the store is given here: the ledger's database file (``root``), its
-    ``lock`` and ``ledger`` (the index's rows are written by the ledger's transactions; this
-    part reads them), the in-memory copies (``memory``), ``collection`` and ``batch`` as
-    for :class:`VectorIndex`, and the store's ``vectors`` (a hybrid query's dense
-    leg, the cosines of keyword hits).  Blocking, thread-safe.
+    Given what it uses of the store: its ``core`` (the index's rows are written by the ledger's
+    transactions; this part reads them from the ledger's database file) and the store's ``vectors``
+    (a hybrid query's dense leg, the cosines of keyword hits).  Blocking, thread-safe.
     """
 
-    root: Path
-    lock: threading.RLock
-    ledger: Ledger
-    memory: InMemoryCopies
-    collection: Callable[[str], Any]
+    core: StoreCore
     vectors: VectorIndex
-    batch: int
     _readers: threading.local = field(default_factory=threading.local, init=False)
     """Each thread's read-only connection to the ledger (keyword searches)."""
     _reader_connections: list[sqlite3.Connection] = field(default_factory=list, init=False)
@@ -63,14 +54,14 @@ class KeywordIndex:
         ChromaDB (blocking; under the store's lock, so no document completes or goes meanwhile).
         Returns the corpora built; one that cannot be read is logged and left without."""
         built = []
-        with self.lock:
-            missing = self.ledger.keyword_missing()
+        with self.core.lock:
+            missing = self.core.ledger.keyword_missing()
         for name in missing:
             try:
-                with self.lock:
-                    col = self.collection(name)
-                    complete = set(self.ledger.complete_chunks(name))
-                    self.ledger.build_keywords(name, self._stored_chunks(col, complete))
+                with self.core.lock:
+                    col = self.core.collection(name)
+                    complete = set(self.core.ledger.complete_chunks(name))
+                    self.core.ledger.build_keywords(name, self._stored_chunks(col, complete))
             except BusError as exc:
                 _log.warning("rag_keyword_build_failed", corpus=name, code=exc.code, error=exc.message)
                 continue
@@ -83,7 +74,7 @@ class KeywordIndex:
         offset = 0
         while True:
             with chroma_errors("read the corpus for its keyword index"):
-                got = col.get(include=["documents", "metadatas"], limit=self.batch, offset=offset)
+                got = col.get(include=["documents", "metadatas"], limit=self.core.batch, offset=offset)
             if not got["ids"]:
                 return
             offset += len(got["ids"])
@@ -100,16 +91,16 @@ class KeywordIndex:
         """This thread's read-only connection to the ledger's database."""
         db: sqlite3.Connection | None = getattr(self._readers, "db", None)
         if db is None:
-            uri = (self.root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
+            uri = (self.core.root / "ledger.sqlite3").resolve().as_uri() + "?mode=ro"
             db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
             self._readers.db = db
-            with self.lock:
+            with self.core.lock:
                 self._reader_connections.append(db)
         return db
 
     def close(self) -> None:
         """Close every thread's read connection (the store is closing)."""
-        with self.lock:
+        with self.core.lock:
             for db in self._reader_connections:
                 db.close()
             self._reader_connections.clear()
@@ -136,10 +127,10 @@ class KeywordIndex:
         (:meth:`ready`)."""
         if mode not in ("keyword", "hybrid"):
             raise BadRequest(f"mode {mode!r} is not a keyword or hybrid query")
-        self.collection(name)  # NotFound for an unknown corpus, whatever the mode
-        with self.lock:
-            cached = self.memory.get(name)
-            row = None if cached is not None else self.ledger.corpus(name)
+        self.core.collection(name)  # NotFound for an unknown corpus, whatever the mode
+        with self.core.lock:
+            cached = self.core.memory.get(name)
+            row = None if cached is not None else self.core.ledger.corpus(name)
         if cached is not None:
             dim = cached.dim
         elif row is not None:
@@ -224,11 +215,11 @@ class KeywordIndex:
         from ChromaDB (whose vectors are normalised here)."""
         if not ids:
             return []
-        with self.lock:
-            index = self.memory.get(name)
+        with self.core.lock:
+            index = self.core.memory.get(name)
         if index is not None:
             return index.chunks(ids, vec, include_text=include_text)
-        col = self.collection(name)
+        col = self.core.collection(name)
         include = ["embeddings", "metadatas", *(["documents"] if include_text else [])]
         with chroma_errors("read chunks"):
             got = col.get(ids=ids, include=include)

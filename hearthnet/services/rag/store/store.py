@@ -51,6 +51,7 @@ from hearthnet.services.rag.store.chroma import (
     open_client,
     staging_collection_name,
 )
+from hearthnet.services.rag.store.core import StoreCore
 from hearthnet.services.rag.store.document_list import DocumentList
 from hearthnet.services.rag.store.kept import KeptVectors
 from hearthnet.services.rag.store.keyword_index import KeywordIndex
@@ -123,49 +124,28 @@ class CorpusStore:
             finish_swap=lambda name: self._swap.finish(name),
             drop=self._forget_corpus,
         )
-        lock, ledger, memory = self._lock, self._ledger, self._memory
-        self._docs = DocumentList(lock=lock, ledger=ledger, collection=self._collection, remote=self._remote)
-        self._vectors = VectorIndex(
-            lock=lock,
-            ledger=ledger,
-            memory=memory,
+        core = StoreCore(
+            root=self.root,
+            lock=self._lock,
+            ledger=self._ledger,
+            memory=self._memory,
             collection=self._collection,
-            handles=self._collections,
             writing=self._writing,
             batch=self._batch,
         )
-        self._keywords = KeywordIndex(
-            root=self.root,
-            lock=lock,
-            ledger=ledger,
-            memory=memory,
-            collection=self._collection,
-            vectors=self._vectors,
-            batch=self._batch,
-        )
+        self._docs = DocumentList(core=core, remote=self._remote)
+        self._vectors = VectorIndex(core=core, handles=self._collections)
+        self._keywords = KeywordIndex(core=core, vectors=self._vectors)
         self._swap = CorpusSwap(
-            root=self.root,
-            lock=lock,
-            ledger=ledger,
-            memory=memory,
+            core=core,
             client=self._client,
             hnsw=self._hnsw,
             write_document=self._write_document,
-            writing=lambda name: bool(self._pending.get(name)),
             forget=self._forget_caches,
             info=self.info,
         )
-
-        self.updates = DocumentUpdates(  # a document's title and metadata changed in place
-            lock=lock,
-            ledger=ledger,
-            memory=memory,
-            collection=self._collection,
-            docs=self._docs,
-            writing=self._writing,
-            corpora=self.corpora,
-            batch=self._batch,
-        )
+        self.updates = DocumentUpdates(core=core, docs=self._docs, corpora=self.corpora)
+        """A document's title and metadata changed in place."""
 
     def _writing(self, name: str) -> set[str]:
         """The documents this process is writing to ``name`` (hidden from queries)."""

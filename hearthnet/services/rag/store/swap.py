@@ -5,11 +5,9 @@ drop of a whole corpus."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,14 +15,14 @@ import numpy as np
 from hearthnet.contracts.rag import validate_corpus_name
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.chunks import Chunk
-from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import (
     chroma_errors,
     collection_name,
     collection_settings,
     staging_collection_name,
 )
-from hearthnet.services.rag.store.ledger import CorpusRecord, Ledger
+from hearthnet.services.rag.store.core import StoreCore
+from hearthnet.services.rag.store.ledger import CorpusRecord
 from hearthnet.services.rag.store.write import DocumentWrite, out_of_space
 
 __all__ = ["CorpusSwap"]
@@ -34,22 +32,16 @@ __all__ = ["CorpusSwap"]
 class CorpusSwap:
     """:meth:`replace_corpus`, :meth:`drop_corpus` and :meth:`finish` (a swap a crash left owed).
 
-    What it uses of the store is given here: ``root`` (for a full disk's message), its ``lock``
-    and ``ledger``, the ChromaDB ``client`` and the ``hnsw`` settings of a new collection, the
-    in-memory copies (``memory``), ``write_document`` (the store's write of one document's
-    chunks into a collection), ``writing`` (whether this process is writing to a corpus),
-    ``forget`` (the store's caches of a corpus dropped: handle, metadata keys, copy, writes in
-    progress) and ``info``.  Blocking, thread-safe.
+    Given what it uses of the store: its ``core``, the ChromaDB ``client`` and the ``hnsw``
+    settings of a new collection, ``write_document`` (the store's write of one document's chunks
+    into a collection), ``forget`` (the store's caches of a corpus dropped: handle, metadata keys,
+    copy, writes in progress) and ``info``.  Blocking, thread-safe.
     """
 
-    root: Path
-    lock: threading.RLock
-    ledger: Ledger
+    core: StoreCore
     client: Any
     hnsw: dict[str, Any]
-    memory: InMemoryCopies
     write_document: Callable[[Any, DocumentWrite], None]
-    writing: Callable[[str], bool]
     forget: Callable[[str], None]
     info: Callable[[str], CorpusRecord]
 
@@ -97,16 +89,16 @@ class CorpusSwap:
             with contextlib.suppress(Exception):
                 self.client.delete_collection(staging)
             if isinstance(exc, Exception):
-                full = out_of_space(self.root, exc, needed=sum(w.size for w in writes))
+                full = out_of_space(self.core.root, exc, needed=sum(w.size for w in writes))
                 if full is not None:
                     raise full from exc
             raise
-        with self.lock:
-            self.ledger.replace(name, writes, embedding_model=embedding_model, dim=dim, created=created)
+        with self.core.lock:
+            self.core.ledger.replace(name, writes, embedding_model=embedding_model, dim=dim, created=created)
             self.forget(name)
             self.finish(name)
             # from memory: no query has to load the new copy from ChromaDB
-            self.memory.rebuilt(
+            self.core.memory.rebuilt(
                 name,
                 dim,
                 [i for w in writes for i in w.ids],
@@ -123,12 +115,12 @@ class CorpusSwap:
         from chromadb.errors import NotFoundError
 
         validate_corpus_name(name)
-        with self.lock:
-            if self.ledger.corpus(name) is None:
+        with self.core.lock:
+            if self.core.ledger.corpus(name) is None:
                 return False
-            if self.writing(name):
+            if self.core.writing(name):
                 raise BadRequest(f"corpus {name!r} is being written; drop it when that is done")
-            self.ledger.forget_corpus(name)
+            self.core.ledger.forget_corpus(name)
             self.forget(name)
         with chroma_errors("drop a corpus"), contextlib.suppress(NotFoundError):
             self.client.delete_collection(collection_name(name))
@@ -147,4 +139,4 @@ class CorpusSwap:
                 with contextlib.suppress(NotFoundError):
                     self.client.delete_collection(collection_name(name))
                 staged.modify(name=collection_name(name))
-        self.ledger.swap_done(name)
+        self.core.ledger.swap_done(name)

@@ -12,7 +12,6 @@ and an update still to be announced keeps its marker until the caller says it wa
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +20,9 @@ import structlog
 
 from hearthnet.errors import BadRequest, NotFound
 from hearthnet.services.rag.chunks import RESERVED_METADATA, check_extra_metadata
-from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import chroma_errors
+from hearthnet.services.rag.store.core import StoreCore
 from hearthnet.services.rag.store.document_list import DocumentList
-from hearthnet.services.rag.store.ledger import Ledger
 
 __all__ = ["DocumentUpdate", "DocumentUpdates", "chunk_change", "merged_metadata"]
 
@@ -66,35 +64,18 @@ def chunk_change(title: str, metadata: Mapping[str, Any]) -> Change:
     return change
 
 
+@dataclass(kw_only=True, eq=False)
 class DocumentUpdates:
     """:meth:`update_document` and what finishes it: a part :class:`CorpusStore` composes.
 
-    Given what it uses of the store: its ``lock``, ``ledger`` and ``memory`` (the in-memory
-    copies), ``collection`` (a corpus's ChromaDB collection), ``docs`` (the document list: a
-    document's title and metadata, the metadata keys to read again), ``writing`` (the documents
-    this process is writing) and ``batch`` (ChromaDB's write size).  Blocking, thread-safe.
+    Given what it uses of the store: its ``core``, ``docs`` (the document list: a document's title
+    and metadata, the metadata keys to read again) and ``corpora`` (the corpora held).  Blocking,
+    thread-safe.
     """
 
-    def __init__(
-        self,
-        *,
-        lock: threading.RLock,
-        ledger: Ledger,
-        memory: InMemoryCopies,
-        collection: Callable[[str], Any],
-        docs: DocumentList,
-        writing: Callable[[str], set[str]],
-        corpora: Callable[[], list[str]],
-        batch: int,
-    ) -> None:
-        self._lock = lock
-        self._ledger = ledger
-        self._memory = memory
-        self._collection = collection
-        self._docs = docs
-        self._writing = writing
-        self._corpora = corpora
-        self._batch = batch
+    core: StoreCore
+    docs: DocumentList
+    corpora: Callable[[], list[str]]
 
     def update_document(
         self,
@@ -109,13 +90,13 @@ class DocumentUpdates:
         field); ``None`` if the corpus does not hold the document complete.  Nothing is written when
         nothing changes.  ``announce``: the caller appends an event and then calls
         :meth:`update_announced` (until then the update is in :meth:`pending_updates`)."""
-        col = self._collection(name)
-        with self._lock:
-            if doc_cid in self._writing(name):
+        col = self.core.collection(name)
+        with self.core.lock:
+            if doc_cid in self.core.writing(name):
                 raise BadRequest(
                     f"document {doc_cid} is being written to corpus {name!r}; update it when that is done"
                 )
-            doc = self._docs.document(name, doc_cid)
+            doc = self.docs.document(name, doc_cid)
             if doc is None:
                 return None
             new_meta = merged_metadata(doc["metadata"], metadata)
@@ -123,15 +104,15 @@ class DocumentUpdates:
             if (new_title, new_meta) == (doc["title"], doc["metadata"]):
                 return DocumentUpdate(doc_cid, new_title, new_meta, changed=False)
             change = chunk_change(new_title, new_meta)
-            if not self._ledger.update_metadata(
+            if not self.core.ledger.update_metadata(
                 name, doc_cid, title=new_title, metadata=new_meta, change=change, announce=announce
             ):
                 return None
-            self._docs.changed(name)
-            self._memory.updated(name, doc_cid, change)
+            self.docs.changed(name)
+            self.core.memory.updated(name, doc_cid, change)
         self._write_chunk_metadata(col, doc_cid, change)
-        with self._lock:
-            self._ledger.update_written(name, doc_cid)
+        with self.core.lock:
+            self.core.ledger.update_written(name, doc_cid)
         _log.info("rag_document_updated", corpus=name, doc_cid=doc_cid, fields=len(new_meta))
         return DocumentUpdate(doc_cid, new_title, new_meta, changed=True)
 
@@ -146,38 +127,38 @@ class DocumentUpdates:
             old = dict(old or {})
             new: dict[str, Any] = dict(change(old))
             metas.append({**{k: None for k in old if k not in new}, **new})
-        for a in range(0, len(ids), self._batch):
+        for a in range(0, len(ids), self.core.batch):
             with chroma_errors("update chunk metadata"):
-                col.update(ids=ids[a : a + self._batch], metadatas=metas[a : a + self._batch])
+                col.update(ids=ids[a : a + self.core.batch], metadatas=metas[a : a + self.core.batch])
 
     def pending_updates(self) -> list[tuple[str, str]]:
         """``(corpus, doc_cid)`` of updates written but not yet announced."""
-        with self._lock:
-            return [(c, d) for c, d, announce in self._ledger.pending_updates() if announce]
+        with self.core.lock:
+            return [(c, d) for c, d, announce in self.core.ledger.pending_updates() if announce]
 
     def update_announced(self, name: str, doc_cid: str) -> None:
-        with self._lock:
-            self._ledger.update_announced(name, doc_cid)
+        with self.core.lock:
+            self.core.ledger.update_announced(name, doc_cid)
 
     def finish_updates(self) -> int:
         """Write again into ChromaDB each update a kill may have cut short (from the ledger's title
         and metadata); returns how many.  A document no longer complete needs nothing."""
         done = 0
-        with self._lock:
-            pending = self._ledger.pending_updates()
-            held = set(self._corpora())
+        with self.core.lock:
+            pending = self.core.ledger.pending_updates()
+            held = set(self.corpora())
         for corpus, doc_cid, _ in pending:
             try:
-                doc = self._docs.document(corpus, doc_cid) if corpus in held else None
+                doc = self.docs.document(corpus, doc_cid) if corpus in held else None
                 if doc is None:
-                    with self._lock:
-                        self._ledger.update_announced(corpus, doc_cid)
+                    with self.core.lock:
+                        self.core.ledger.update_announced(corpus, doc_cid)
                     continue
                 change = chunk_change(str(doc["title"]), doc["metadata"])
-                self._write_chunk_metadata(self._collection(corpus), doc_cid, change)
-                with self._lock:
-                    self._ledger.update_written(corpus, doc_cid)
-                    self._memory.updated(corpus, doc_cid, change)
+                self._write_chunk_metadata(self.core.collection(corpus), doc_cid, change)
+                with self.core.lock:
+                    self.core.ledger.update_written(corpus, doc_cid)
+                    self.core.memory.updated(corpus, doc_cid, change)
                 done += 1
             except NotFound:
                 continue  # a corpus whose collection is missing on a server: finished when it is back

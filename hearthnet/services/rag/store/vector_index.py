@@ -6,8 +6,7 @@ reads of stored chunks by id or filter (``rag.get``) and of a document's chunks 
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +18,8 @@ from hearthnet.services.rag.results import Hit
 from hearthnet.services.rag.search.exact import ExactIndex
 from hearthnet.services.rag.search.filters import build_where, chroma_where, compile_where
 from hearthnet.services.rag.search.hnsw import hnsw_search
-from hearthnet.services.rag.search.memory import InMemoryCopies
 from hearthnet.services.rag.store.chroma import CollectionGone, Collections, chroma_errors
-from hearthnet.services.rag.store.ledger import Ledger
+from hearthnet.services.rag.store.core import StoreCore
 
 __all__ = ["ChunkRow", "VectorIndex", "query_vector"]
 
@@ -53,20 +51,12 @@ class ChunkRow:
 class VectorIndex:
     """Dense queries and chunk reads of the store's corpora.
 
-    What it uses of the store is given here: its ``lock`` (held for every ledger read and every
-    change of the in-memory ``memory``), its ``ledger``, ``collection`` (a corpus's ChromaDB
-    collection, ``NotFound`` if gone), ``handles`` (the collection handles held: ``known`` and
-    ``forget``), ``writing`` (the documents this process is writing to a corpus, hidden from
-    queries) and the ChromaDB ``batch`` size.  Blocking, thread-safe.
+    Given what it uses of the store: its ``core`` and ``handles`` (the collection handles held:
+    ``known`` and ``forget``).  Blocking, thread-safe.
     """
 
-    lock: threading.RLock
-    ledger: Ledger
-    memory: InMemoryCopies
-    collection: Callable[[str], Any]
+    core: StoreCore
     handles: Collections
-    writing: Callable[[str], set[str]]
-    batch: int
 
     def query(
         self,
@@ -112,13 +102,13 @@ class VectorIndex:
     def copy_at_once(self, name: str, max_floats: int) -> ExactIndex | None:
         """The corpus's in-memory copy if the event loop may search it now: the store lock free
         (never waited for), the collection's handle known, at most ``max_floats`` components."""
-        if not self.lock.acquire(blocking=False):
+        if not self.core.lock.acquire(blocking=False):
             return None
         try:
-            index = self.memory.get(name)
+            index = self.core.memory.get(name)
             known = self.handles.known(name)
         finally:
-            self.lock.release()
+            self.core.lock.release()
         if index is None or not known or len(index) * index.dim > max_floats:
             return None
         return index
@@ -132,10 +122,10 @@ class VectorIndex:
         where: Mapping[str, Any] | None,
         include_text: bool,
     ) -> list[Hit]:
-        col = self.collection(name)
-        with self.lock:
-            cached = self.memory.get(name)  # kept with the corpus's row: no ledger read then
-            row = None if cached is not None else self.ledger.corpus(name)
+        col = self.core.collection(name)
+        with self.core.lock:
+            cached = self.core.memory.get(name)  # kept with the corpus's row: no ledger read then
+            row = None if cached is not None else self.core.ledger.corpus(name)
         if cached is not None:
             dim = cached.dim
         elif row is None:
@@ -148,9 +138,9 @@ class VectorIndex:
         if index is not None:
             matches = None if clause is None else compile_where(clause)
             return index.search(vec, k, matches, include_text=include_text)
-        with self.lock:
-            hidden = self.writing(name) | self.ledger.not_complete(name)
-            complete, stored = self.ledger.chunk_counts(name)
+        with self.core.lock:
+            hidden = self.core.writing(name) | self.core.ledger.not_complete(name)
+            complete, stored = self.core.ledger.chunk_counts(name)
         with chroma_errors("query"):
             return hnsw_search(
                 col,
@@ -166,8 +156,8 @@ class VectorIndex:
 
     def complete_only(self, name: str, hits: list[Hit]) -> list[Hit]:
         """The hits whose document is complete in the ledger now."""
-        with self.lock:
-            complete = self.ledger.complete_among(name, [str(h.metadata.get("doc_cid")) for h in hits])
+        with self.core.lock:
+            complete = self.core.ledger.complete_among(name, [str(h.metadata.get("doc_cid")) for h in hits])
         return [h for h in hits if h.metadata.get("doc_cid") in complete]
 
     def exact_index(self, name: str, col: Any) -> ExactIndex | None:
@@ -179,29 +169,29 @@ class VectorIndex:
         again.  One load per corpus at a time: queries arriving meanwhile use HNSW instead
         of loading (and holding in memory) a copy each.
         """
-        with self.lock:
-            index = self.memory.get(name)
-            if index is not None or not self.memory.should_load(name):
+        with self.core.lock:
+            index = self.core.memory.get(name)
+            if index is not None or not self.core.memory.should_load(name):
                 return index
-            self.memory.loading.add(name)
+            self.core.memory.loading.add(name)
         try:
             return self._load_exact(name, col)
         finally:
-            with self.lock:
-                self.memory.loading.discard(name)
+            with self.core.lock:
+                self.core.memory.loading.discard(name)
 
     def _load_exact(self, name: str, col: Any) -> ExactIndex | None:
         """:meth:`exact_index`'s load (the caller marked ``name`` as loading)."""
-        with self.lock:
-            row = self.ledger.corpus(name)
+        with self.core.lock:
+            row = self.core.ledger.corpus(name)
             if row is None:
                 return None
-            complete = self.ledger.complete_chunks(name)
+            complete = self.core.ledger.complete_chunks(name)
             total = sum(complete.values())
-            if not self.memory.fits(name, total):
-                self.memory.too_big.add(name)
+            if not self.core.memory.fits(name, total):
+                self.core.memory.too_big.add(name)
                 return None
-            generation = self.memory.generation(name)
+            generation = self.core.memory.generation(name)
         # Chunks of documents being written now are in Chroma but not complete: skipped.
         ids: list[str] = []
         vectors: list[np.ndarray] = []
@@ -211,7 +201,7 @@ class VectorIndex:
         with chroma_errors("load corpus for exact search"):
             while True:
                 got = col.get(
-                    include=["embeddings", "documents", "metadatas"], limit=self.batch, offset=offset
+                    include=["embeddings", "documents", "metadatas"], limit=self.core.batch, offset=offset
                 )
                 if not got["ids"]:
                     break
@@ -224,15 +214,15 @@ class VectorIndex:
         index = ExactIndex(row.dim)
         if ids:  # one copy into the index, not one growing concatenation per page
             index.add(ids, np.concatenate(vectors), texts, metas)
-        with self.lock:
-            if self.memory.generation(name) != generation or self.memory.get(name) is not None:
-                return self.memory.get(name)  # changed meanwhile: not this copy
+        with self.core.lock:
+            if self.core.memory.generation(name) != generation or self.core.memory.get(name) is not None:
+                return self.core.memory.get(name)  # changed meanwhile: not this copy
             if len(index) != total:
                 # The ledger and Chroma disagree (should not happen): trust neither copy, use HNSW.
                 _log.warning("rag_exact_index_mismatch", corpus=name, ledger=total, loaded=len(index))
-                self.memory.too_big.add(name)
+                self.core.memory.too_big.add(name)
                 return None
-            if self.memory.install(name, index) is None:
+            if self.core.memory.install(name, index) is None:
                 return None
         _log.info("rag_exact_index_loaded", corpus=name, chunks=total, bytes=index.nbytes)
         return index
@@ -242,9 +232,9 @@ class VectorIndex:
     ) -> tuple[list[str], list[str], list[dict[str, Any]], np.ndarray] | None:
         """A complete document's chunk ids, texts, metadata and vectors, in chunk order (``chunk_index``,
         then id), as stored; ``None`` if the corpus does not hold it complete (blocking)."""
-        col = self.collection(name)
-        with self.lock:
-            if doc_cid not in self.ledger.complete_among(name, [doc_cid]):
+        col = self.core.collection(name)
+        with self.core.lock:
+            if doc_cid not in self.core.ledger.complete_among(name, [doc_cid]):
                 return None
         with chroma_errors("read a document's chunks"):
             got = col.get(where={"doc_cid": doc_cid}, include=["embeddings", "documents", "metadatas"])
@@ -269,7 +259,7 @@ class VectorIndex:
         loaded = []
         for name in names:
             try:
-                if self.exact_index(name, self.collection(name)) is not None:
+                if self.exact_index(name, self.core.collection(name)) is not None:
                     loaded.append(name)
             except BusError as exc:
                 _log.warning("rag_exact_warm_failed", corpus=name, code=exc.code, error=exc.message)
@@ -294,15 +284,15 @@ class VectorIndex:
         checked against its exact meaning after; a row a widened comparison let in (rare) is left
         out of the page rather than replaced, so such a page may hold fewer than ``limit``.
         """
-        col = self.collection(name)
+        col = self.core.collection(name)
         clause = build_where(where) if where else None
         parts: list[dict[str, Any]] = []
         if clause is not None:
             widened = chroma_where(clause)
             if widened is not None:
                 parts.append(widened)
-        with self.lock:
-            hidden = self.writing(name) | self.ledger.not_complete(name)
+        with self.core.lock:
+            hidden = self.core.writing(name) | self.core.ledger.not_complete(name)
         if hidden:
             parts.append({"doc_cid": {"$nin": sorted(hidden)}})
         chroma_clause = None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}
@@ -337,6 +327,6 @@ class VectorIndex:
                     embedding=None if vectors is None else [float(x) for x in vectors[i]],
                 )
             )
-        with self.lock:
-            complete = self.ledger.complete_among(name, [str(r.metadata.get("doc_cid")) for r in rows])
+        with self.core.lock:
+            complete = self.core.ledger.complete_among(name, [str(r.metadata.get("doc_cid")) for r in rows])
         return [r for r in rows if r.metadata.get("doc_cid") in complete]
