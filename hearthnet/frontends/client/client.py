@@ -21,6 +21,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -311,9 +312,9 @@ class AsyncClient:
             "input": dict(input or {}),
             "stream": stream,
         }
-        for field in ("params", "input"):
-            if nested_deeper(req[field], MAX_INPUT_DEPTH):
-                raise BadRequest(str(value_problem(req[field], where=field, max_depth=MAX_INPUT_DEPTH)))
+        for part in ("params", "input"):
+            if nested_deeper(req[part], MAX_INPUT_DEPTH):
+                raise BadRequest(str(value_problem(req[part], where=part, max_depth=MAX_INPUT_DEPTH)))
         if timeout is not None:
             req["timeout"] = float(timeout)
         if provider is not None:
@@ -376,25 +377,22 @@ class AsyncClient:
             await _close(stream)
 
 
+@dataclass(eq=False)
 class _Retry:
     """How a call refused for capacity is sent again: after :func:`retry_wait`, with what is
     left of its ``timeout``, while a try can still finish within it."""
 
-    def __init__(
-        self,
-        client: AsyncClient,
-        request: dict[str, Any],
-        started: float,
-        timeout: float | None,
-        deadline: float,
-    ) -> None:
-        self._client = client
-        self._request = request
-        self._started = started
-        self._timeout = timeout
-        self._deadline = deadline
-        self._until = started + (timeout if timeout is not None else CAPACITY_RETRY_SECONDS)
-        self.retries = 0
+    client: AsyncClient
+    request: dict[str, Any]
+    started: float
+    timeout: float | None
+    deadline: float
+    retries: int = field(default=0, init=False)
+
+    @property
+    def until(self) -> float:
+        """When no try may start any more: the call's ``timeout``, else the capacity retries' own."""
+        return self.started + (self.timeout if self.timeout is not None else CAPACITY_RETRY_SECONDS)
 
     async def again(
         self, hint_ms: int, old: anyio.abc.ByteStream, *, reusable: bool
@@ -402,18 +400,18 @@ class _Retry:
         """The connection the call was sent again on, or ``None`` if no try fits in the time left
         (a try needs about the hint's time on top of the wait)."""
         wait = retry_wait(self.retries, hint_ms)
-        if anyio.current_time() + wait + hint_ms / 1000 > self._until:
+        if anyio.current_time() + wait + hint_ms / 1000 > self.until:
             return None
         self.retries += 1
-        await self._client._release_stream(old, reusable=reusable)
+        await self.client._release_stream(old, reusable=reusable)
         await anyio.sleep(wait)
-        request = self._request
-        if self._timeout is not None:
-            request = {**request, "timeout": max(0.001, self._started + self._timeout - anyio.current_time())}
-        return await self._client._send_request(request, self._deadline)
+        request = self.request
+        if self.timeout is not None:
+            request = {**request, "timeout": max(0.001, self.started + self.timeout - anyio.current_time())}
+        return await self.client._send_request(request, self.deadline)
 
     def summary(self) -> str:
-        took = anyio.current_time() - self._started
+        took = anyio.current_time() - self.started
         return f"still refused after {self.retries + 1} tries over {took:.1f} s"
 
 

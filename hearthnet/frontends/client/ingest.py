@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
@@ -91,26 +91,22 @@ async def ingest_files(
     return host, flow.entries
 
 
+@dataclass(eq=False)
 class _Flow:
     """One :func:`ingest_files` call's documents, each with its entry, step by step."""
 
-    def __init__(
-        self,
-        caller: Caller,
-        corpus: str,
-        host: str,
-        documents: Sequence[Document],
-        progress: Progress,
-        busy_seconds: float,
-    ) -> None:
-        self.caller = caller
-        self.corpus = corpus
-        self.host = host
-        self.documents = documents
-        self.entries: list[dict[str, Any]] = [{} for _ in documents]
-        self.progress = progress
-        self.busy_seconds = busy_seconds
-        self.label = documents[0].filename if len(documents) == 1 else f"{len(documents)} files"
+    caller: Caller
+    corpus: str
+    host: str
+    documents: Sequence[Document]
+    progress: Progress
+    busy_seconds: float
+    entries: list[dict[str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        docs = self.documents
+        self.entries = [{} for _ in docs]
+        self.label = docs[0].filename if len(docs) == 1 else f"{len(docs)} files"
 
     def _show(self, frame: dict[str, Any]) -> None:
         self.progress(self.label, frame)

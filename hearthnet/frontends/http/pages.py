@@ -37,6 +37,22 @@ def _layout(title: str, body: str, *, scripts: tuple[str, ...], head: str = "", 
     )
 
 
+_CONFIRM_DIALOG = """
+<dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
+  <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
+  <div id="confirm-extra"></div>
+  <div class="row end"><button value="cancel" class="secondary">Cancel</button>
+  <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
+"""The dialog every page of the app asks "Are you sure?" with (common.js opens it)."""
+
+
+def _app_page(active: str, session: Session, node_name: str, body: str, *, scripts: tuple[str, ...]) -> str:
+    """A page of the signed-in app: its header, ``body``, the confirm dialog, common.js and ``scripts``."""
+    nav, head = _chrome(active, session, node_name)
+    title = next(label for key, _, label in NAV if key == active)
+    return _layout(title, body + _CONFIRM_DIALOG, scripts=("common.js", *scripts), head=head, nav=nav)
+
+
 def _chrome(active: str, session: Session, node_name: str) -> tuple[str, str]:
     """The header (node, navigation, who is signed in) and the meta tags the scripts read."""
     current = ' aria-current="page"'
@@ -63,7 +79,6 @@ def _chrome(active: str, session: Session, node_name: str) -> tuple[str, str]:
 
 
 def ask_page(session: Session, node_name: str) -> str:
-    nav, head = _chrome("ask", session, node_name)
     body = f"""
 <div class="ask">
   <aside class="sessions" aria-labelledby="sessions-h">
@@ -109,17 +124,11 @@ def ask_page(session: Session, node_name: str) -> str:
       </div>
     </form>
   </section>
-</div>
-<dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
-  <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
-  <div id="confirm-extra"></div>
-  <div class="row end"><button value="cancel" class="secondary">Cancel</button>
-  <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
-    return _layout("Ask", body, scripts=("common.js", "ask.js"), head=head, nav=nav)
+</div>"""
+    return _app_page("ask", session, node_name, body, scripts=("ask.js",))
 
 
 def library_page(session: Session, node_name: str) -> str:
-    nav, head = _chrome("library", session, node_name)
     upload = ""
     if session.level >= Level.TRUSTED:
         upload = f"""
@@ -187,18 +196,12 @@ def library_page(session: Session, node_name: str) -> str:
       <tbody></tbody></table></div>
     <p id="documents-empty" class="muted" hidden>No documents.</p>
   </section>{folders}{upload}
-</div>
-<dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
-  <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
-  <div id="confirm-extra"></div>
-  <div class="row end"><button value="cancel" class="secondary">Cancel</button>
-  <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
-    scripts = ("common.js", "library.js", "folders.js") if folders else ("common.js", "library.js")
-    return _layout("Library", body, scripts=scripts, head=head, nav=nav)
+</div>"""
+    scripts = ("library.js", "folders.js") if folders else ("library.js",)
+    return _app_page("library", session, node_name, body, scripts=scripts)
 
 
 def mesh_page(session: Session, node_name: str) -> str:
-    nav, head = _chrome("mesh", session, node_name)
     invite = ""
     if session.level >= Level.ANCHOR:
         invite = """
@@ -240,13 +243,8 @@ def mesh_page(session: Session, node_name: str) -> str:
     <h2 id="events-h">Recent events</h2>
     <ol id="events" class="events"></ol>
   </section>{invite}
-</div>
-<dialog id="confirm" aria-labelledby="confirm-h"><form method="dialog">
-  <h2 id="confirm-h">Are you sure?</h2><p id="confirm-text"></p>
-  <div id="confirm-extra"></div>
-  <div class="row end"><button value="cancel" class="secondary">Cancel</button>
-  <button value="ok" id="confirm-ok" class="danger">Confirm</button></div></form></dialog>"""
-    return _layout("Mesh", body, scripts=("common.js", "mesh.js"), head=head, nav=nav)
+</div>"""
+    return _app_page("mesh", session, node_name, body, scripts=("mesh.js",))
 
 
 def login_page(navigation: str) -> str:

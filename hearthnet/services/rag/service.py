@@ -44,7 +44,7 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.archives.serve import ServedArchives
-from hearthnet.services.rag.chunks import query_chunks
+from hearthnet.services.rag.chunks import query_reply
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
@@ -348,32 +348,24 @@ class RagService:
         replica, lag = replica_meta(self._bus.node_id, corpus, registered)  # a replica's lag, if any
         warnings += lag
         warnings += _query_warnings(corpus, mode, used, where, known_keys)
-        chunks = query_chunks(hits, include_text=include_text)
         self.queries += 1
-        ms = _ms(started)
-        log.info(
-            "rag_query",
+        out, meta = query_reply(
+            ctx,
+            hits,
             corpus=corpus,
             k=k,
             mode=used,
-            hits=len(chunks),
-            ms=ms,
-            caller=ctx.caller,
-            trace_id=ctx.trace_id,
+            include_text=include_text,
+            started=started,
+            embed_seconds=embedded - embedding,
+            model=model,
         )
-        meta: dict[str, Any] = {
-            "corpus": corpus,
-            "ms": ms,
-            "embed_ms": round((embedded - embedding) * 1000, 3),
-            "embedding_model": model,
-            "mode": used,
-        }
         if used != mode:
             meta["mode_requested"] = mode
         meta.update(replica)
         if warnings:
             meta["warnings"] = warnings
-        return {"chunks": chunks}, meta
+        return out, meta
 
     def _duplicate_warnings(self, corpus: str, what: str) -> list[str]:
         """Warnings when other nodes host a corpus of the same name (a replica's copy is the host's)."""

@@ -25,7 +25,7 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
-from hearthnet.services.rag.chunks import query_chunks
+from hearthnet.services.rag.chunks import query_reply
 from hearthnet.services.rag.inputs import list_input, query_input
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
@@ -142,35 +142,27 @@ class ServedArchives:
         )
         embedded = time.perf_counter()
         hits = await archive.query(vector, k=k, where=where, include_text=include_text)
-        chunks = query_chunks(hits, include_text=include_text)
         self.queries += 1
-        ms = round((time.perf_counter() - started) * 1000, 3)
-        log.info(
-            "rag_query",
+        out, meta = query_reply(
+            ctx,
+            hits,
             corpus=corpus,
-            archive=True,
             k=k,
-            hits=len(chunks),
-            ms=ms,
-            caller=ctx.caller,
-            trace_id=ctx.trace_id,
+            mode="dense",
+            include_text=include_text,
+            started=started,
+            embed_seconds=embedded - embedding,
+            model=model,
+            archive=True,
         )
-        meta: dict[str, Any] = {
-            "corpus": corpus,
-            "ms": ms,
-            "embed_ms": round((embedded - embedding) * 1000, 3),
-            "embedding_model": model,
-            "read_only": True,
-            "label": archive.config.display_name,
-            "mode": "dense",
-        }
+        meta.update(read_only=True, label=archive.config.display_name)
         if mode != "dense" and "mode" in ctx.input:  # asked for explicitly: say it was not given
             meta["mode_requested"] = mode
             meta["warnings"] = [
                 f"corpus {corpus} is an archive without a keyword index: this {mode} query was "
                 "answered by dense search alone"
             ]
-        return {"chunks": chunks}, meta
+        return out, meta
 
     async def handle_list_documents(self, ctx: CallContext) -> Output:
         """``rag.list_documents`` of an archive: its documents in ChromaDB's order (its ``document``
