@@ -6,16 +6,11 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
-from hearthnet.bus.context import CallContext
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.results import Hit
 
 __all__ = [
     "MAX_METADATA_FIELDS",
@@ -25,11 +20,7 @@ __all__ = [
     "Chunk",
     "check_extra_metadata",
     "chunk_id_for",
-    "query_chunks",
-    "query_reply",
 ]
-
-_log = structlog.get_logger("hearthnet.rag")
 
 RESERVED_METADATA = frozenset(
     {
@@ -120,61 +111,3 @@ def check_extra_metadata(extra: Mapping[str, Any] | None) -> dict[str, Any]:
             )
         out[key] = value
     return out
-
-
-def query_chunks(hits: Sequence[Hit], *, include_text: bool) -> list[dict[str, Any]]:
-    """``rag.query``'s ``chunks``, a store corpus's or an archive's: each hit's rank, its ``score``
-    beside the cosine (``similarity``; the score itself when it is the cosine), its metadata with
-    its ``chunk_id``, and its text unless the query asked for none."""
-    out = []
-    for rank, hit in enumerate(hits, start=1):
-        similarity = hit.score if hit.similarity is None else hit.similarity
-        item: dict[str, Any] = {
-            "rank": rank,
-            "score": round(float(hit.score), 6),
-            "similarity": round(float(similarity), 6),
-            "metadata": {**hit.metadata, "chunk_id": hit.chunk_id},
-        }
-        if include_text and hit.text is not None:
-            item["text"] = hit.text
-        out.append(item)
-    return out
-
-
-def query_reply(
-    ctx: CallContext,
-    hits: Sequence[Hit],
-    *,
-    corpus: str,
-    k: int,
-    mode: str,
-    include_text: bool,
-    started: float,
-    embed_seconds: float,
-    model: str,
-    **logged: Any,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``rag.query``'s output and the meta every corpus gives (``corpus``, ``ms`` since ``started``,
-    ``embed_ms``, ``embedding_model``, the ``mode`` that answered), a store corpus's or an archive's;
-    the query logged as ``rag_query`` with ``logged`` (never its question or text)."""
-    chunks = query_chunks(hits, include_text=include_text)
-    ms = round((time.perf_counter() - started) * 1000, 3)
-    _log.info(
-        "rag_query",
-        corpus=corpus,
-        k=k,
-        mode=mode,
-        hits=len(chunks),
-        ms=ms,
-        caller=ctx.caller,
-        trace_id=ctx.trace_id,
-        **logged,
-    )
-    meta = {
-        "corpus": corpus,
-        "ms": ms,
-        "embed_ms": round(embed_seconds * 1000, 3),
-        "embedding_model": model,
-        "mode": mode,
-    }
-    return {"chunks": chunks}, meta

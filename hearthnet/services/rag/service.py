@@ -44,7 +44,6 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent, AppendEvents, FindEvent
 from hearthnet.services.rag.archives.serve import ServedArchives
-from hearthnet.services.rag.chunks import query_reply
 from hearthnet.services.rag.deletion import Deletions
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
 from hearthnet.services.rag.ingest.flow import Ingestion
@@ -66,6 +65,7 @@ from hearthnet.services.rag.replicas.export import ExportServer
 from hearthnet.services.rag.replicas.handlers import Replicas, export_registration, replica_meta
 from hearthnet.services.rag.replicas.log import ReadView
 from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
+from hearthnet.services.rag.replies import query_reply
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.query_embedder import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -352,10 +352,9 @@ class RagService:
         out, meta = query_reply(
             ctx,
             hits,
+            q,
             corpus=corpus,
-            k=k,
             mode=used,
-            include_text=include_text,
             started=started,
             embed_seconds=embedded - embedding,
             model=model,

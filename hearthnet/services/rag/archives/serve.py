@@ -25,8 +25,8 @@ from hearthnet.config.archives import ArchiveConfig
 from hearthnet.contracts.rag import MAX_K, validate_corpus_name
 from hearthnet.errors import BadRequest, BusError, NotFound, Timeout
 from hearthnet.services.rag.archives.embed import embed_query
-from hearthnet.services.rag.chunks import query_reply
 from hearthnet.services.rag.inputs import list_input, query_input
+from hearthnet.services.rag.replies import query_reply
 
 if TYPE_CHECKING:  # loaded with the first archive: a node without archives needs no HTTP client
     from hearthnet.services.rag.archives.archive import Archive
@@ -146,10 +146,9 @@ class ServedArchives:
         out, meta = query_reply(
             ctx,
             hits,
+            q,
             corpus=corpus,
-            k=k,
             mode="dense",
-            include_text=include_text,
             started=started,
             embed_seconds=embedded - embedding,
             model=model,
