@@ -25,12 +25,43 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.store import CorpusRecord, CorpusStore
 
-__all__ = ["QUERY_CONCURRENCY", "CorpusOffers", "Handlers"]
+__all__ = ["QUERY_CONCURRENCY", "CorpusOffers", "Handlers", "corpus_offer"]
 
 QUERY_CONCURRENCY = 256
 """``rag.query`` calls a corpus admits at once by default (``rag.query_max_concurrent``): a waiting
 query costs little (its question waits for the next embedding call, :mod:`.search.query_embedder`), and
 the more wait, the fuller that call."""
+
+
+def corpus_offer(
+    capability: str,
+    handler: Handler,
+    *,
+    params: dict[str, Any],
+    concurrent: int,
+    timeout: float,
+    description: str,
+    local_only: bool = False,
+    streaming: bool = False,
+) -> Registration:
+    """``capability`` of the one corpus its ``params`` name: idempotent, routed by corpus
+    (``BY_CORPUS``), at the level the contract gives it (:func:`trust_required`)."""
+    return Registration(
+        CapabilityDescriptor(
+            capability,
+            (1, 0),
+            params=params,
+            trust_required=trust_required(capability),
+            max_concurrent=concurrent,
+            timeout_seconds=timeout,
+            idempotent=True,
+            streaming=streaming,
+            local_only=local_only,
+            description=description,
+        ),
+        handler,
+        BY_CORPUS,
+    )
 
 
 @dataclass(frozen=True)
@@ -161,83 +192,38 @@ class CorpusOffers:
         h = self._handlers
         if h.update is not None:
             more = [*more, self._update(corpus, h.update, local_only)]
+        offered = (  # capability, handler, params, calls at once, timeout, what it does
+            (QUERY, h.query, query, self._query_concurrency, self._query_timeout, "search corpus"),
+            ("rag.get", h.get, reads, 8, 30.0, "read chunks of corpus"),
+            ("rag.list_documents", h.list_documents, listing, 8, 10.0, "documents of corpus"),
+            ("rag.delete", h.delete, delete, 2, 300.0, "delete a document of corpus"),
+        )
         return [
             *more,
-            Registration(
-                CapabilityDescriptor(
-                    "rag.query",
-                    (1, 0),
-                    params=query,
-                    max_concurrent=self._query_concurrency,
-                    timeout_seconds=self._query_timeout,
-                    idempotent=True,
+            *(
+                corpus_offer(
+                    name,
+                    handler,
+                    params=params,
+                    concurrent=concurrent,
+                    timeout=timeout,
+                    description=f"{what} {corpus}",
                     local_only=local_only,
-                    description=f"search corpus {corpus}",
-                ),
-                h.query,
-                BY_CORPUS,
-            ),
-            Registration(
-                CapabilityDescriptor(
-                    "rag.get",
-                    (1, 0),
-                    params=reads,
-                    max_concurrent=8,
-                    timeout_seconds=30.0,
-                    idempotent=True,
-                    local_only=local_only,
-                    description=f"read chunks of corpus {corpus}",
-                ),
-                h.get,
-                BY_CORPUS,
-            ),
-            Registration(
-                CapabilityDescriptor(
-                    "rag.list_documents",
-                    (1, 0),
-                    params=listing,
-                    max_concurrent=8,
-                    timeout_seconds=10.0,
-                    idempotent=True,
-                    local_only=local_only,
-                    description=f"documents of corpus {corpus}",
-                ),
-                h.list_documents,
-                BY_CORPUS,
-            ),
-            Registration(
-                CapabilityDescriptor(
-                    "rag.delete",
-                    (1, 0),
-                    params=delete,
-                    trust_required=trust_required("rag.delete"),
-                    max_concurrent=2,
-                    timeout_seconds=300.0,
-                    idempotent=True,
-                    local_only=local_only,
-                    description=f"delete a document of corpus {corpus}",
-                ),
-                h.delete,
-                BY_CORPUS,
+                )
+                for name, handler, params, concurrent, timeout, what in offered
             ),
         ]
 
     @staticmethod
     def _update(corpus: str, handler: Handler, local_only: bool) -> Registration:
-        return Registration(
-            CapabilityDescriptor(
-                UPDATE,
-                (1, 0),
-                params={"corpus": corpus},
-                trust_required=trust_required(UPDATE),
-                max_concurrent=2,
-                timeout_seconds=300.0,
-                idempotent=True,
-                local_only=local_only,
-                description=f"change a document's title and metadata in corpus {corpus}",
-            ),
+        return corpus_offer(
+            UPDATE,
             handler,
-            BY_CORPUS,
+            params={"corpus": corpus},
+            concurrent=2,
+            timeout=300.0,
+            description=f"change a document's title and metadata in corpus {corpus}",
+            local_only=local_only,
         )
 
     def _ingest(self, held: Sequence[str]) -> Registration:

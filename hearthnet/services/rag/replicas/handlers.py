@@ -20,10 +20,8 @@ from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.embed import Embedder
-from hearthnet.contracts.levels import trust_required
 from hearthnet.contracts.rag import (
     BEHIND,
-    BY_CORPUS,
     EXPORT,
     MOVE,
     MOVED,
@@ -36,6 +34,7 @@ from hearthnet.contracts.rag import (
 from hearthnet.errors import BadRequest, CapacityExceeded, NotFound, Unauthorized
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
+from hearthnet.services.rag.offers import corpus_offer
 from hearthnet.services.rag.replicas.export import ExportServer
 from hearthnet.services.rag.replicas.follower import Announce, Follower
 from hearthnet.services.rag.replicas.log import ReadView
@@ -65,20 +64,14 @@ def replica_meta(node: str, corpus: str, params: dict[str, Any]) -> tuple[dict[s
 
 def export_registration(export: ExportServer, corpus: str) -> Registration:
     """``rag.export`` of one corpus this node holds (its host or a replica)."""
-    return Registration(
-        CapabilityDescriptor(
-            EXPORT,
-            (1, 0),
-            params={"corpus": corpus},
-            trust_required=trust_required(EXPORT),
-            max_concurrent=4,
-            timeout_seconds=600.0,
-            idempotent=True,
-            streaming=True,
-            description=f"copy a document of corpus {corpus} (chunks, metadata, vectors)",
-        ),
+    return corpus_offer(
+        EXPORT,
         export.handle,
-        BY_CORPUS,
+        params={"corpus": corpus},
+        concurrent=4,
+        timeout=600.0,
+        description=f"copy a document of corpus {corpus} (chunks, metadata, vectors)",
+        streaming=True,
     )
 
 
