@@ -26,13 +26,14 @@ from hearthnet.config import UiConfig
 from hearthnet.contracts.node import NodeClient
 from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.http import pages
+from hearthnet.frontends.http.asgi import ASGIApp
 from hearthnet.frontends.http.jobs import Jobs
 from hearthnet.frontends.http.last_resort import LastResort, ui_door, ui_shape
 from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import CAPABILITY_LEVELS, GatedBus
 from hearthnet.frontends.http.responses import Emit, EventStream, error_response, json_body, json_response
-from hearthnet.frontends.http.security import COOKIE, ASGIApp, Guard
+from hearthnet.frontends.http.security import COOKIE, Guard
 from hearthnet.frontends.http.sessions import SessionCache
 from hearthnet.frontends.http.tokens import SESSION_SECONDS, Session
 

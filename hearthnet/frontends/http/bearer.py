@@ -23,7 +23,7 @@ import json
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +33,15 @@ import structlog
 from hearthnet.bus.context import CallResult
 from hearthnet.community.levels import Level
 from hearthnet.errors import DiskFull
+from hearthnet.frontends.http.asgi import (
+    ASGIApp,
+    HttpMiddleware,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    request_headers,
+)
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.tokens import TokenInfo, TokenStore, digest
 from hearthnet.frontends.json_input import MAX_JSON_DEPTH, json_deeper
@@ -54,11 +63,6 @@ log = structlog.get_logger("hearthnet.ui")
 _REFUSED = LogSummary(log.info, "api_key_refused", first=5, window=60.0)
 """Wrong keys from one client address: the first few logged a minute, the rest counted."""
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 MiB = 1 << 20
 BODY_LIMITS: Final[Mapping[str, int]] = {
@@ -284,21 +288,16 @@ class _TooLarge(Exception):
     pass
 
 
-class BearerDoor:
+class BearerDoor(HttpMiddleware):
     """Pure ASGI in front of the gateway and MCP routes (see the module's docstring)."""
 
     def __init__(self, app: ASGIApp, *, tokens: BearerTokens, bucket: TokenBucket) -> None:
-        self.app = app
+        super().__init__(app)
         self._tokens = tokens
         self._bucket = bucket
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers: dict[bytes, bytes] = {}
-        for key, value in scope["headers"]:
-            headers.setdefault(key, value)
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = request_headers(scope)
         try:
             token = await self._admit(scope, headers)
             if token is None:  # a public route (ChromaDB's heartbeat): no key, no body

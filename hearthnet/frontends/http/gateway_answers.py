@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 from hearthnet.errors import BusError, InternalError, NotFound, Partition, bus_error_in
 from hearthnet.frontends.http import openai_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, openai_error_body
+from hearthnet.frontends.http.policy import ERROR_STATUS
 
 __all__ = [
     "STATUS",
@@ -36,22 +37,9 @@ __all__ = [
 
 log = structlog.get_logger("hearthnet.ui")
 
-STATUS: Final[Mapping[str, int]] = {
-    "bad_request": 400,
-    "schema_mismatch": 400,
-    "unauthorized": 403,
-    "revoked": 403,
-    "not_found": 404,
-    "not_implemented": 501,
-    "timeout": 504,
-    "partition": 503,
-    "capacity_exceeded": 429,
-    "rate_limited": 429,
-    "invalid_signature": 502,
-    "expired": 410,
-    "internal_error": 500,
-}
-"""The HTTP status each bus error is answered with by the gateway."""
+STATUS: Final[Mapping[str, int]] = {**ERROR_STATUS, "capacity_exceeded": 429}
+"""The HTTP status each bus error is answered with by the gateway: the UI's, but a node at capacity
+is 429, which OpenAI's clients retry after its ``Retry-After``."""
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 Producer = Callable[[Emit], Awaitable[dict[str, Any] | None]]

@@ -18,13 +18,20 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from collections.abc import Callable
 
 import structlog
 from starlette.requests import ClientDisconnect
 
 from hearthnet.errors import BusError, InternalError, bus_error_in
+from hearthnet.frontends.http.asgi import (
+    ASGIApp,
+    HttpMiddleware,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
 from hearthnet.frontends.http.bearer import (
     door_error_body,
     is_bearer_path,
@@ -49,11 +56,6 @@ __all__ = [
 
 log = structlog.get_logger("hearthnet.ui")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Shape = Callable[[BusError, str], tuple[int, bytes]]
 """An error as one door answers it: ``(status, JSON body)`` for the error and the request's path."""
 
@@ -102,18 +104,15 @@ def _trace_id() -> str:
     return f"{random.getrandbits(64):016x}"
 
 
-class LastResort:
+class LastResort(HttpMiddleware):
     """Pure ASGI around one door (see the module's docstring)."""
 
     def __init__(self, app: ASGIApp, shape: Shape, door: Callable[[str], str]) -> None:
-        self.app = app
+        super().__init__(app)
         self._shape = shape
         self._door = door
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def tracked(message: Message) -> None:

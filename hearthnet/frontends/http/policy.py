@@ -21,7 +21,7 @@ from hearthnet.contracts import answer, embed, file, folders, llm, node, rag, re
 from hearthnet.contracts.levels import trust_required
 from hearthnet.errors import BusError, Unauthorized
 
-__all__ = ["CAPABILITY_LEVELS", "HTTP_CALLABLE", "GatedBus", "LoginBus", "http_status"]
+__all__ = ["CAPABILITY_LEVELS", "ERROR_STATUS", "HTTP_CALLABLE", "GatedBus", "LoginBus", "http_status"]
 
 HTTP_CALLABLE: Final[frozenset[str]] = frozenset(
     {
@@ -148,7 +148,7 @@ class LoginBus:
         return self._gated.stream(self._level, capability, **call)
 
 
-_STATUS: Final[Mapping[str, int]] = {
+ERROR_STATUS: Final[Mapping[str, int]] = {
     "bad_request": 400,
     "schema_mismatch": 400,
     "unauthorized": 403,
@@ -163,8 +163,10 @@ _STATUS: Final[Mapping[str, int]] = {
     "expired": 410,
     "internal_error": 500,
 }
+"""The HTTP status each bus error code is answered with by the UI's API (the program doors start
+from it: :data:`.gateway_answers.STATUS`)."""
 
 
 def http_status(error: BusError) -> int:
     """The HTTP status a bus error is answered with."""
-    return _STATUS.get(error.code, 500)
+    return ERROR_STATUS.get(error.code, 500)

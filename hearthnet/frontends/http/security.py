@@ -24,19 +24,23 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from hearthnet.frontends.http.asgi import (
+    ASGIApp,
+    HttpMiddleware,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    request_headers,
+)
 from hearthnet.frontends.http.bearer import is_bearer_path
 from hearthnet.frontends.http.sessions import SessionCache
 
 __all__ = ["COOKIE", "CSP", "Guard"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "hn_session"
 CSRF_HEADER = "x-csrf-token"
@@ -103,7 +107,7 @@ def cookie_value(header: str, name: str = COOKIE) -> str | None:
     return None
 
 
-class Guard:
+class Guard(HttpMiddleware):
     def __init__(
         self,
         app: ASGIApp,
@@ -115,20 +119,15 @@ class Guard:
         login_page: Callable[[], bytes],
         programs: ASGIApp | None = None,
     ) -> None:
-        self.app = app
+        super().__init__(app)
         self._programs = programs
         self._sessions = sessions
         self._port = port
         self._names, self._any_ip = allowed_names(listen_host, allowed_hosts)
         self._login_page = login_page
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers: dict[bytes, bytes] = {}
-        for key, value in scope["headers"]:
-            headers.setdefault(key, value)
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = request_headers(scope)
         host = headers.get(b"host", b"").decode("latin-1")
 
         async def send_secured(message: Message) -> None:

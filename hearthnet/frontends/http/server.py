@@ -30,6 +30,7 @@ from hearthnet.config import UI_DEFAULT_PORT, NodeConfig
 from hearthnet.errors import BadRequest, InternalError
 from hearthnet.frontends.http import ask, document_view, files, library, mesh
 from hearthnet.frontends.http.app import UiState, build_app
+from hearthnet.frontends.http.asgi import ASGIApp
 from hearthnet.frontends.http.connections import ConnectionTally, connection_limits, guarded_protocol
 from hearthnet.frontends.http.jobs import Jobs
 from hearthnet.frontends.http.last_resort import LastResort, any_door, any_shape
@@ -37,7 +38,6 @@ from hearthnet.frontends.http.live import EventWatcher, LiveHub
 from hearthnet.frontends.http.nodebook import NodeBook
 from hearthnet.frontends.http.policy import GatedBus
 from hearthnet.frontends.http.programs import build_programs
-from hearthnet.frontends.http.security import ASGIApp
 from hearthnet.frontends.http.sessions import SessionCache
 from hearthnet.frontends.http.standing import NodeStanding
 from hearthnet.frontends.http.tokens import TokenStore
