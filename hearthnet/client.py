@@ -10,16 +10,16 @@
 archives at once, merged into one ranking (by score for one embedding model, else by rank fusion).
 """
 
+from hearthnet.contracts.retries import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
+from hearthnet.contracts.retries import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
+from hearthnet.contracts.retries import retry_wait as retry_wait
 from hearthnet.frontends.client.client import ANSWER_GRACE_SECONDS as ANSWER_GRACE_SECONDS
 from hearthnet.frontends.client.client import CAPACITY_RETRY_SECONDS as CAPACITY_RETRY_SECONDS
 from hearthnet.frontends.client.client import KEEP_IDLE_SECONDS as KEEP_IDLE_SECONDS
 from hearthnet.frontends.client.client import MAX_KEPT as MAX_KEPT
-from hearthnet.frontends.client.client import RETRY_FIRST_SECONDS as RETRY_FIRST_SECONDS
-from hearthnet.frontends.client.client import RETRY_MAX_SECONDS as RETRY_MAX_SECONDS
 from hearthnet.frontends.client.client import AsyncClient, BusError, CallResult, Client, resolve_home
 from hearthnet.frontends.client.client import StreamedCall as StreamedCall
 from hearthnet.frontends.client.client import plain_output as plain_output
-from hearthnet.frontends.client.client import retry_wait as retry_wait
 from hearthnet.frontends.client.search import CorpusAnswer, CorpusHit, MultiSearch, search_corpora
 
 __all__ = [

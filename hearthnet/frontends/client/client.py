@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import anyio.abc
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import parse_capability_ref
 from hearthnet.contracts.base import Streamed
+from hearthnet.contracts.retries import retry_wait
 from hearthnet.errors import (
     BadRequest,
     BusError,
@@ -107,22 +107,6 @@ CAPACITY_RETRY_SECONDS = 30.0
 """How long a call without a ``timeout`` keeps retrying ``capacity_exceeded``.  The node then
 applies the capability's own timeout, which the client does not know; half a minute lets a
 burst of callers (dozens of CLI processes) drain without waiting on a wedged node for ever."""
-RETRY_FIRST_SECONDS = 0.05
-"""The random part of the first wait after ``capacity_exceeded``; it doubles on each retry."""
-RETRY_MAX_SECONDS = 5.0
-"""At most this much of a wait comes from the node's hint, and at most this much is random."""
-
-
-def retry_wait(retry: int, hint_ms: int) -> float:
-    """Seconds to wait before retry number ``retry`` (0 for the first) of a refused call.
-
-    The node's ``retry_after_ms`` hint (a typical call's time there: when a slot should
-    be free; at most ``RETRY_MAX_SECONDS``) plus a random share of a window that doubles
-    on each retry (50 ms, 100 ms, ... at most ``RETRY_MAX_SECONDS``): callers refused at
-    the same moment come back spread out instead of all at once again.
-    """
-    window = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** min(retry, 16))
-    return min(max(hint_ms, 0) / 1000, RETRY_MAX_SECONDS) + random.uniform(0, window)
 
 
 class StreamedCall:

@@ -4,7 +4,7 @@ The files are imported by the node the caller reaches (unpinned: the node that i
 pins its own copy, so a refused file leaves nothing held; a ``personal`` document is a private
 blob), pushed to the corpus's host when that is another node, and ingested there with one
 ``rag.ingest`` (a single file is a batch of one).  A call refused with ``capacity_exceeded`` is
-tried again after :func:`~hearthnet.frontends.client.client.retry_wait`, within ``busy_seconds``;
+tried again after :func:`~hearthnet.contracts.retries.retry_wait`, within ``busy_seconds``;
 every other failure is the failing file's, never the others'.  The CLI (``hearthnet ingest``) and
 the web UI's upload jobs both call :func:`ingest_files`.
 """
@@ -16,15 +16,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import anyio
-
 from hearthnet.bus.context import CallResult
 from hearthnet.contracts.base import Caller, streamed_result
 from hearthnet.contracts.file import FileClient
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import INGEST_FLOOR_SECONDS, RagClient, ingest_input, ingest_timeout, is_private
-from hearthnet.errors import BusError, CapacityExceeded
-from hearthnet.frontends.client.client import retry_wait
+from hearthnet.contracts.retries import while_busy
+from hearthnet.errors import BusError
 from hearthnet.frontends.client.corpora import ingest_host
 
 __all__ = ["INGEST_TIMEOUT", "Document", "Progress", "ingest_files"]
@@ -188,23 +186,12 @@ class _Flow:
                 entry["attachments"] = got["attachments"]
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """``call``, tried again while refused with ``capacity_exceeded`` and a retry hint (a
-        ``wait`` step reported), within ``busy_seconds``; the last refusal once they are spent.
-        A refusal without a hint (a full disk, a blob store at its cap) is not busy: it is final."""
-        until = anyio.current_time() + self.busy_seconds
-        retry = 0
-        while True:
-            try:
-                return await call()
-            except CapacityExceeded as exc:
-                if exc.retry_after_ms is None:
-                    raise
-                wait = retry_wait(retry, exc.retry_after_ms)
-                if anyio.current_time() + wait > until:
-                    raise
-                retry += 1
-                self._show({"stage": "wait", "current": 0, "total": 0})
-                await anyio.sleep(wait)
+        """``call``, tried again while the node is busy (:func:`while_busy`, a ``wait`` step
+        reported each time), within ``busy_seconds``."""
+        return await while_busy(call, within=self.busy_seconds, waiting=self._waiting)
+
+    def _waiting(self) -> None:
+        self._show({"stage": "wait", "current": 0, "total": 0})
 
 
 def _answers(result: CallResult, sent: int) -> list[dict[str, Any]]:

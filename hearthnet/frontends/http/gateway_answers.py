@@ -23,6 +23,7 @@ from hearthnet.errors import BusError, InternalError, NotFound, Partition, bus_e
 from hearthnet.frontends.http import openai_shapes as shapes
 from hearthnet.frontends.http.bearer import Caller, openai_error_body
 from hearthnet.frontends.http.policy import ERROR_STATUS
+from hearthnet.frontends.http.responses import EVENT_STREAM_HEADERS, while_connected
 
 __all__ = [
     "STATUS",
@@ -154,7 +155,6 @@ class GatewayCall(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
-        gone = False
         finished = False
         outcome: dict[str, Any] | None = None
         failure: BusError | None = None
@@ -163,37 +163,15 @@ class GatewayCall(Response):
             nonlocal started
             if not started:
                 started = True
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-type", b"text/event-stream; charset=utf-8"),
-                            (b"cache-control", b"no-store"),
-                            (b"x-accel-buffering", b"no"),
-                        ],
-                    }
-                )
+                start = {"type": "http.response.start", "status": 200, "headers": list(EVENT_STREAM_HEADERS)}
+                await send(start)
             data = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
             await send(
                 {"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True}
             )
 
-        async with anyio.create_task_group() as tg:
-
-            async def until_gone() -> None:
-                nonlocal gone
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                gone = True
-                tg.cancel_scope.cancel()
-
-            async def until_closing() -> None:
-                await self._closing.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(until_gone)
-            tg.start_soon(until_closing)
+        async def produce() -> None:
+            nonlocal outcome, finished, failure
             try:
                 outcome = await self._producer(emit)
                 finished = True
@@ -202,9 +180,9 @@ class GatewayCall(Response):
                 if failure is None:
                     log.error("gateway_failed", error=type(exc).__name__)
                     failure = InternalError("the gateway failed on this request")
-            tg.cancel_scope.cancel()
-        if gone:
-            return
+
+        if await while_connected(produce, receive, self._closing):
+            return  # the client went away: nobody to answer
         if not finished and failure is None:  # cut short: the node is stopping
             failure = Partition("the node is stopping: the answer was cut short")
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):

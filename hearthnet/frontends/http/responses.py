@@ -57,6 +57,40 @@ async def json_body(request: Request) -> dict[str, Any]:
     return value
 
 
+EVENT_STREAM_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),
+)
+"""The headers of a stream of server-sent events (never cached, never buffered by a proxy)."""
+
+
+async def while_connected(
+    work: Callable[[], Awaitable[None]], receive: Receive, closing: anyio.Event
+) -> bool:
+    """Run ``work`` until it returns, the client goes away, or ``closing`` is set (the node stops),
+    whichever is first; ``True`` if the client went away.  ``work`` handles its own errors."""
+    gone = False
+    async with anyio.create_task_group() as tg:
+
+        async def until_gone() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            tg.cancel_scope.cancel()
+
+        async def until_closing() -> None:
+            await closing.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(until_gone)
+        tg.start_soon(until_closing)
+        await work()
+        tg.cancel_scope.cancel()
+    return gone
+
+
 Emit = Callable[[str, Any], Awaitable[None]]
 
 
@@ -70,11 +104,7 @@ class EventStream(Response):
         # No Response.__init__: it would add a content-length of 0.
         self.status_code = 200
         self.background = None
-        self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-store"),
-            (b"x-accel-buffering", b"no"),
-        ]
+        self.raw_headers = list(EVENT_STREAM_HEADERS)
         self._producer = producer
         self._closing = closing
 
@@ -86,24 +116,13 @@ class EventStream(Response):
         async def emit(kind: str, data: Any) -> None:
             await send({"type": "http.response.body", "body": sse(kind, data), "more_body": True})
 
-        async with anyio.create_task_group() as tg:
-
-            async def until_gone() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                tg.cancel_scope.cancel()
-
-            async def until_closing() -> None:
-                await self._closing.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(until_gone)
-            tg.start_soon(until_closing)
+        async def produce() -> None:
             try:
                 await self._producer(emit)
             except BusError as exc:
                 await emit("error", exc.to_wire())
-            tg.cancel_scope.cancel()
+
+        await while_connected(produce, receive, self._closing)
         with anyio.CancelScope(shield=True), anyio.move_on_after(1):
             try:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
 import structlog
 
 from hearthnet.contracts.base import Caller
 from hearthnet.contracts.file import FileClient
 from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.contracts.rag import MAX_LIST_PAGE, RagClient, ingest_input, ingest_timeout, is_private
-from hearthnet.errors import BusError, CapacityExceeded, NotFound
+from hearthnet.contracts.retries import while_busy
+from hearthnet.errors import BusError, NotFound
 from hearthnet.services.rag.folders.state import Stat
 
 __all__ = ["BUSY_SECONDS", "TRANSIENT", "CorpusWriter", "Outcome", "ToIngest"]
@@ -182,15 +182,5 @@ class CorpusWriter:
         return Outcome(True)
 
     async def _busy(self, call: Callable[[], Awaitable[T]]) -> T:
-        """``call``, tried again while refused with ``capacity_exceeded`` and a retry hint."""
-        until = anyio.current_time() + BUSY_SECONDS
-        while True:
-            try:
-                return await call()
-            except CapacityExceeded as exc:
-                if exc.retry_after_ms is None:
-                    raise
-                wait = max(0.05, exc.retry_after_ms / 1000)
-                if anyio.current_time() + wait > until:
-                    raise
-                await anyio.sleep(wait)
+        """``call``, tried again while the node is busy (:func:`while_busy`), for ``BUSY_SECONDS``."""
+        return await while_busy(call, within=BUSY_SECONDS)
