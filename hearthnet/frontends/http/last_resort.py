@@ -24,14 +24,7 @@ import structlog
 from starlette.requests import ClientDisconnect
 
 from hearthnet.errors import BusError, InternalError, bus_error_in
-from hearthnet.frontends.http.asgi import (
-    ASGIApp,
-    HttpMiddleware,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
+from hearthnet.frontends.http.asgi import ASGIApp, HttpMiddleware, Message, Receive, Scope, Send
 from hearthnet.frontends.http.bearer import (
     door_error_body,
     is_bearer_path,

@@ -62,6 +62,7 @@ from hearthnet.services.rag.offers import QUERY_CONCURRENCY, CorpusOffers, Handl
 from hearthnet.services.rag.reads import ChunkReads
 from hearthnet.services.rag.replicas.announce import DigestedAppends
 from hearthnet.services.rag.replicas.export import ExportServer
+from hearthnet.services.rag.replicas.follower import Follower
 from hearthnet.services.rag.replicas.handlers import Replicas, export_registration, replica_meta
 from hearthnet.services.rag.replicas.log import ReadView
 from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
@@ -210,19 +211,26 @@ class RagService:
         self, view: ReadView, blobs: BlobStore, append_event: AppendEvent, own_level: OwnLevel
     ) -> Replicas:
         """The replicas this node holds, following their hosts' logs (``append_event``: digested)."""
-        return Replicas(
+        follower = Follower(
             bus=self._bus,
             store=self._store,
             view=view,
             policy=ReplicaPolicy(self._settings.replicas, self._store.root / "replicas.json"),
             embedder=self._embedder,
-            export=self._export,
-            own_level=own_level,
-            append_event=append_event,
-            limiters=(self._store_limiter, self._read_threads),
+            store_limiter=self._store_limiter,
+            read_threads=self._read_threads,
             announce=self._replica_changed,
             forget=lambda corpus: self._replica_changed(corpus, dropped=True),
             pin=blobs.pin,
+        )
+        return Replicas(
+            bus=self._bus,
+            follower=follower,
+            export=self._export,
+            view=view,
+            own_level=own_level,
+            append_event=append_event,
+            threads=self._read_threads,
         )
 
     async def _replica_changed(self, corpus: str, dropped: bool = False) -> None:

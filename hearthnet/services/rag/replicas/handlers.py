@@ -10,6 +10,7 @@ document the log names (this node's own state, or the lag it advertises).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -19,7 +20,6 @@ from hearthnet.bus.context import CallContext
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
 from hearthnet.community.levels import Level
 from hearthnet.contracts.base import check_input_keys
-from hearthnet.contracts.embed import Embedder
 from hearthnet.contracts.rag import (
     BEHIND,
     EXPORT,
@@ -36,10 +36,8 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.offers import corpus_offer
 from hearthnet.services.rag.replicas.export import ExportServer
-from hearthnet.services.rag.replicas.follower import Announce, Follower
+from hearthnet.services.rag.replicas.follower import Follower
 from hearthnet.services.rag.replicas.log import ReadView
-from hearthnet.services.rag.replicas.policy import ReplicaPolicy
-from hearthnet.services.rag.store import CorpusStore
 
 __all__ = ["Replicas", "export_registration", "replica_meta"]
 
@@ -75,43 +73,17 @@ def export_registration(export: ExportServer, corpus: str) -> Registration:
     )
 
 
+@dataclass(kw_only=True, eq=False)
 class Replicas:
     """This node's replicas: its follower, its export server, and their capabilities."""
 
-    def __init__(
-        self,
-        *,
-        bus: BusAPI,
-        store: CorpusStore,
-        view: ReadView,
-        policy: ReplicaPolicy,
-        embedder: Embedder,
-        export: ExportServer,
-        own_level: OwnLevel,
-        append_event: Append,
-        limiters: tuple[anyio.CapacityLimiter, WorkerThreads],
-        announce: Announce,
-        forget: Announce,
-        pin: Callable[[str], None],
-    ) -> None:
-        self._bus = bus
-        self.follower = Follower(
-            bus=bus,
-            store=store,
-            view=view,
-            policy=policy,
-            embedder=embedder,
-            store_limiter=limiters[0],
-            read_threads=limiters[1],
-            announce=announce,
-            forget=forget,
-            pin=pin,
-        )
-        self.export = export
-        self._view = view
-        self._own_level = own_level
-        self._append = append_event
-        self._threads = limiters[1]
+    bus: BusAPI
+    follower: Follower
+    export: ExportServer
+    view: ReadView
+    own_level: OwnLevel
+    append_event: Append
+    threads: WorkerThreads
 
     def registrations(self) -> list[Registration]:
         return [
@@ -141,8 +113,8 @@ class Replicas:
 
     # rag.replicate ----------------------------------------------------------------------------
     async def _own_level_checked(self, what: str, need: Level) -> None:
-        own = await run_blocking(self._own_level, limiter=self._threads)
-        node = self._bus.node_id
+        own = await run_blocking(self.own_level, limiter=self.threads)
+        node = self.bus.node_id
         if own is None or own < need:
             label = "not a member" if own is None else f"only a {own.label}"
             raise Unauthorized(
@@ -164,8 +136,8 @@ class Replicas:
             await self.follower.give_up(corpus)
             return {"corpus": corpus, "replicating": False, "was": was}
         await self._own_level_checked("hold a replica", Level.TRUSTED)
-        view = await run_blocking(self._view, corpus, limiter=self._threads)
-        if view.host == self._bus.node_id:
+        view = await run_blocking(self.view, corpus, limiter=self.threads)
+        if view.host == self.bus.node_id:
             raise BadRequest(f"this node hosts corpus {corpus}: it cannot also be its replica")
         if view.host is None:
             raise NotFound(f"no corpus {corpus!r} in the community's log: nothing to replicate yet")
@@ -188,24 +160,24 @@ class Replicas:
         if not isinstance(to, str) or not to:
             raise BadRequest(f"{MOVE} input.to must be a node id")
         await self._own_level_checked("move a corpus", Level.ANCHOR)
-        view = await run_blocking(self._view, corpus, limiter=self._threads)
+        view = await run_blocking(self.view, corpus, limiter=self.threads)
         if view.host is None:
             raise NotFound(f"no corpus {corpus!r} in the community's log")
         if view.host == to:
             raise BadRequest(f"node {to} already hosts corpus {corpus}")
         self._check_current(corpus, to, view.host)
-        event_id = await self._append(MOVED, {"corpus": corpus, "from": view.host, "to": to})
+        event_id = await self.append_event(MOVED, {"corpus": corpus, "from": view.host, "to": to})
         self.follower.wake()
         return {"corpus": corpus, "from": view.host, "to": to, "event_id": event_id}
 
     def _check_current(self, corpus: str, to: str, host: str) -> None:
         """``bad_request`` unless ``to`` is a replica of ``corpus`` with nothing left to apply."""
-        if to == self._bus.node_id:
+        if to == self.bus.node_id:
             state = self.follower.states.get(corpus)
             behind = None if state is None or state.error else state.behind
             replica_of = None if state is None else state.host
         else:
-            offers = [p for p in self._bus.offers("rag.query") if p.node_id == to]
+            offers = [p for p in self.bus.offers("rag.query") if p.node_id == to]
             params = next(
                 (p.descriptor.params for p in offers if p.descriptor.params.get("corpus") == corpus), None
             )
