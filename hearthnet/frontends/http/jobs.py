@@ -15,7 +15,7 @@ import itertools
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,20 +59,8 @@ class Job:
     created: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "corpus": self.corpus,
-            "size": self.size,
-            "state": self.state,
-            "stage": self.stage,
-            "current": self.current,
-            "total": self.total,
-            "error": self.error,
-            "message": self.message,
-            "result": self.result,
-            "created": self.created,
-        }
+        """Everything the UI shows of the job: all but whose it is (``token_id``)."""
+        return {key: value for key, value in asdict(self).items() if key != "token_id"}
 
 
 class Jobs:

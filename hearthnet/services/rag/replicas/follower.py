@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import anyio
@@ -67,17 +67,11 @@ class ReplicaState:
     """How long the last pass that copied something took, from reading the log to the last write."""
 
     def json(self) -> dict[str, Any]:
-        return {
-            "corpus": self.corpus,
-            "host": self.host,
-            "behind": self.behind,
-            "docs": self.held,
-            "last_applied": self.last_applied,
-            "error": self.error,
-            "copied": self.copied,
-            "bytes_received": self.bytes_received,
-            "pass_seconds": self.pass_seconds,
-        }
+        """As ``status`` shows it: ``held`` as ``docs``, without the per-node ``sources``."""
+        out = asdict(self)
+        out["docs"] = out.pop("held")
+        del out["sources"]
+        return out
 
 
 Announce = Callable[[str], Awaitable[None]]
