@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -20,26 +21,18 @@ MAX_ECHO_DELAY_MS = 5000
 StatusSource = Callable[[], dict[str, Any]]
 
 
+@dataclass(kw_only=True, eq=False)
 class NodeService:
     """Answers the introspection calls every node offers, like NATS micro's services."""
 
     name = "node"
 
-    def __init__(
-        self,
-        *,
-        info: StatusSource,
-        stats: StatusSource,
-        status: StatusSource,
-        advertised: Advertised = lambda _node_id: (),
-        echo_concurrency: int = 32,
-    ) -> None:
-        self._echo_concurrency = echo_concurrency
-        self._advertised = advertised
-        self._info = info
-        self._stats = stats
-        self._status = status
-        self._started = time.time()
+    info: StatusSource
+    stats: StatusSource
+    status: StatusSource
+    advertised: Advertised = lambda _node_id: ()
+    echo_concurrency: int = 32
+    started: float = field(default_factory=time.time, init=False)
 
     def registrations(self) -> list[Registration]:
         def desc(name: str, *, local_only: bool = False) -> CapabilityDescriptor:
@@ -53,7 +46,7 @@ class NodeService:
                 CapabilityDescriptor(
                     "node.echo",
                     (1, 0),
-                    max_concurrent=self._echo_concurrency,
+                    max_concurrent=self.echo_concurrency,
                     timeout_seconds=10.0,
                     idempotent=True,
                 ),
@@ -81,7 +74,7 @@ class NodeService:
         return None
 
     def health(self) -> dict[str, Any]:
-        return {"ok": True, "uptime_s": round(time.time() - self._started, 1)}
+        return {"ok": True, "uptime_s": round(time.time() - self.started, 1)}
 
     async def _ping(self, ctx: CallContext) -> dict[str, Any]:
         return {"pong": True, "time_ms": int(time.time() * 1000)}
@@ -96,13 +89,13 @@ class NodeService:
         return {"payload": ctx.input.get("payload")}
 
     async def _handle_info(self, ctx: CallContext) -> dict[str, Any]:
-        return self._info()
+        return self.info()
 
     async def _handle_stats(self, ctx: CallContext) -> dict[str, Any]:
-        return self._stats()
+        return self.stats()
 
     async def _handle_status(self, ctx: CallContext) -> dict[str, Any]:
-        return self._status()
+        return self.status()
 
     async def _dial_back(self, ctx: CallContext) -> dict[str, Any]:
-        return await dial_back(ctx.caller, dict(ctx.input), self._advertised)
+        return await dial_back(ctx.caller, dict(ctx.input), self.advertised)

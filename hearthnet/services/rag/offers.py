@@ -12,7 +12,7 @@ every ingest, delete and reindex the corpus is announced again with its new coun
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -79,43 +79,29 @@ class Handlers:
     """``rag.update`` (registered per corpus beside ``rag.delete``; ``None``: not offered)."""
 
 
+@dataclass(kw_only=True, eq=False)
 class CorpusOffers:
     """The registrations of one RAG service (only the event loop touches it)."""
 
-    def __init__(
-        self,
-        *,
-        bus: BusAPI,
-        store: CorpusStore,
-        threads: WorkerThreads,
-        handlers: Handlers,
-        embedding_model: str,
-        accept_new_corpora: bool,
-        query_timeout_seconds: float,
-        query_max_concurrent: int = QUERY_CONCURRENCY,
-        replica_params: Callable[[str], dict[str, Any]] | None = None,
-        more: Callable[[str], list[Registration]] | None = None,
-        ingest_max_concurrent: int = 2,
-    ) -> None:
-        self._bus = bus
-        self._store = store
-        self._threads = threads
-        self._handlers = handlers
-        self._model = embedding_model
-        self._accept_new = accept_new_corpora
-        self._query_timeout = query_timeout_seconds
-        self._query_concurrency = query_max_concurrent
-        self._ingest_concurrency = ingest_max_concurrent
-        self._lock = anyio.Lock()
-        self._queries: dict[str, dict[str, Any]] = {}
-        """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
-        self._others: dict[str, dict[str, dict[str, Any]]] = {}
-        """corpus -> capability -> params of its other per-corpus registrations."""
-        self._ingest_params: dict[str, Any] | None = None
-        self._replica_params = replica_params
-        """A replicated corpus's ``replica_of`` and ``behind`` (in its query and listing params)."""
-        self._more = more
-        """Further per-corpus registrations of an announced corpus (``rag.export``)."""
+    bus: BusAPI
+    store: CorpusStore
+    threads: WorkerThreads
+    handlers: Handlers
+    embedding_model: str
+    accept_new_corpora: bool
+    query_timeout_seconds: float
+    query_max_concurrent: int = QUERY_CONCURRENCY
+    replica_params: Callable[[str], dict[str, Any]] | None = None
+    """A replicated corpus's ``replica_of`` and ``behind`` (in its query and listing params)."""
+    more: Callable[[str], list[Registration]] | None = None
+    """Further per-corpus registrations of an announced corpus (``rag.export``)."""
+    ingest_max_concurrent: int = 2
+    _lock: anyio.Lock = field(default_factory=anyio.Lock, init=False)
+    _queries: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    """corpus -> the params of its ``rag.query`` registration (the registry removes by them)."""
+    _others: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict, init=False)
+    """corpus -> capability -> params of its other per-corpus registrations."""
+    _ingest_params: dict[str, Any] | None = field(default=None, init=False)
 
     def query_params(self, corpus: str) -> dict[str, Any] | None:
         """The params ``rag.query`` of ``corpus`` is registered with, if it is."""
@@ -127,10 +113,10 @@ class CorpusOffers:
 
     def registrations(self) -> list[Registration]:
         """Everything to register at start (reads the store: before the node serves anything)."""
-        corpora = self._store.corpora()
+        corpora = self.store.corpora()
         regs = [self._ingest(corpora), self._list_corpora(), self._reindex()]
         for corpus in corpora:
-            regs.extend(self._of_corpus(self._store.info(corpus)))
+            regs.extend(self._of_corpus(self.store.info(corpus)))
         return regs
 
     async def announce(self, corpus: str) -> None:
@@ -144,38 +130,38 @@ class CorpusOffers:
         """
 
         def read() -> tuple[CorpusRecord, list[str]]:
-            return self._store.info(corpus), self._store.corpora()
+            return self.store.info(corpus), self.store.corpora()
 
         async with self._lock:
-            record, held = await run_blocking(read, limiter=self._threads)
+            record, held = await run_blocking(read, limiter=self.threads)
             self._withdraw(corpus)  # the old counts (or model): in the same event-loop step
             for registration in self._of_corpus(record):
-                self._bus.register(registration)
+                self.bus.register(registration)
             if self._ingest_params is not None:
-                self._bus.unregister("rag.ingest", self._ingest_params)
-            self._bus.register(self._ingest(held))
+                self.bus.unregister("rag.ingest", self._ingest_params)
+            self.bus.register(self._ingest(held))
 
     async def withdraw(self, corpus: str) -> None:
         """Stop offering ``corpus`` (a replica given up), and ``rag.ingest`` without it."""
         async with self._lock:
             self._withdraw(corpus)
-            held = [c for c in await run_blocking(self._store.corpora, limiter=self._threads) if c != corpus]
+            held = [c for c in await run_blocking(self.store.corpora, limiter=self.threads) if c != corpus]
             if self._ingest_params is not None:
-                self._bus.unregister("rag.ingest", self._ingest_params)
-            self._bus.register(self._ingest(held))
+                self.bus.unregister("rag.ingest", self._ingest_params)
+            self.bus.register(self._ingest(held))
 
     def _withdraw(self, corpus: str) -> None:
         """Remove the corpus's registrations (by their exact params, as the registry needs)."""
         query = self._queries.pop(corpus, None)
         if query is not None:
-            self._bus.unregister("rag.query", query)
+            self.bus.unregister("rag.query", query)
         for capability, params in self._others.pop(corpus, {}).items():
-            self._bus.unregister(capability, params)
+            self.bus.unregister(capability, params)
 
     def _of_corpus(self, record: CorpusRecord) -> list[Registration]:
         """``rag.query``, ``rag.list_documents`` and ``rag.delete`` of one corpus."""
         corpus = record.name
-        replica = self._replica_params(corpus) if self._replica_params is not None else {}
+        replica = self.replica_params(corpus) if self.replica_params is not None else {}
         size = {"docs": record.docs, "chunks": record.chunks, **replica}
         query = {"corpus": corpus, "embedding_model": record.embedding_model, "k_max": MAX_K, **size}
         listing = {"corpus": corpus, **size}
@@ -183,17 +169,17 @@ class CorpusOffers:
         delete = {"corpus": corpus}
         self._queries[corpus] = query
         self._others[corpus] = {"rag.list_documents": listing, "rag.get": reads, "rag.delete": delete}
-        if self._handlers.update is not None:
+        if self.handlers.update is not None:
             self._others[corpus][UPDATE] = dict(delete)
         local_only = not announced(corpus)
-        more = self._more(corpus) if self._more is not None and not local_only else []
+        more = self.more(corpus) if self.more is not None and not local_only else []
         for registration in more:
             self._others[corpus][registration.descriptor.name] = dict(registration.descriptor.params)
-        h = self._handlers
+        h = self.handlers
         if h.update is not None:
             more = [*more, self._update(corpus, h.update, local_only)]
         offered = (  # capability, handler, params, calls at once, timeout, what it does
-            (QUERY, h.query, query, self._query_concurrency, self._query_timeout, "search corpus"),
+            (QUERY, h.query, query, self.query_max_concurrent, self.query_timeout_seconds, "search corpus"),
             ("rag.get", h.get, reads, 8, 30.0, "read chunks of corpus"),
             ("rag.list_documents", h.list_documents, listing, 8, 10.0, "documents of corpus"),
             ("rag.delete", h.delete, delete, 2, 300.0, "delete a document of corpus"),
@@ -227,30 +213,30 @@ class CorpusOffers:
         )
 
     def _ingest(self, held: Sequence[str]) -> Registration:
-        replica = self._replica_params or (lambda _corpus: {})
+        replica = self.replica_params or (lambda _corpus: {})
         self._ingest_params = {  # a replica's corpora take no ingest here: not listed
             "corpora": sorted(c for c in held if announced(c) and not replica(c)),
-            "accepts_new": self._accept_new,
-            "embedding_model": self._model,
+            "accepts_new": self.accept_new_corpora,
+            "embedding_model": self.embedding_model,
         }
         descriptor = CapabilityDescriptor(
             "rag.ingest",
             (1, 0),
             params=self._ingest_params,
             trust_required=trust_required("rag.ingest"),
-            max_concurrent=self._ingest_concurrency,
+            max_concurrent=self.ingest_max_concurrent,
             timeout_seconds=900.0,
             idempotent=True,
             streaming=True,
         )
-        return Registration(descriptor, self._handlers.ingest)
+        return Registration(descriptor, self.handlers.ingest)
 
     def _list_corpora(self) -> Registration:
         return Registration(
             CapabilityDescriptor(
                 "rag.list_corpora", (1, 0), max_concurrent=8, timeout_seconds=10.0, idempotent=True
             ),
-            self._handlers.list_corpora,
+            self.handlers.list_corpora,
         )
 
     def _reindex(self) -> Registration:
@@ -263,7 +249,7 @@ class CorpusOffers:
                 streaming=True,
                 max_concurrent=1,
             ),
-            self._handlers.reindex,
+            self.handlers.reindex,
         )
 
     def duplicate_warnings(self, corpus: str, what: str) -> list[str]:
@@ -273,7 +259,7 @@ class CorpusOffers:
             return []
         others = [
             p
-            for p in self._bus.providers(QUERY, (1, 0), {"corpus": corpus})
+            for p in self.bus.providers(QUERY, (1, 0), {"corpus": corpus})
             if not p.is_local and not p.descriptor.params.get(REPLICA_OF)
         ]
         if not others:
@@ -284,5 +270,5 @@ class CorpusOffers:
         )
         return [
             f"corpus {corpus} is hosted on {len(others) + 1} nodes (one name, separate copies): {what} "
-            f"covers only the copy on {self._bus.node_id} ({own} chunks); also on {elsewhere}"
+            f"covers only the copy on {self.bus.node_id} ({own} chunks); also on {elsewhere}"
         ]
