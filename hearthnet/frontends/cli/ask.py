@@ -13,6 +13,7 @@ import datetime as dt
 import secrets
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -230,6 +231,40 @@ def ask_input(args: argparse.Namespace, question: str, session: str | None) -> A
 
 
 def cmd_ask(args: argparse.Namespace) -> None:
+    inp = _asked(args)
+    client = Client(args.home)
+    seen = _AnswerSeen(human=not args.json, named=bool(args.corpus))
+    frames = client.streamed(lambda c: AnswerClient(c).asking(inp, timeout=args.timeout))
+    try:
+        for item in frames:
+            if not seen.take(item):
+                break
+    except BaseException:
+        seen.stage.clear()  # the one-line reason goes on a clean line
+        if seen.printed and not seen.ended_line:
+            seen.write("\n")
+        raise
+    finally:
+        frames.close()  # a call left early is cancelled on the node
+    seen.stage.clear()
+    if seen.cut:
+        meta = {"corpora": {c: {"status": v} for c, v in seen.searching.items()}}
+        raise _explained("unsearched", meta, {"mode": seen.mode}, args.home)
+    assert seen.result is not None
+    output = seen.result.output
+    meta = output.get("meta") or {}
+    why = verdict(output, named=seen.named, no_rag=bool(args.no_rag))
+    if why is not None:
+        raise _explained(why, meta, output, args.home)
+    left_out = [exc.message for _, exc in anyio.run(failed_reasons, args.home, meta)] + offline_reasons(meta)
+    if seen.human:
+        _print_answer(args, client, seen, output, left_out)
+    else:
+        emit_text(args, output, "")
+
+
+def _asked(args: argparse.Namespace) -> AskInput:
+    """``answer.ask``'s input from ``ask``'s arguments (its attachments read into the session first)."""
     question = stdin_text("the question", MAX_STDIN_QUESTION) if args.question == "-" else args.question
     question = text_arg(question, "the question")
     if args.corpus and args.no_rag:
@@ -241,73 +276,65 @@ def cmd_ask(args: argparse.Namespace) -> None:
     if args.attach:
         assert session is not None
         attach_files(args, session)
-    inp = ask_input(args, question, session)
-    named = bool(args.corpus)
-    human = not args.json
-    client = Client(args.home)
-    stage = StageLine(human)
+    return ask_input(args, question, session)
+
+
+@dataclass
+class _AnswerSeen:
+    """What ``ask`` has seen of the answer's frames, and printed of them."""
+
+    human: bool
+    named: bool
+    stage: StageLine = field(init=False)
     result: CallResult | None = None
-    searching: dict[str, Any] = {}
+    searching: dict[str, Any] = field(default_factory=dict)
     mode: str | None = None
-    held: list[str] = []  # an extractive answer's lines: printed once it is known to be an answer
-    numbered = Numbered()  # markers as the numbers of the sources printed after the answer
-    printed = ended_line = cut = False
-    frames = client.streamed(lambda c: AnswerClient(c).asking(inp, timeout=args.timeout))
-    try:
-        for item in frames:
-            if isinstance(item, CallResult):
-                result = item
-                continue
-            if item.get("stage") == "retrieve" and isinstance(item.get("corpora"), dict):
-                searching = item["corpora"]
-                if not printed:
-                    stage.show(searching)
-                continue
-            if item.get("stage") == "answer":
-                mode = str(item.get("mode"))
-                numbered.context(item.get("context") or [])
-                if mode == "generated" and named and searching and all(v != "ok" for v in searching.values()):
-                    cut = True  # nothing named could be searched: no model time for an answer we drop
-                    break
-                continue
-            delta = item.get("delta")
-            if not isinstance(delta, str) or not delta:
-                continue
-            if mode != "generated" or not human:
-                held.append(delta)
-                continue
-            stage.clear()
-            text = answer_text(numbered.feed(delta))
+    held: list[str] = field(default_factory=list)
+    """An extractive answer's lines: printed once it is known to be an answer."""
+    numbered: Numbered = field(default_factory=Numbered)
+    """Markers as the numbers of the sources printed after the answer."""
+    printed: bool = False
+    ended_line: bool = False
+    cut: bool = False
+
+    def __post_init__(self) -> None:
+        self.stage = StageLine(self.human)
+
+    def take(self, item: dict[str, Any] | CallResult) -> bool:
+        """One frame of the answer (or its result); ``False`` once it is not worth waiting for."""
+        if isinstance(item, CallResult):
+            self.result = item
+        elif item.get("stage") == "retrieve" and isinstance(item.get("corpora"), dict):
+            self.searching = item["corpora"]
+            if not self.printed:
+                self.stage.show(self.searching)
+        elif item.get("stage") == "answer":
+            self.mode = str(item.get("mode"))
+            self.numbered.context(item.get("context") or [])
+            if self.mode == "generated" and self.named and self.searching:
+                # nothing named could be searched: no model time for an answer we drop
+                self.cut = all(v != "ok" for v in self.searching.values())
+        elif isinstance(delta := item.get("delta"), str) and delta:
+            if self.mode != "generated" or not self.human:
+                self.held.append(delta)
+            else:
+                self.stage.clear()
+                self.write(answer_text(self.numbered.feed(delta)))
+        return not self.cut
+
+    def write(self, text: str) -> None:
+        if text:
             sys.stdout.write(text)
             sys.stdout.flush()
-            printed, ended_line = True, text.endswith("\n")
-    except BaseException:
-        stage.clear()  # the one-line reason goes on a clean line
-        if printed and not ended_line:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-        raise
-    finally:
-        frames.close()  # a call left early is cancelled on the node
-    stage.clear()
-    if cut:
-        meta = {"corpora": {c: {"status": v} for c, v in searching.items()}}
-        raise _explained("unsearched", meta, {"mode": mode}, args.home)
-    assert result is not None
-    output = result.output
-    meta = output.get("meta") or {}
-    why = verdict(output, named=named, no_rag=bool(args.no_rag))
-    if why is not None:
-        raise _explained(why, meta, output, args.home)
-    left_out = [exc.message for _, exc in anyio.run(failed_reasons, args.home, meta)] + offline_reasons(meta)
-    if not human:
-        emit_text(args, output, "")
-        return
-    text = answer_text(numbered.feed("".join(held)) + numbered.close())
-    if text:
-        sys.stdout.write(text)
-        printed, ended_line = True, text.endswith("\n")
-    if printed and not ended_line:
+            self.printed, self.ended_line = True, text.endswith("\n")
+
+
+def _print_answer(
+    args: argparse.Namespace, client: Client, seen: _AnswerSeen, output: dict[str, Any], left_out: list[str]
+) -> None:
+    """The rest of the answer (an extractive one whole), what was left out, its sources and session."""
+    seen.write(answer_text(seen.numbered.feed("".join(seen.held)) + seen.numbered.close()))
+    if seen.printed and not seen.ended_line:
         sys.stdout.write("\n")
     for note in footer_lines(output, left_out):
         print(note)
@@ -319,7 +346,7 @@ def cmd_ask(args: argparse.Namespace) -> None:
             print(line)
     sys.stdout.flush()
     if args.debug:
-        for line in debug_lines(meta):
+        for line in debug_lines(output.get("meta") or {}):
             print(line, file=sys.stderr)
     if output.get("session"):
         sid = str(output["session"])
