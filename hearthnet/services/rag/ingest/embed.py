@@ -10,7 +10,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -142,69 +142,87 @@ async def embed_streamed(
     """
     if in_flight < 1:
         raise ValueError("in_flight must be at least 1")
-    parts: dict[int, np.ndarray] = {}
-    pending: list[Chunk] = []
-    tokens = truncated = done = seen = sent = reused = 0
-    store = _Kept(kept, embedder.model)
-    slots = anyio.Semaphore(in_flight)
-    started = time.perf_counter()
+    return await _StreamedEmbedding(embedder, groups, progress, _Kept(kept, embedder.model), in_flight).run()
 
-    def take_ready() -> None:
+
+@dataclass(eq=False)
+class _StreamedEmbedding:
+    """One document's :func:`embed_streamed`: the calls sent, the vectors back, the counts."""
+
+    embedder: Embedder
+    groups: MemoryObjectReceiveStream[list[Chunk]]
+    progress: Progress | None
+    store: _Kept
+    in_flight: int
+    parts: dict[int, np.ndarray] = field(default_factory=dict)
+    """Each call's vectors by its number (calls end in any order)."""
+    pending: list[Chunk] = field(default_factory=list)
+    """Chunks read and not sent yet."""
+    tokens: int = 0
+    truncated: int = 0
+    done: int = 0
+    seen: int = 0
+    sent: int = 0
+    reused: int = 0
+
+    async def run(self) -> EmbeddedDocument:
+        started = time.perf_counter()
+        slots = anyio.Semaphore(self.in_flight)
+        try:
+            async with anyio.create_task_group() as tg:
+                async for group in self.groups:  # waits only when nothing read is left to embed
+                    self.pending.extend(group)
+                    self.seen += len(group)
+                    self._take_ready()
+                    while self.pending:
+                        await slots.acquire()
+                        self._take_ready()  # what the reader produced while the calls in flight ran
+                        batch, self.pending = self.pending[:EMBED_BATCH], self.pending[EMBED_BATCH:]
+                        tg.start_soon(self._call, self.sent, batch, slots)
+                        self.sent += 1
+                        self._take_ready()
+        except BaseExceptionGroup as group:
+            raise unwrap_group(group) from None
+        log.info(
+            "chunks_embedded",
+            chunks=self.done,
+            reused=self.reused,
+            truncated=self.truncated,
+            ms=round((time.perf_counter() - started) * 1000, 1),
+        )
+        vectors = _in_order(self.parts, self.sent, self.embedder.model)
+        return EmbeddedDocument(vectors, self.tokens, self.truncated, self.reused)
+
+    def _take_ready(self) -> None:
         """Move groups already read into ``pending``, without waiting, until a call's worth
         (the rest stay in the reader's bounded buffer, which holds the reader back)."""
-        nonlocal seen
-        while len(pending) < EMBED_BATCH:
+        while len(self.pending) < EMBED_BATCH:
             try:
-                group = groups.receive_nowait()
+                group = self.groups.receive_nowait()
             except (anyio.WouldBlock, anyio.EndOfStream):
                 return
-            pending.extend(group)
-            seen += len(group)
+            self.pending.extend(group)
+            self.seen += len(group)
 
-    async def busy() -> None:
-        if progress is not None:
-            await progress({"stage": "embed", "current": done, "total": seen, "note": BUSY})
+    async def _busy(self) -> None:
+        if self.progress is not None:
+            await self.progress({"stage": "embed", "current": self.done, "total": self.seen, "note": BUSY})
 
-    async def call(number: int, batch: list[Chunk]) -> None:
-        nonlocal tokens, truncated, done, reused
+    async def _call(self, number: int, batch: list[Chunk], slots: anyio.Semaphore) -> None:
         try:
-            vectors, answer = await store.embed(embedder, batch, busy)
+            vectors, answer = await self.store.embed(self.embedder, batch, self._busy)
         finally:
             slots.release()
-        parts[number] = vectors
+        self.parts[number] = vectors
         if answer is not None:
-            tokens += answer.tokens
-            truncated += answer.truncated
-            reused += len(batch) - len(answer.vectors)
+            self.tokens += answer.tokens
+            self.truncated += answer.truncated
+            self.reused += len(batch) - len(answer.vectors)
         else:
-            reused += len(batch)
-        done += len(batch)
-        if progress is not None:
-            await progress({"stage": "embed", "current": done, "total": seen})
-
-    try:
-        async with anyio.create_task_group() as tg:
-            async for group in groups:  # waits only when nothing read is left to embed
-                pending.extend(group)
-                seen += len(group)
-                take_ready()
-                while pending:
-                    await slots.acquire()
-                    take_ready()  # what the reader produced while the calls in flight ran
-                    batch, pending = pending[:EMBED_BATCH], pending[EMBED_BATCH:]
-                    tg.start_soon(call, sent, batch)
-                    sent += 1
-                    take_ready()
-    except BaseExceptionGroup as group:
-        raise unwrap_group(group) from None
-    log.info(
-        "chunks_embedded",
-        chunks=done,
-        reused=reused,
-        truncated=truncated,
-        ms=round((time.perf_counter() - started) * 1000, 1),
-    )
-    return EmbeddedDocument(_in_order(parts, sent, embedder.model), tokens, truncated, reused)
+            self.reused += len(batch)
+        self.done += len(batch)
+        if self.progress is not None:
+            await self.progress({"stage": "embed", "current": self.done, "total": self.seen})
 
 
 def _in_order(parts: dict[int, np.ndarray], calls: int, model: str) -> np.ndarray:
