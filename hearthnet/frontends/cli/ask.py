@@ -538,13 +538,8 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_ask)
 
 
-def add_sessions(sub: Any, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
-        "sessions",
-        parents=[common],
-        help="conversations kept by 'ask --session': list, show, rename, delete",
-        description="Without a subcommand: the kept conversations of this node, most recently used first.",
-    )
+def _limit_argument(p: argparse.ArgumentParser) -> None:
+    """``--limit``: of ``sessions`` and ``sessions list`` alike."""
     p.add_argument(
         "--limit",
         type=int,
@@ -552,16 +547,20 @@ def add_sessions(sub: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="list at most N sessions, 1-1000 (default: %(default)s)",
     )
+
+
+def add_sessions(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "sessions",
+        parents=[common],
+        help="conversations kept by 'ask --session': list, show, rename, delete",
+        description="Without a subcommand: the kept conversations of this node, most recently used first.",
+    )
+    _limit_argument(p)
     p.set_defaults(func=cmd_sessions_list)
     ssub = p.add_subparsers(dest="sessions_command", required=False)
     ps = ssub.add_parser("list", parents=[common], help="the kept sessions, most recently used first")
-    ps.add_argument(
-        "--limit",
-        type=int,
-        default=SESSIONS_LIMIT,
-        metavar="N",
-        help="list at most N sessions, 1-1000 (default: %(default)s)",
-    )
+    _limit_argument(ps)
     ps.set_defaults(func=cmd_sessions_list)
     ps = ssub.add_parser("show", parents=[common], help="a session's questions and answers, oldest first")
     ps.add_argument("session", metavar="ID", help="the session's id")
