@@ -26,7 +26,7 @@ import structlog
 from hearthnet import __version__
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.peers import PeerManager
-from hearthnet.bus.session import Liveness
+from hearthnet.bus.liveness import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Membership, Revocation
 from hearthnet.config import NodeConfig, shown_name

@@ -24,9 +24,10 @@ from hearthnet.bus.descriptors import (
     Version,
 )
 from hearthnet.bus.flow import loop_time
+from hearthnet.bus.liveness import Liveness
 from hearthnet.bus.registry import Registry, lookup_key, remember
 from hearthnet.bus.router import Preference, Router
-from hearthnet.bus.session import Liveness, OutgoingCall, PeerSession
+from hearthnet.bus.session import OutgoingCall, PeerSession
 from hearthnet.bus.stats import StatsBook
 from hearthnet.bus.versions import version_text
 from hearthnet.community.levels import Level
