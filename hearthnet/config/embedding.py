@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hearthnet.config.archives import ArchiveDefaults, check_server_url
-from hearthnet.config.values import flag, get, integer, seconds, table
+from hearthnet.config.values import array_of_tables, flag, get, integer, seconds
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -87,12 +87,8 @@ def embedding_from(emb: Mapping[str, Any], defaults: ArchiveDefaults) -> Embeddi
     """``[embedding]`` of config.toml (its keys checked by the caller); a server table without a
     ``base_url`` takes the seeds' TEI fallback of ``defaults``."""
     openai = []
-    for raw in get(emb, "openai", list, [], "embedding"):
-        b = table(raw, "embedding.openai", OPENAI_KEYS)
-        where = "embedding.openai"
-        for required in ("model", "dim"):
-            if required not in b:
-                raise BadRequest(f"[[embedding.openai]] in config.toml needs {required}")
+    where = "embedding.openai"
+    for _, b in array_of_tables(emb, "openai", "embedding", OPENAI_KEYS, ("model", "dim")):
         base_url = get(b, "base_url", str, None, where)
         timeout = get(b, "timeout_seconds", (int, float), None, where)
         openai.append(

@@ -9,7 +9,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hearthnet.config.values import check_url, env_int, flag, get, integer, positive_float, seconds, table
+from hearthnet.config.values import (
+    array_of_tables,
+    check_url,
+    described_server,
+    env_int,
+    flag,
+    get,
+    integer,
+    positive_float,
+    seconds,
+    table,
+)
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -216,12 +227,8 @@ class LlmConfig:
 def llm_from(llm_s: Mapping[str, Any]) -> LlmConfig:
     """``[llm]``, its ``[[llm.openai]]`` tables and ``[llm.local]``."""
     openai = []
-    for raw in get(llm_s, "openai", list, [], "llm"):
-        b = table(raw, "llm.openai", OPENAI_KEYS)
-        where = "llm.openai"
-        for required in ("base_url", "model"):
-            if required not in b:
-                raise BadRequest(f"[[llm.openai]] in config.toml needs {required}")
+    where = "llm.openai"
+    for _, b in array_of_tables(llm_s, "openai", "llm", OPENAI_KEYS, ("base_url", "model")):
         openai.append(
             LlmOpenAIConfig(
                 base_url=get(b, "base_url", str, None, where),
@@ -280,14 +287,10 @@ def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
     """``HEARTHNET_LLM`` and one model described by the ``HEARTHNET_LLM_*`` variables (:data:`LLM_ENV`)."""
     if "HEARTHNET_LLM" in env:
         llm = replace(llm, enabled=flag(env["HEARTHNET_LLM"], "HEARTHNET_LLM"))
-    given = [name for name in LLM_ENV if name in env]
-    if not given:
+    described = described_server(env, "HEARTHNET_LLM", LLM_ENV, "an llm model")
+    if described is None:
         return llm
-    base_url, model = env.get("HEARTHNET_LLM_BASE_URL"), env.get("HEARTHNET_LLM_MODEL")
-    if not base_url or not model:
-        raise BadRequest(
-            f"{given[0]} describes an llm model: set HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL too"
-        )
+    base_url, model = described
     check_url(base_url, "HEARTHNET_LLM_BASE_URL")
     timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
     try:

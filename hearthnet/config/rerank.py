@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from hearthnet.config.values import described_server, env_int, flag
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -196,16 +197,6 @@ RERANK_ENV = (
 """One rerank server described by the environment (BASE_URL and MODEL required)."""
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name)
-    if text is None:
-        return default
-    text = text.strip()
-    if not (text.isascii() and text.isdigit()):
-        raise BadRequest(f"{name} must be a whole number, got {text!r:.40}")
-    return int(text)
-
-
 def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     text = env.get(name)
     if text is None:
@@ -216,15 +207,6 @@ def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise BadRequest(f"{name} must be a number of seconds, got {text!r:.40}") from None
 
 
-def _env_flag(text: str, name: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise BadRequest(f"{name} must be true or false, got {text!r:.40}")
-
-
 def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfig:
     """``HEARTHNET_RERANK`` (on/off) and one server from ``HEARTHNET_RERANK_*``.
 
@@ -232,16 +214,11 @@ def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfi
     other settings) or is added.
     """
     if "HEARTHNET_RERANK" in env:
-        config = replace(config, enabled=_env_flag(env["HEARTHNET_RERANK"], "HEARTHNET_RERANK"))
-    given = [name for name in RERANK_ENV if name in env]
-    if not given:
+        config = replace(config, enabled=flag(env["HEARTHNET_RERANK"], "HEARTHNET_RERANK"))
+    described = described_server(env, "HEARTHNET_RERANK", RERANK_ENV, "a rerank server")
+    if described is None:
         return config
-    base_url, model = env.get("HEARTHNET_RERANK_BASE_URL"), env.get("HEARTHNET_RERANK_MODEL")
-    if not base_url or not model:
-        raise BadRequest(
-            f"{given[0]} describes a rerank server: "
-            "set HEARTHNET_RERANK_BASE_URL and HEARTHNET_RERANK_MODEL too"
-        )
+    base_url, model = described
     try:
         configured = next((s for s in config.servers if s.model == model), None)
         base = configured or RerankServerConfig(base_url=base_url, model=model)
@@ -251,8 +228,8 @@ def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfi
             protocol=env.get("HEARTHNET_RERANK_PROTOCOL", base.protocol),
             api_key_env=env.get("HEARTHNET_RERANK_API_KEY_ENV") or base.api_key_env,
             timeout_seconds=_env_seconds(env, "HEARTHNET_RERANK_TIMEOUT_SECONDS", base.timeout_seconds),
-            max_concurrent=_env_int(env, "HEARTHNET_RERANK_MAX_CONCURRENT", base.max_concurrent),
-            max_texts=_env_int(env, "HEARTHNET_RERANK_MAX_TEXTS", base.max_texts),
+            max_concurrent=env_int(env, "HEARTHNET_RERANK_MAX_CONCURRENT", base.max_concurrent, 1),
+            max_texts=env_int(env, "HEARTHNET_RERANK_MAX_TEXTS", base.max_texts, 1),
         )
     except BadRequest as exc:
         key = re.match(r"rerank\.servers\.(\w+)", exc.message)

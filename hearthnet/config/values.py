@@ -15,10 +15,12 @@ from hearthnet.errors import BadRequest
 __all__ = [
     "LOG_LEVELS",
     "NAME_MAX",
+    "array_of_tables",
     "check_host",
     "check_log_level",
     "check_name",
     "check_url",
+    "described_server",
     "env_float",
     "env_int",
     "flag",
@@ -52,6 +54,32 @@ def table(data: Any, name: str, known: frozenset[str]) -> Mapping[str, Any]:
             f"unknown config key(s){where}: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
         )
     return data
+
+
+def array_of_tables(
+    data: Mapping[str, Any],
+    key: str,
+    where: str,
+    known: frozenset[str],
+    required: tuple[str, ...],
+    most: int | None = None,
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """``[[where.key]]`` of config.toml: at most ``most`` tables, each strict (``known`` keys) and
+    holding every ``required`` key; each returned with the name its errors go by
+    (``[[where.key]] #i in config.toml``)."""
+    name = f"{where}.{key}"
+    raw_tables = get(data, key, list, [], where)
+    if most is not None and len(raw_tables) > most:
+        raise BadRequest(f"[[{name}]] in config.toml has {len(raw_tables)} tables; at most {most}")
+    out = []
+    for i, raw in enumerate(raw_tables, start=1):
+        t = table(raw, name, known)
+        named = f"[[{name}]] #{i} in config.toml"
+        for needed in required:
+            if needed not in t:
+                raise BadRequest(f"{named} needs {needed}")
+        out.append((named, t))
+    return out
 
 
 def get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str) -> Any:
@@ -92,6 +120,20 @@ def flag(text: str, name: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise BadRequest(f"{name} must be true or false, got {text!r}")
+
+
+def described_server(
+    env: Mapping[str, str], prefix: str, names: tuple[str, ...], what: str
+) -> tuple[str, str] | None:
+    """``(base_url, model)`` of the one server that the variables ``names`` describe (``None``
+    when none is set); ``bad_request`` if one is set without ``{prefix}_BASE_URL`` and ``{prefix}_MODEL``."""
+    given = [name for name in names if name in env]
+    if not given:
+        return None
+    base_url, model = env.get(f"{prefix}_BASE_URL"), env.get(f"{prefix}_MODEL")
+    if not base_url or not model:
+        raise BadRequest(f"{given[0]} describes {what}: set {prefix}_BASE_URL and {prefix}_MODEL too")
+    return base_url, model
 
 
 def positive_float(value: Any, name: str) -> float:
