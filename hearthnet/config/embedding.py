@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hearthnet.config.archives import ArchiveDefaults, check_server_url
-from hearthnet.config.values import array_of_tables, flag, get, integer, seconds
+from hearthnet.config.values import api_key, array_of_tables, flag, get, integer, seconds
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -57,12 +57,7 @@ class OpenAIBackendConfig:
 
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key named by ``api_key_env`` (``bad_request`` if that variable is not set)."""
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(f"the embedding API key variable {self.api_key_env} is not set")
-        return key
+        return api_key(self.api_key_env, environ, f"embedding model {self.model!r:.80}")
 
 
 @dataclass(frozen=True)

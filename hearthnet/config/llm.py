@@ -7,10 +7,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hearthnet.config.values import (
+    api_key,
     array_of_tables,
+    check_unique_models,
     check_url,
     described_server,
     env_int,
@@ -69,18 +71,27 @@ LOCAL_KEYS = frozenset(
 PROMPT_FORMATS = ("chat", "plain")
 
 
-def check_llm_model(
-    where: str,
-    *,
-    model: str,
-    context_tokens: int,
-    max_output_tokens: int,
-    prompt_format: str,
-    max_concurrent: int = 1,
-    timeout_seconds: float = 60.0,
-    call_timeout_seconds: float = 600.0,
-) -> None:
+class ChatModelSettings(Protocol):
+    """What every chat model's settings hold (an OpenAI-compatible server's, the local model's)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def context_tokens(self) -> int: ...
+    @property
+    def max_output_tokens(self) -> int: ...
+    @property
+    def prompt_format(self) -> str: ...
+    @property
+    def timeout_seconds(self) -> float: ...
+    @property
+    def call_timeout_seconds(self) -> float: ...
+
+
+def check_llm_model(where: str, settings: ChatModelSettings, max_concurrent: int = 1) -> None:
     """The checks every chat model's settings share; errors name ``where`` and the key."""
+    model, prompt_format = settings.model, settings.prompt_format
+    context_tokens, max_output_tokens = settings.context_tokens, settings.max_output_tokens
     if not model.strip() or len(model) > 200:
         raise BadRequest(f"{where}.model must be 1..200 characters")
     if not 1 <= max_output_tokens < context_tokens:
@@ -92,7 +103,8 @@ def check_llm_model(
         raise BadRequest(f"{where}.prompt_format must be chat or plain, got {prompt_format!r:.40}")
     if not 1 <= max_concurrent <= 1024:
         raise BadRequest(f"{where}.max_concurrent must be 1..1024, got {max_concurrent}")
-    for name, value in (("timeout_seconds", timeout_seconds), ("call_timeout_seconds", call_timeout_seconds)):
+    timeouts = (settings.timeout_seconds, settings.call_timeout_seconds)
+    for name, value in zip(("timeout_seconds", "call_timeout_seconds"), timeouts, strict=True):
         if not 0 < value <= 86_400:
             raise BadRequest(f"{where}.{name} must be above 0 and at most 86400, got {value!r}")
 
@@ -122,27 +134,11 @@ class LlmOpenAIConfig:
 
     def __post_init__(self) -> None:
         check_url(self.base_url, "llm.openai.base_url")
-        check_llm_model(
-            "llm.openai",
-            model=self.model,
-            context_tokens=self.context_tokens,
-            max_output_tokens=self.max_output_tokens,
-            prompt_format=self.prompt_format,
-            max_concurrent=self.max_concurrent,
-            timeout_seconds=self.timeout_seconds,
-            call_timeout_seconds=self.call_timeout_seconds,
-        )
+        check_llm_model("llm.openai", self, self.max_concurrent)
 
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key from the variable ``api_key_env`` names; ``bad_request`` when it is not set."""
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(
-                f"llm model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
-            )
-        return key
+        return api_key(self.api_key_env, environ, f"llm model {self.model!r:.80}")
 
     @property
     def endpoint(self) -> str:
@@ -178,15 +174,7 @@ class LlmLocalConfig:
             raise BadRequest(f"llm.local.threads must be at least 1, got {self.threads}")
         if not 0 < self.start_timeout_seconds <= 3600:
             raise BadRequest("llm.local.start_timeout_seconds must be above 0 and at most 3600")
-        check_llm_model(  # the checks every chat model shares (window, timeouts, prompt format)
-            "llm.local",
-            model=self.model,
-            context_tokens=self.context_tokens,
-            max_output_tokens=self.max_output_tokens,
-            prompt_format=self.prompt_format,
-            timeout_seconds=self.timeout_seconds,
-            call_timeout_seconds=self.call_timeout_seconds,
-        )
+        check_llm_model("llm.local", self)  # what every chat model checks (window, timeouts, format)
 
     @property
     def model_file(self) -> Path:
@@ -217,11 +205,7 @@ class LlmConfig:
 
     def __post_init__(self) -> None:
         names = [o.model for o in self.openai] + ([self.local.model] if self.local else [])
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise BadRequest(
-                f"two llm models share the name {', '.join(dupes)}: give each its own model name"
-            )
+        check_unique_models(names, "llm models")
 
 
 def llm_from(llm_s: Mapping[str, Any]) -> LlmConfig:

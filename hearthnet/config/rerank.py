@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from hearthnet.config.values import described_server, env_int, flag
+from hearthnet.config.values import api_key, check_unique_models, described_server, env_int, flag
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -100,14 +100,7 @@ class RerankServerConfig:
 
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key from the variable ``api_key_env`` names; ``bad_request`` when it is not set."""
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(
-                f"rerank model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
-            )
-        return key
+        return api_key(self.api_key_env, environ, f"rerank model {self.model!r:.80}")
 
 
 @dataclass(frozen=True)
@@ -118,12 +111,7 @@ class RerankConfig:
     servers: tuple[RerankServerConfig, ...] = ()
 
     def __post_init__(self) -> None:
-        names = [s.model for s in self.servers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise BadRequest(
-                f"two rerank servers share the model name {', '.join(dupes)}: give each its own model name"
-            )
+        check_unique_models([s.model for s in self.servers], "rerank servers")
 
 
 def _strict(raw: Any, name: str, known: frozenset[str]) -> Mapping[str, Any]:

@@ -15,10 +15,12 @@ from hearthnet.errors import BadRequest
 __all__ = [
     "LOG_LEVELS",
     "NAME_MAX",
+    "api_key",
     "array_of_tables",
     "check_host",
     "check_log_level",
     "check_name",
+    "check_unique_models",
     "check_url",
     "described_server",
     "env_float",
@@ -134,6 +136,24 @@ def described_server(
     if not base_url or not model:
         raise BadRequest(f"{given[0]} describes {what}: set {prefix}_BASE_URL and {prefix}_MODEL too")
     return base_url, model
+
+
+def api_key(variable: str | None, environ: Mapping[str, str], what: str) -> str | None:
+    """The key in the environment variable ``variable`` (``None`` when no variable is named);
+    ``bad_request`` naming ``what`` (the model) when that variable is not set."""
+    if variable is None:
+        return None
+    key = environ.get(variable)
+    if not key:
+        raise BadRequest(f"{what}: the API key variable {variable} is not set")
+    return key
+
+
+def check_unique_models(names: list[str], what: str) -> None:
+    """``bad_request`` when two of ``what`` (e.g. ``llm models``) share a model name."""
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BadRequest(f"two {what} share the model name {', '.join(dupes)}: give each its own model name")
 
 
 def positive_float(value: Any, name: str) -> float:
