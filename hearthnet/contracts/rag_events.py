@@ -79,6 +79,13 @@ _INT64 = 1 << 63
 _NODE_ID = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
 
 
+def _check_document(event_type: str, data: Mapping[str, Any]) -> None:
+    """The document an event names: ``corpus`` (a corpus name, not a reserved one) and ``doc_cid``."""
+    validate_corpus_name(data["corpus"], allow_reserved=False)
+    if not is_cid(data["doc_cid"]):
+        raise BadRequest(f"{event_type}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+
+
 def validate_ingested(data: Mapping[str, Any]) -> None:
     keys = set(data)
     if keys != set(_FIELDS) and keys != set(_FIELDS) | set(DIGEST_FIELDS):
@@ -91,9 +98,7 @@ def validate_ingested(data: Mapping[str, Any]) -> None:
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BadRequest(f"{INGESTED}.{key} has the wrong type")
-    validate_corpus_name(data["corpus"], allow_reserved=False)
-    if not is_cid(data["doc_cid"]):
-        raise BadRequest(f"{INGESTED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    _check_document(INGESTED, data)
     if len(data["title"]) > MAX_TITLE:
         raise BadRequest(f"{INGESTED}.title is limited to {MAX_TITLE} characters")
     if not is_language(data["language"]):
@@ -118,9 +123,7 @@ def validate_deleted(data: Mapping[str, Any]) -> None:
         raise BadRequest(f"{DELETED} data must have exactly the keys corpus, doc_cid")
     if not isinstance(data["corpus"], str) or not isinstance(data["doc_cid"], str):
         raise BadRequest(f"{DELETED} corpus and doc_cid must be strings")
-    validate_corpus_name(data["corpus"], allow_reserved=False)
-    if not is_cid(data["doc_cid"]):
-        raise BadRequest(f"{DELETED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    _check_document(DELETED, data)
 
 
 def deleted_rule() -> EventRule:
@@ -152,9 +155,7 @@ def validate_updated(data: Mapping[str, Any]) -> None:
         )
     if not all(isinstance(data[k], str) for k in ("corpus", "doc_cid", "title")):
         raise BadRequest(f"{UPDATED} corpus, doc_cid and title must be strings")
-    validate_corpus_name(data["corpus"], allow_reserved=False)
-    if not is_cid(data["doc_cid"]):
-        raise BadRequest(f"{UPDATED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    _check_document(UPDATED, data)
     if len(data["title"]) > MAX_TITLE:
         raise BadRequest(f"{UPDATED}.title is limited to {MAX_TITLE} characters")
     _check_metadata(data["metadata"])
