@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hearthnet.config.archives import ArchiveDefaults, check_server_url
-from hearthnet.config.values import api_key, array_of_tables, flag, get, integer, seconds
+from hearthnet.config.values import api_key, array_of_tables, get, integer, seconds, switched
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -112,8 +112,7 @@ def embedding_env(
     embedding: EmbeddingConfig, env: Mapping[str, str], embed_timeout: float | None
 ) -> EmbeddingConfig:
     """The overrides of ``[embedding]``; ``embed_timeout`` is ``RAG_EMBED_TIMEOUT_SECONDS`` if set."""
-    if "HEARTHNET_EMBEDDING" in env:
-        embedding = replace(embedding, enabled=flag(env["HEARTHNET_EMBEDDING"], "HEARTHNET_EMBEDDING"))
+    embedding = switched(embedding, env, "HEARTHNET_EMBEDDING")
     if "HEARTHNET_MODEL_DIR" in env:
         embedding = replace(embedding, model_dir=env["HEARTHNET_MODEL_DIR"])
     if embed_timeout is not None:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from hearthnet.config.values import (
     api_key,
@@ -16,11 +16,11 @@ from hearthnet.config.values import (
     check_url,
     described_server,
     env_int,
-    flag,
     get,
     integer,
     positive_float,
     seconds,
+    switched,
     table,
 )
 from hearthnet.errors import BadRequest
@@ -71,25 +71,9 @@ LOCAL_KEYS = frozenset(
 PROMPT_FORMATS = ("chat", "plain")
 
 
-class ChatModelSettings(Protocol):
-    """What every chat model's settings hold (an OpenAI-compatible server's, the local model's)."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def context_tokens(self) -> int: ...
-    @property
-    def max_output_tokens(self) -> int: ...
-    @property
-    def prompt_format(self) -> str: ...
-    @property
-    def timeout_seconds(self) -> float: ...
-    @property
-    def call_timeout_seconds(self) -> float: ...
-
-
-def check_llm_model(where: str, settings: ChatModelSettings, max_concurrent: int = 1) -> None:
-    """The checks every chat model's settings share; errors name ``where`` and the key."""
+def check_llm_model(where: str, settings: LlmOpenAIConfig | LlmLocalConfig, max_concurrent: int = 1) -> None:
+    """The checks every chat model's settings share (an OpenAI-compatible server's, the local
+    model's); errors name ``where`` and the key."""
     model, prompt_format = settings.model, settings.prompt_format
     context_tokens, max_output_tokens = settings.context_tokens, settings.max_output_tokens
     if not model.strip() or len(model) > 200:
@@ -269,8 +253,7 @@ LLM_ENV = (
 
 def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
     """``HEARTHNET_LLM`` and one model described by the ``HEARTHNET_LLM_*`` variables (:data:`LLM_ENV`)."""
-    if "HEARTHNET_LLM" in env:
-        llm = replace(llm, enabled=flag(env["HEARTHNET_LLM"], "HEARTHNET_LLM"))
+    llm = switched(llm, env, "HEARTHNET_LLM")
     described = described_server(env, "HEARTHNET_LLM", LLM_ENV, "an llm model")
     if described is None:
         return llm

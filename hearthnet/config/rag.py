@@ -21,11 +21,11 @@ from hearthnet.config.values import (
     array_of_tables,
     check_url,
     env_int,
-    flag,
     get,
     integer,
     positive_float,
     seconds,
+    switched,
 )
 from hearthnet.errors import BadRequest
 
@@ -127,8 +127,7 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
 
 def rag_env(rag: RagConfig, env: Mapping[str, str], embed_timeout: float | None) -> RagConfig:
     """The overrides of ``[rag]``; ``embed_timeout`` is ``RAG_EMBED_TIMEOUT_SECONDS`` if set."""
-    if "HEARTHNET_RAG" in env:
-        rag = replace(rag, enabled=flag(env["HEARTHNET_RAG"], "HEARTHNET_RAG"))
+    rag = switched(rag, env, "HEARTHNET_RAG")
     if "HEARTHNET_RAG_MODEL" in env:
         rag = replace(rag, embedding_model=env["HEARTHNET_RAG_MODEL"])
     if "HEARTHNET_CHROMA_URL" in env:

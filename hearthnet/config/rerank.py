@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from hearthnet.config.values import api_key, check_unique_models, described_server, env_int, flag
+from hearthnet.config.values import api_key, check_unique_models, described_server, env_int, switched
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -201,8 +201,7 @@ def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfi
     The server replaces a configured one of the same model (keeping that table's
     other settings) or is added.
     """
-    if "HEARTHNET_RERANK" in env:
-        config = replace(config, enabled=flag(env["HEARTHNET_RERANK"], "HEARTHNET_RERANK"))
+    config = switched(config, env, "HEARTHNET_RERANK")
     described = described_server(env, "HEARTHNET_RERANK", RERANK_ENV, "a rerank server")
     if described is None:
         return config

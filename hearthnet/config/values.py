@@ -7,7 +7,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from typing import Any, overload
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 from urllib.parse import urlsplit
 
 from hearthnet.errors import BadRequest
@@ -33,9 +34,15 @@ __all__ = [
     "positive_float",
     "seconds",
     "shown_name",
+    "switched",
     "table",
     "toml_string",
 ]
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+S = TypeVar("S", bound="DataclassInstance")
 
 NAME_MAX = 64
 """A node's name is 1..64 printable characters: every peer's ``status`` shows it."""
@@ -154,6 +161,14 @@ def check_unique_models(names: list[str], what: str) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise BadRequest(f"two {what} share the model name {', '.join(dupes)}: give each its own model name")
+
+
+def switched(section: S, env: Mapping[str, str], variable: str) -> S:
+    """``section`` (a frozen settings dataclass with an ``enabled`` field) turned on or off by
+    the environment ``variable`` if it is set (``HEARTHNET_LLM=off``)."""
+    if variable not in env:
+        return section
+    return replace(section, enabled=flag(env[variable], variable))
 
 
 def positive_float(value: Any, name: str) -> float:
