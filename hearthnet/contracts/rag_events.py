@@ -50,6 +50,7 @@ __all__ = [
     "DIGEST_FIELDS",
     "deleted_rule",
     "ingested_rule",
+    "is_metadata_value",
     "moved_rule",
     "updated_rule",
     "validate_deleted",
@@ -131,6 +132,18 @@ def deleted_rule() -> EventRule:
     return EventRule(event_type=DELETED, min_level=Level.TRUSTED, validate=validate_deleted)
 
 
+def is_metadata_value(value: object) -> bool:
+    """A value a document's metadata may hold: a boolean, a 64-bit integer, a finite float or a
+    string of at most ``MAX_METADATA_STRING`` characters."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -_INT64 <= value < _INT64
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str) and len(value) <= MAX_METADATA_STRING
+
+
 def _check_metadata(metadata: Any) -> None:
     """A document's caller metadata as the RAG service keeps it (the same bounds as ``rag.ingest``'s)."""
     if not isinstance(metadata, dict) or len(metadata) > MAX_METADATA_FIELDS:
@@ -138,13 +151,8 @@ def _check_metadata(metadata: Any) -> None:
     for key, value in metadata.items():
         if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key) or key.startswith("hn_"):
             raise BadRequest(f"{UPDATED}.metadata has an invalid key")
-        if isinstance(value, bool) or (isinstance(value, int) and -_INT64 <= value < _INT64):
-            continue
-        if isinstance(value, float) and math.isfinite(value):
-            continue
-        if isinstance(value, str) and len(value) <= MAX_METADATA_STRING:
-            continue
-        raise BadRequest(f"{UPDATED}.metadata.{key} must be a boolean, a number or a short string")
+        if not is_metadata_value(value):
+            raise BadRequest(f"{UPDATED}.metadata.{key} must be a boolean, a number or a short string")
 
 
 def validate_updated(data: Mapping[str, Any]) -> None:
