@@ -136,20 +136,16 @@ class OneShot(Generic[T]):
         return self._error
 
     def set(self, value: T) -> bool:
-        if self._done:
-            return False
-        self._value = value
-        self._finish()
-        return True
+        return self._finish(value, None)
 
     def fail(self, error: BaseException) -> bool:
+        return self._finish(None, error)
+
+    def _finish(self, value: T | None, error: BaseException | None) -> bool:
+        """Deliver the outcome and wake every waiter; ``False`` if one was delivered already."""
         if self._done:
             return False
-        self._error = error
-        self._finish()
-        return True
-
-    def _finish(self) -> None:
+        self._value, self._error = value, error
         self._done = True
         future = self._future
         if future is not None and not future.done():  # done: its waiter was cancelled
@@ -158,6 +154,7 @@ class OneShot(Generic[T]):
         if waiters is not None:
             for waiter in waiters:
                 waiter.set()
+        return True
 
     async def wait(self) -> T:
         if not self._done:
