@@ -14,6 +14,7 @@ from hearthnet.config.values import (
     array_of_tables,
     check_unique_models,
     check_url,
+    configured_or_new,
     described_server,
     env_int,
     get,
@@ -22,6 +23,7 @@ from hearthnet.config.values import (
     seconds,
     switched,
     table,
+    with_entry,
 )
 from hearthnet.errors import BadRequest
 
@@ -261,8 +263,7 @@ def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
     check_url(base_url, "HEARTHNET_LLM_BASE_URL")
     timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
     try:
-        configured = next((o for o in llm.openai if o.model == model), None)
-        base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
+        base = configured_or_new(llm.openai, model, lambda: LlmOpenAIConfig(base_url=base_url, model=model))
         entry = replace(
             base,
             base_url=base_url,
@@ -277,5 +278,4 @@ def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
         )
     except BadRequest as exc:
         raise BadRequest(f"{exc.message} (from the HEARTHNET_LLM_* variables)") from None
-    others = tuple(o for o in llm.openai if o.model != model)
-    return replace(llm, openai=(*others, entry))
+    return replace(llm, openai=with_entry(llm.openai, entry))

@@ -17,7 +17,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from hearthnet.config.values import api_key, check_unique_models, described_server, env_int, switched
+from hearthnet.config.values import (
+    api_key,
+    check_unique_models,
+    configured_or_new,
+    described_server,
+    env_int,
+    switched,
+    with_entry,
+)
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -207,8 +215,9 @@ def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfi
         return config
     base_url, model = described
     try:
-        configured = next((s for s in config.servers if s.model == model), None)
-        base = configured or RerankServerConfig(base_url=base_url, model=model)
+        base = configured_or_new(
+            config.servers, model, lambda: RerankServerConfig(base_url=base_url, model=model)
+        )
         entry = replace(
             base,
             base_url=base_url,
@@ -224,5 +233,4 @@ def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfi
         if variable in env:
             raise BadRequest(f"{variable}: {exc.message}") from None
         raise BadRequest(f"{exc.message} (from the HEARTHNET_RERANK_* variables)") from None
-    others = tuple(s for s in config.servers if s.model != model)
-    return replace(config, servers=(*others, entry))
+    return replace(config, servers=with_entry(config.servers, entry))

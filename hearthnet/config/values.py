@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from urllib.parse import urlsplit
 
 from hearthnet.errors import BadRequest
@@ -23,6 +23,7 @@ __all__ = [
     "check_name",
     "check_unique_models",
     "check_url",
+    "configured_or_new",
     "described_server",
     "env_float",
     "env_int",
@@ -37,6 +38,7 @@ __all__ = [
     "switched",
     "table",
     "toml_string",
+    "with_entry",
 ]
 
 if TYPE_CHECKING:
@@ -169,6 +171,24 @@ def switched(section: S, env: Mapping[str, str], variable: str) -> S:
     if variable not in env:
         return section
     return replace(section, enabled=flag(env[variable], variable))
+
+
+class _OfModel(Protocol):
+    @property
+    def model(self) -> str: ...
+
+
+M = TypeVar("M", bound=_OfModel)
+
+
+def configured_or_new(entries: Iterable[M], model: str, new: Callable[[], M]) -> M:
+    """The entry of ``entries`` for ``model`` (an environment override changes it), or ``new()``."""
+    return next((e for e in entries if e.model == model), None) or new()
+
+
+def with_entry(entries: tuple[M, ...], entry: M) -> tuple[M, ...]:
+    """``entries`` with ``entry`` in place of the one of its model, or added at the end."""
+    return (*(e for e in entries if e.model != entry.model), entry)
 
 
 def positive_float(value: Any, name: str) -> float:
