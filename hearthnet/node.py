@@ -25,8 +25,8 @@ import structlog
 
 from hearthnet import __version__
 from hearthnet.bus.bus import CapabilityBus
+from hearthnet.bus.liveness import Liveness
 from hearthnet.bus.peers import PeerManager
-from hearthnet.bus.session import Liveness
 from hearthnet.community.levels import Level
 from hearthnet.community.membership import Membership, Revocation
 from hearthnet.config import NodeConfig, shown_name
@@ -430,7 +430,6 @@ class Node:
         self.event_log = event_log = await anyio.to_thread.run_sync(
             lambda: EventLog(config.events_path, rules=rules)
         )
-        bootstrap = read_bootstrap(config)
         self.bus = bus = CapabilityBus(
             identity,
             level_of=self._level_of,
@@ -442,27 +441,7 @@ class Node:
         routing.install(bus)  # how remote providers' params fit, per capability family
         for capability, params in KEPT_LOCAL:  # the personal corpus never leaves this node
             bus.keep_local(capability, params)
-        self.peers = peers = PeerManager(
-            bus,
-            identity,
-            community_id=lambda: event_log.community_id,
-            admit=self._admit,
-            is_member=self._is_member,
-            on_refused=self._peer_refused,
-            may_dial=lambda: self._own_revocation() is None,
-            listen_host=config.network.listen_host,
-            listen_port=config.network.listen_port,
-            advertise=config.network.advertise,
-            max_frame=config.network.max_frame,
-            handshake_timeout=config.network.handshake_timeout,
-            state_path=config.home / "peers.json",
-        )
-        for peer in bootstrap:
-            node_id = peer.get("node_id")
-            if isinstance(node_id, str):
-                self._bootstrap_ids.add(node_id)
-                for address in peer.get("addresses", []):
-                    peers.add_bootstrap(node_id, str(address))
+        self.peers = peers = self._peer_manager(bus, identity, event_log)
         self.community = community = CommunityService(
             identity=identity,
             bus=bus,
@@ -481,15 +460,9 @@ class Node:
         node_service = NodeService(
             info=self.info, stats=self.stats, status=self.status, advertised=self._advertised_by
         )
-        parts = NodeParts(config, identity, bus, event_log, rules, community)
-        factories = self._factories if self._factories is not None else default_service_factories()
-        self.services = [node_service, community]
-        for factory in factories:
-            service = factory(parts)
-            if service is not None:
-                self.services.append(service)
-        doors = self._door_factories or []
-        self.front_doors = [d for d in (make(parts) for make in doors) if d is not None]
+        self._build_services_and_doors(
+            NodeParts(config, identity, bus, event_log, rules, community), [node_service, community]
+        )
         try:
             async with anyio.create_task_group() as tg:
                 try:
@@ -518,13 +491,52 @@ class Node:
                 task_status.started()
         finally:
             with anyio.CancelScope(shield=True):
-                for service in reversed(self.services):
-                    try:
-                        await service.stop()
-                    except Exception:
-                        log.exception("service_stop_failed", service=service.name)
+                await self._stop_services()
                 await anyio.to_thread.run_sync(event_log.close)
                 log.info("node_stopped", node_id=identity.node_id)
+
+    def _peer_manager(
+        self, bus: CapabilityBus, identity: Identity, event_log: EventLog[Membership]
+    ) -> PeerManager:
+        """The peers' door: listening, dialing and admitting, with the bootstrap peers noted."""
+        config, network = self.config, self.config.network
+        peers = PeerManager(
+            bus,
+            identity,
+            community_id=lambda: event_log.community_id,
+            admit=self._admit,
+            is_member=self._is_member,
+            on_refused=self._peer_refused,
+            may_dial=lambda: self._own_revocation() is None,
+            listen_host=network.listen_host,
+            listen_port=network.listen_port,
+            advertise=network.advertise,
+            max_frame=network.max_frame,
+            handshake_timeout=network.handshake_timeout,
+            state_path=config.home / "peers.json",
+        )
+        for peer in read_bootstrap(config):
+            node_id = peer.get("node_id")
+            if isinstance(node_id, str):
+                self._bootstrap_ids.add(node_id)
+                for address in peer.get("addresses", []):
+                    peers.add_bootstrap(node_id, str(address))
+        return peers
+
+    def _build_services_and_doors(self, parts: NodeParts, built_in: list[Service]) -> None:
+        """The services (``built_in`` first, then each factory's) and the front doors, in start order."""
+        factories = self._factories if self._factories is not None else default_service_factories()
+        self.services = [*built_in, *(s for s in (make(parts) for make in factories) if s is not None)]
+        doors = self._door_factories or []
+        self.front_doors = [d for d in (make(parts) for make in doors) if d is not None]
+
+    async def _stop_services(self) -> None:
+        """Stop every service, the last started first; one that fails to stop does not stop the rest."""
+        for service in reversed(self.services):
+            try:
+                await service.stop()
+            except Exception:
+                log.exception("service_stop_failed", service=service.name)
 
 
 def _listen_error(config: NodeConfig, exc: OSError) -> BadRequest:

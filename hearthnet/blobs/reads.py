@@ -20,6 +20,17 @@ from hearthnet.runtime.sqlite_tx import transaction
 
 __all__ = ["BlobReads"]
 
+_BLOBS_USING = (
+    "UPDATE blobs SET complete = 0, changed_at = ? WHERE doc_cid IN"
+    " (SELECT doc_cid FROM blob_chunks WHERE chunk_id = ?)"
+)
+"""Every blob using a chunk (a corrupt chunk: those already incomplete restart their clock too)."""
+_COMPLETE_BLOBS_USING = (
+    "UPDATE blobs SET complete = 0, changed_at = ? WHERE complete = 1 AND doc_cid IN"
+    " (SELECT doc_cid FROM blob_chunks WHERE chunk_id = ?)"
+)
+"""The complete blobs using a chunk (a vanished chunk file)."""
+
 
 class BlobReads(StoreCore):
     """The reading part of :class:`~hearthnet.blobs.store.BlobStore`."""
@@ -106,13 +117,14 @@ class BlobReads(StoreCore):
         with self._lock:
             if self.chunk_path(chunk_id).is_file():
                 return  # stored again meanwhile
-            with transaction(self._db):
-                self._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (chunk_id,))
-                self._db.execute(
-                    "UPDATE blobs SET complete = 0, changed_at = ? WHERE complete = 1 AND doc_cid IN"
-                    " (SELECT doc_cid FROM blob_chunks WHERE chunk_id = ?)",
-                    (self._clock(), chunk_id),
-                )
+            self._unindex_chunk(chunk_id, _COMPLETE_BLOBS_USING)
+
+    def _unindex_chunk(self, chunk_id: str, mark_incomplete: str) -> None:
+        """Drop ``chunk_id`` from the index and mark incomplete (their stale clock restarted) the
+        blobs ``mark_incomplete`` updates (the lock held)."""
+        with transaction(self._db):
+            self._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (chunk_id,))
+            self._db.execute(mark_incomplete, (self._clock(), chunk_id))
 
     def _quarantine(self, chunk_id: str, path: Path) -> bytes:
         """Move a chunk that failed its hash out of ``chunks/`` and raise :class:`CorruptBlob`.
@@ -129,13 +141,7 @@ class BlobReads(StoreCore):
             dest = self._quarantine_dir / f"{cid_hex(chunk_id)}.{time.time_ns()}"
             with contextlib.suppress(FileNotFoundError):
                 os.replace(path, dest)
-            with transaction(self._db):
-                self._db.execute("DELETE FROM chunks WHERE chunk_id = ?", (chunk_id,))
-                self._db.execute(
-                    "UPDATE blobs SET complete = 0, changed_at = ? WHERE doc_cid IN"
-                    " (SELECT doc_cid FROM blob_chunks WHERE chunk_id = ?)",
-                    (self._clock(), chunk_id),
-                )
+            self._unindex_chunk(chunk_id, _BLOBS_USING)
         raise CorruptBlob(f"chunk {chunk_id} is corrupt and was quarantined; refetch it")
 
     def _touch_blobs_of_chunk(self, chunk_id: str) -> None:

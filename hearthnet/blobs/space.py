@@ -103,18 +103,17 @@ class BlobSpace(StoreCore):
                 return False
             return self._delete_locked(doc_cid)
 
+    def _column(self, sql: str, *args: object) -> builtins.list[str]:
+        """The first column of ``sql``'s rows (the lock held)."""
+        return [row[0] for row in self._db.execute(sql, args).fetchall()]
+
     def _delete_locked(self, doc_cid: str) -> bool:
         return self._drop(doc_cid)[0]
 
     def _drop(self, doc_cid: str) -> tuple[bool, int]:
         """Delete a manifest and its chunks no other manifest uses (lock held): (found, bytes freed)."""
         with transaction(self._db):
-            chunk_ids = [
-                r[0]
-                for r in self._db.execute(
-                    "SELECT DISTINCT chunk_id FROM blob_chunks WHERE doc_cid = ?", (doc_cid,)
-                )
-            ]
+            chunk_ids = self._column("SELECT DISTINCT chunk_id FROM blob_chunks WHERE doc_cid = ?", doc_cid)
             gone = self._db.execute("DELETE FROM blobs WHERE doc_cid = ?", (doc_cid,)).rowcount
             self._db.execute("DELETE FROM blob_chunks WHERE doc_cid = ?", (doc_cid,))
         with contextlib.suppress(FileNotFoundError):
@@ -167,14 +166,12 @@ class BlobSpace(StoreCore):
         removed: builtins.list[str] = []
         while True:
             with self._lock:
-                batch = [
-                    r[0]
-                    for r in self._db.execute(
-                        "SELECT doc_cid FROM blobs WHERE complete = 0 AND pinned = 0 AND changed_at < ?"
-                        " ORDER BY changed_at LIMIT ?",
-                        (horizon, _GC_BATCH),
-                    ).fetchall()
-                ]
+                batch = self._column(
+                    "SELECT doc_cid FROM blobs WHERE complete = 0 AND pinned = 0 AND changed_at < ?"
+                    " ORDER BY changed_at LIMIT ?",
+                    horizon,
+                    _GC_BATCH,
+                )
                 for doc_cid in batch:
                     self._delete_locked(doc_cid)
                 removed.extend(batch)
@@ -183,14 +180,13 @@ class BlobSpace(StoreCore):
         offset = 0  # orphans still held by a put in progress are skipped, not re-selected forever
         while True:
             with self._lock:
-                orphans = [
-                    r[0]
-                    for r in self._db.execute(
-                        "SELECT c.chunk_id FROM chunks c LEFT JOIN blob_chunks bc USING (chunk_id)"
-                        " WHERE bc.chunk_id IS NULL AND c.added_at < ? ORDER BY c.chunk_id LIMIT ? OFFSET ?",
-                        (horizon, _GC_BATCH, offset),
-                    ).fetchall()
-                ]
+                orphans = self._column(
+                    "SELECT c.chunk_id FROM chunks c LEFT JOIN blob_chunks bc USING (chunk_id)"
+                    " WHERE bc.chunk_id IS NULL AND c.added_at < ? ORDER BY c.chunk_id LIMIT ? OFFSET ?",
+                    horizon,
+                    _GC_BATCH,
+                    offset,
+                )
                 offset += len(orphans) - self._remove_unreferenced(orphans)[0]
             if len(orphans) < _GC_BATCH:
                 break

@@ -25,11 +25,12 @@ from hearthnet.bus.descriptors import (
     Registration,
     Version,
 )
+from hearthnet.bus.liveness import Liveness
 from hearthnet.bus.manifest import MANIFEST_TTL_MS, sign_manifest, verify_manifest
 from hearthnet.bus.registry import Registry
 from hearthnet.bus.router import Preference, Router
 from hearthnet.bus.serve import LevelOf, Serving
-from hearthnet.bus.session import Liveness, PeerSession
+from hearthnet.bus.session import PeerSession
 from hearthnet.bus.sightings import Sighting, Sightings
 from hearthnet.bus.stats import StatsBook
 from hearthnet.errors import (

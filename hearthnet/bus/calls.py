@@ -24,9 +24,10 @@ from hearthnet.bus.descriptors import (
     Version,
 )
 from hearthnet.bus.flow import loop_time
+from hearthnet.bus.liveness import Liveness
 from hearthnet.bus.registry import Registry, lookup_key, remember
 from hearthnet.bus.router import Preference, Router
-from hearthnet.bus.session import Liveness, OutgoingCall, PeerSession
+from hearthnet.bus.session import OutgoingCall, PeerSession
 from hearthnet.bus.stats import StatsBook
 from hearthnet.bus.versions import version_text
 from hearthnet.community.levels import Level
@@ -211,12 +212,8 @@ class Calling:
                 return await self._call_one(cand, capability, version, params_d, input_d, deadline, trace)
             except BusError as exc:
                 last = exc
-                log.info(
-                    "call_failed", capability=capability, provider=cand.node_id, code=exc.code, trace_id=trace
-                )
-        if last is None:
-            last = Timeout(f"{capability} deadline passed before any provider answered")
-        raise last
+                _log_failure(capability, cand, exc, trace)
+        raise last if last is not None else _unanswered(capability)
 
     async def _race(
         self,
@@ -265,19 +262,12 @@ class Calling:
                 start()
                 while running:
                     newest = len(started_at) - 1
-                    hedge_at = math.inf
-                    if newest + 1 < len(candidates) and newest in running and _hedgeable(candidates[newest]):
-                        hedge_at = started_at[newest] + HEDGE_AFTER * (deadline - started_at[newest])
-                    with anyio.CancelScope(deadline=hedge_at) as overdue:
+                    with anyio.CancelScope(
+                        deadline=_hedge_time(candidates, started_at, running, deadline)
+                    ) as overdue:
                         k, outcome = await ended_rx.receive()
                     if overdue.cancelled_caught:
-                        log.info(
-                            "call_hedged",
-                            capability=capability,
-                            overdue=candidates[newest].node_id,
-                            next=candidates[newest + 1].node_id,
-                            trace_id=trace_id,
-                        )
+                        _log_hedge(capability, candidates[newest], candidates[newest + 1], trace_id)
                         start()
                         continue
                     running.discard(k)
@@ -285,13 +275,7 @@ class Calling:
                         winner, result = k, outcome
                         break
                     last = outcome
-                    log.info(
-                        "call_failed",
-                        capability=capability,
-                        provider=candidates[k].node_id,
-                        code=outcome.code,
-                        trace_id=trace_id,
-                    )
+                    _log_failure(capability, candidates[k], outcome, trace_id)
                     if outcome.code not in _RETRYABLE:
                         break
                     if (
@@ -301,23 +285,29 @@ class Calling:
                     ):
                         start()
                 tg.cancel_scope.cancel()
-        if result is not None:
-            now = anyio.current_time()
-            for k in running:
-                if k < winner and not candidates[k].is_local:
-                    self.router.quarantine(candidates[k].node_id, capability, now=now)
-                    log.warning(
-                        "provider_quarantined",
-                        capability=capability,
-                        provider=candidates[k].node_id,
-                        reason="overtaken",
-                        trace_id=trace_id,
-                    )
-            return result
-        raise (
-            last
-            if last is not None
-            else Timeout(f"{capability} deadline passed before any provider answered")
+        if result is None:
+            raise last if last is not None else _unanswered(capability)
+        self._quarantine_overtaken([candidates[k] for k in running if k < winner], capability, trace_id)
+        return result
+
+    def _quarantine_overtaken(self, overtaken: list[ProviderInfo], capability: str, trace_id: str) -> None:
+        """Quarantine the remote providers a race's winner overtook (they started before it)."""
+        now = anyio.current_time()
+        for cand in overtaken:
+            if not cand.is_local:
+                self._quarantine(cand, capability, "overtaken", trace_id, now)
+
+    def _quarantine(
+        self, cand: ProviderInfo, capability: str, reason: str, trace_id: str, now: float
+    ) -> None:
+        """Keep calls of ``capability`` off a provider for a while: it was silent, or overtaken."""
+        self.router.quarantine(cand.node_id, capability, now=now)
+        log.warning(
+            "provider_quarantined",
+            capability=capability,
+            provider=cand.node_id,
+            reason=reason,
+            trace_id=trace_id,
         )
 
     def _local_call(
@@ -385,14 +375,7 @@ class Calling:
                 cand.node_id, capability, now=now, counts=exc.code not in _HEALTH_NEUTRAL
             )
             if call is not None and call.gave_up:  # not a word by the deadline: frozen, or its link is
-                self.router.quarantine(cand.node_id, capability, now=now)
-                log.warning(
-                    "provider_quarantined",
-                    capability=capability,
-                    provider=cand.node_id,
-                    reason="silent",
-                    trace_id=trace_id,
-                )
+                self._quarantine(cand, capability, "silent", trace_id, now)
             raise
         except BaseException:
             if call is not None:
@@ -546,3 +529,28 @@ class _RemoteStream(CallStream):
         except TimeoutError as exc:
             await self._call.cancel()
             raise Timeout("streamed call did not finish within its deadline") from exc
+
+
+def _hedge_time(
+    candidates: list[ProviderInfo], started_at: list[float], running: set[int], deadline: float
+) -> float:
+    """When the newest attempt of a race is overdue and the next provider starts beside it
+    (``inf``: never, e.g. it has ended, it is the last provider, or it may not be hedged)."""
+    newest = len(started_at) - 1
+    if newest + 1 < len(candidates) and newest in running and _hedgeable(candidates[newest]):
+        return started_at[newest] + HEDGE_AFTER * (deadline - started_at[newest])
+    return math.inf
+
+
+def _log_hedge(capability: str, overdue: ProviderInfo, beside: ProviderInfo, trace_id: str) -> None:
+    log.info(
+        "call_hedged", capability=capability, overdue=overdue.node_id, next=beside.node_id, trace_id=trace_id
+    )
+
+
+def _log_failure(capability: str, cand: ProviderInfo, exc: BusError, trace_id: str) -> None:
+    log.info("call_failed", capability=capability, provider=cand.node_id, code=exc.code, trace_id=trace_id)
+
+
+def _unanswered(capability: str) -> Timeout:
+    return Timeout(f"{capability} deadline passed before any provider answered")

@@ -14,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from hearthnet.errors import ProtocolError
 
 T = TypeVar("T")
 
@@ -133,20 +136,16 @@ class OneShot(Generic[T]):
         return self._error
 
     def set(self, value: T) -> bool:
-        if self._done:
-            return False
-        self._value = value
-        self._finish()
-        return True
+        return self._finish(value, None)
 
     def fail(self, error: BaseException) -> bool:
+        return self._finish(None, error)
+
+    def _finish(self, value: T | None, error: BaseException | None) -> bool:
+        """Deliver the outcome and wake every waiter; ``False`` if one was delivered already."""
         if self._done:
             return False
-        self._error = error
-        self._finish()
-        return True
-
-    def _finish(self) -> None:
+        self._value, self._error = value, error
         self._done = True
         future = self._future
         if future is not None and not future.done():  # done: its waiter was cancelled
@@ -155,6 +154,7 @@ class OneShot(Generic[T]):
         if waiters is not None:
             for waiter in waiters:
                 waiter.set()
+        return True
 
     async def wait(self) -> T:
         if not self._done:
@@ -172,3 +172,21 @@ class OneShot(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
+
+
+def deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:
+    """Queue a peer's frame; its queue holds exactly the credit granted, so a full queue is a violation."""
+    try:
+        tx.send_nowait(data)
+    except anyio.WouldBlock as exc:
+        raise ProtocolError(f"peer sent {what} beyond its credit") from exc
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass  # our side stopped listening; the frame is no longer wanted
+
+
+def credit_amount(msg: dict[str, Any]) -> int:
+    """The ``n`` of a peer's ``credit_in`` / ``credit_out`` message, checked."""
+    n = msg.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= 1024:
+        raise ProtocolError("credit must be a positive integer up to 1024")
+    return n

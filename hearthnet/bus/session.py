@@ -27,10 +27,8 @@ protocol and the link is closed.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -42,7 +40,9 @@ import structlog
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from hearthnet.bus.context import CallResult
-from hearthnet.bus.flow import Credit, OneShot, Wakeup, loop_time
+from hearthnet.bus.deadlines import DeadlineTimer
+from hearthnet.bus.flow import Credit, OneShot, Wakeup, credit_amount, deliver_within_credit
+from hearthnet.bus.liveness import Liveness, watch_link
 from hearthnet.errors import (
     BusError,
     CapacityExceeded,
@@ -60,47 +60,20 @@ log = structlog.get_logger("hearthnet.bus.session")
 WINDOW = 16
 MAX_INCOMING_PER_PEER = 256
 _MAX_DEADLINE_MS = 3_600_000
-_FRESH_BATCH = 256
-"""Fresh timer entries gathered before those of calls still pending move into the heap."""
-_TimerEntry = tuple[float, int, int, bool]
 
 
-@dataclass(frozen=True)
-class Liveness:
-    """When to send a ``keepalive`` and when to give a silent link up."""
-
-    keepalive_seconds: float = 3.0
-    dead_after_seconds: float = 10.0
-
-    def __post_init__(self) -> None:
-        if not (0 < self.keepalive_seconds and self.dead_after_seconds >= 2 * self.keepalive_seconds):
-            raise ValueError("keepalive_seconds must be positive and dead_after_seconds at least twice it")
-
-
+@dataclass(slots=True, repr=False, eq=False)
 class Request:
     """A decoded ``req`` message."""
 
-    __slots__ = ("capability", "deadline_ms", "id", "input", "params", "stream", "trace_id", "version")
-
-    def __init__(
-        self,
-        id: int,
-        capability: str,
-        version: str,
-        params: dict[str, Any],
-        input: dict[str, Any],
-        deadline_ms: int,
-        trace_id: str,
-        stream: bool,
-    ) -> None:
-        self.id = id
-        self.capability = capability
-        self.version = version
-        self.params = params
-        self.input = input
-        self.deadline_ms = deadline_ms
-        self.trace_id = trace_id
-        self.stream = stream
+    id: int
+    capability: str
+    version: str
+    params: dict[str, Any]
+    input: dict[str, Any]
+    deadline_ms: int
+    trace_id: str
+    stream: bool
 
     def __repr__(self) -> str:
         return f"Request(id={self.id}, capability={self.capability!r}, version={self.version!r})"
@@ -317,7 +290,7 @@ class IncomingCall:
         if self.cancelled:
             assert self.scope is not None
             self.scope.cancel()
-        self.session._add_timer(deadline, self)
+        self.session.deadlines.add(deadline, self, self.request.id, False)
 
     def stop(self) -> None:
         """The handler has ended: nothing may cancel the worker's scope for this call any more."""
@@ -381,20 +354,10 @@ class PeerSession:
         self._work: deque[IncomingCall] = deque()
         self._parked: list[Wakeup] = []
         self.workers = 0
-        # Deadlines of calls both ways, served by one timer task instead of a timed cancel
-        # scope per call: when to give up on our calls, when to stop the peer's.  An entry
-        # is (time, seq, call id, ours?) and names its call only by id and seq, so a
-        # finished call is never kept alive by it.  New entries go to `_fresh` (an append);
-        # only those still pending when `_fresh` fills up or the timer task wakes move
-        # into the heap `_timers`, where finished ones are skipped when they come up (and
-        # pruned when they pile up).  Most calls end long before their deadline and never
-        # reach the heap.
-        self._timers: list[_TimerEntry] = []
-        self._fresh: list[_TimerEntry] = []
-        self._timer_seq = itertools.count()
-        self._next_timer = math.inf
-        """When the timer task wakes next; -inf once it has been told to look again."""
-        self._timers_changed = anyio.Event()
+        self.deadlines: DeadlineTimer[OutgoingCall | IncomingCall] = DeadlineTimer(
+            self.outgoing, self.incoming, self._deadline_passed
+        )
+        """Gives up on our calls and stops the peer's at their times (one timer task)."""
         self.new_scope: Callable[[], anyio.CancelScope] = anyio.CancelScope
         """Makes a cancel scope; once the session runs, the backend's own class (no look-up)."""
         self.closed = anyio.Event()
@@ -440,7 +403,7 @@ class PeerSession:
         call = OutgoingCall(next(self._ids), self, stream, capability)
         self.outgoing[call.id] = call
         if give_up_at is not None:
-            self._add_timer(give_up_at, call)
+            self.deadlines.add(give_up_at, call, call.id, True)
         try:
             await self.send(
                 {
@@ -469,7 +432,7 @@ class PeerSession:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._watch_liveness, tg.cancel_scope)
-                tg.start_soon(self._run_timers)
+                tg.start_soon(self.deadlines.run)
                 try:
                     while True:
                         pending = self._route(await self.link.receive())
@@ -504,82 +467,21 @@ class PeerSession:
 
     async def _watch_liveness(self, reader: anyio.CancelScope) -> None:
         """Send a keepalive when we have been quiet; end the session when the peer has been silent."""
-        keepalive, dead_after = self.liveness.keepalive_seconds, self.liveness.dead_after_seconds
-        link = self.link
-        tried = 0.0  # a keepalive stuck behind a full socket buffer is not sent again meanwhile
-        while True:
-            now = time.monotonic()
-            silent = now - link.last_received
-            if silent >= dead_after:
-                self.close_reason = f"peer silent for {silent:.1f} s (dead after {dead_after:g} s)"
-                log.warning("link_silent", peer=self.peer_id, seconds=round(silent, 1))
-                reader.cancel()
-                return
-            blocked = link.write_stalled_for(now)
-            if blocked >= dead_after:
-                self.close_reason = f"peer stopped reading: a write made no progress for {blocked:.1f} s"
-                log.warning("link_write_stalled", peer=self.peer_id, seconds=round(blocked, 1))
-                reader.cancel()
-                return
-            quiet = now - max(link.last_sent, tried)
-            if quiet >= keepalive:
-                tried, quiet = now, 0.0
-                self.spawn(self.send_quiet, {"t": "keepalive"})
-            await anyio.sleep(max(min(keepalive - quiet, dead_after - silent, dead_after - blocked), 0.01))
+        self.close_reason = await watch_link(
+            self.link, self.liveness, lambda: self.spawn(self.send_quiet, {"t": "keepalive"})
+        )
+        reader.cancel()
 
-    def _live(self, entry: _TimerEntry) -> OutgoingCall | IncomingCall | None:
-        """The call a timer entry was made for, if it is still pending (the peer may reuse an id)."""
-        _, seq, rid, ours = entry
-        call = (self.outgoing if ours else self.incoming).get(rid)
-        return call if call is not None and call.timer_seq == seq else None
-
-    def _add_timer(self, when: float, call: OutgoingCall | IncomingCall) -> None:
-        seq = call.timer_seq = next(self._timer_seq)
+    def _deadline_passed(self, call: OutgoingCall | IncomingCall) -> None:
+        """Fail our unanswered call with ``timeout`` (and tell the peer), or cut the peer's call."""
         if isinstance(call, OutgoingCall):
-            self._fresh.append((when, seq, call.id, True))
-        else:
-            self._fresh.append((when, seq, call.request.id, False))
-        if when < self._next_timer:
-            self._next_timer = -math.inf  # the timer task looks again before it sleeps
-            self._timers_changed.set()
-        elif len(self._fresh) >= _FRESH_BATCH:
-            self._absorb()
-
-    def _absorb(self) -> None:
-        """Move the fresh entries of calls still pending into the heap; prune it if mostly stale."""
-        heap, live = self._timers, self._live
-        for entry in self._fresh:
-            if live(entry) is not None:
-                heapq.heappush(heap, entry)
-        self._fresh.clear()
-        if len(heap) > 1024 and len(heap) > 4 * (len(self.outgoing) + len(self.incoming)):
-            heap[:] = [entry for entry in heap if live(entry) is not None]
-            heapq.heapify(heap)
-
-    async def _run_timers(self) -> None:
-        """Fail our unanswered calls with ``timeout`` and cancel the peer's calls at their times."""
-        heap = self._timers
-        while True:
-            now = loop_time()
-            self._absorb()
-            while heap and heap[0][0] <= now:
-                call = self._live(heapq.heappop(heap))
-                if call is None:
-                    continue
-                if isinstance(call, OutgoingCall):
-                    call.gave_up = True
-                    call.finish(
-                        Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline")
-                    )
-                    self.spawn(self.send_quiet, {"t": "cancel", "id": call.id})
-                elif call.running:
-                    assert call.scope is not None
-                    call.deadline_passed = True
-                    call.scope.cancel()
-            self._next_timer = heap[0][0] if heap else math.inf
-            self._timers_changed = anyio.Event()
-            with anyio.move_on_after(self._next_timer - now):
-                await self._timers_changed.wait()
+            call.gave_up = True
+            call.finish(Timeout(f"{call.capability} on {self.peer_id} did not answer within the deadline"))
+            self.spawn(self.send_quiet, {"t": "cancel", "id": call.id})
+        elif call.running:
+            assert call.scope is not None
+            call.deadline_passed = True
+            call.scope.cancel()
 
     def spawn(self, fn: Callable[..., Coroutine[Any, Any, object]], *args: Any) -> None:
         """Run ``fn`` as a task that ends with this session (never inside the reader itself)."""
@@ -607,9 +509,9 @@ class PeerSession:
                 data = msg.get("data")
                 if not isinstance(data, dict) or call.frames_tx is None:
                     raise ProtocolError("unexpected stream frame")
-                _deliver_within_credit(call.frames_tx, data, "stream frames")
+                deliver_within_credit(call.frames_tx, data, "stream frames")
             elif call.input_credit is not None:
-                call.input_credit.grant(_credit_amount(msg))
+                call.input_credit.grant(credit_amount(msg))
             else:
                 raise ProtocolError("input credit for a call that takes no input frames")
         elif t in ("in", "in_end", "cancel", "credit_out"):
@@ -620,7 +522,7 @@ class PeerSession:
                 data = msg.get("data")
                 if not isinstance(data, dict) or inc.input_tx is None:
                     raise ProtocolError("input frame must be a map, on a streamed call")
-                _deliver_within_credit(inc.input_tx, data, "input frames")
+                deliver_within_credit(inc.input_tx, data, "input frames")
             elif t == "in_end":
                 if inc.input_tx is not None:
                     try:
@@ -630,7 +532,7 @@ class PeerSession:
             elif t == "cancel":
                 inc.cancel()
             elif inc.output_credit is not None:
-                inc.output_credit.grant(_credit_amount(msg))
+                inc.output_credit.grant(credit_amount(msg))
         elif t == "keepalive":
             return None  # its arrival already counted as a sign of life
         elif isinstance(t, str):
@@ -688,20 +590,3 @@ class PeerSession:
                         inc.release()
             if scope.cancelled_caught and inc is not None and self._on_cut is not None:
                 await self._on_cut(self, inc)  # its handler was cut short: no answer went out
-
-
-def _deliver_within_credit(tx: MemoryObjectSendStream[Any], data: dict[str, Any], what: str) -> None:
-    """Queue a peer's frame; its queue holds exactly the credit granted, so a full queue is a violation."""
-    try:
-        tx.send_nowait(data)
-    except anyio.WouldBlock as exc:
-        raise ProtocolError(f"peer sent {what} beyond its credit") from exc
-    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-        pass  # our side stopped listening; the frame is no longer wanted
-
-
-def _credit_amount(msg: dict[str, Any]) -> int:
-    n = msg.get("n")
-    if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= 1024:
-        raise ProtocolError("credit must be a positive integer up to 1024")
-    return n

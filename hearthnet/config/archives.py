@@ -124,19 +124,20 @@ def check_layer(layer: object, setting: str) -> str:
 
 
 def _check_model(model: object, setting: str) -> str:
-    if not isinstance(model, str) or not model.strip() or len(model) > MAX_MODEL_NAME:
-        raise BadRequest(f"{setting} must be an embedding model name of 1-{MAX_MODEL_NAME} characters")
-    if not model.isprintable():
-        raise BadRequest(f"{setting} must be printable characters only")
-    return model
+    return _printable(model, setting, MAX_MODEL_NAME, "an embedding model name")
 
 
 def _check_label(label: object, setting: str) -> str:
-    if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL:
-        raise BadRequest(f"{setting} must be a name of 1-{MAX_LABEL} characters")
-    if not label.isprintable():
+    return _printable(label, setting, MAX_LABEL, "a name")
+
+
+def _printable(value: object, setting: str, most: int, what: str) -> str:
+    """``value`` if it is 1..``most`` printable characters, not all blank; else ``bad_request``."""
+    if not isinstance(value, str) or not value.strip() or len(value) > most:
+        raise BadRequest(f"{setting} must be {what} of 1-{most} characters")
+    if not value.isprintable():
         raise BadRequest(f"{setting} must be printable characters only (no line breaks)")
-    return label
+    return value
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hearthnet.config.archives import ArchiveDefaults, check_server_url
-from hearthnet.config.values import flag, get, integer, seconds, table
+from hearthnet.config.values import api_key, array_of_tables, get, integer, seconds, switched
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -57,12 +57,7 @@ class OpenAIBackendConfig:
 
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key named by ``api_key_env`` (``bad_request`` if that variable is not set)."""
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(f"the embedding API key variable {self.api_key_env} is not set")
-        return key
+        return api_key(self.api_key_env, environ, f"embedding model {self.model!r:.80}")
 
 
 @dataclass(frozen=True)
@@ -87,12 +82,8 @@ def embedding_from(emb: Mapping[str, Any], defaults: ArchiveDefaults) -> Embeddi
     """``[embedding]`` of config.toml (its keys checked by the caller); a server table without a
     ``base_url`` takes the seeds' TEI fallback of ``defaults``."""
     openai = []
-    for raw in get(emb, "openai", list, [], "embedding"):
-        b = table(raw, "embedding.openai", OPENAI_KEYS)
-        where = "embedding.openai"
-        for required in ("model", "dim"):
-            if required not in b:
-                raise BadRequest(f"[[embedding.openai]] in config.toml needs {required}")
+    where = "embedding.openai"
+    for _, b in array_of_tables(emb, "openai", "embedding", OPENAI_KEYS, ("model", "dim")):
         base_url = get(b, "base_url", str, None, where)
         timeout = get(b, "timeout_seconds", (int, float), None, where)
         openai.append(
@@ -121,8 +112,7 @@ def embedding_env(
     embedding: EmbeddingConfig, env: Mapping[str, str], embed_timeout: float | None
 ) -> EmbeddingConfig:
     """The overrides of ``[embedding]``; ``embed_timeout`` is ``RAG_EMBED_TIMEOUT_SECONDS`` if set."""
-    if "HEARTHNET_EMBEDDING" in env:
-        embedding = replace(embedding, enabled=flag(env["HEARTHNET_EMBEDDING"], "HEARTHNET_EMBEDDING"))
+    embedding = switched(embedding, env, "HEARTHNET_EMBEDDING")
     if "HEARTHNET_MODEL_DIR" in env:
         embedding = replace(embedding, model_dir=env["HEARTHNET_MODEL_DIR"])
     if embed_timeout is not None:

@@ -9,7 +9,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hearthnet.config.values import check_url, env_int, flag, get, integer, positive_float, seconds, table
+from hearthnet.config.values import (
+    api_key,
+    array_of_tables,
+    check_unique_models,
+    check_url,
+    configured_or_new,
+    described_server,
+    env_int,
+    get,
+    integer,
+    positive_float,
+    seconds,
+    switched,
+    table,
+    with_entry,
+)
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -58,18 +73,11 @@ LOCAL_KEYS = frozenset(
 PROMPT_FORMATS = ("chat", "plain")
 
 
-def check_llm_model(
-    where: str,
-    *,
-    model: str,
-    context_tokens: int,
-    max_output_tokens: int,
-    prompt_format: str,
-    max_concurrent: int = 1,
-    timeout_seconds: float = 60.0,
-    call_timeout_seconds: float = 600.0,
-) -> None:
-    """The checks every chat model's settings share; errors name ``where`` and the key."""
+def check_llm_model(where: str, settings: LlmOpenAIConfig | LlmLocalConfig, max_concurrent: int = 1) -> None:
+    """The checks every chat model's settings share (an OpenAI-compatible server's, the local
+    model's); errors name ``where`` and the key."""
+    model, prompt_format = settings.model, settings.prompt_format
+    context_tokens, max_output_tokens = settings.context_tokens, settings.max_output_tokens
     if not model.strip() or len(model) > 200:
         raise BadRequest(f"{where}.model must be 1..200 characters")
     if not 1 <= max_output_tokens < context_tokens:
@@ -81,7 +89,8 @@ def check_llm_model(
         raise BadRequest(f"{where}.prompt_format must be chat or plain, got {prompt_format!r:.40}")
     if not 1 <= max_concurrent <= 1024:
         raise BadRequest(f"{where}.max_concurrent must be 1..1024, got {max_concurrent}")
-    for name, value in (("timeout_seconds", timeout_seconds), ("call_timeout_seconds", call_timeout_seconds)):
+    timeouts = (settings.timeout_seconds, settings.call_timeout_seconds)
+    for name, value in zip(("timeout_seconds", "call_timeout_seconds"), timeouts, strict=True):
         if not 0 < value <= 86_400:
             raise BadRequest(f"{where}.{name} must be above 0 and at most 86400, got {value!r}")
 
@@ -111,27 +120,11 @@ class LlmOpenAIConfig:
 
     def __post_init__(self) -> None:
         check_url(self.base_url, "llm.openai.base_url")
-        check_llm_model(
-            "llm.openai",
-            model=self.model,
-            context_tokens=self.context_tokens,
-            max_output_tokens=self.max_output_tokens,
-            prompt_format=self.prompt_format,
-            max_concurrent=self.max_concurrent,
-            timeout_seconds=self.timeout_seconds,
-            call_timeout_seconds=self.call_timeout_seconds,
-        )
+        check_llm_model("llm.openai", self, self.max_concurrent)
 
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key from the variable ``api_key_env`` names; ``bad_request`` when it is not set."""
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(
-                f"llm model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
-            )
-        return key
+        return api_key(self.api_key_env, environ, f"llm model {self.model!r:.80}")
 
     @property
     def endpoint(self) -> str:
@@ -167,15 +160,7 @@ class LlmLocalConfig:
             raise BadRequest(f"llm.local.threads must be at least 1, got {self.threads}")
         if not 0 < self.start_timeout_seconds <= 3600:
             raise BadRequest("llm.local.start_timeout_seconds must be above 0 and at most 3600")
-        check_llm_model(  # the checks every chat model shares (window, timeouts, prompt format)
-            "llm.local",
-            model=self.model,
-            context_tokens=self.context_tokens,
-            max_output_tokens=self.max_output_tokens,
-            prompt_format=self.prompt_format,
-            timeout_seconds=self.timeout_seconds,
-            call_timeout_seconds=self.call_timeout_seconds,
-        )
+        check_llm_model("llm.local", self)  # what every chat model checks (window, timeouts, format)
 
     @property
     def model_file(self) -> Path:
@@ -206,22 +191,14 @@ class LlmConfig:
 
     def __post_init__(self) -> None:
         names = [o.model for o in self.openai] + ([self.local.model] if self.local else [])
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise BadRequest(
-                f"two llm models share the name {', '.join(dupes)}: give each its own model name"
-            )
+        check_unique_models(names, "llm models")
 
 
 def llm_from(llm_s: Mapping[str, Any]) -> LlmConfig:
     """``[llm]``, its ``[[llm.openai]]`` tables and ``[llm.local]``."""
     openai = []
-    for raw in get(llm_s, "openai", list, [], "llm"):
-        b = table(raw, "llm.openai", OPENAI_KEYS)
-        where = "llm.openai"
-        for required in ("base_url", "model"):
-            if required not in b:
-                raise BadRequest(f"[[llm.openai]] in config.toml needs {required}")
+    where = "llm.openai"
+    for _, b in array_of_tables(llm_s, "openai", "llm", OPENAI_KEYS, ("base_url", "model")):
         openai.append(
             LlmOpenAIConfig(
                 base_url=get(b, "base_url", str, None, where),
@@ -278,21 +255,15 @@ LLM_ENV = (
 
 def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
     """``HEARTHNET_LLM`` and one model described by the ``HEARTHNET_LLM_*`` variables (:data:`LLM_ENV`)."""
-    if "HEARTHNET_LLM" in env:
-        llm = replace(llm, enabled=flag(env["HEARTHNET_LLM"], "HEARTHNET_LLM"))
-    given = [name for name in LLM_ENV if name in env]
-    if not given:
+    llm = switched(llm, env, "HEARTHNET_LLM")
+    described = described_server(env, "HEARTHNET_LLM", LLM_ENV, "an llm model")
+    if described is None:
         return llm
-    base_url, model = env.get("HEARTHNET_LLM_BASE_URL"), env.get("HEARTHNET_LLM_MODEL")
-    if not base_url or not model:
-        raise BadRequest(
-            f"{given[0]} describes an llm model: set HEARTHNET_LLM_BASE_URL and HEARTHNET_LLM_MODEL too"
-        )
+    base_url, model = described
     check_url(base_url, "HEARTHNET_LLM_BASE_URL")
     timeout = env.get("HEARTHNET_LLM_TIMEOUT_SECONDS")
     try:
-        configured = next((o for o in llm.openai if o.model == model), None)
-        base = configured or LlmOpenAIConfig(base_url=base_url, model=model)
+        base = configured_or_new(llm.openai, model, lambda: LlmOpenAIConfig(base_url=base_url, model=model))
         entry = replace(
             base,
             base_url=base_url,
@@ -307,5 +278,4 @@ def llm_env(llm: LlmConfig, env: Mapping[str, str]) -> LlmConfig:
         )
     except BadRequest as exc:
         raise BadRequest(f"{exc.message} (from the HEARTHNET_LLM_* variables)") from None
-    others = tuple(o for o in llm.openai if o.model != model)
-    return replace(llm, openai=(*others, entry))
+    return replace(llm, openai=with_entry(llm.openai, entry))

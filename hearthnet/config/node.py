@@ -37,6 +37,7 @@ from hearthnet.config.values import (
     integer,
     parse_listen,
     positive_float,
+    switched,
     table,
     toml_string,
 )
@@ -244,8 +245,7 @@ def apply_env(config: NodeConfig, env: Mapping[str, str]) -> NodeConfig:
     if "RAG_EMBED_TIMEOUT_SECONDS" in env:  # the one place it is read: rag's and the servers' timeout
         embed_timeout = positive_float(env["RAG_EMBED_TIMEOUT_SECONDS"], "RAG_EMBED_TIMEOUT_SECONDS")
     ocr, blobs, log = config.ocr, config.blobs, config.log
-    if "HEARTHNET_OCR" in env:
-        ocr = replace(ocr, enabled=flag(env["HEARTHNET_OCR"], "HEARTHNET_OCR"))
+    ocr = switched(ocr, env, "HEARTHNET_OCR")
     if "HEARTHNET_BLOB_CAP_BYTES" in env:
         text = env["HEARTHNET_BLOB_CAP_BYTES"].strip()
         if not text.isdigit():

@@ -17,7 +17,16 @@ from hearthnet.config.archives import (
     normalize_url,
     resolve_archive,
 )
-from hearthnet.config.values import check_url, env_int, flag, get, integer, positive_float, seconds, table
+from hearthnet.config.values import (
+    array_of_tables,
+    check_url,
+    env_int,
+    get,
+    integer,
+    positive_float,
+    seconds,
+    switched,
+)
 from hearthnet.errors import BadRequest
 
 __all__ = ["ARCHIVE_KEYS", "KEYS", "MAX_ARCHIVES", "MAX_ARCHIVE_URLS", "RagConfig", "rag_env", "rag_from"]
@@ -118,8 +127,7 @@ def rag_from(rag_s: Mapping[str, Any], env: Mapping[str, str], defaults: Archive
 
 def rag_env(rag: RagConfig, env: Mapping[str, str], embed_timeout: float | None) -> RagConfig:
     """The overrides of ``[rag]``; ``embed_timeout`` is ``RAG_EMBED_TIMEOUT_SECONDS`` if set."""
-    if "HEARTHNET_RAG" in env:
-        rag = replace(rag, enabled=flag(env["HEARTHNET_RAG"], "HEARTHNET_RAG"))
+    rag = switched(rag, env, "HEARTHNET_RAG")
     if "HEARTHNET_RAG_MODEL" in env:
         rag = replace(rag, embedding_model=env["HEARTHNET_RAG_MODEL"])
     if "HEARTHNET_CHROMA_URL" in env:
@@ -145,16 +153,11 @@ def _query_max_concurrent(value: int, where: str = "rag.query_max_concurrent") -
 
 def _archives(rag_s: Mapping[str, Any], defaults: ArchiveDefaults) -> tuple[ArchiveConfig, ...]:
     """``[[rag.archives]]``: each table strict, its left-out keys from ``defaults``; names unique."""
-    tables = get(rag_s, "archives", list, [], "rag")
-    if len(tables) > MAX_ARCHIVES:
-        raise BadRequest(f"[[rag.archives]] in config.toml has {len(tables)} tables; at most {MAX_ARCHIVES}")
     out: list[ArchiveConfig] = []
-    for i, raw in enumerate(tables, start=1):
-        t = table(raw, "rag.archives", ARCHIVE_KEYS)
-        where = f"[[rag.archives]] #{i} in config.toml"
-        for required in ("name", "collection_name"):
-            if required not in t:
-                raise BadRequest(f"{where} needs {required}")
+    tables = array_of_tables(
+        rag_s, "archives", "rag", ARCHIVE_KEYS, ("name", "collection_name"), MAX_ARCHIVES
+    )
+    for where, t in tables:
         archive = resolve_archive(
             name=get(t, "name", str, None, "rag.archives"),
             collection_name=get(t, "collection_name", str, None, "rag.archives"),
@@ -195,17 +198,8 @@ def _replicas(rag_s: Mapping[str, Any]) -> tuple[str, ...]:
     """``[[rag.replicas]]``: each ``{corpus}`` a valid corpus name, not ``personal``, given once."""
     from hearthnet.contracts.rag import check_replicable
 
-    tables = get(rag_s, "replicas", list, [], "rag")
-    if len(tables) > MAX_REPLICA_TABLES:
-        raise BadRequest(
-            f"[[rag.replicas]] in config.toml has {len(tables)} tables; at most {MAX_REPLICA_TABLES}"
-        )
     out: list[str] = []
-    for i, raw in enumerate(tables, start=1):
-        t = table(raw, "rag.replicas", REPLICA_KEYS)
-        where = f"[[rag.replicas]] #{i} in config.toml"
-        if "corpus" not in t:
-            raise BadRequest(f"{where} needs corpus")
+    for where, t in array_of_tables(rag_s, "replicas", "rag", REPLICA_KEYS, ("corpus",), MAX_REPLICA_TABLES):
         try:
             corpus = check_replicable(get(t, "corpus", str, None, "rag.replicas"))
         except BadRequest as exc:
@@ -220,18 +214,10 @@ def _folders(rag_s: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """``[[rag.folders]]``: each ``{path, corpus}``, an absolute path given once, a writable corpus."""
     from hearthnet.contracts.rag import check_writable, validate_corpus_name
 
-    tables = get(rag_s, "folders", list, [], "rag")
-    if len(tables) > MAX_FOLDER_TABLES:
-        raise BadRequest(
-            f"[[rag.folders]] in config.toml has {len(tables)} tables; at most {MAX_FOLDER_TABLES}"
-        )
     out: list[tuple[str, str]] = []
-    for i, raw in enumerate(tables, start=1):
-        t = table(raw, "rag.folders", FOLDER_KEYS)
-        where = f"[[rag.folders]] #{i} in config.toml"
-        for required in ("path", "corpus"):
-            if required not in t:
-                raise BadRequest(f"{where} needs {required}")
+    for where, t in array_of_tables(
+        rag_s, "folders", "rag", FOLDER_KEYS, ("path", "corpus"), MAX_FOLDER_TABLES
+    ):
         path = get(t, "path", str, None, "rag.folders")
         if not path.startswith(("/", "~")):
             raise BadRequest(f"{where}: path {path!r} must be absolute")

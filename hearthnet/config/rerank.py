@@ -17,6 +17,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from hearthnet.config.values import (
+    api_key,
+    check_unique_models,
+    configured_or_new,
+    described_server,
+    env_int,
+    switched,
+    with_entry,
+)
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -99,14 +108,7 @@ class RerankServerConfig:
 
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         """The key from the variable ``api_key_env`` names; ``bad_request`` when it is not set."""
-        if self.api_key_env is None:
-            return None
-        key = environ.get(self.api_key_env)
-        if not key:
-            raise BadRequest(
-                f"rerank model {self.model!r:.80}: the API key variable {self.api_key_env} is not set"
-            )
-        return key
+        return api_key(self.api_key_env, environ, f"rerank model {self.model!r:.80}")
 
 
 @dataclass(frozen=True)
@@ -117,12 +119,7 @@ class RerankConfig:
     servers: tuple[RerankServerConfig, ...] = ()
 
     def __post_init__(self) -> None:
-        names = [s.model for s in self.servers]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise BadRequest(
-                f"two rerank servers share the model name {', '.join(dupes)}: give each its own model name"
-            )
+        check_unique_models([s.model for s in self.servers], "rerank servers")
 
 
 def _strict(raw: Any, name: str, known: frozenset[str]) -> Mapping[str, Any]:
@@ -196,16 +193,6 @@ RERANK_ENV = (
 """One rerank server described by the environment (BASE_URL and MODEL required)."""
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
-    text = env.get(name)
-    if text is None:
-        return default
-    text = text.strip()
-    if not (text.isascii() and text.isdigit()):
-        raise BadRequest(f"{name} must be a whole number, got {text!r:.40}")
-    return int(text)
-
-
 def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
     text = env.get(name)
     if text is None:
@@ -216,43 +203,29 @@ def _env_seconds(env: Mapping[str, str], name: str, default: float) -> float:
         raise BadRequest(f"{name} must be a number of seconds, got {text!r:.40}") from None
 
 
-def _env_flag(text: str, name: str) -> bool:
-    low = text.strip().lower()
-    if low in ("1", "true", "yes", "on"):
-        return True
-    if low in ("0", "false", "no", "off"):
-        return False
-    raise BadRequest(f"{name} must be true or false, got {text!r:.40}")
-
-
 def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfig:
     """``HEARTHNET_RERANK`` (on/off) and one server from ``HEARTHNET_RERANK_*``.
 
     The server replaces a configured one of the same model (keeping that table's
     other settings) or is added.
     """
-    if "HEARTHNET_RERANK" in env:
-        config = replace(config, enabled=_env_flag(env["HEARTHNET_RERANK"], "HEARTHNET_RERANK"))
-    given = [name for name in RERANK_ENV if name in env]
-    if not given:
+    config = switched(config, env, "HEARTHNET_RERANK")
+    described = described_server(env, "HEARTHNET_RERANK", RERANK_ENV, "a rerank server")
+    if described is None:
         return config
-    base_url, model = env.get("HEARTHNET_RERANK_BASE_URL"), env.get("HEARTHNET_RERANK_MODEL")
-    if not base_url or not model:
-        raise BadRequest(
-            f"{given[0]} describes a rerank server: "
-            "set HEARTHNET_RERANK_BASE_URL and HEARTHNET_RERANK_MODEL too"
-        )
+    base_url, model = described
     try:
-        configured = next((s for s in config.servers if s.model == model), None)
-        base = configured or RerankServerConfig(base_url=base_url, model=model)
+        base = configured_or_new(
+            config.servers, model, lambda: RerankServerConfig(base_url=base_url, model=model)
+        )
         entry = replace(
             base,
             base_url=base_url,
             protocol=env.get("HEARTHNET_RERANK_PROTOCOL", base.protocol),
             api_key_env=env.get("HEARTHNET_RERANK_API_KEY_ENV") or base.api_key_env,
             timeout_seconds=_env_seconds(env, "HEARTHNET_RERANK_TIMEOUT_SECONDS", base.timeout_seconds),
-            max_concurrent=_env_int(env, "HEARTHNET_RERANK_MAX_CONCURRENT", base.max_concurrent),
-            max_texts=_env_int(env, "HEARTHNET_RERANK_MAX_TEXTS", base.max_texts),
+            max_concurrent=env_int(env, "HEARTHNET_RERANK_MAX_CONCURRENT", base.max_concurrent, 1),
+            max_texts=env_int(env, "HEARTHNET_RERANK_MAX_TEXTS", base.max_texts, 1),
         )
     except BadRequest as exc:
         key = re.match(r"rerank\.servers\.(\w+)", exc.message)
@@ -260,5 +233,4 @@ def rerank_from_env(config: RerankConfig, env: Mapping[str, str]) -> RerankConfi
         if variable in env:
             raise BadRequest(f"{variable}: {exc.message}") from None
         raise BadRequest(f"{exc.message} (from the HEARTHNET_RERANK_* variables)") from None
-    others = tuple(s for s in config.servers if s.model != model)
-    return replace(config, servers=(*others, entry))
+    return replace(config, servers=with_entry(config.servers, entry))

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hearthnet.config.values import flag, get, integer, parse_listen, seconds
+from hearthnet.config.values import get, integer, parse_listen, seconds, switched
 from hearthnet.errors import BadRequest
 
 __all__ = ["KEYS", "UI_DEFAULT_PORT", "UI_MAX_UPLOAD_BYTES", "UiConfig", "ui_env", "ui_from"]
@@ -100,8 +100,7 @@ def ui_from(ui_s: Mapping[str, Any]) -> UiConfig:
 
 def ui_env(ui: UiConfig, env: Mapping[str, str]) -> UiConfig:
     """``HEARTHNET_UI`` and ``HEARTHNET_UI_LISTEN``."""
-    if "HEARTHNET_UI" in env:
-        ui = replace(ui, enabled=flag(env["HEARTHNET_UI"], "HEARTHNET_UI"))
+    ui = switched(ui, env, "HEARTHNET_UI")
     if "HEARTHNET_UI_LISTEN" in env:
         host, port = parse_listen(env["HEARTHNET_UI_LISTEN"], "HEARTHNET_UI_LISTEN")
         ui = replace(ui, listen_host=host, listen_port=port, listen_explicit=True)

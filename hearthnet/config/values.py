@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
-from typing import Any, overload
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 from urllib.parse import urlsplit
 
 from hearthnet.errors import BadRequest
@@ -15,10 +16,15 @@ from hearthnet.errors import BadRequest
 __all__ = [
     "LOG_LEVELS",
     "NAME_MAX",
+    "api_key",
+    "array_of_tables",
     "check_host",
     "check_log_level",
     "check_name",
+    "check_unique_models",
     "check_url",
+    "configured_or_new",
+    "described_server",
     "env_float",
     "env_int",
     "flag",
@@ -29,9 +35,16 @@ __all__ = [
     "positive_float",
     "seconds",
     "shown_name",
+    "switched",
     "table",
     "toml_string",
+    "with_entry",
 ]
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+S = TypeVar("S", bound="DataclassInstance")
 
 NAME_MAX = 64
 """A node's name is 1..64 printable characters: every peer's ``status`` shows it."""
@@ -52,6 +65,32 @@ def table(data: Any, name: str, known: frozenset[str]) -> Mapping[str, Any]:
             f"unknown config key(s){where}: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
         )
     return data
+
+
+def array_of_tables(
+    data: Mapping[str, Any],
+    key: str,
+    where: str,
+    known: frozenset[str],
+    required: tuple[str, ...],
+    most: int | None = None,
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """``[[where.key]]`` of config.toml: at most ``most`` tables, each strict (``known`` keys) and
+    holding every ``required`` key; each returned with the name its errors go by
+    (``[[where.key]] #i in config.toml``)."""
+    name = f"{where}.{key}"
+    raw_tables = get(data, key, list, [], where)
+    if most is not None and len(raw_tables) > most:
+        raise BadRequest(f"[[{name}]] in config.toml has {len(raw_tables)} tables; at most {most}")
+    out = []
+    for i, raw in enumerate(raw_tables, start=1):
+        t = table(raw, name, known)
+        named = f"[[{name}]] #{i} in config.toml"
+        for needed in required:
+            if needed not in t:
+                raise BadRequest(f"{named} needs {needed}")
+        out.append((named, t))
+    return out
 
 
 def get(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any, where: str) -> Any:
@@ -92,6 +131,64 @@ def flag(text: str, name: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise BadRequest(f"{name} must be true or false, got {text!r}")
+
+
+def described_server(
+    env: Mapping[str, str], prefix: str, names: tuple[str, ...], what: str
+) -> tuple[str, str] | None:
+    """``(base_url, model)`` of the one server that the variables ``names`` describe (``None``
+    when none is set); ``bad_request`` if one is set without ``{prefix}_BASE_URL`` and ``{prefix}_MODEL``."""
+    given = [name for name in names if name in env]
+    if not given:
+        return None
+    base_url, model = env.get(f"{prefix}_BASE_URL"), env.get(f"{prefix}_MODEL")
+    if not base_url or not model:
+        raise BadRequest(f"{given[0]} describes {what}: set {prefix}_BASE_URL and {prefix}_MODEL too")
+    return base_url, model
+
+
+def api_key(variable: str | None, environ: Mapping[str, str], what: str) -> str | None:
+    """The key in the environment variable ``variable`` (``None`` when no variable is named);
+    ``bad_request`` naming ``what`` (the model) when that variable is not set."""
+    if variable is None:
+        return None
+    key = environ.get(variable)
+    if not key:
+        raise BadRequest(f"{what}: the API key variable {variable} is not set")
+    return key
+
+
+def check_unique_models(names: list[str], what: str) -> None:
+    """``bad_request`` when two of ``what`` (e.g. ``llm models``) share a model name."""
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise BadRequest(f"two {what} share the model name {', '.join(dupes)}: give each its own model name")
+
+
+def switched(section: S, env: Mapping[str, str], variable: str) -> S:
+    """``section`` (a frozen settings dataclass with an ``enabled`` field) turned on or off by
+    the environment ``variable`` if it is set (``HEARTHNET_LLM=off``)."""
+    if variable not in env:
+        return section
+    return replace(section, enabled=flag(env[variable], variable))
+
+
+class _OfModel(Protocol):
+    @property
+    def model(self) -> str: ...
+
+
+M = TypeVar("M", bound=_OfModel)
+
+
+def configured_or_new(entries: Iterable[M], model: str, new: Callable[[], M]) -> M:
+    """The entry of ``entries`` for ``model`` (an environment override changes it), or ``new()``."""
+    return next((e for e in entries if e.model == model), None) or new()
+
+
+def with_entry(entries: tuple[M, ...], entry: M) -> tuple[M, ...]:
+    """``entries`` with ``entry`` in place of the one of its model, or added at the end."""
+    return (*(e for e in entries if e.model != entry.model), entry)
 
 
 def positive_float(value: Any, name: str) -> float:

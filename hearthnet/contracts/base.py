@@ -5,6 +5,7 @@ opens one) and the check that a call's input holds only the fields its capabilit
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
@@ -82,7 +83,7 @@ async def streamed_result(
         return await s.result()
 
 
-def check_input_keys(input: Mapping[Any, Any], allowed: set[str], capability: str = "") -> None:
+def check_input_keys(input: Mapping[Any, Any], allowed: AbstractSet[str], capability: str = "") -> None:
     """Reject unknown input fields with ``bad_request`` naming (a few of) them (helps catch typos).
 
     A key may be bytes or a number (a peer's map): it is named, not a ``TypeError``.
@@ -91,3 +92,21 @@ def check_input_keys(input: Mapping[Any, Any], allowed: set[str], capability: st
     if unknown:
         what = f"{capability} " if capability else ""
         raise BadRequest(f"unknown {what}input field(s): {', '.join(unknown[:8])}")
+
+
+def checked_texts(input: Mapping[str, Any], *, max_texts: int, max_chars: int, advice: str) -> list[str]:
+    """``input.texts``: 1..``max_texts`` strings of at most ``max_chars`` characters each, or
+    ``bad_request`` naming what is wrong (``advice`` says what to do with a text that is too long)."""
+    texts = input.get("texts")
+    if not isinstance(texts, list | tuple):
+        raise BadRequest(f"input.texts must be a list of 1..{max_texts} strings")
+    if not 1 <= len(texts) <= max_texts:
+        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{max_texts} per call")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
+        if len(text) > max_chars:
+            raise BadRequest(
+                f"input.texts[{i}] has {len(text)} characters; the limit is {max_chars}, {advice}"
+            )
+    return list(texts)

@@ -22,7 +22,7 @@ import structlog
 from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
-from hearthnet.contracts.base import Caller
+from hearthnet.contracts.base import Caller, checked_texts
 from hearthnet.errors import (
     BadRequest,
     BusError,
@@ -92,24 +92,13 @@ def validate_embed_input(input: Mapping[str, Any]) -> tuple[list[str], bool]:
     """``input`` -> ``(texts, normalize)``, or ``BadRequest`` saying what is wrong."""
     if not isinstance(input, Mapping):
         raise BadRequest("input must be a map {texts, normalize?}")
-    texts = input.get("texts")
-    if not isinstance(texts, list | tuple):
-        raise BadRequest("input.texts must be a list of 1..256 strings")
-    if not 1 <= len(texts) <= MAX_TEXTS:
-        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{MAX_TEXTS} per call")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
-        if len(text) > MAX_TEXT_CHARS:
-            raise BadRequest(
-                f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, split it"
-            )
+    texts = checked_texts(input, max_texts=MAX_TEXTS, max_chars=MAX_TEXT_CHARS, advice="split it")
     normalize = input.get("normalize", True)
     if not isinstance(normalize, bool):
         raise BadRequest("input.normalize must be true or false")
     if not isinstance(input.get("bulk", False), bool):
         raise BadRequest("input.bulk must be true or false")
-    return list(texts), normalize
+    return texts, normalize
 
 
 def estimate_tokens(texts: Sequence[str]) -> int:

@@ -50,6 +50,7 @@ __all__ = [
     "DIGEST_FIELDS",
     "deleted_rule",
     "ingested_rule",
+    "is_metadata_value",
     "moved_rule",
     "updated_rule",
     "validate_deleted",
@@ -79,6 +80,13 @@ _INT64 = 1 << 63
 _NODE_ID = re.compile(r"ed25519:[A-Za-z0-9_-]{43}")
 
 
+def _check_document(event_type: str, data: Mapping[str, Any]) -> None:
+    """The document an event names: ``corpus`` (a corpus name, not a reserved one) and ``doc_cid``."""
+    validate_corpus_name(data["corpus"], allow_reserved=False)
+    if not is_cid(data["doc_cid"]):
+        raise BadRequest(f"{event_type}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+
+
 def validate_ingested(data: Mapping[str, Any]) -> None:
     keys = set(data)
     if keys != set(_FIELDS) and keys != set(_FIELDS) | set(DIGEST_FIELDS):
@@ -91,9 +99,7 @@ def validate_ingested(data: Mapping[str, Any]) -> None:
         value = data[key]
         if not isinstance(value, kind) or isinstance(value, bool):
             raise BadRequest(f"{INGESTED}.{key} has the wrong type")
-    validate_corpus_name(data["corpus"], allow_reserved=False)
-    if not is_cid(data["doc_cid"]):
-        raise BadRequest(f"{INGESTED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    _check_document(INGESTED, data)
     if len(data["title"]) > MAX_TITLE:
         raise BadRequest(f"{INGESTED}.title is limited to {MAX_TITLE} characters")
     if not is_language(data["language"]):
@@ -118,14 +124,24 @@ def validate_deleted(data: Mapping[str, Any]) -> None:
         raise BadRequest(f"{DELETED} data must have exactly the keys corpus, doc_cid")
     if not isinstance(data["corpus"], str) or not isinstance(data["doc_cid"], str):
         raise BadRequest(f"{DELETED} corpus and doc_cid must be strings")
-    validate_corpus_name(data["corpus"], allow_reserved=False)
-    if not is_cid(data["doc_cid"]):
-        raise BadRequest(f"{DELETED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    _check_document(DELETED, data)
 
 
 def deleted_rule() -> EventRule:
     """Stored and relayed like ``ingested``; whom it cancels is decided by the corpus view (module doc)."""
     return EventRule(event_type=DELETED, min_level=Level.TRUSTED, validate=validate_deleted)
+
+
+def is_metadata_value(value: object) -> bool:
+    """A value a document's metadata may hold: a boolean, a 64-bit integer, a finite float or a
+    string of at most ``MAX_METADATA_STRING`` characters."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -_INT64 <= value < _INT64
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str) and len(value) <= MAX_METADATA_STRING
 
 
 def _check_metadata(metadata: Any) -> None:
@@ -135,13 +151,8 @@ def _check_metadata(metadata: Any) -> None:
     for key, value in metadata.items():
         if not isinstance(key, str) or not _METADATA_KEY.fullmatch(key) or key.startswith("hn_"):
             raise BadRequest(f"{UPDATED}.metadata has an invalid key")
-        if isinstance(value, bool) or (isinstance(value, int) and -_INT64 <= value < _INT64):
-            continue
-        if isinstance(value, float) and math.isfinite(value):
-            continue
-        if isinstance(value, str) and len(value) <= MAX_METADATA_STRING:
-            continue
-        raise BadRequest(f"{UPDATED}.metadata.{key} must be a boolean, a number or a short string")
+        if not is_metadata_value(value):
+            raise BadRequest(f"{UPDATED}.metadata.{key} must be a boolean, a number or a short string")
 
 
 def validate_updated(data: Mapping[str, Any]) -> None:
@@ -152,9 +163,7 @@ def validate_updated(data: Mapping[str, Any]) -> None:
         )
     if not all(isinstance(data[k], str) for k in ("corpus", "doc_cid", "title")):
         raise BadRequest(f"{UPDATED} corpus, doc_cid and title must be strings")
-    validate_corpus_name(data["corpus"], allow_reserved=False)
-    if not is_cid(data["doc_cid"]):
-        raise BadRequest(f"{UPDATED}.doc_cid must be a blake3 CID ('blake3:' + 64 lowercase hex digits)")
+    _check_document(UPDATED, data)
     if len(data["title"]) > MAX_TITLE:
         raise BadRequest(f"{UPDATED}.title is limited to {MAX_TITLE} characters")
     _check_metadata(data["metadata"])

@@ -24,6 +24,7 @@ __all__ = [
     "READ_DOCUMENT",
     "ReadChunk",
     "ReadDocument",
+    "checked_file_name",
     "read_document",
     "read_input",
 ]
@@ -61,15 +62,20 @@ def read_input(inp: Mapping[str, Any]) -> tuple[bytes, str]:
         raise BadRequest("input.data must be the document's bytes (not empty)")
     if len(data) > MAX_READ_BYTES:
         raise BadRequest(f"the document is {len(data):,} bytes; at most {MAX_READ_BYTES:,} can be attached")
-    filename = inp.get("filename")
+    return data, checked_file_name(inp.get("filename"), "input.filename")
+
+
+def checked_file_name(value: object, field: str) -> str:
+    """A document's file name as a caller gives it (``field`` names it in the error): 1..
+    ``MAX_FILENAME`` printable characters, not all blank."""
     if (
-        not isinstance(filename, str)
-        or not filename.strip()
-        or len(filename) > MAX_FILENAME
-        or not filename.isprintable()
+        not isinstance(value, str)
+        or not value.strip()
+        or not value.isprintable()
+        or len(value) > MAX_FILENAME
     ):
-        raise BadRequest(f"input.filename must be a file name of 1..{MAX_FILENAME} printable characters")
-    return data, filename
+        raise BadRequest(f"{field} must be a file name of 1..{MAX_FILENAME} printable characters")
+    return value
 
 
 def _chunk(raw: object) -> ReadChunk:

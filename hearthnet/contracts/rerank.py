@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
-from hearthnet.contracts.base import Caller
+from hearthnet.contracts.base import Caller, check_input_keys, checked_texts
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -52,26 +52,13 @@ def validate_rerank_input(input: Mapping[str, Any]) -> RerankRequest:
     """``input`` -> a :class:`RerankRequest`, or ``BadRequest`` naming the field that is wrong."""
     if not isinstance(input, Mapping):
         raise BadRequest("rerank.text input must be a map {query, texts}")
-    unknown = sorted(str(k)[:40] for k in input if k not in _INPUT_KEYS)
-    if unknown:
-        raise BadRequest(f"unknown rerank.text input field(s): {', '.join(unknown[:8])}")
+    check_input_keys(input, _INPUT_KEYS, CAPABILITY)
     query = input.get("query")
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("input.query must be a non-empty string")
     if len(query) > MAX_QUERY_CHARS:
         raise BadRequest(f"input.query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
-    texts = input.get("texts")
-    if not isinstance(texts, list | tuple):
-        raise BadRequest(f"input.texts must be a list of 1..{MAX_TEXTS} strings")
-    if not 1 <= len(texts) <= MAX_TEXTS:
-        raise BadRequest(f"input.texts holds {len(texts)} texts; send 1..{MAX_TEXTS} per call")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise BadRequest(f"input.texts[{i}] is {type(text).__name__}, not a string")
-        if len(text) > MAX_TEXT_CHARS:
-            raise BadRequest(
-                f"input.texts[{i}] has {len(text)} characters; the limit is {MAX_TEXT_CHARS}, cut it"
-            )
+    texts = checked_texts(input, max_texts=MAX_TEXTS, max_chars=MAX_TEXT_CHARS, advice="cut it")
     return RerankRequest(query=query, texts=tuple(texts))
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 __all__ = ["LogSummary"]
@@ -33,35 +33,29 @@ class _Window:
     """The fields of the key's last suppressed record (ids and counts only, as the records)."""
 
 
+@dataclass(eq=False)
 class LogSummary:
     """Writes ``event`` through ``write(event, **fields)`` at most ``first`` times per key and
     ``window`` seconds; the rest are counted into one ``<event>_repeated`` record (``count``: the
     records not written, ``seconds``: the window's length so far, plus the last one's fields)."""
 
-    def __init__(
-        self,
-        write: Callable[..., Any],
-        event: str,
-        *,
-        first: int = 5,
-        window: float = 60.0,
-        max_keys: int = MAX_KEYS,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        if first < 1 or window <= 0 or max_keys < 1:
+    write: Callable[..., Any]
+    event: str
+    _: KW_ONLY
+    first: int = 5
+    window: float = 60.0
+    max_keys: int = MAX_KEYS
+    clock: Callable[[], float] = time.monotonic
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _windows: OrderedDict[Hashable, _Window] = field(default_factory=OrderedDict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.first < 1 or self.window <= 0 or self.max_keys < 1:
             raise ValueError("first, window and max_keys must be positive")
-        self._write = write
-        self.event = event
-        self.first = first
-        self.window = window
-        self._max_keys = max_keys
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._windows: OrderedDict[Hashable, _Window] = OrderedDict()
 
     def log(self, key: Hashable, **fields: Any) -> bool:
         """Write or count one record of ``key``; ``True`` if it was written."""
-        now = self._clock()
+        now = self.clock()
         due: list[tuple[Hashable, _Window]] = []
         with self._lock:
             window = self._windows.get(key)
@@ -70,7 +64,7 @@ class LogSummary:
                 window = None
             if window is None:
                 window = self._windows[key] = _Window(started=now)
-                while len(self._windows) > self._max_keys:
+                while len(self._windows) > self.max_keys:
                     due.append(self._windows.popitem(last=False))
             self._windows.move_to_end(key)
             due.extend(self._expired(now))
@@ -83,12 +77,12 @@ class LogSummary:
         for old_key, old in due:
             self._summarise(old_key, old, now)
         if write:
-            self._write(self.event, **fields)
+            self.write(self.event, **fields)
         return write
 
     def flush(self, key: Hashable | None = None) -> None:
         """Write the summary of ``key``'s window (every key's with ``None``) and forget it."""
-        now = self._clock()
+        now = self.clock()
         with self._lock:
             if key is None:
                 due = list(self._windows.items())
@@ -110,7 +104,7 @@ class LogSummary:
 
     def _summarise(self, key: Hashable, window: _Window, now: float) -> None:
         if window.suppressed:
-            self._write(
+            self.write(
                 f"{self.event}_repeated",
                 **window.fields,
                 count=window.suppressed,

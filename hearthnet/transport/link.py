@@ -401,45 +401,38 @@ async def initiate_link(
     handshake_timeout: float = 5.0,
 ) -> Link:
     """Run the initiator handshake on ``stream`` (any byte stream); close it on failure."""
-    decoder = FrameDecoder(max_frame=max_frame)
-    frames: deque[bytes] = deque()
     hs = InitiatorHandshake(identity, community_id, expected_peer=expected_peer)
-    try:
-        with anyio.fail_after(handshake_timeout):
-            await _write(stream, hs.hello)
-            peer_id = hs.read_hello(await _read_frame(stream, decoder, frames))
-            try:
-                admit(peer_id)
-            except BusError as exc:
-                await _send_refusal(stream, exc)
-                raise
-            await _write(stream, hs.auth())
-            keys = hs.session_keys()
-            session = Session(keys.send_key, keys.recv_key)
-            first = await _read_frame(stream, decoder, frames)
-            try:
-                welcome = split_batch(session.open(first))
-            except ProtocolError:
-                raise_if_refusal(unpack_map(first))  # a plaintext {error, message} refusal
-                raise
-            if len(welcome) != 1 or unpack_map(welcome[0]) != _OK:
-                raise ProtocolError("responder's first encrypted message is not {ok: true}")
-    except TimeoutError:
-        await anyio.aclose_forcefully(stream)
-        raise Timeout(f"handshake with {remote_address} took longer than {handshake_timeout} s") from None
-    except BaseException:
-        await anyio.aclose_forcefully(stream)
-        raise
-    return Link(
+
+    async def steps(read: _ReadFrame) -> tuple[str, Session]:
+        await _write(stream, hs.hello)
+        peer_id = hs.read_hello(await read())
+        try:
+            admit(peer_id)
+        except BusError as exc:
+            await _send_refusal(stream, exc)
+            raise
+        await _write(stream, hs.auth())
+        keys = hs.session_keys()
+        session = Session(keys.send_key, keys.recv_key)
+        first = await read()
+        try:
+            welcome = split_batch(session.open(first))
+        except ProtocolError:
+            raise_if_refusal(unpack_map(first))  # a plaintext {error, message} refusal
+            raise
+        if len(welcome) != 1 or unpack_map(welcome[0]) != _OK:
+            raise ProtocolError("responder's first encrypted message is not {ok: true}")
+        return peer_id, session
+
+    return await _handshake(
         stream,
-        session,
-        peer_id=peer_id,
+        steps,
+        initiator=True,
         local_id=identity.node_id,
         remote_address=remote_address,
-        initiator=True,
-        decoder=decoder,
-        frames=frames,
+        handshake_max_frame=max_frame,
         max_frame=max_frame,
+        handshake_timeout=handshake_timeout,
     )
 
 
@@ -454,43 +447,77 @@ async def accept_link(
     handshake_timeout: float = 5.0,
 ) -> Link:
     """Run the responder handshake on an accepted ``stream``; close it on failure."""
-    # Until the peer has proven itself, it may not make us buffer more than a handshake needs.
-    decoder = FrameDecoder(max_frame=min(max_frame, HANDSHAKE_MAX_FRAME))
-    frames: deque[bytes] = deque()
     hs = ResponderHandshake(identity, community_id)
+
+    async def steps(read: _ReadFrame) -> tuple[str, Session]:
+        try:
+            hs.read_hello(await read())
+        except BusError as exc:
+            if not isinstance(exc, Partition):
+                await _send_refusal(stream, exc)
+            raise
+        await _write(stream, hs.hello())
+        auth = await read()
+        try:
+            peer_id = hs.read_auth(auth)
+            admit(peer_id)
+        except BusError as exc:
+            await _send_refusal(stream, exc)
+            raise
+        keys = hs.session_keys()
+        session = Session(keys.send_key, keys.recv_key)
+        await _write(stream, session.seal(encode_batch([pack(_OK)])))
+        return peer_id, session
+
+    # Until the peer has proven itself, it may not make us buffer more than a handshake needs.
+    return await _handshake(
+        stream,
+        steps,
+        initiator=False,
+        local_id=identity.node_id,
+        remote_address=remote_address,
+        handshake_max_frame=min(max_frame, HANDSHAKE_MAX_FRAME),
+        max_frame=max_frame,
+        handshake_timeout=handshake_timeout,
+    )
+
+
+_ReadFrame = Callable[[], Awaitable[bytes]]
+
+
+async def _handshake(
+    stream: anyio.abc.ByteStream,
+    steps: Callable[[_ReadFrame], Awaitable[tuple[str, Session]]],
+    *,
+    initiator: bool,
+    local_id: str,
+    remote_address: str,
+    handshake_max_frame: int,
+    max_frame: int,
+    handshake_timeout: float,
+) -> Link:
+    """Run one side's handshake ``steps`` (frames read through the function they are given,
+    at most ``handshake_max_frame`` bytes each) within ``handshake_timeout`` and return the
+    link to the peer they name; on any failure close ``stream`` (a timeout as ``Timeout``)."""
+    decoder = FrameDecoder(max_frame=handshake_max_frame)
+    frames: deque[bytes] = deque()
     try:
         with anyio.fail_after(handshake_timeout):
-            try:
-                hs.read_hello(await _read_frame(stream, decoder, frames))
-            except BusError as exc:
-                if not isinstance(exc, Partition):
-                    await _send_refusal(stream, exc)
-                raise
-            await _write(stream, hs.hello())
-            auth = await _read_frame(stream, decoder, frames)
-            try:
-                peer_id = hs.read_auth(auth)
-                admit(peer_id)
-            except BusError as exc:
-                await _send_refusal(stream, exc)
-                raise
-            keys = hs.session_keys()
-            session = Session(keys.send_key, keys.recv_key)
-            await _write(stream, session.seal(encode_batch([pack(_OK)])))
-            decoder.set_max_frame(max_frame)
+            peer_id, session = await steps(lambda: _read_frame(stream, decoder, frames))
     except TimeoutError:
         await anyio.aclose_forcefully(stream)
         raise Timeout(f"handshake with {remote_address} took longer than {handshake_timeout} s") from None
     except BaseException:
         await anyio.aclose_forcefully(stream)
         raise
+    decoder.set_max_frame(max_frame)
     return Link(
         stream,
         session,
         peer_id=peer_id,
-        local_id=identity.node_id,
+        local_id=local_id,
         remote_address=remote_address,
-        initiator=False,
+        initiator=initiator,
         decoder=decoder,
         frames=frames,
         max_frame=max_frame,

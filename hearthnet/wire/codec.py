@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import msgpack
@@ -47,17 +47,10 @@ _COUNT_DEPTH_UP_TO = 2048
 
 
 def _unpacker(limits: MsgLimits) -> Any:
-    return functools.partial(
-        msgpack.unpackb,
-        raw=False,
-        strict_map_key=True,
-        use_list=True,
-        max_bin_len=limits.max_bin_len,
-        max_str_len=limits.max_str_len,
-        max_array_len=limits.max_array_len,
-        max_map_len=limits.max_map_len,
-        max_ext_len=limits.max_ext_len,
-    )
+    """``msgpack.unpackb`` bound to ``limits``: every field but ``max_depth`` (checked here) is
+    named as msgpack's own keyword for that bound."""
+    bounds = {f.name: getattr(limits, f.name) for f in fields(limits) if f.name != "max_depth"}
+    return functools.partial(msgpack.unpackb, raw=False, strict_map_key=True, use_list=True, **bounds)
 
 
 _DEFAULT_UNPACK = _unpacker(DEFAULT_LIMITS)

@@ -19,7 +19,8 @@ import pytest
 
 from hearthnet.bus.bus import CapabilityBus
 from hearthnet.bus.descriptors import CapabilityDescriptor, Registration
-from hearthnet.bus.session import Liveness, PeerSession
+from hearthnet.bus.liveness import Liveness
+from hearthnet.bus.session import PeerSession
 from hearthnet.community.levels import Level
 from hearthnet.errors import Partition
 from hearthnet.identity.keys import Identity

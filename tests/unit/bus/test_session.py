@@ -107,7 +107,7 @@ async def test_answered_calls_do_not_pile_up_in_the_give_up_heap() -> None:
             await raw.send({"t": "done", "id": sent["id"], "output": {"n": sent["id"]}, "meta": {}})
             assert (await call.result.wait()).output == {"n": call.id}
         # pruned once answered calls dominate it
-        assert len(session._timers) + len(session._fresh) <= 1025
+        assert len(session.deadlines.heap) + len(session.deadlines.fresh) <= 1025
 
 
 @pytest.mark.anyio
@@ -136,7 +136,7 @@ async def test_the_give_up_timers_keep_no_answered_call_alive() -> None:
             del call
         gc.collect()
         assert [ref for ref in gone if ref() is not None] == []
-        assert session._timers or session._fresh  # the entries are there, holding nothing
+        assert session.deadlines.heap or session.deadlines.fresh  # the entries are there, holding nothing
 
 
 @pytest.mark.anyio
@@ -235,7 +235,7 @@ async def test_a_peer_that_stops_reading_ends_the_session_and_frees_stuck_writer
     Silent peer: the liveness check ends the session.  A peer that still sends
     keepalives but never reads: the stalled write itself ends it.
     """
-    from hearthnet.bus.session import Liveness
+    from hearthnet.bus.liveness import Liveness
     from hearthnet.errors import Partition
 
     ours, peer = await tcp_link_pair()

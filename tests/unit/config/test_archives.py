@@ -138,7 +138,10 @@ def test_a_bad_environment_fallback_is_refused_naming_the_variable(
         (rag(archive_urls="http://h:8000"), "rag.archive_urls in config.toml must be list"),
         (rag(archive_urls=["http://h:8000", 5]), r"rag.archive_urls\[1\] in config.toml must be a string"),
         (rag(archive_urls=["ftp://h"]), r"rag.archive_urls\[0\] in config.toml must be an http"),
-        ({"embedding": {"openai": [{"model": "m"}]}}, r"\[\[embedding.openai\]\] in config.toml needs dim"),
+        (
+            {"embedding": {"openai": [{"model": "m"}]}},
+            r"\[\[embedding.openai\]\] #1 in config.toml needs dim",
+        ),
         (
             {"embedding": {"openai": [{"model": "m", "dim": 8, "base_url": "tei:80"}]}},
             r"\[\[embedding.openai\]\] base_url in config.toml must be an http",

@@ -87,14 +87,14 @@ def test_defaults_and_every_key(tmp_path: Path) -> None:
             {"openai": [{**ONE, "stream_usage": "yes"}]},
             "llm.openai.stream_usage in config.toml must be true/false",
         ),
-        ({"openai": [ONE, ONE]}, "two llm models share the name llama3"),
+        ({"openai": [ONE, ONE]}, "two llm models share the model name llama3"),
         ({"openai": ONE}, "llm.openai in config.toml must be list"),
         ({"local": {"model": "x"}}, "[llm.local] in config.toml needs model_path"),
         ({"local": {"model_path": "/m", "port": 70000}}, "llm.local.port must be 0..65535"),
         ({"local": {"model_path": "/m", "threads": 0}}, "llm.local.threads must be at least 1"),
         ({"local": {"model_path": "/m", "gpu": True}}, "unknown config key(s) in [llm.local]: gpu"),
         ({"enabled": "no"}, "llm.enabled in config.toml must be true/false"),
-        ({"local": {"model_path": "/m", "model": "llama3"}, "openai": [ONE]}, "share the name llama3"),
+        ({"local": {"model_path": "/m", "model": "llama3"}, "openai": [ONE]}, "share the model name llama3"),
     ],
 )
 def test_a_bad_llm_setting_is_bad_request_naming_it(
