@@ -48,7 +48,7 @@ from hearthnet.contracts.answer import (
 )
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.rag import DELETED, INGESTED, MAX_K, UPDATED, is_corpus_name
-from hearthnet.contracts.reading import MAX_FILENAME, MAX_READ_BYTES
+from hearthnet.contracts.reading import MAX_READ_BYTES, checked_file_name
 from hearthnet.errors import BadRequest, Unauthorized
 from hearthnet.events.envelope import Event
 
@@ -349,14 +349,7 @@ class AnswerService:
         self._check_local(ctx)
         check_input_keys(ctx.input, {"session", "name", "data"}, ATTACH)
         session = validate_session_id(ctx.input.get("session"))
-        name, data = ctx.input.get("name"), ctx.input.get("data")
-        if (
-            not isinstance(name, str)
-            or not name.strip()
-            or len(name) > MAX_FILENAME
-            or not name.isprintable()
-        ):
-            raise BadRequest(f"input.name must be a file name of 1..{MAX_FILENAME} printable characters")
+        name, data = checked_file_name(ctx.input.get("name"), "input.name"), ctx.input.get("data")
         if not isinstance(data, bytes) or not data or len(data) > MAX_READ_BYTES:
             raise BadRequest(f"input.data must be the document's bytes: 1..{MAX_READ_BYTES:,} of them")
         attachment = await self.attachments.attach(session, name, data, deadline=ctx.deadline)

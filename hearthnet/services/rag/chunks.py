@@ -4,12 +4,12 @@ the chunker sets, and the rules a caller's own document metadata follows, which 
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hearthnet.contracts.rag_events import MAX_METADATA_FIELDS, MAX_METADATA_STRING, is_metadata_value
 from hearthnet.errors import BadRequest
 
 __all__ = [
@@ -57,9 +57,6 @@ text); an e-mail's chunks carry its ``mail_subject``, ``mail_from``, ``mail_to``
 ``mail_date`` (:func:`hearthnet.contracts.formats.place_of` says the place)."""
 METADATA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """A metadata field name: also what a ``rag.query`` filter may name (``hn_*`` is reserved)."""
-MAX_METADATA_FIELDS = 32
-MAX_METADATA_STRING = 1000
-_INT64 = 1 << 63
 
 
 @dataclass(frozen=True)
@@ -98,13 +95,7 @@ def check_extra_metadata(extra: Mapping[str, Any] | None) -> dict[str, Any]:
             )
         if key in RESERVED_METADATA or key.startswith("hn_"):
             raise BadRequest(f"metadata key {key!r} is reserved")
-        if isinstance(value, bool) or (isinstance(value, int) and -_INT64 <= value < _INT64):
-            pass
-        elif isinstance(value, float) and math.isfinite(value):
-            pass
-        elif isinstance(value, str) and len(value) <= MAX_METADATA_STRING:
-            pass
-        else:
+        if not is_metadata_value(value):
             raise BadRequest(
                 f"metadata value for {key!r} must be a string, number or boolean (a string of at "
                 f"most {MAX_METADATA_STRING} characters, a 64-bit integer or a finite float)"
