@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.llm.openai_backend import OpenAIChatConfig
 from hearthnet.services.llm.service import LlmConfig, LlmService
@@ -29,16 +28,6 @@ PLANS = (
     "as written in the secret plans [secret-plans.pdf#p4] and in [x y#§1]. "
     "The filling loop under the boiler tops up the pressure."
 )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 @pytest.fixture

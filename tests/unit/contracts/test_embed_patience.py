@@ -29,11 +29,6 @@ from tests.unit.contracts.test_embed import MODEL, _bus, _linked
 DIM = 384
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _rows(texts: list[str]) -> np.ndarray:
     """Text ``"t<i>"`` -> the unit vector e_i: the answer says which text each row belongs to."""
     out = np.zeros((len(texts), DIM), dtype=np.float32)

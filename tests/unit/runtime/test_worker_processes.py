@@ -17,11 +17,6 @@ JOBS = "tests.unit.runtime.worker_jobs"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def pool() -> Iterator[WorkerProcesses]:
     logs: list[tuple[str, dict[str, Any]]] = []
     p = WorkerProcesses(

@@ -21,11 +21,6 @@ HANDSHAKE_TIMEOUT = 20.0
 """Long on purpose: dialling the silent address first, one at a time, would take this long."""
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _closed_port() -> int:
     """A loopback port with no listener (connections are refused at once)."""
     with socket.socket() as s:

@@ -18,11 +18,6 @@ COMMUNITY = "hc1:q2sG0r7sQ7uSbXf0m7c3tA"
 OTHER = "hc1:Zz9kL0aaaaaaaaaaaaaaaa"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def test_an_announcement_holds_a_node_id_and_a_salted_tag_only() -> None:
     node = Identity.generate().node_id
     txt = announcement(node, COMMUNITY)

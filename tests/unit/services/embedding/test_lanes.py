@@ -19,11 +19,6 @@ from hearthnet.services.embedding import OnnxEmbeddingBackend, OnnxSettings, fin
 from hearthnet.services.embedding.onnx_backend import BULK_NICE, Encoded, OnnxModel
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def model() -> Iterator[OnnxModel]:
     yield OnnxModel(find_model_files(), OnnxSettings())

@@ -16,11 +16,6 @@ from hearthnet.transport.probe import dial
 CALLER = "ed25519:caller"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,11 +25,6 @@ COLLECTION = "repo_a1b2c3d4-e5f6-7890-abcd-ef1234567890"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def canary() -> Iterator[tuple[int, list[str]]]:
     heard: list[str] = []
 

@@ -22,11 +22,6 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 def readers() -> Iterator[DocumentReaders]:
     r = DocumentReaders(processes=1)
     try:

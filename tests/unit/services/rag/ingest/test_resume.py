@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from hearthnet.errors import Partition
-from hearthnet.services.embedding import OnnxSettings, find_model_files
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.rag.chunks import Chunk
 from hearthnet.services.rag.ingest.embed import PAGES_AHEAD, embed_streamed
@@ -23,16 +22,6 @@ from hearthnet.services.rag.store.kept import KeptVectors
 from tests.unit.services.rag.test_service import RecordingEmbedder, node
 
 DOC = "blake3:" + "ab" * 32
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def minilm() -> OnnxModel:
-    return OnnxModel(find_model_files(), OnnxSettings())
 
 
 def _chunks(n: int) -> list[Chunk]:
