@@ -11,7 +11,7 @@ answer with a citation on the Ask page).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,20 @@ import pytest
 
 from hearthnet.testing import LocalMesh, MeshNode
 from tests.shared_data import PDF_DIR
-from tests.ui.harness import chromium, owner_link, person_link, screenshot, skip_without_browser, ui_url
+from tests.ui.harness import (
+    chromium,
+    css,
+    fetch,
+    owner_link,
+    owner_signed_in,
+    person_link,
+    screenshot,
+    sign_in,
+    skip_without_browser,
+    text_of,
+    ui_url,
+    wait,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -62,10 +75,7 @@ def owner(mesh: LocalMesh, driver: Any) -> None:
     a = a_node(mesh)
     if not a.process or a.process.poll() is not None:
         return  # a node left stopped by a failed restart scenario: the scenario says so itself
-    driver.get(ui_url(a) + "/login")
-    session = fetch(driver, "GET", "/api/session")
-    if session["status"] != 200 or json.loads(session["body"]).get("level") != "anchor":
-        sign_in(driver, owner_link(a))
+    owner_signed_in(driver, a, "/login")
 
 
 @pytest.fixture
@@ -77,62 +87,6 @@ def papers(mesh: LocalMesh) -> None:
         c["params"].get("corpus") == "papers" for c in caps if c["capability"].startswith("rag.query@")
     ):
         a.cli_json("ingest", str(PAPER), "--corpus", "papers", timeout=300)
-
-
-def wait(driver: Any, condition: Callable[[Any], Any], timeout: float = 30, what: str = "") -> Any:
-    from selenium.common.exceptions import TimeoutException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(condition)
-    except TimeoutException:
-        screenshot(driver, "timeout")
-        raise AssertionError(f"timed out after {timeout:g}s waiting for {what}") from None
-
-
-def css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
-
-
-def text_of(driver: Any, selector: str) -> str:
-    return "\n".join(e.text for e in css(driver, selector))
-
-
-def sign_in(driver: Any, link: str) -> None:
-    """Open ``link``; when the browser is signed in already, the page asks first: confirm."""
-    driver.get("about:blank")  # from /login itself, the link would only change the fragment
-    driver.get(link)
-
-    def landed_or_asked(d: Any) -> str | None:
-        from selenium.common.exceptions import StaleElementReferenceException
-
-        if d.current_url.endswith("/ask"):
-            return "landed"
-        try:
-            box = css(d, "#login-confirm")
-            return "asked" if box and box[0].is_displayed() else None
-        except StaleElementReferenceException:  # the page moved on to Ask meanwhile
-            return None
-
-    if wait(driver, landed_or_asked, what="the sign-in to land on Ask or ask first") == "asked":
-        css(driver, "#login-switch")[0].click()
-        wait(driver, lambda d: d.current_url.endswith("/ask"), what="the sign-in to land on Ask")
-
-
-def fetch(driver: Any, method: str, path: str, body: Any = None, *, csrf: bool = True) -> dict[str, Any]:
-    """A request made by the page itself (same origin, its cookie): status and JSON body."""
-    script = """
-        const [method, path, body, withCsrf, done] = arguments;
-        const meta = document.querySelector('meta[name="hn-csrf"]');
-        const headers = {"Content-Type": "application/json"};
-        if (withCsrf && meta) headers["X-CSRF-Token"] = meta.content;
-        fetch(path, {method, headers, body: body === null ? undefined : JSON.stringify(body)})
-          .then(async (r) => done({status: r.status, body: await r.text()}))
-          .catch((e) => done({status: -1, body: String(e)}));
-    """
-    return dict(driver.execute_async_script(script, method, path, body, csrf))
 
 
 def watch_uploads(driver: Any) -> None:

@@ -27,13 +27,16 @@ from tests.ui.harness import (
     ARTIFACTS,
     Ui,
     chromium,
-    owner_link,
+    css,
+    fetch,
+    owner_signed_in,
     person_link,
     screenshot,
     skip_without_browser,
+    text_of,
     ui_url,
+    wait,
 )
-from tests.ui.test_browser import css, fetch, sign_in, text_of, wait
 
 pytestmark = pytest.mark.slow
 
@@ -103,10 +106,7 @@ def kitchen(mesh: LocalMesh) -> MeshNode:
 def owner(mesh: LocalMesh, driver: Any) -> None:
     """The browser signed in as kitchen's owner, on a fresh Ask page with a new chat."""
     a = kitchen(mesh)
-    driver.get(ui_url(a) + "/ask")
-    session = fetch(driver, "GET", "/api/session")
-    if session["status"] != 200 or json.loads(session["body"]).get("level") != "anchor":
-        sign_in(driver, owner_link(a))
+    owner_signed_in(driver, a, "/ask")
     driver.get(ui_url(a) + "/ask")
     wait(driver, lambda d: css(d, "#model[data-loaded]"), what="the Ask page's models")
 

@@ -8,7 +8,7 @@ and openpyxl from the shared Walden text (:mod:`tests.format_documents`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import pytest
 
 from hearthnet.testing import LocalMesh, MeshNode
 from tests.format_documents import make, question
-from tests.ui.harness import chromium, owner_link, screenshot, skip_without_browser, ui_url
+from tests.ui.harness import chromium, css, owner_link, screenshot, skip_without_browser, ui_url, wait
 
 pytestmark = pytest.mark.slow
 
@@ -42,18 +42,6 @@ def driver(kitchen: MeshNode) -> Iterator[Any]:
         d.get(owner_link(kitchen))
         wait(d, lambda x: x.current_url.endswith("/ask"), what="the sign-in to land on Ask")
         yield d
-
-
-def wait(driver: Any, condition: Callable[[Any], Any], timeout: float = 30, what: str = "") -> Any:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    return WebDriverWait(driver, timeout).until(condition, message=f"waiting for {what}")
-
-
-def css(driver: Any, selector: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-
-    return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
 def target(driver: Any) -> dict[str, str] | None:

@@ -13,8 +13,19 @@ import pytest
 
 from hearthnet.testing import LocalMesh, MeshNode
 from tests.shared_data import PDF_DIR
-from tests.ui.harness import chromium, owner_link, person_link, screenshot, skip_without_browser, ui_url
-from tests.ui.test_browser import css, fetch, sign_in, text_of, wait
+from tests.ui.harness import (
+    chromium,
+    css,
+    fetch,
+    owner_link,
+    person_link,
+    screenshot,
+    sign_in,
+    skip_without_browser,
+    text_of,
+    ui_url,
+    wait,
+)
 
 pytestmark = pytest.mark.slow
 
