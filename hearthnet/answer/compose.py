@@ -317,32 +317,33 @@ class Composer:
 
     async def _retrieve(self, ask: Ask, plan: _Plan, send: Send) -> _Found:
         """The corpora (and archives) searched, with those away named when every corpus was
-        asked for; a short question that found nothing close skips the documents."""
+        asked for, and the session's attached documents (with ``no_rag`` too: they are the chat's
+        own, not a corpus); a short question that found nothing close skips the documents."""
         cfg = self._config
         started = time.perf_counter()
         found = _Found()
-        if ask.no_rag:
+        attached: dict[str, CorpusResult] = {}
+        async with anyio.create_task_group() as tg:
+            if not ask.no_rag and ask.corpora is None and not ask.archives:  # "every corpus": name those away
+
+                async def away() -> None:
+                    found.offline.update(
+                        await unreachable_corpora(
+                            self._bus, plan.names, timeout=cfg.retrieval_timeout_seconds
+                        )
+                    )
+
+                tg.start_soon(away)
+            if ask.session and self._attached is not None:  # the session's own documents, even with no_rag
+                tg.start_soon(self._search_attached, ask.session, ask.question, attached)
+            if not ask.no_rag and (plan.names or ask.archives):
+                found.results = await self._search(
+                    ask.question, plan.names, plan.reachable, send, ask.archives
+                )
+        found.results.update(attached)
+        if ask.no_rag and not found.results:
             found.rag, found.skipped = "skipped", "no_rag"
         else:
-            async with anyio.create_task_group() as tg:
-                if ask.corpora is None and not ask.archives:  # "every corpus": name those away
-
-                    async def away() -> None:
-                        found.offline.update(
-                            await unreachable_corpora(
-                                self._bus, plan.names, timeout=cfg.retrieval_timeout_seconds
-                            )
-                        )
-
-                    tg.start_soon(away)
-                attached: dict[str, CorpusResult] = {}
-                if ask.session and self._attached is not None:  # the session's own documents
-                    tg.start_soon(self._search_attached, ask.session, ask.question, attached)
-                if plan.names or ask.archives:
-                    found.results = await self._search(
-                        ask.question, plan.names, plan.reachable, send, ask.archives
-                    )
-            found.results.update(attached)
             found.rag = overall_status(found.results) if found.results else "unavailable"
         found.ms = (time.perf_counter() - started) * 1000
         found.hits = [h for r in found.results.values() for h in r.hits]

@@ -112,8 +112,11 @@ def test_a_file_over_the_bound_is_refused_before_it_is_sent(hearth: MeshNode, tm
     proc = hearth.cli("ask", QUESTION, "--attach", str(big), check=False)
     assert proc.returncode == 1
     assert "at most 8,388,608" in proc.stderr
-    contradiction = hearth.cli("ask", QUESTION, "--no-rag", "--attach", str(PAPER), check=False)
-    assert (
-        contradiction.returncode == 1
-        and "--attach and --no-rag contradict each other" in contradiction.stderr
-    )
+
+
+def test_no_rag_with_an_attachment_answers_from_the_file_alone(hearth: MeshNode) -> None:
+    out = ask(hearth, QUESTION, "--no-rag", "--attach", str(PAPER))
+    assert set(out["meta"]["corpora"]) == {"chat:attached"}  # the corpus "heating" was not asked
+    cited = [s for s in out["sources"] if s.get("cited")]
+    assert cited and {s["file"] for s in cited} == {PAPER.name}
+    hearth.cli_json("sessions", "delete", out["session"])

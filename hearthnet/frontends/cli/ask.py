@@ -269,8 +269,6 @@ def _asked(args: argparse.Namespace) -> AskInput:
     question = text_arg(question, "the question")
     if args.corpus and args.no_rag:
         raise BadRequest("--corpus and --no-rag contradict each other: --no-rag searches no corpus")
-    if args.attach and args.no_rag:
-        raise BadRequest("--attach and --no-rag contradict each other: --no-rag searches no document")
     fresh = args.new_session or bool(args.attach)  # an attachment belongs to a session
     session = args.session if args.session is not None else (new_session_id() if fresh else None)
     if args.attach:
@@ -482,7 +480,7 @@ def add_ask(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-rag",
         action="store_true",
-        help="search no documents: ask the language model alone (default: search the documents)",
+        help="search no corpus: the model alone, or with the --attach files (default: search the corpora)",
     )
     which = p.add_mutually_exclusive_group()
     which.add_argument(

@@ -47,8 +47,9 @@ def verdict(output: Mapping[str, Any], *, named: bool, no_rag: bool) -> str | No
     """Why this answer is no answer and the command fails, or ``None``:
 
     ``unsearched`` (corpora were named and none could be searched), ``no_model`` (``--no-rag``
-    with no language model), ``nothing`` (no model, and no corpus could be searched), ``empty``
-    (no model, and the corpora searched hold no documents: the answer abstained or quoted nothing)."""
+    with no language model and no document attached), ``nothing`` (no model, and no corpus could
+    be searched), ``empty`` (no model, and the corpora searched hold no documents: the answer
+    abstained or quoted nothing)."""
     meta = output.get("meta") or {}
     corpora = {c: i for c, i in (meta.get("corpora") or {}).items() if isinstance(i, Mapping)}
     answered = {c: i for c, i in corpora.items() if i.get("status") == "ok"}
@@ -58,7 +59,7 @@ def verdict(output: Mapping[str, Any], *, named: bool, no_rag: bool) -> str | No
         return None  # a model was there: "the documents do not say" is the answer
     if output.get("mode") not in ("extractive", "abstained"):
         return None
-    if no_rag:
+    if no_rag and meta.get("skipped") == "no_rag":  # nothing searched (no document attached either)
         return "no_model"
     if meta.get("rag") in ("unavailable", "timeout"):
         return "nothing"

@@ -71,6 +71,26 @@ async def test_an_attached_pdf_is_searched_for_its_session_only_and_deleted_with
 
 
 @pytest.mark.anyio
+async def test_no_rag_searches_no_corpus_but_still_the_sessions_attachments(
+    tmp_path: Path, minilm: OnnxModel
+) -> None:
+    """``no_rag`` is about corpora: a member who may search none (the web UI asks for them with
+    ``no_rag``) still has the documents they attached to the chat searched."""
+    async with answer_node(tmp_path, minilm=minilm) as n:
+        await n.ingest("house", "heating_handbook.pdf")
+        await n.call("answer.attach", session="s1", name=PAPER.name, data=PAPER.read_bytes())
+        asked = (await n.ask(QUESTION, session="s1", no_rag=True)).output
+        assert set(asked["meta"]["corpora"]) == {ATTACHED}  # not the corpus "house"
+        assert asked["meta"]["rag"] == "used" and "skipped" not in asked["meta"]
+        cited = [s for s in asked["sources"] if s["cited"]]
+        assert cited and {s["file"] for s in cited} == {PAPER.name}
+
+        alone = (await n.ask(QUESTION, session="s2", no_rag=True)).output  # nothing attached
+        assert alone["meta"]["corpora"] == {} and alone["meta"]["skipped"] == "no_rag"
+        assert alone["sources"] == []
+
+
+@pytest.mark.anyio
 async def test_an_answer_cached_before_an_attachment_is_not_served_after_it(
     tmp_path: Path, minilm: OnnxModel
 ) -> None:

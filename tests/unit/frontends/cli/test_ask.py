@@ -140,6 +140,11 @@ def test_an_answer_from_nothing_is_a_failure_with_one_reason() -> None:
     assert verdict(out("generated", "unavailable", gone), named=True, no_rag=False) == "unsearched"
     assert verdict(out("generated", "unavailable", gone), named=False, no_rag=False) is None
     assert verdict(out("extractive", "skipped", {}, skipped="no_rag"), named=False, no_rag=True) == "no_model"
+    attached = {"chat:attached": {"status": "ok", "hits": 3}}  # --no-rag --attach: the file was searched
+    assert (
+        verdict(out("extractive", "used", attached, sources=[{"cited": True}]), named=False, no_rag=True)
+        is None
+    )
     assert verdict(out("extractive", "unavailable", {}), named=False, no_rag=False) == "nothing"
     assert verdict(out("extractive", "used", empty), named=False, no_rag=False) == "empty"
     both = {**gone, **{"house": {"status": "ok", "hits": 4}}}
