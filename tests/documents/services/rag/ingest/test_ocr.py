@@ -1,16 +1,20 @@
 """``rag.ingest`` of a mixed PDF whose scanned page is read by the real OCR engine over the bus,
 while another caller holds the only OCR slot; then the page is found by a question and read again
-by a reindex.  The node and helpers are those of ``tests/unit/services/rag/ingest/test_ocr.py``."""
+by a reindex; and a scan OCR finds no text on.  The node and helpers are those of
+``tests/unit/services/rag/ingest/test_ocr.py``."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
+from PIL import Image
 
 from hearthnet.contracts.ocr import OcrClient
+from hearthnet.errors import BadRequest
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.ocr.engine import OcrEngine
 from tests.polling import wait_until
@@ -62,3 +66,16 @@ async def test_only_the_scanned_page_goes_to_ocr_once_it_is_free_and_a_question_
         assert reindexed["docs"] == 1 and ocr.pages == 3
         again = (await n.query("house", query=JIM, k=1))["chunks"][0]
         assert again["metadata"]["chunk_id"] == scan["metadata"]["chunk_id"] and again["metadata"]["ocr"]
+
+
+@pytest.mark.anyio
+async def test_a_scan_on_which_ocr_finds_no_text_is_a_clear_bad_request(
+    tmp_path: Path, minilm: OnnxModel, engine: OcrEngine
+) -> None:
+    gray = io.BytesIO()
+    Image.new("L", (400, 300), 200).save(gray, "PDF")  # a real PDF: one image, nothing written on it
+    async with node_with_ocr(tmp_path, minilm, engine) as (n, ocr):
+        doc_cid = n.blobs.put_bytes(gray.getvalue()).doc_cid
+        with pytest.raises(BadRequest, match="1 of its 1 pages have no text layer and OCR found no text"):
+            await n.ingest("books", doc_cid, filename="gray.pdf")
+        assert ocr.pages == 1 and "books" not in n.store.corpora()

@@ -3,6 +3,7 @@
 One in-process node as in ``tests/unit/services/rag/test_service.py`` (real bus, MiniLM, ChromaDB,
 blob store), with the real OCR service (RapidOCR) registered on its bus or not.  The pages are
 those of the shared scanned PDF, the demo's heating handbook and a blank page of a shared PDF.
+The tests in which the engine reads a page are in ``tests/documents/services/rag/ingest/test_ocr.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
 from hearthnet.errors import BadRequest
@@ -79,19 +79,6 @@ async def test_a_blank_pdf_is_refused_as_before_even_with_ocr(
         with pytest.raises(BadRequest, match="no text layer on any of 1 pages: run OCR first"):
             await n.ingest("books", doc_cid, filename="blank.pdf")
         assert ocr.pages == 0
-
-
-@pytest.mark.anyio
-async def test_a_scan_on_which_ocr_finds_no_text_is_a_clear_bad_request(
-    tmp_path: Path, minilm: OnnxModel, engine: OcrEngine
-) -> None:
-    gray = io.BytesIO()
-    Image.new("L", (400, 300), 200).save(gray, "PDF")  # a real PDF: one image, nothing written on it
-    async with node_with_ocr(tmp_path, minilm, engine) as (n, ocr):
-        doc_cid = n.blobs.put_bytes(gray.getvalue()).doc_cid
-        with pytest.raises(BadRequest, match="1 of its 1 pages have no text layer and OCR found no text"):
-            await n.ingest("books", doc_cid, filename="gray.pdf")
-        assert ocr.pages == 1 and "books" not in n.store.corpora()
 
 
 @pytest.mark.anyio
