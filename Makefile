@@ -56,7 +56,9 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-# The edit loop: the unit tests alone (no node processes, no browser), in under two minutes.
+# The edit loop: the unit tests alone (no node processes, no browser), in under two minutes on a
+# quiet 2-core machine (~200 s of CPU). Whole real documents and the real OCR engine are in
+# tests/documents: `make test` runs them.
 test-fast: install
 	$(BIN)/python -m pytest -q -n 2 tests/unit
 

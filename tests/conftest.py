@@ -8,6 +8,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 import structlog
+from hypothesis import settings
+
+# Hypothesis' default 200 ms deadline per example is a fixed timeout: on a shared 2-core machine an
+# example that takes 0.2 ms alone took 257 ms once and failed the run. Examples are bounded by the
+# strategies; a test that needs a bound on time says so itself.
+settings.register_profile("hearthnet", deadline=None)
+settings.load_profile("hearthnet")
 
 if TYPE_CHECKING:
     from hearthnet.services.embedding.onnx_backend import OnnxModel

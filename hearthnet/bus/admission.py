@@ -9,11 +9,14 @@ slot for as long as it kept going, and every other member would get
   use all of them);
 * each caller's share is ``limit // callers`` (at least 1), callers being
   those holding slots, those waiting, and the one asking;
-* a caller refused while it held less than its share becomes a *waiter*.
-  While there are waiters, slots that free up are kept for them, first
-  refused first served: any other caller gets a slot only while more are
-  free than waiters are owed, and a caller at its share is refused (without
-  becoming a waiter) until its calls drop below it;
+* a caller refused while it held less than its share becomes a *waiter*; a
+  waiter is *owed* a slot while it holds less than its share (shares shrink as
+  callers come).  While waiters are owed slots, slots that free up are kept
+  for them, first refused first served: any other caller gets a slot only
+  while more are free than waiters ahead of it are owed, and a caller at its
+  share is refused (without becoming a waiter) while another is owed one.  A
+  free slot nobody else is owed goes to whoever asks, a waiter at its share
+  included;
 * a waiter stays one for ``remember`` seconds from its last refusal (the bus
   says: twice the retry hint it sent, within 0.25-30 s), long enough for a
   retry after the hint; if it does not come back, its reservation lapses.
@@ -104,12 +107,16 @@ class Slots:
         share = max(1, limit // len(held.keys() | waiting.keys() | {caller}))
         if free <= 0:
             return mine, share, "full"
-        if mine >= share:
-            return mine, share, "share"
-        ahead = 0  # waiters owed a slot, refused before this caller
+        ahead = behind = 0  # other waiters still owed a slot, refused before / after this caller
+        seen = False
         for c in waiting:
             if c == caller:
-                break
-            if held.get(c, 0) < share:
-                ahead += 1
+                seen = True
+            elif held.get(c, 0) < share:
+                if seen:
+                    behind += 1
+                else:
+                    ahead += 1
+        if mine >= share and ahead + behind:  # at its share while another is owed one
+            return mine, share, "share"
         return mine, share, None if free > ahead else "reserved"

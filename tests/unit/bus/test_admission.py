@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hearthnet.bus.admission import Slots
@@ -86,6 +86,20 @@ def test_a_waiter_that_got_its_slot_and_left_no_longer_holds_the_others_back() -
     assert s.take("a", 2, 0.3, remember=_two_seconds) is None  # alone again: both slots
 
 
+def test_a_waiter_at_its_share_no_longer_keeps_a_free_slot_idle() -> None:
+    s = Slots()
+    for _ in range(3):
+        assert s.take("a", 4, 0.0, remember=_two_seconds) is None
+    assert s.take("c", 4, 0.0, remember=_two_seconds) is None
+    assert s.take("c", 4, 0.0, remember=_two_seconds) is not None  # full, c (1 of 2) waits
+    s.give_back("a")
+    s.give_back("a")
+    assert s.take("b", 4, 0.1, remember=_two_seconds) is None  # 3 callers now: shares of 1
+    assert s.would_take("a", 4, 0.1) and s.would_take("c", 4, 0.1)  # nobody is owed the free slot
+    assert s.take("c", 4, 0.1, remember=_two_seconds) is None
+    assert s.held == {"a": 1, "b": 1, "c": 2}
+
+
 def test_giving_back_a_slot_not_held_is_an_error() -> None:
     s = Slots()
     with pytest.raises(ValueError):
@@ -100,6 +114,14 @@ _ops = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(limit=st.integers(1, 9), ops=_ops)
+@example(  # c, refused while under its share, waits; b's arrival shrinks c's share to what it holds:
+    # c must not be refused the free slot nobody else is owed (it was, as "share", until c lapsed)
+    limit=4,
+    ops=[("take", "a", 0.0)] * 3
+    + [("take", "c", 0.0)] * 2
+    + [("give", "a", 0.0)] * 2
+    + [("take", "b", 0.0), ("take", "c", 0.0)],
+)
 def test_never_over_the_limit_and_no_slot_idles_while_nobody_waits(
     limit: int, ops: list[tuple[str, str, float]]
 ) -> None:

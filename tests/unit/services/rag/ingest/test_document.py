@@ -33,13 +33,17 @@ def _whole(data: bytes, name: str) -> list[tuple[str, str, dict[str, object]]]:
 @pytest.mark.parametrize(
     "name",
     [
-        "en_paper_naacl06_shinyama_2col.pdf",  # several pages
-        "zh_quarterly_report.pdf",  # no spaces between words
         "encrypted_empty_user_password.pdf",
         "scanned_with_ocr_text_layer.pdf",  # fewer pages than LANGUAGE_PAGES
     ],
 )
 def test_streamed_chunks_equal_whole_document_chunks(name: str) -> None:
+    """Longer documents (several pages, no spaces between words) are in
+    ``tests/documents/services/rag/ingest/test_document.py``."""
+    check_streamed_equals_whole(name)
+
+
+def check_streamed_equals_whole(name: str) -> None:
     data = (PDF_DIR / name).read_bytes()
     doc = _open(data, name)
     groups = list(doc.chunk_groups())

@@ -3,6 +3,7 @@
 One in-process node as in ``tests/unit/services/rag/test_service.py`` (real bus, MiniLM, ChromaDB,
 blob store), with the real OCR service (RapidOCR) registered on its bus or not.  The pages are
 those of the shared scanned PDF, the demo's heating handbook and a blank page of a shared PDF.
+The tests in which the engine reads a page are in ``tests/documents/services/rag/ingest/test_ocr.py``.
 """
 
 from __future__ import annotations
@@ -12,19 +13,15 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 import pytest
-from PIL import Image
 from pypdf import PdfReader, PdfWriter
 
-from hearthnet.contracts.ocr import OcrClient
 from hearthnet.errors import BadRequest
 from hearthnet.services.embedding.onnx_backend import OnnxModel
 from hearthnet.services.ocr.engine import OcrEngine
 from hearthnet.services.ocr.service import OcrService
-from tests.polling import wait_until
 from tests.shared_data import PDF_DIR
-from tests.unit.services.rag.test_service import Ctx, Frame, Node, node
+from tests.unit.services.rag.test_service import Node, node
 
 SCANNED = PDF_DIR / "scanned_image_only_no_text.pdf"
 BLANK = (PDF_DIR / "fr_chelsea_transport_plan.pdf", 4)
@@ -65,45 +62,6 @@ def pdf_of(*pages: tuple[Path, int]) -> bytes:
 
 
 @pytest.mark.anyio
-async def test_only_the_scanned_page_goes_to_ocr_once_it_is_free_and_a_question_finds_it(
-    tmp_path: Path, minilm: OnnxModel, engine: OcrEngine
-) -> None:
-    async with node_with_ocr(tmp_path, minilm, engine) as (n, ocr):
-        mixed = pdf_of((DEMO / "heating_handbook.pdf", 1), (SCANNED, 1), BLANK)
-        doc_cid = n.blobs.put_bytes(mixed).doc_cid
-        scan_cid = n.blobs.put_bytes(SCANNED.read_bytes()).doc_cid
-        stats = n.bus.stats.get(REF)
-        frames: list[Frame] = []
-
-        async def seen(frame: Frame) -> None:
-            frames.append(frame)
-
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as tg:  # another caller holds the only OCR slot
-                tg.start_soon(lambda: OcrClient(n.bus).page_text(scan_cid, 1, provider=None, timeout=60))
-                await wait_until(lambda: stats.in_flight == 1, timeout=30)
-                out, meta = await n.ingest("house", doc_cid, filename="mixed.pdf", on_frame=seen)
-        assert stats.errors_by_code.get("capacity_exceeded", 0) >= 1  # the ingest was refused, then waited
-        assert out["ocr_pages"] == [2] and meta["pages"] == 3
-        assert ocr.pages == 2  # the other caller's page and page 2: never the text page 1 nor blank page 3
-        assert [f for f in frames if f["stage"] == "ocr"] == [
-            {"stage": "ocr", "current": 1, "total": 3, "page": 2}
-        ]
-        stages = [f["stage"] for f in frames]
-        assert stages.index("ocr") < stages.index("embed")  # the page is read before it is embedded
-        boiler = (await n.query("house", query="When is the gas boiler serviced?", k=1))["chunks"][0]
-        assert boiler["metadata"]["page"] == 1 and "ocr" not in boiler["metadata"]
-        scan = (await n.query("house", query=JIM, k=1))["chunks"][0]
-        assert "Jim, was setting in the kitchen door" in scan["text"]
-        assert scan["metadata"]["page"] == 2 and scan["metadata"]["ocr"] is True
-        # a reindex re-reads the source: the scan goes to OCR again and keeps its chunks
-        reindexed = await n.call("rag.reindex", Ctx("rag.reindex", {}, {"corpus": "house"}))
-        assert reindexed["docs"] == 1 and ocr.pages == 3
-        again = (await n.query("house", query=JIM, k=1))["chunks"][0]
-        assert again["metadata"]["chunk_id"] == scan["metadata"]["chunk_id"] and again["metadata"]["ocr"]
-
-
-@pytest.mark.anyio
 async def test_with_no_ocr_provider_the_scan_is_refused_as_before(tmp_path: Path, minilm: OnnxModel) -> None:
     async with node(tmp_path, minilm=minilm) as n:
         doc_cid = n.blobs.put_bytes(SCANNED.read_bytes()).doc_cid
@@ -121,19 +79,6 @@ async def test_a_blank_pdf_is_refused_as_before_even_with_ocr(
         with pytest.raises(BadRequest, match="no text layer on any of 1 pages: run OCR first"):
             await n.ingest("books", doc_cid, filename="blank.pdf")
         assert ocr.pages == 0
-
-
-@pytest.mark.anyio
-async def test_a_scan_on_which_ocr_finds_no_text_is_a_clear_bad_request(
-    tmp_path: Path, minilm: OnnxModel, engine: OcrEngine
-) -> None:
-    gray = io.BytesIO()
-    Image.new("L", (400, 300), 200).save(gray, "PDF")  # a real PDF: one image, nothing written on it
-    async with node_with_ocr(tmp_path, minilm, engine) as (n, ocr):
-        doc_cid = n.blobs.put_bytes(gray.getvalue()).doc_cid
-        with pytest.raises(BadRequest, match="1 of its 1 pages have no text layer and OCR found no text"):
-            await n.ingest("books", doc_cid, filename="gray.pdf")
-        assert ocr.pages == 1 and "books" not in n.store.corpora()
 
 
 @pytest.mark.anyio
