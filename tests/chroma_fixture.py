@@ -32,7 +32,7 @@ import sys
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,27 @@ Embed = Callable[[Sequence[str]], list[list[float]]]
 _HEADING = re.compile(r"(?:\d+(?:\.\d+)+|[IVX]+\.|[A-H]\.)\s+\S.{1,60}")
 """A heading line of the shared PDFs: ``1.2 Metrische Räume``, ``IV. TEXT DATA``, ``B. Chatbots``."""
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def close_http_clients(keep: Collection[str] = ()) -> None:
+    """Close the HTTP session of every ``chromadb.HttpClient`` this process made (but the systems
+    named in ``keep``), and forget them.
+
+    chromadb (1.5) never closes the ``httpx.Client`` its HTTP client (``FastAPI``) opens: neither
+    ``Client.close()`` nor ``System.stop()`` does, so each connection it made would be left to the
+    garbage collector (a ``ResourceWarning``).  Only from here can it be closed.
+    """
+    from chromadb.api.client import SharedSystemClient
+    from chromadb.api.fastapi import FastAPI
+
+    systems = SharedSystemClient._identifier_to_system
+    for identifier in [i for i in systems if i not in keep]:
+        system = systems.pop(identifier)
+        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
+        for component in system.components():
+            if isinstance(component, FastAPI):
+                component._session.close()
+        system.stop()
 
 
 def chroma_binary() -> str | None:
