@@ -32,7 +32,7 @@ import sys
 import time
 import unicodedata
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,9 +53,9 @@ _HEADING = re.compile(r"(?:\d+(?:\.\d+)+|[IVX]+\.|[A-H]\.)\s+\S.{1,60}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def close_http_clients(keep: Collection[str] = ()) -> None:
-    """Close the HTTP session of every ``chromadb.HttpClient`` this process made (but the systems
-    named in ``keep``), and forget them.
+def close_http_clients() -> None:
+    """Close the HTTP session of every ``chromadb.HttpClient`` this process still holds, and forget
+    them (what ``SharedSystemClient.clear_system_cache()`` does, without leaking their sockets).
 
     chromadb (1.5) never closes the ``httpx.Client`` its HTTP client (``FastAPI``) opens: neither
     ``Client.close()`` nor ``System.stop()`` does, so each connection it made would be left to the
@@ -65,13 +65,13 @@ def close_http_clients(keep: Collection[str] = ()) -> None:
     from chromadb.api.fastapi import FastAPI
 
     systems = SharedSystemClient._identifier_to_system
-    for identifier in [i for i in systems if i not in keep]:
-        system = systems.pop(identifier)
-        SharedSystemClient._identifier_to_refcount.pop(identifier, None)
-        for component in system.components():
-            if isinstance(component, FastAPI):
-                component._session.close()
-        system.stop()
+    for system in systems.values():
+        apis = [c for c in system.components() if isinstance(c, FastAPI)]
+        for api in apis:
+            api._session.close()
+        if apis:
+            system.stop()
+    SharedSystemClient.clear_system_cache()
 
 
 def chroma_binary() -> str | None:

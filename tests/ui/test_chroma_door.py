@@ -76,13 +76,24 @@ def node(mesh: tuple[MeshNode, MeshNode]) -> MeshNode:
 
 
 @pytest.fixture(autouse=True)
-def _close_chroma_clients() -> Iterator[None]:
-    """The chromadb clients a test made are closed when it ends (see ``close_http_clients``)."""
-    from chromadb.api.client import SharedSystemClient
+def _close_chroma_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The HTTP session of each chromadb client a test made is closed when it ends (chromadb never
+    closes it, see ``close_http_clients``), also of one whose constructor failed (a wrong key)."""
+    from chromadb.api.fastapi import FastAPI
 
-    before = set(SharedSystemClient._identifier_to_system)
+    made: list[FastAPI] = []
+    init = FastAPI.__init__
+
+    def recorded(self: FastAPI, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(FastAPI, "__init__", recorded)
     yield
-    close_http_clients(keep=before)
+    for api in made:
+        session = getattr(api, "_session", None)
+        if session is not None:
+            session.close()
 
 
 @pytest.fixture(scope="module")
