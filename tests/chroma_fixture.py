@@ -98,6 +98,7 @@ class ChromaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = directory / "server.log"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._clients: list[Any] = []
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -139,6 +140,10 @@ class ChromaServer:
                     pass
 
     def stop(self) -> None:
+        from hearthnet.services.rag.store.chroma import close_client
+
+        while self._clients:  # what chromadb's close leaves open (its HTTP sessions) too
+            close_client(self._clients.pop())
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -161,9 +166,11 @@ class ChromaServer:
     def client(self) -> Any:
         import chromadb
 
-        return chromadb.HttpClient(
+        client = chromadb.HttpClient(
             host="127.0.0.1", port=self.port, settings=chromadb.Settings(anonymized_telemetry=False)
         )
+        self._clients.append(client)  # closed by ``stop``
+        return client
 
     def __enter__(self) -> ChromaServer:
         self.start()
