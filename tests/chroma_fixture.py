@@ -53,6 +53,27 @@ _HEADING = re.compile(r"(?:\d+(?:\.\d+)+|[IVX]+\.|[A-H]\.)\s+\S.{1,60}")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 
+def close_http_clients() -> None:
+    """Close the HTTP session of every ``chromadb.HttpClient`` this process still holds, and forget
+    them (what ``SharedSystemClient.clear_system_cache()`` does, without leaking their sockets).
+
+    chromadb (1.5) never closes the ``httpx.Client`` its HTTP client (``FastAPI``) opens: neither
+    ``Client.close()`` nor ``System.stop()`` does, so each connection it made would be left to the
+    garbage collector (a ``ResourceWarning``).  Only from here can it be closed.
+    """
+    from chromadb.api.client import SharedSystemClient
+    from chromadb.api.fastapi import FastAPI
+
+    systems = SharedSystemClient._identifier_to_system
+    for system in systems.values():
+        apis = [c for c in system.components() if isinstance(c, FastAPI)]
+        for api in apis:
+            api._session.close()
+        if apis:
+            system.stop()
+    SharedSystemClient.clear_system_cache()
+
+
 def chroma_binary() -> str | None:
     local = Path(sys.executable).parent / "chroma"
     return str(local) if local.exists() else shutil.which("chroma")
@@ -77,6 +98,7 @@ class ChromaServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = directory / "server.log"
         self._proc: subprocess.Popen[bytes] | None = None
+        self._clients: list[Any] = []
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -118,6 +140,10 @@ class ChromaServer:
                     pass
 
     def stop(self) -> None:
+        from hearthnet.services.rag.store.chroma import close_client
+
+        while self._clients:  # what chromadb's close leaves open (its HTTP sessions) too
+            close_client(self._clients.pop())
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -140,9 +166,11 @@ class ChromaServer:
     def client(self) -> Any:
         import chromadb
 
-        return chromadb.HttpClient(
+        client = chromadb.HttpClient(
             host="127.0.0.1", port=self.port, settings=chromadb.Settings(anonymized_telemetry=False)
         )
+        self._clients.append(client)  # closed by ``stop``
+        return client
 
     def __enter__(self) -> ChromaServer:
         self.start()

@@ -242,8 +242,12 @@ class PeerManager:
     async def run(self, *, task_status: anyio.abc.TaskStatus[int] = anyio.TASK_STATUS_IGNORED) -> None:
         state = await anyio.to_thread.run_sync(self._load_state)
         listener = await self._listen(state.get("port"))
-        self.bound_port = listener_port(listener)
-        self._own = (await anyio.to_thread.run_sync(self.current_addresses))[0]
+        try:
+            self.bound_port = listener_port(listener)
+            self._own = (await anyio.to_thread.run_sync(self.current_addresses))[0]
+        except BaseException:  # stopped (or failed) before the accept loop owns the listener
+            await anyio.aclose_forcefully(listener)
+            raise
         log.info("listening", host=self._listen_host, port=self.bound_port, addresses=self._own)
         self._book_dirty.set()
         try:

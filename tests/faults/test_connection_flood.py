@@ -54,19 +54,18 @@ _REPO = str(Path(__file__).resolve().parents[2])
 @pytest.fixture
 def starved_listener() -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A process serving links on 127.0.0.1 with only 64 file descriptors; (process, port)."""
-    server = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", _SERVER, COMMUNITY],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": _REPO},
-    )
-    try:
-        assert server.stdout is not None
-        yield server, int(server.stdout.readline())
-    finally:
-        server.kill()
-        server.wait()
+    ) as server:  # leaving the block closes its pipes and waits for it
+        try:
+            assert server.stdout is not None
+            yield server, int(server.stdout.readline())
+        finally:
+            server.kill()
 
 
 @pytest.mark.anyio
@@ -133,12 +132,13 @@ async def test_before_proving_itself_a_peer_cannot_make_us_buffer_a_large_frame(
     from hearthnet.wire.frames import HEADER
 
     ours, theirs = memory_stream_pair()
-    await theirs.send(HEADER.pack(HANDSHAKE_MAX_FRAME + 1))  # a 'hello' larger than any handshake needs
-    with anyio.fail_after(5), pytest.raises(BusError, match="maximum"):
-        await accept_link(
-            ours,
-            identity=Identity.generate(),
-            community_id=COMMUNITY,
-            admit=lambda _p: None,
-            remote_address="m",
-        )
+    async with theirs:  # ``ours`` is accept_link's to close
+        await theirs.send(HEADER.pack(HANDSHAKE_MAX_FRAME + 1))  # a 'hello' larger than a handshake needs
+        with anyio.fail_after(5), pytest.raises(BusError, match="maximum"):
+            await accept_link(
+                ours,
+                identity=Identity.generate(),
+                community_id=COMMUNITY,
+                admit=lambda _p: None,
+                remote_address="m",
+            )

@@ -131,9 +131,9 @@ async def test_hostile_member_is_rejected_counted_and_harmless(mesh: LocalMesh) 
         ),
     }
     for name, make in attacks.items():
-        link = await fresh_link()
-        await link._stream.send(make(link))
-        how = await _closed_by_peer(link)
+        async with await fresh_link() as link:  # A hangs up; ours is closed here, not by the collector
+            await link._stream.send(make(link))
+            how = await _closed_by_peer(link)
         report(S, f"sent {name}: A closed the link ({how})")
     # The unauthenticated frame and the oversized one are refused below the bus; the sealed ones
     # reach the session's reader, which logs link_protocol_error before closing.

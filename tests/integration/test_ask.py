@@ -286,6 +286,6 @@ def test_ctrl_c_mid_answer_exits_130_and_stops_the_model(mesh: LocalMesh, server
         assert proc.stdout.read() == b"\n"  # the line is ended, nothing else printed
     finally:
         proc.kill()
-        proc.wait()
+        proc.communicate()  # reaps it and closes its pipes
     # the laptop's control server cancels the ask, the cancel travels to the den, which closes its stream
     assert server.disconnected.wait(20)

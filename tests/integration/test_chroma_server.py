@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -132,3 +133,40 @@ def test_a_collection_missing_on_the_server_keeps_the_corpus_for_a_reindex(
         info = store.replace_corpus("lost", embedding_model="m", dim=32, documents=[(chunks, vecs)])
         assert (info.docs, info.chunks) == (1, 6)
         assert store.query("lost", vecs[4], k=1)[0].chunk_id == "lost-4"
+
+
+def _connections_to(port: int) -> int:
+    """How many TCP sockets this process holds open to ``port`` (from ``/proc``)."""
+    fds = Path("/proc/self/fd")
+    inodes = set()
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    held = 0
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                held += 1
+    return held
+
+
+def test_closing_the_store_closes_its_connections_to_the_server(chroma_server: str, tmp_path: Path) -> None:
+    """chromadb's own ``close`` leaves its HTTP session open: the store closes it, so no socket to
+    the server waits for the garbage collector."""
+    port = int(chroma_server.rsplit(":", 1)[1])
+    vecs = np.eye(4, dtype=np.float32)
+    chunks = [Chunk(f"c-{i}", f"chunk {i}", {"doc_cid": "c", "page": 1, "chunk_index": i}) for i in range(4)]
+    store = CorpusStore(tmp_path / "ledger", server_url=chroma_server)
+    try:
+        store.create_corpus("closing", embedding_model="m", dim=4)
+        store.add_document("closing", chunks, vecs)
+        assert store.query("closing", vecs[1], k=1)[0].chunk_id == "c-1"
+        assert _connections_to(port) >= 1  # kept alive for the next request
+    finally:
+        store.close()
+    assert _connections_to(port) == 0

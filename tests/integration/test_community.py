@@ -116,8 +116,8 @@ def _probe_identity(mesh: LocalMesh) -> Identity:
 
 
 async def _assert_link_closed_by_peer(link: Any) -> None:
-    with anyio.fail_after(10):
-        with pytest.raises(Exception) as info:
+    async with link:  # then closed on our side too (a link that saw EndOfStream is still open)
+        with anyio.fail_after(10), pytest.raises(Exception) as info:
             while True:
                 await link.receive()
     assert type(info.value).__name__ in ("EndOfStream", "ProtocolError", "Partition")

@@ -71,7 +71,7 @@ def test_devices_reach_each_other_over_the_bridge_only(tmp_path: Path) -> None:
                 assert lan.connects(client, new, PORT, timeout=10)
         finally:
             server.kill()
-            server.wait()
+            server.communicate()  # reaps it and closes its pipe
     assert lan.leftovers() == []
 
 

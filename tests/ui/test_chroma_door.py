@@ -23,6 +23,7 @@ from chromadb.errors import AuthorizationError, ChromaAuthError, NotFoundError
 
 from hearthnet.client import Client, plain_output
 from hearthnet.testing import LocalMesh, MeshNode, wait_for
+from tests.chroma_fixture import close_http_clients
 from tests.shared_data import PDF_DIR
 from tests.ui.harness import person_link, token_of, ui_url
 
@@ -72,6 +73,27 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MeshNode, M
 @pytest.fixture(scope="module")
 def node(mesh: tuple[MeshNode, MeshNode]) -> MeshNode:
     return mesh[0]
+
+
+@pytest.fixture(autouse=True)
+def _close_chroma_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The HTTP session of each chromadb client a test made is closed when it ends (chromadb never
+    closes it, see ``close_http_clients``), also of one whose constructor failed (a wrong key)."""
+    from chromadb.api.fastapi import FastAPI
+
+    made: list[FastAPI] = []
+    init = FastAPI.__init__
+
+    def recorded(self: FastAPI, *args: Any, **kwargs: Any) -> None:
+        made.append(self)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(FastAPI, "__init__", recorded)
+    yield
+    for api in made:
+        session = getattr(api, "_session", None)
+        if session is not None:
+            session.close()
 
 
 @pytest.fixture(scope="module")
@@ -156,8 +178,11 @@ def test_query_texts_embedded_through_the_nodes_tei_route(node: MeshNode, key: s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # its api_key argument is deprecated
         ef = HuggingFaceEmbeddingServer(url=ui_url(node) + "/embed", api_key=key)
-    col = http_client(node, key).get_collection("heating", embedding_function=ef)
-    got = col.query(query_texts=[QUESTION], n_results=3)
+    try:
+        col = http_client(node, key).get_collection("heating", embedding_function=ef)
+        got = col.query(query_texts=[QUESTION], n_results=3)
+    finally:
+        ef._session.close()  # chromadb opens it and never closes it
     vector = embed(node, [QUESTION])[0].tolist()
     assert got["ids"][0] == [h["metadata"]["chunk_id"] for h in rag_query(node, "heating", vector, 3)]
 
@@ -310,12 +335,10 @@ def test_the_seeds_retriever_unchanged_reads_the_mesh(
     monkeypatch.setenv("ANONYMIZED_TELEMETRY", "False")
     # The seed's runtime is its own process: no ChromaDB client of this test process's other tests
     # (cached per host:port with their settings) may stand in for the one it makes.
-    from chromadb.api.client import SharedSystemClient
-
-    SharedSystemClient.clear_system_cache()
+    close_http_clients()
     host = httpx.URL(url)
     chromadb.HttpClient(host=str(host.host), port=int(host.port or 80)).get_collection("manuals")  # says why
-    SharedSystemClient.clear_system_cache()
+    close_http_clients()
     namespace: dict[str, Any] = {"os": os, "logger": logging.getLogger("seed"), "__name__": "seed"}
     code = seed_code("RagArchiveConfig", "_embed_query", "create_archive_search_tool", "_parse_host")
     # the seed's own code, unchanged (compiled without this module's `from __future__ import annotations`)

@@ -81,8 +81,22 @@ def member_key(node: MeshNode) -> str:
     return key_of(node, "agent")
 
 
+_clients: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    """The gateway clients a test made are closed when it ends (not left to the collector: one
+    held by a caught exception's traceback is collected in a cycle, its sockets first)."""
+    yield
+    while _clients:
+        _clients.pop().close()
+
+
 def client(node: MeshNode, key: str, **kw: Any) -> openai.OpenAI:
-    return openai.OpenAI(base_url=ui_url(node) + "/v1", api_key=key, max_retries=0, timeout=60, **kw)
+    made = openai.OpenAI(base_url=ui_url(node) + "/v1", api_key=key, max_retries=0, timeout=60, **kw)
+    _clients.append(made)
+    return made
 
 
 # -- models and embeddings ------------------------------------------------------------------------

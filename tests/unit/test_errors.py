@@ -116,6 +116,8 @@ def test_a_helpers_bus_error_wins_over_the_broken_stream_its_partner_then_sees()
                     await tx.send(1)
         except BaseExceptionGroup as group:
             return group
+        finally:
+            tx.close()  # rx is the worker's to close
         raise AssertionError("the task group should have failed")
 
     group = anyio.run(scenario)

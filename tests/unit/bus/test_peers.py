@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import anyio
@@ -103,3 +104,22 @@ async def test_a_signed_record_naming_other_hosts_closes_only_the_link_we_dialle
         assert dialled.link.closed
         assert peers_a.known_addresses()[b.node_id][0] == "10.77.0.8:7700"  # first in line
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_failing_to_start_after_binding_closes_the_listener(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the interfaces fails after the port is bound: ``run`` closes its listener (it was
+    left to the collector: a ResourceWarning, an error in this suite)."""
+    me = Identity.generate()
+    _bus, peers = _manager(me, {me.node_id: Level.ANCHOR})
+
+    def failing_addresses() -> tuple[list[str], list[str]]:
+        raise OSError("no interfaces to read")
+
+    monkeypatch.setattr(peers, "current_addresses", failing_addresses)
+    with pytest.raises(OSError, match="no interfaces"):
+        await peers.run()
+    assert peers.bound_port is not None
+    with socket.socket() as again:  # the port is free: nothing listens on it any more
+        again.bind(("127.0.0.1", peers.bound_port))
+        again.listen()

@@ -93,6 +93,7 @@ async def test_a_silent_and_a_refusing_address_cost_the_stagger_not_the_timeout(
             tg.cancel_scope.cancel()
     finally:
         silent.close()
+        await good.aclose()
 
 
 @pytest.mark.anyio

@@ -129,7 +129,7 @@ async def responder_under_test(
         except BusError as exc:
             result["error"] = exc
 
-    async with anyio.create_task_group() as tg:
+    async with a, anyio.create_task_group() as tg:
         tg.start_soon(respond)
         yield RawPeer(a), result
 
@@ -260,12 +260,13 @@ async def test_expected_peer_mismatch_is_refused() -> None:
 
 @pytest.mark.anyio
 async def test_silent_responder_times_out() -> None:
-    a, _b = memory_stream_pair()
-    with pytest.raises(Timeout):
-        await initiate_link(
-            a, identity=Identity.generate(), community_id=COMMUNITY, admit=allow, remote_address="m",
-            handshake_timeout=0.05,
-        )  # fmt: skip
+    a, b = memory_stream_pair()
+    async with b:
+        with pytest.raises(Timeout):
+            await initiate_link(
+                a, identity=Identity.generate(), community_id=COMMUNITY, admit=allow, remote_address="m",
+                handshake_timeout=0.05,
+            )  # fmt: skip
 
 
 @pytest.mark.anyio
@@ -457,6 +458,8 @@ async def relayed_links(
             await out["alice"].aclose()
             await out["bob"].aclose()
             tg.cancel_scope.cancel()
+            await relay_a.aclose()  # the relay closes only what it sends to
+            await relay_b.aclose()
 
 
 class Tamper:

@@ -25,6 +25,7 @@ __all__ = [
     "CollectionGone",
     "Collections",
     "chroma_errors",
+    "close_client",
     "collection_name",
     "collection_settings",
     "corpus_from_collection",
@@ -230,13 +231,36 @@ def open_client(root: Path, server_url: str | None) -> Any:
     return client
 
 
+def close_client(client: Any) -> None:
+    """Let go of a ChromaDB client: the last one of a path or server stops its system (its SQLite
+    files), and a server client's HTTP sessions are closed, its own and its admin client's
+    (chromadb's ``close`` leaves them open, their connections to the garbage collector).  A
+    failure to stop is logged: closing goes on."""
+    try:
+        client.close()
+    except Exception as exc:  # a third party's teardown: never stops ours
+        _log.warning("rag_chroma_close_failed", error=type(exc).__name__)
+    for part in (client, getattr(client, "_admin_client", None)):
+        session = _server_session(part)
+        if session is not None:
+            session.close()
+
+
+def _server_session(client: Any) -> Any:
+    """The ``httpx.Client`` a ChromaDB server client sends its requests with, or ``None``."""
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    return session if isinstance(session, httpx.Client) else None
+
+
 def _bound_server_requests(client: Any) -> None:
     """Give the ChromaDB server client's HTTP session a finite timeout (it has none by default,
     so a stalled server would hold a store thread forever)."""
     import httpx
 
-    session = getattr(getattr(client, "_server", None), "_session", None)
-    if isinstance(session, httpx.Client):
+    session = _server_session(client)
+    if session is not None:
         session.timeout = httpx.Timeout(SERVER_TIMEOUT_SECONDS, connect=10.0)
     else:  # another chromadb layout: keep going, but say that requests are unbounded
         _log.warning("rag_chroma_server_timeout_not_set", reason="no httpx session found on the client")

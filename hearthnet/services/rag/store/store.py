@@ -46,6 +46,7 @@ from hearthnet.services.rag.store.chroma import (
     CollectionGone,
     Collections,
     chroma_errors,
+    close_client,
     collection_name,
     collection_settings,
     open_client,
@@ -108,7 +109,7 @@ class CorpusStore:
             if ledger is not None:
                 ledger.close()
             if hasattr(self, "_client"):
-                _close_client(self._client)
+                close_client(self._client)
             self._writer.release()
             raise
         if any(removed.values()):
@@ -561,7 +562,7 @@ class CorpusStore:
             self._keywords.close()
             self._ledger.close()
             self.kept.close()
-            _close_client(self._client)
+            close_client(self._client)
             self._writer.release()
 
     def __enter__(self) -> CorpusStore:
@@ -569,12 +570,3 @@ class CorpusStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _close_client(client: Any) -> None:
-    """Let go of a ChromaDB client: the last one of a path or server stops its system (its SQLite
-    files, its HTTP connections).  A failure to stop is logged: closing goes on."""
-    try:
-        client.close()
-    except Exception as exc:  # a third party's teardown: never stops ours
-        _log.warning("rag_chroma_close_failed", error=type(exc).__name__)
