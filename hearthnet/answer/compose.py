@@ -85,9 +85,10 @@ class Ask:
 
     @property
     def cacheable(self) -> bool:
-        """Archives change without telling this node, and given history is the caller's: neither
-        kind of answer is cached."""
-        return self.cache and not self.archives and self.history is None
+        """Whether this kind of answer is cached: archives change without telling this node, and
+        given history is the caller's, so neither is.  (``cache: false`` skips the lookup only: the
+        fresh answer is stored for the next asker.)"""
+        return not self.archives and self.history is None
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ class Composer:
         generate (or abstain, or extract) with its citations checked, store."""
         started = time.perf_counter()
         plan = self._plan(ask)
-        cached = self._cache.get(plan.key) if ask.cacheable else None
+        cached = self._cache.get(plan.key) if ask.cache and ask.cacheable else None
         if cached is not None:
             return await self._replay(ask, cached, send, started)
         found = await self._retrieve(ask, plan, send)
