@@ -18,6 +18,7 @@ settings.load_profile("hearthnet")
 
 if TYPE_CHECKING:
     from hearthnet.services.embedding.onnx_backend import OnnxModel
+    from hearthnet.services.ocr.engine import OcrEngine
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +46,13 @@ def minilm() -> OnnxModel:
     from hearthnet.services.embedding.onnx_backend import OnnxModel
 
     return OnnxModel(find_model_files(), OnnxSettings())
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[OcrEngine]:
+    """The real OCR engine, one per test module (unloaded when the module is done)."""
+    from hearthnet.services.ocr.engine import OcrEngine
+
+    e = OcrEngine()
+    yield e
+    e.unload()

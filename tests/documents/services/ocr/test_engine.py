@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-
-import pytest
 
 from hearthnet.services.ocr.engine import OcrEngine, Recognition
 from hearthnet.services.ocr.pages import render_pdf_page
@@ -19,13 +16,6 @@ VICKSBURG = PDF_DIR / "scanned_with_ocr_text_layer.pdf"
 # Words read off the pages rendered to PNG (Huckleberry Finn p. 22; The Siege of Vicksburg p. 50).
 SCANNED_WORDS = ["tip-toeing", "widow's garden", "Miss Watson", "kitchen door", "THEY TIP-TOED ALONG"]
 VICKSBURG_P2_WORDS = ["THE SIEGE OF VICKSBURG", "Sibley Tent", "96th Ohio", "thirteen dollars", "magnanimous"]
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[OcrEngine]:
-    e = OcrEngine()
-    yield e
-    e.unload()
 
 
 def recognise(engine: OcrEngine, path: object, page: int) -> Recognition:

@@ -7,7 +7,7 @@ A serves ``ocr.page`` (and files); B serves only files and calls A.
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +35,6 @@ COMMUNITY = "hc1:test"
 SCANNED = PDF_DIR / "scanned_image_only_no_text.pdf"
 VICKSBURG = PDF_DIR / "scanned_with_ocr_text_layer.pdf"
 REF = "ocr.page@1.0"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[OcrEngine]:
-    e = OcrEngine()
-    yield e
-    e.unload()
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ by a reindex; and a scan OCR finds no text on.  The node and helpers are those o
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -20,13 +19,6 @@ from hearthnet.services.ocr.engine import OcrEngine
 from tests.polling import wait_until
 from tests.unit.services.rag.ingest.test_ocr import BLANK, DEMO, JIM, REF, SCANNED, node_with_ocr, pdf_of
 from tests.unit.services.rag.test_service import Ctx, Frame
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[OcrEngine]:
-    e = OcrEngine()
-    yield e
-    e.unload()
 
 
 @pytest.mark.anyio

@@ -9,7 +9,7 @@ The tests in which the engine reads a page are in ``tests/documents/services/rag
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -29,13 +29,6 @@ BLANK = (PDF_DIR / "fr_chelsea_transport_plan.pdf", 4)
 DEMO = Path(__file__).resolve().parents[5] / "hearthnet" / "demo"
 JIM = "Who was sitting in the kitchen door?"
 REF = "ocr.page@1.0"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[OcrEngine]:
-    e = OcrEngine()
-    yield e
-    e.unload()
 
 
 @asynccontextmanager
