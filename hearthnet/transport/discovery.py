@@ -40,6 +40,9 @@ SERVICE_TYPE = "_hearthnet._tcp.local."
 _VERSION = "1"
 _TAG_BYTES = 16
 _RESOLVE_MS = 3000
+_RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+"""When a sighting does not resolve (a busy host, a lost packet), it is tried again after these
+waits: the browser reports a name once, so a resolve given up on would never be tried again."""
 
 log = structlog.get_logger("hearthnet.discovery")
 
@@ -103,7 +106,7 @@ class _Listener(ServiceListener):
         self._owner._resolve(zc, type_, name)
 
     def remove_service(self, zc: Any, type_: str, name: str) -> None:
-        return None
+        self._owner._forget(name)
 
 
 class LanDiscovery:
@@ -120,6 +123,10 @@ class LanDiscovery:
         self._community: str | None = None
         self._token: Any = None
         self._lock = threading.Lock()
+        self._retry_lock = threading.Lock()
+        """Guards :attr:`_retries` only (taken by the browser's thread, which stopping joins:
+        never held while waiting on anything else)."""
+        self._retries: dict[str, threading.Timer] = {}
         self.working = False
         """Whether the last announcement went out (``doctor`` and ``status`` may say so)."""
         self.error: str | None = None
@@ -186,6 +193,10 @@ class LanDiscovery:
     def _stop_locked(self) -> None:
         browser, zc = self._browser, self._zc
         self._browser = self._zc = None
+        with self._retry_lock:
+            retries, self._retries = self._retries, {}
+        for timer in retries.values():
+            timer.cancel()
         try:
             if browser is not None:
                 browser.cancel()
@@ -195,15 +206,16 @@ class LanDiscovery:
         except Exception as exc:  # closing a half-started zeroconf: nothing more to do
             log.debug("discovery_close_failed", error=type(exc).__name__)
 
-    def _resolve(self, zc: Any, type_: str, name: str) -> None:
+    def _resolve(self, zc: Any, type_: str, name: str, attempt: int = 0) -> None:
         community = self._community
-        if community is None:
-            return
+        if community is None or zc is not self._zc:
+            return  # not announcing yet, or a zeroconf since stopped
         try:
             info = zc.get_service_info(type_, name, timeout=_RESOLVE_MS)
         except Exception:  # zeroconf closing under us, a malformed record: ignore the sighting
             return
         if info is None or info.port is None:
+            self._retry(zc, type_, name, attempt)
             return
         node_id = member_of(info.properties or {}, community)
         if node_id is None or node_id == self._node_id:
@@ -215,6 +227,27 @@ class LanDiscovery:
             anyio.from_thread.run_sync(self._found, node_id, found, token=self._token)
         except Exception:  # the node is stopping
             return
+
+    def _retry(self, zc: Any, type_: str, name: str, attempt: int) -> None:
+        if attempt >= len(_RETRY_S):
+            return  # gone for good: the browser reports it again if it comes back
+        timer = threading.Timer(_RETRY_S[attempt], self._resolve, (zc, type_, name, attempt + 1))
+        timer.daemon = True
+        with self._retry_lock:
+            if zc is not self._zc:
+                return
+            previous = self._retries.pop(name, None)
+            self._retries[name] = timer
+            timer.start()
+        if previous is not None:
+            previous.cancel()
+
+    def _forget(self, name: str) -> None:
+        """A service said goodbye: no more tries at resolving it."""
+        with self._retry_lock:
+            timer = self._retries.pop(name, None)
+        if timer is not None:
+            timer.cancel()
 
 
 def _close_sockets_in(exc: BaseException) -> None:

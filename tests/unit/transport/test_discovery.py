@@ -12,7 +12,14 @@ import anyio
 import pytest
 
 from hearthnet.identity import Identity
-from hearthnet.transport.discovery import LanDiscovery, announcement, community_tag, member_of
+from hearthnet.transport.discovery import (
+    SERVICE_TYPE,
+    LanDiscovery,
+    announcement,
+    community_tag,
+    instance_label,
+    member_of,
+)
 
 COMMUNITY = "hc1:q2sG0r7sQ7uSbXf0m7c3tA"
 OTHER = "hc1:Zz9kL0aaaaaaaaaaaaaaaa"
@@ -69,6 +76,40 @@ async def test_a_member_is_found_over_real_mdns_and_a_stranger_is_not() -> None:
         for d in (finder, announcer, outsider):
             await d.close()
     assert b not in stranger_found and a not in stranger_found
+
+
+@pytest.mark.anyio
+async def test_a_sighting_that_does_not_resolve_is_tried_again() -> None:
+    """The browser reports a name once: when resolving it fails (here: the name is not announced
+    yet, as when the answer is lost on a busy LAN), the finder tries again and finds the member
+    once it answers, instead of never."""
+    a, b = (Identity.generate().node_id for _ in range(2))
+    seen = anyio.Event()
+    found: dict[str, list[str]] = {}
+
+    def on_found(node_id: str, addresses: list[str]) -> None:
+        found[node_id] = addresses
+        seen.set()
+
+    finder = LanDiscovery(a, on_found)
+    announcer = LanDiscovery(b, lambda n, x: None)
+    try:
+        if not await finder.announce(COMMUNITY, ["127.0.0.1:7421"]):
+            pytest.skip(f"no multicast on loopback here: {finder.error}")
+        # the browser would report b again when it appears: stop it, so only a retry can find b
+        await anyio.to_thread.run_sync(finder._browser.cancel)
+        name = f"{instance_label(b)}.{SERVICE_TYPE}"
+        # the sighting comes before anyone answers for it: the first resolve finds nothing
+        await anyio.to_thread.run_sync(finder._resolve, finder._zc, SERVICE_TYPE, name)
+        assert not seen.is_set() and name in finder._retries
+        assert await announcer.announce(COMMUNITY, ["127.0.0.1:7422"])
+        with anyio.fail_after(60):
+            await seen.wait()
+        assert found[b] == ["127.0.0.1:7422"]
+    finally:
+        for d in (finder, announcer):
+            await d.close()
+    assert finder._retries == {}  # closing cancels the tries still pending
 
 
 _CHILD = """
