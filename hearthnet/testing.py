@@ -86,15 +86,14 @@ class MeshNode:
         if self.process is not None and self.process.poll() is None:
             return
         self.log_path = self.home / "node.log"
-        log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            self.command("node", "run"),
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            env={**self.env, **self.extra_env},
-            start_new_session=True,
-        )
-        log.close()
+        with open(self.log_path, "ab") as log:  # the child holds its own copy of the descriptor
+            self.process = subprocess.Popen(
+                self.command("node", "run"),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env={**self.env, **self.extra_env},
+                start_new_session=True,
+            )
 
     def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
         def ready() -> dict[str, Any] | None:

@@ -272,6 +272,12 @@ class TcpStream(anyio.abc.ByteStream):
         }
 
 
+def _close_accepted(accepting: asyncio.Future[tuple[socket.socket, Any]]) -> None:
+    """Close what an abandoned accept got, if it got a connection (and retrieve its error)."""
+    if not accepting.cancelled() and accepting.exception() is None:
+        accepting.result()[0].close()
+
+
 def _on_asyncio() -> bool:
     try:
         asyncio.get_running_loop()
@@ -336,11 +342,16 @@ async def _accept(listener: anyio.abc.SocketListener, *, tcp: bool) -> anyio.abc
     if raw.fileno() == -1:
         raise anyio.ClosedResourceError  # as anyio's own accept says, so accept loops end
     loop = asyncio.get_running_loop()
+    # Accepting runs as its own task, so a cancel that lands after a connection was accepted
+    # (the result waiting for this task to wake) closes that socket instead of dropping it.
+    accepting = asyncio.ensure_future(loop.sock_accept(raw))
     try:
-        sock, _ = await loop.sock_accept(raw)
+        sock, _ = await asyncio.shield(accepting)
     except asyncio.CancelledError:
         with contextlib.suppress(ValueError, NotImplementedError, OSError):
-            loop.remove_reader(raw)  # what anyio does for bpo-41317: no stale watcher on the socket
+            loop.remove_reader(raw)  # now, not a loop turn later (bpo-41317: no stale watcher)
+        accepting.cancel()
+        accepting.add_done_callback(_close_accepted)
         raise
     try:
         sock.setblocking(False)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import select
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -344,3 +346,34 @@ async def test_a_slow_reader_is_not_a_stalled_one() -> None:
                 await a.aclose()
             tg.cancel_scope.cancel()
         await b.aclose()
+
+
+async def test_a_cancel_landing_after_a_connection_was_accepted_closes_that_connection() -> None:
+    """The accept can complete in the loop turn before the accepting task is cancelled (a node
+    stopping while a peer dials): the connection it got is closed, not dropped for the garbage
+    collector (a ResourceWarning, and a peer left waiting on a half-open socket)."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        accepting = asyncio.ensure_future(accept_tcp(listener))
+        await asyncio.sleep(0.01)  # the accept is waiting on the listening socket
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            # each turn this task runs first; the turn after the loop took the connection off the
+            # backlog (the socket is no longer readable), cancel before the accept's task wakes
+            with anyio.fail_after(10):
+                while select.select([raw], [], [], 0)[0]:
+                    await asyncio.sleep(0)
+            accepting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await accepting
+            with anyio.fail_after(10):
+                while True:  # the server side was closed: the client reads its end
+                    try:
+                        client.setblocking(False)
+                        assert client.recv(1) == b""
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(0.01)
+        finally:
+            client.close()
