@@ -294,7 +294,9 @@ class Composer:
         cfg = self._config
         reachable = reachable_corpora(self._bus)
         left_out = 0
-        if ask.corpora is None and not ask.archives:
+        if ask.no_rag:
+            names: list[str] = []  # no corpus searched, so none left out either
+        elif ask.corpora is None and not ask.archives:
             names, left_out = default_corpora(reachable, MAX_CORPORA)
         else:  # archives named alone search only themselves, as the seeds' rag_config does
             names = list(ask.corpora or ())
@@ -307,7 +309,7 @@ class Composer:
         key = CacheKey.of(
             ask.question,
             ask.session,
-            () if ask.no_rag else names,
+            names,
             ask.no_rag,
             choice.model if choice else None,
             max_tokens,

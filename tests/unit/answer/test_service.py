@@ -478,3 +478,8 @@ async def test_a_member_advertising_many_corpora_cannot_make_one_ask_fan_out_to_
     assert len(out["meta"]["corpora"]) == 64 and out["meta"]["corpora_left_out"] == 7
     assert "house" in out["meta"]["corpora"] and len(calls) == 63  # this node's own corpus first
     assert "early October" in out["answer"]
+    calls.clear()
+    async with answer_node(tmp_path / "again", minilm=minilm) as n, linked(n.bus, many):
+        meta = (await n.ask(BOILER, no_rag=True)).output["meta"]
+    # no corpus was searched on purpose: none is "left out" (the CLI would say "7 more not searched")
+    assert meta["corpora_left_out"] == 0 and meta["skipped"] == "no_rag" and calls == []
