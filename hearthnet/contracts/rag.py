@@ -472,16 +472,20 @@ class RagClient:
         *,
         meta: Mapping[str, Any] | None = None,
         title: str | None = None,
+        filename: str | None = None,
         provider: str | None = None,
         timeout: float | None = None,
     ) -> CallResult:
-        """``rag.update``: the document ``document`` (its doc_cid) of ``corpus`` gets ``title`` and each
-        field of ``meta`` (a ``None`` value removes the field), without re-embedding, on its host."""
+        """``rag.update``: the document ``document`` (its doc_cid) of ``corpus`` gets ``title``, the
+        file name ``filename`` and each field of ``meta`` (a ``None`` value removes the field),
+        without re-embedding, on its host."""
         inp: dict[str, Any] = {"doc_cid": document}
         if meta:
             inp["metadata"] = dict(meta)
         if title is not None:
             inp["title"] = title
+        if filename is not None:
+            inp["filename"] = filename
         return await self._caller.call(
             UPDATE, params={"corpus": corpus}, input=inp, provider=provider, timeout=timeout
         )

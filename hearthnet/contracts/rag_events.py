@@ -43,6 +43,7 @@ from hearthnet.contracts.rag import (
     is_language,
     validate_corpus_name,
 )
+from hearthnet.contracts.reading import checked_file_name
 from hearthnet.errors import BadRequest
 from hearthnet.events.rules import EventRule
 
@@ -157,9 +158,10 @@ def _check_metadata(metadata: Any) -> None:
 
 def validate_updated(data: Mapping[str, Any]) -> None:
     base = {"corpus", "doc_cid", "title", "metadata"}
-    if set(data) not in (base, base | {"digest"}):
+    if not base <= set(data) <= base | {"digest", "filename"}:
         raise BadRequest(
-            f"{UPDATED} data must have exactly the keys corpus, doc_cid, title, metadata (and digest)"
+            f"{UPDATED} data must have exactly the keys corpus, doc_cid, title, metadata "
+            "(and digest, filename)"
         )
     if not all(isinstance(data[k], str) for k in ("corpus", "doc_cid", "title")):
         raise BadRequest(f"{UPDATED} corpus, doc_cid and title must be strings")
@@ -169,6 +171,8 @@ def validate_updated(data: Mapping[str, Any]) -> None:
     _check_metadata(data["metadata"])
     if "digest" in data and not (isinstance(data["digest"], str) and _DIGEST.fullmatch(data["digest"])):
         raise BadRequest(f"{UPDATED}.digest must be 'blake3:' + 64 lowercase hex digits")
+    if "filename" in data:
+        checked_file_name(data["filename"], f"{UPDATED}.filename")
 
 
 def updated_rule() -> EventRule:

@@ -272,3 +272,23 @@ def test_a_new_replica_copies_the_updated_document(mesh: LocalMesh) -> None:
     assert listed_on(c, d)[cid]["title"] == listed_on(c, a)[cid]["title"] == "Newer"  # updated twice
     assert not log_events(d, "replica_copy_refused")
     assert {h["metadata"]["year"] for h in hits_on(c, d, {"doc_cid": cid})} == {2031}
+
+
+def test_a_new_file_name_is_what_the_host_and_both_replicas_cite(mesh: LocalMesh) -> None:
+    """``docs set --filename`` (what a watched folder does when a file is renamed): every chunk's
+    ``doc_filename`` on the host, and on each replica once it has followed the signed update."""
+    a, b, c = nodes(mesh)
+    d = mesh.nodes["d"]
+    cid = blob_cid(LATEX.read_bytes())
+    out = b.cli_json("docs", "set", cid, "--corpus", CORPUS, "--filename", "two-columns.pdf", timeout=300)
+    assert out["changed"] and out["filename"] == "two-columns.pdf" and out["node"] == a.node_id
+    for node in (a, b, d):  # the host at once; each replica when it has applied the update
+        wait_for(
+            lambda n=node: listed_on(c, n).get(cid, {}).get("filename") == "two-columns.pdf",
+            timeout=300,
+            what=f"{node.name} to list the new file name",
+        )
+        hits = hits_on(c, node, {"doc_cid": cid})
+        assert hits and {h["metadata"]["doc_filename"] for h in hits} == {"two-columns.pdf"}
+        assert {h["metadata"]["year"] for h in hits} == {2031}  # the rest is kept
+    assert not log_events(d, "replica_copy_refused") and not log_events(b, "replica_copy_refused")

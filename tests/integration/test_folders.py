@@ -208,6 +208,17 @@ def test_a_renamed_file_is_not_embedded_again(mesh: LocalMesh, folder: Path) -> 
     after = len([e for e in events(a, "rag.document.ingested") if e["data"]["doc_cid"] == cid])
     assert after == before == 1
     assert cid not in {e["data"]["doc_cid"] for e in events(a, "rag.document.deleted")}
+    # citations name the file as it is now called, and a filter on the new name finds it
+    assert docs(a)[cid]["filename"] == "creativity.pdf"
+    found = Client(a.home).call(
+        "rag.query",
+        {"corpus": CORPUS},
+        {"query": "creativity", "k": 3, "filter": {"doc_filename": "creativity.pdf"}},
+        timeout=120,
+    )
+    assert {h["metadata"]["doc_cid"] for h in found.output["chunks"]} == {cid}
+    (update,) = [e for e in events(a, "rag.document.updated") if e["data"]["doc_cid"] == cid]
+    assert update["data"]["filename"] == "creativity.pdf"
 
 
 def test_a_deleted_file_is_deleted_from_the_corpus(mesh: LocalMesh, folder: Path) -> None:

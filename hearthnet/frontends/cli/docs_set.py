@@ -1,7 +1,7 @@
-"""``hearthnet docs set DOC --corpus C --meta K=V --title T``: a document's title and metadata
-changed on the corpus's host (``rag.update``), without re-embedding it; replicas follow its signed
-``rag.document.updated``.  ``DOC`` is the document's id, or its file name or title as ``hearthnet
-docs`` lists them."""
+"""``hearthnet docs set DOC --corpus C --meta K=V --title T --filename F``: a document's title,
+file name and metadata changed on the corpus's host (``rag.update``), without re-embedding it;
+replicas follow its signed ``rag.document.updated``.  ``DOC`` is the document's id, or its file
+name or title as ``hearthnet docs`` lists them."""
 
 from __future__ import annotations
 
@@ -54,8 +54,10 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
         if key in fields:
             raise BadRequest(f"--meta {key} and --unset {key} are both given")
         fields[key] = None
-    if not fields and args.title is None:
-        raise BadRequest("nothing to change: give --meta KEY=VALUE, --unset KEY or --title TITLE")
+    if not fields and args.title is None and args.filename is None:
+        raise BadRequest(
+            "nothing to change: give --meta KEY=VALUE, --unset KEY, --title TITLE or --filename NAME"
+        )
     return fields
 
 
@@ -66,11 +68,15 @@ def cmd_docs_set(args: argparse.Namespace) -> None:
     fields = _fields(args)
     if args.title is not None and not args.title.strip():
         raise BadRequest("--title is empty")
+    if args.filename is not None and not args.filename.strip():
+        raise BadRequest("--filename is empty")
     last: BusError | None = None
     on = getattr(args, "on", None)
     for node in anyio.run(hosted_here_or_there, AsyncClient(args.home), corpus, on):
         try:
-            result = anyio.run(_update, AsyncClient(args.home), corpus, args.doc, node, fields, args.title)
+            result = anyio.run(
+                _update, AsyncClient(args.home), corpus, args.doc, node, fields, (args.title, args.filename)
+            )
         except NotFound as exc:  # with two hosts of one name, the document is on one of them
             last = last or exc
             continue
@@ -85,11 +91,18 @@ def cmd_docs_set(args: argparse.Namespace) -> None:
 
 
 async def _update(
-    client: AsyncClient, corpus: str, doc: str, node: str, fields: dict[str, Any], title: str | None
+    client: AsyncClient,
+    corpus: str,
+    doc: str,
+    node: str,
+    fields: dict[str, Any],
+    names: tuple[str | None, str | None],
 ) -> CallResult:
+    """``names``: the new title and file name (``None``: kept)."""
     doc_cid = await resolve_document(client, corpus, doc, node)
+    title, filename = names
     return await RagClient(client).update(
-        corpus, doc_cid, meta=fields, title=title, provider=node, timeout=UPDATE_TIMEOUT
+        corpus, doc_cid, meta=fields, title=title, filename=filename, provider=node, timeout=UPDATE_TIMEOUT
     )
 
 
@@ -97,7 +110,8 @@ def _said(out: dict[str, Any]) -> str:
     meta = ", ".join(
         f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(out["metadata"].items())
     )
-    now = f"title {shown(repr(out['title']))}; metadata {shown(meta) if meta else '(none)'}"
+    named = f"; file {shown(repr(out['filename']))}" if out.get("filename") else ""
+    now = f"title {shown(repr(out['title']))}{named}; metadata {shown(meta) if meta else '(none)'}"
     if not out["changed"]:
         return f"nothing changed: {out['doc_cid']} in {out['corpus']} already has {now}"
     return f"updated {out['doc_cid']} in {out['corpus']} on {out['node']}: {now} (not re-embedded)"
@@ -123,6 +137,11 @@ def add_docs_set(docs: argparse.ArgumentParser, common: argparse.ArgumentParser)
         "--unset", action="append", metavar="KEY", help="a field to remove (repeatable; default: none)"
     )
     p.add_argument("--title", help="the document's new title (default: kept)")
+    p.add_argument(
+        "--filename",
+        metavar="NAME",
+        help="the file name its citations name, e.g. after renaming the file (default: kept)",
+    )
     p.add_argument(
         "--on",
         metavar="NODE_ID",

@@ -159,13 +159,7 @@ def ingest_input(inp: Mapping[str, Any]) -> IngestInput:
     if language == "auto":
         language = None  # detected from the document's first pages
     metadata = check_extra_metadata(inp.get("metadata") or {})
-    filename = inp.get("filename")
-    if filename is not None:
-        if not isinstance(filename, str):
-            raise BadRequest("input.filename must be a string")
-        filename = PurePosixPath(filename.replace("\\", "/")).name or None
-        if filename is not None and len(filename) > MAX_FILENAME:
-            raise BadRequest(f"input.filename is {len(filename)} characters long; at most {MAX_FILENAME}")
+    filename = _file_name(inp.get("filename"))
     replaces = inp.get("replaces")
     if replaces is not None and (
         not isinstance(replaces, str) or not is_cid(replaces) or replaces == doc_cid
@@ -277,12 +271,27 @@ class UpdateInput:
     metadata: dict[str, Any]
     """The fields to set; a ``None`` value removes the field."""
     title: str | None
+    filename: str | None = None
+    """The file the document is now (a watched file renamed): its citations name it."""
+
+
+def _file_name(value: object) -> str | None:
+    """A document's file name as given: the last part of a path (``/`` or ``\\``); ``None`` when
+    not given or when nothing is left of it."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise BadRequest("input.filename must be a string")
+    name = PurePosixPath(value.replace("\\", "/")).name or None
+    if name is not None and len(name) > MAX_FILENAME:
+        raise BadRequest(f"input.filename is {len(name)} characters long; at most {MAX_FILENAME}")
+    return name
 
 
 def update_input(inp: Mapping[str, Any]) -> UpdateInput:
-    """``rag.update``: the document's cid, the metadata fields to set (``null`` removes one) and its
-    new title; at least one of the two."""
-    check_input_keys(inp, {"doc_cid", "metadata", "title"}, "rag.update")
+    """``rag.update``: the document's cid, the metadata fields to set (``null`` removes one), its
+    new title and its new file name; at least one of them."""
+    check_input_keys(inp, {"doc_cid", "metadata", "title", "filename"}, "rag.update")
     doc_cid = delete_input({"doc_cid": inp.get("doc_cid")})
     raw = inp.get("metadata")
     if raw is not None and not isinstance(raw, dict):
@@ -298,6 +307,11 @@ def update_input(inp: Mapping[str, Any]) -> UpdateInput:
     title = inp.get("title")
     if title is not None and (not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE):
         raise BadRequest(f"input.title must be a non-empty string of at most {MAX_TITLE} characters")
-    if not fields and title is None:
-        raise BadRequest("input must change something: give metadata fields to set, a title, or both")
-    return UpdateInput(doc_cid, {**kept, **dict.fromkeys(removed)}, title)
+    filename = _file_name(inp.get("filename"))
+    if inp.get("filename") is not None and filename is None:
+        raise BadRequest("input.filename must name a file")
+    if not fields and title is None and filename is None:
+        raise BadRequest(
+            "input must change something: give metadata fields to set, a title, a file name, or several"
+        )
+    return UpdateInput(doc_cid, {**kept, **dict.fromkeys(removed)}, title, filename)

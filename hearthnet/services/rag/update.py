@@ -27,7 +27,7 @@ from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
 from hearthnet.services.rag.announce import AppendEvent
 from hearthnet.services.rag.gate import CorpusGate, DocumentLocks
-from hearthnet.services.rag.inputs import IngestInput, update_input
+from hearthnet.services.rag.inputs import IngestInput, UpdateInput, update_input
 from hearthnet.services.rag.store import CorpusStore
 from hearthnet.services.rag.store.update import DocumentUpdate, merged_metadata
 
@@ -76,7 +76,7 @@ class Updates:
             self.gate.ingest(corpus, undone="nothing was changed: update"),
             self.documents.hold(corpus, inp.doc_cid),
         ):
-            done = await self._update(corpus, inp.doc_cid, inp.metadata, inp.title, announce)
+            done = await self._update(corpus, inp, announce)
             event_id = ""
             if done.changed:
                 with anyio.CancelScope(shield=True):  # the ledger has it: so must the community
@@ -88,15 +88,15 @@ class Updates:
         output = {
             "doc_cid": done.doc_cid,
             "title": done.title,
+            "filename": done.filename,
             "metadata": done.metadata,
             "changed": done.changed,
         }
         return output, {"corpus": corpus, "ms": ms, "update_event_id": event_id}
 
-    async def _update(
-        self, corpus: str, doc_cid: str, fields: dict[str, Any], title: str | None, announce: bool
-    ) -> DocumentUpdate:
+    async def _update(self, corpus: str, inp: UpdateInput, announce: bool) -> DocumentUpdate:
         """The store's update (checked first: the result must fit in its event)."""
+        doc_cid, fields, title = inp.doc_cid, inp.metadata, inp.title
 
         def update() -> DocumentUpdate | None:
             if corpus not in self.store.corpora():
@@ -104,14 +104,15 @@ class Updates:
             doc = self.store.document(corpus, doc_cid)
             if doc is None:
                 return None
-            size = len(json.dumps([title or doc["title"], merged_metadata(doc["metadata"], fields)]).encode())
+            after = [title or doc["title"], merged_metadata(doc["metadata"], fields), inp.filename]
+            size = len(json.dumps(after).encode())
             if size > MAX_UPDATE_BYTES:
                 raise BadRequest(
                     f"the document's title and metadata would take {size} bytes: at most "
                     f"{MAX_UPDATE_BYTES} can be announced; set fewer or shorter fields"
                 )
             return self.store.updates.update_document(
-                corpus, doc_cid, metadata=fields, title=title, announce=announce
+                corpus, doc_cid, metadata=fields, title=title, filename=inp.filename, announce=announce
             )
 
         with anyio.CancelScope(shield=True):  # once started, the store's update finishes
@@ -125,6 +126,8 @@ class Updates:
 
     async def _announce(self, corpus: str, done: DocumentUpdate) -> str:
         data = {"corpus": corpus, "doc_cid": done.doc_cid, "title": done.title, "metadata": done.metadata}
+        if done.filename is not None:
+            data["filename"] = done.filename
         event_id = await self.append_event(UPDATED, data)
         await run_blocking(
             self.store.updates.update_announced, corpus, done.doc_cid, limiter=self.store_limiter
@@ -171,7 +174,13 @@ class Updates:
                     lambda c=corpus, d=doc_cid: self.store.document(c, d), limiter=self.store_limiter
                 )
                 if doc is not None:
-                    done = DocumentUpdate(doc_cid, str(doc["title"]), dict(doc["metadata"]), changed=True)
+                    done = DocumentUpdate(
+                        doc_cid,
+                        str(doc["title"]),
+                        dict(doc["metadata"]),
+                        changed=True,
+                        filename=doc.get("filename"),
+                    )
                     await self._announce(corpus, done)
                     log.warning("rag_update_announced_late", corpus=corpus, doc_cid=doc_cid)
                 else:

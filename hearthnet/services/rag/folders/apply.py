@@ -171,12 +171,14 @@ class CorpusWriter:
         return Outcome(True)
 
     async def set_source(self, doc_cid: str, path: Path) -> Outcome:
-        """A renamed or moved file's document told its new path (``rag.update``: no re-embedding;
-        a signed ``rag.document.updated``)."""
+        """A renamed or moved file's document told its new path and file name, which its citations
+        name (``rag.update``: no re-embedding; a signed ``rag.document.updated``)."""
         try:
             host = await self._host()
             meta = source_metadata(path) or {SOURCE_PATH: None}
-            await self._busy(lambda: self._rag.update(self.corpus, doc_cid, meta=meta, provider=host))
+            await self._busy(
+                lambda: self._rag.update(self.corpus, doc_cid, meta=meta, filename=path.name, provider=host)
+            )
         except BusError as exc:
             return Outcome.of(exc)
         return Outcome(True)

@@ -44,11 +44,18 @@ class UpdateFacts:
     title: str
     metadata: dict[str, Any]
     digest: str | None
+    filename: str | None = None
+    """The file name it was given (``None``: unchanged by the update)."""
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> UpdateFacts:
-        digest = data.get("digest")
-        return cls(str(data["title"]), dict(data["metadata"]), digest if isinstance(digest, str) else None)
+        digest, filename = data.get("digest"), data.get("filename")
+        return cls(
+            str(data["title"]),
+            dict(data["metadata"]),
+            digest if isinstance(digest, str) else None,
+            filename if isinstance(filename, str) else None,
+        )
 
 
 @dataclass(frozen=True)

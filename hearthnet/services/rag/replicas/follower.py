@@ -271,14 +271,17 @@ class Follower:
             changed = 0
             for facts in documents:
                 doc, new = held.get(facts.doc_cid), facts.updated
-                if doc is None or new is None or (doc["title"], doc["metadata"]) == (new.title, new.metadata):
+                if doc is None or new is None:
+                    continue
+                name = doc.get("filename") if new.filename is None else new.filename
+                if (doc["title"], doc["metadata"], doc.get("filename")) == (new.title, new.metadata, name):
                     continue
                 fields = {
                     **dict.fromkeys(k for k in doc["metadata"] if k not in new.metadata),
                     **new.metadata,
                 }
                 done = self._store.updates.update_document(
-                    corpus, facts.doc_cid, metadata=fields, title=new.title
+                    corpus, facts.doc_cid, metadata=fields, title=new.title, filename=new.filename
                 )
                 changed += done is not None and done.changed
             return changed

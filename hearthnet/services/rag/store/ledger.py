@@ -412,17 +412,18 @@ class Ledger:
         *,
         title: str,
         metadata: Mapping[str, Any],
+        filename: str | None,
         change: Callable[[dict[str, Any]], dict[str, Any]],
         announce: bool,
     ) -> bool:
-        """In one transaction: the complete document's new title and metadata, its keyword rows'
-        chunk metadata (``change`` of each), and the marker that the rest is owed; False (nothing
-        changed) if it is not complete."""
+        """In one transaction: the complete document's new title, metadata and file name, its
+        keyword rows' chunk metadata (``change`` of each), and the marker that the rest is owed;
+        False (nothing changed) if it is not complete."""
         with transaction(self._db):
             done = self._db.execute(
-                "UPDATE documents SET title = ?, metadata = ? "
+                "UPDATE documents SET title = ?, metadata = ?, filename = ? "
                 "WHERE corpus = ? AND doc_cid = ? AND status = 'complete'",
-                (title, json.dumps(dict(metadata), sort_keys=True), name, doc_cid),
+                (title, json.dumps(dict(metadata), sort_keys=True), filename, name, doc_cid),
             )
             if done.rowcount != 1:
                 return False

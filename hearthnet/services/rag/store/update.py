@@ -39,6 +39,8 @@ class DocumentUpdate:
     title: str
     metadata: dict[str, Any]
     changed: bool
+    filename: str | None = None
+    """The file name its chunks name (``doc_filename``; ``None``: the ingest named none)."""
 
 
 def merged_metadata(old: Mapping[str, Any], fields: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -53,13 +55,14 @@ def merged_metadata(old: Mapping[str, Any], fields: Mapping[str, Any] | None) ->
     return check_extra_metadata(out)
 
 
-def chunk_change(title: str, metadata: Mapping[str, Any]) -> Change:
-    """What a chunk's metadata becomes: the chunker's keys kept, ``doc_title`` the new title, the
-    caller's fields exactly ``metadata``."""
+def chunk_change(title: str, metadata: Mapping[str, Any], filename: str | None = None) -> Change:
+    """What a chunk's metadata becomes: the chunker's keys kept, ``doc_title`` the new title,
+    ``doc_filename`` the new file name (if any), the caller's fields exactly ``metadata``."""
 
     def change(old: dict[str, Any]) -> dict[str, Any]:
         kept = {k: v for k, v in old.items() if k in RESERVED_METADATA}
-        return {**kept, **metadata, "doc_title": title}
+        named = {} if filename is None else {"doc_filename": filename}
+        return {**kept, **metadata, "doc_title": title, **named}
 
     return change
 
@@ -84,10 +87,12 @@ class DocumentUpdates:
         *,
         metadata: Mapping[str, Any] | None = None,
         title: str | None = None,
+        filename: str | None = None,
         announce: bool = False,
     ) -> DocumentUpdate | None:
-        """Give a complete document ``title`` and set each of ``metadata`` (``None`` removes a
-        field); ``None`` if the corpus does not hold the document complete.  Nothing is written when
+        """Give a complete document ``title`` and the file name ``filename`` and set each of
+        ``metadata`` (``None`` removes a field); ``None`` if the corpus does not hold the document
+        complete.  Nothing is written when
         nothing changes.  ``announce``: the caller appends an event and then calls
         :meth:`update_announced` (until then the update is in :meth:`pending_updates`)."""
         col = self.core.collection(name)
@@ -101,11 +106,18 @@ class DocumentUpdates:
                 return None
             new_meta = merged_metadata(doc["metadata"], metadata)
             new_title = doc["title"] if title is None else title
-            if (new_title, new_meta) == (doc["title"], doc["metadata"]):
-                return DocumentUpdate(doc_cid, new_title, new_meta, changed=False)
-            change = chunk_change(new_title, new_meta)
+            new_name = doc.get("filename") if filename is None else filename
+            if (new_title, new_meta, new_name) == (doc["title"], doc["metadata"], doc.get("filename")):
+                return DocumentUpdate(doc_cid, new_title, new_meta, changed=False, filename=new_name)
+            change = chunk_change(new_title, new_meta, new_name)
             if not self.core.ledger.update_metadata(
-                name, doc_cid, title=new_title, metadata=new_meta, change=change, announce=announce
+                name,
+                doc_cid,
+                title=new_title,
+                metadata=new_meta,
+                filename=new_name,
+                change=change,
+                announce=announce,
             ):
                 return None
             self.docs.changed(name)
@@ -114,7 +126,7 @@ class DocumentUpdates:
         with self.core.lock:
             self.core.ledger.update_written(name, doc_cid)
         _log.info("rag_document_updated", corpus=name, doc_cid=doc_cid, fields=len(new_meta))
-        return DocumentUpdate(doc_cid, new_title, new_meta, changed=True)
+        return DocumentUpdate(doc_cid, new_title, new_meta, changed=True, filename=new_name)
 
     def _write_chunk_metadata(self, col: Any, doc_cid: str, change: Change) -> None:
         """Every chunk of ``doc_cid`` in ChromaDB gets ``change`` of its metadata (a field it no
@@ -154,7 +166,7 @@ class DocumentUpdates:
                     with self.core.lock:
                         self.core.ledger.update_announced(corpus, doc_cid)
                     continue
-                change = chunk_change(str(doc["title"]), doc["metadata"])
+                change = chunk_change(str(doc["title"]), doc["metadata"], doc.get("filename"))
                 self._write_chunk_metadata(self.core.collection(corpus), doc_cid, change)
                 with self.core.lock:
                     self.core.ledger.update_written(corpus, doc_cid)

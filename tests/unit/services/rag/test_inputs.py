@@ -9,7 +9,7 @@ import pytest
 
 from hearthnet.contracts.rag import DEFAULT_MODE, QUERY_MODES
 from hearthnet.errors import BadRequest
-from hearthnet.services.rag.inputs import get_input, query_input, query_mode
+from hearthnet.services.rag.inputs import get_input, query_input, query_mode, update_input
 
 
 @pytest.mark.parametrize("mode", QUERY_MODES)
@@ -82,3 +82,20 @@ def test_get_input_defaults_and_limits() -> None:
     ):
         with pytest.raises(BadRequest, match=match):
             get_input(bad)
+
+
+CID = "blake3:" + "ab" * 32
+
+
+def test_an_update_may_give_a_file_name_alone_as_the_last_part_of_a_path() -> None:
+    assert update_input({"doc_cid": CID, "filename": "boiler.pdf"}).filename == "boiler.pdf"
+    assert update_input({"doc_cid": CID, "filename": "C:\\Docs\\boiler.pdf"}).filename == "boiler.pdf"
+    assert update_input({"doc_cid": CID, "title": "T"}).filename is None
+    for bad, said in (
+        ({"filename": 3}, "must be a string"),
+        ({"filename": "/"}, "must name a file"),
+        ({"filename": "x" * 300}, "at most 255"),
+        ({}, "must change something"),
+    ):
+        with pytest.raises(BadRequest, match=said):
+            update_input({"doc_cid": CID, **bad})

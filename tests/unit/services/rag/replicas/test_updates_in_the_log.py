@@ -37,7 +37,12 @@ def test_an_update_event_has_a_bounded_shape() -> None:
     validate_updated(UPDATE)
     validate_updated({**UPDATE, "digest": NEW_DIGEST})
     validate_updated({**UPDATE, "metadata": {}})
+    validate_updated({**UPDATE, "digest": NEW_DIGEST, "filename": "boiler manual.pdf"})
     bads = [
+        {**UPDATE, "filename": ""},
+        {**UPDATE, "filename": "x" * 256},
+        {**UPDATE, "filename": "a\nb"},
+        {**UPDATE, "filename": 3},
         {**UPDATE, "digest": "x"},
         {**UPDATE, "corpus": "personal"},
         {**UPDATE, "doc_cid": "nope"},
@@ -82,7 +87,10 @@ def test_the_view_carries_the_hosts_latest_update_and_both_digests(log: EventLog
     log.append_local(HOST, UPDATED, {**UPDATE, "digest": NEW_DIGEST})
     (facts,) = corpus_view(log, "family").documents
     assert facts.updated is not None and facts.updated.title == "New"
-    assert facts.updated.metadata == {"year": 2024, "k": "v"}
+    assert facts.updated.metadata == {"year": 2024, "k": "v"} and facts.updated.filename is None
+    log.append_local(HOST, UPDATED, {**UPDATE, "digest": NEW_DIGEST, "filename": "renamed.pdf"})
+    (facts,) = corpus_view(log, "family").documents
+    assert facts.updated is not None and facts.updated.filename == "renamed.pdf"
     assert facts.digests == {DIGEST, NEW_DIGEST}  # a node that has not applied it may still serve it
 
 

@@ -13,6 +13,7 @@ import pytest
 from hearthnet.errors import BadRequest
 from hearthnet.services.rag.store import CorpusStore
 from hearthnet.services.rag.store.update import chunk_change
+from hearthnet.services.rag.store.write import DocumentSource
 from tests.unit.services.rag.store.test_store import fake_chunks, unit_vectors
 
 
@@ -68,6 +69,35 @@ def test_an_update_changes_title_and_metadata_everywhere_and_keeps_the_vectors(s
     assert store.updates.update_document("kb", "doc-zzz", title="x") is None
 
 
+def test_a_new_file_name_is_what_every_chunk_and_the_listing_name(store: CorpusStore) -> None:
+    """A watched file renamed: its chunks' ``doc_filename`` (what citations name and filters
+    match) and the ledger's file name change together; the title, metadata and vectors stay."""
+    store.create_corpus("kb", embedding_model="m", dim=16)
+    va = unit_vectors(4, seed=4)
+    store.add_document(
+        "kb", _with_meta("doc-a", 4, year=2020), va, source=DocumentSource(filename="scan001.pdf")
+    )
+    before = store.document_chunks("kb", "doc-a")
+    done = store.updates.update_document("kb", "doc-a", filename="boiler manual.pdf")
+    assert done is not None and done.changed and done.filename == "boiler manual.pdf"
+    doc = store.document("kb", "doc-a")
+    assert doc is not None and doc["filename"] == "boiler manual.pdf" and doc["metadata"] == {"year": 2020}
+    listed, _ = store.list_documents("kb")
+    assert listed[0]["filename"] == "boiler manual.pdf" and listed[0]["title"] == "DOC-A"
+    hits = store.query("kb", va[0], k=10, where={"doc_filename": "boiler manual.pdf"})
+    assert len(hits) == 4 and all(h.metadata["doc_title"] == "DOC-A" for h in hits)
+    assert store.query("kb", va[0], k=10, where={"doc_filename": "scan001.pdf"}) == []
+    words = store.query_words(
+        "kb", va[0], "doc-a", k=10, mode="keyword", where={"doc_filename": "boiler manual.pdf"}
+    )
+    assert len(words) == 4
+    after = store.document_chunks("kb", "doc-a")
+    assert before is not None and after is not None
+    np.testing.assert_array_equal(after[3], before[3])  # not re-embedded
+    again = store.updates.update_document("kb", "doc-a", filename="boiler manual.pdf")
+    assert again is not None and not again.changed
+
+
 def test_an_update_to_be_announced_stays_owed_until_it_is(store: CorpusStore) -> None:
     store.create_corpus("kb", embedding_model="m", dim=16)
     store.add_document("kb", fake_chunks("doc-a", 3), unit_vectors(3))
@@ -100,7 +130,13 @@ def test_an_update_cut_short_after_the_ledger_is_finished_at_the_next_open(tmp_p
         new = {"year": 2030}
         # what update_document commits before it writes ChromaDB, and no more: as if killed there
         assert s._ledger.update_metadata(
-            "kb", "doc-a", title="After", metadata=new, change=chunk_change("After", new), announce=True
+            "kb",
+            "doc-a",
+            title="After",
+            metadata=new,
+            filename=None,
+            change=chunk_change("After", new),
+            announce=True,
         )
     with CorpusStore(root, exact_max_chunks=0) as s:
         hits = s.query("kb", vecs[0], k=30, where={"year": 2030})
