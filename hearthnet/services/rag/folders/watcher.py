@@ -51,6 +51,17 @@ class WatchSettings:
     """Files up to this size go in batches; a larger one (a book) is ingested alone."""
     retry_seconds: float = 30.0
     """When a file refused for a transient reason (a busy or absent host) is tried again."""
+    walk_share: float = 0.1
+    """The most of its time a watcher spends walking its folder: a pass reads the whole tree, so
+    one starts no sooner than the last walk's time divided by this after the one before (a
+    download writing for minutes, an event every 100 ms, would otherwise have a 10,000-file folder
+    walked back to back: a core on a Pi)."""
+
+
+def pass_spacing(walk_seconds: float, settings: WatchSettings) -> float:
+    """The least time from one pass's start to the next's, after a walk of ``walk_seconds``
+    (at most ``settle_max_seconds``: a huge folder is still looked at every minute)."""
+    return min(settings.settle_max_seconds, walk_seconds / settings.walk_share)
 
 
 @dataclass
@@ -94,6 +105,10 @@ class FolderWatch:
         self.label = "scanning"
         self.reason: str | None = None
         self.scan: tuple[int, int] | None = None
+        self.walk_seconds = 0.0
+        """What the last pass took to walk the folder and read the state."""
+        self.pass_started = 0.0
+        """When the last pass began (``anyio.current_time``)."""
         self.passes = 0
         self.passed = anyio.Event()
         """Set (and replaced) at the end of each pass: what a test or a caller waits on."""
@@ -107,12 +122,17 @@ class FolderWatch:
             tg.start_soon(self._watch)
             while True:
                 self._wake = anyio.Event()
+                started = self.pass_started = anyio.current_time()
                 due = await self._pass_once()
                 passed, self.passed = self.passed, anyio.Event()
                 self.passes += 1
                 passed.set()
                 with anyio.move_on_after(math.inf if due is None else due):
                     await self._wake.wait()
+                # events meanwhile are noted (their files' settle windows): the next pass sees them
+                rest = started + pass_spacing(self.walk_seconds, self._settings) - anyio.current_time()
+                if rest > 0:
+                    await anyio.sleep(rest)
 
     # events -------------------------------------------------------------------------------------
     async def _watch(self) -> None:
@@ -182,8 +202,13 @@ class FolderWatch:
 
     async def _pass(self) -> float | None:
         root = self.root
-        disk = await run_blocking(lambda: walk(root, read_ignore(root)), limiter=self._threads)
-        known = await run_blocking(self._state.files, self.key, limiter=self._threads)
+
+        def read() -> tuple[dict[str, Stat], dict[str, FileRow], float]:
+            began = time.perf_counter()  # timed in the thread: not the wait for one
+            disk = walk(root, read_ignore(root))
+            return disk, self._state.files(self.key), time.perf_counter() - began
+
+        disk, known, self.walk_seconds = await run_blocking(read, limiter=self._threads)
         todo = plan(disk, known)
         if not self._reconciled:
             await self._check_held(todo)

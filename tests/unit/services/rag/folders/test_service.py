@@ -3,6 +3,7 @@ listing and removing folders; a configured folder is removed in the config, not 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,13 +17,17 @@ from hearthnet.community.levels import Level
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 from hearthnet.identity import Identity
 from hearthnet.services.rag.folders.service import FolderService
+from hearthnet.services.rag.folders.watcher import WatchSettings, pass_spacing
 
 pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
 async def service(
-    tmp: Path, level: Level | None = Level.TRUSTED, configured: tuple[tuple[str, str], ...] = ()
+    tmp: Path,
+    level: Level | None = Level.TRUSTED,
+    configured: tuple[tuple[str, str], ...] = (),
+    settings: WatchSettings | None = None,
 ) -> AsyncIterator[tuple[CapabilityBus, FolderService]]:
     identity = Identity.generate()
     bus = CapabilityBus(identity, level_of=lambda _n: level, community_id=lambda: "hc1:test", name="n")
@@ -32,6 +37,7 @@ async def service(
         state_path=tmp / "folders.sqlite",
         configured=configured,
         own_level=lambda: level,
+        settings=settings,
     )
     await folders.start()
     for r in folders.registrations():
@@ -126,3 +132,36 @@ async def test_a_configured_folder_is_removed_in_the_config(tmp_path: Path) -> N
             await watch(bus, action="remove", path=str(docs))
     async with service(tmp_path) as (bus, _):  # taken out of the config: no longer watched
         assert await watch(bus, action="list") == {"folders": []}
+
+
+async def test_a_file_written_for_long_does_not_have_the_folder_walked_back_to_back(tmp_path: Path) -> None:
+    """Every pass walks the whole folder: while a file is written (an event every few tens of ms),
+    the next pass starts no sooner than the last walk's time over ``walk_share``."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(1000):  # a folder with many files: walking it takes measurable time
+        (docs / f"f{i:04d}.bin").write_bytes(b"x")
+    settings = WatchSettings(walk_share=0.02)
+    async with service(tmp_path, settings=settings) as (bus, folders):
+        await watch(bus, action="add", path=str(docs), corpus="c")
+        (w,) = folders.watches.values()
+        passes: list[tuple[float, float]] = []
+        done = anyio.Event()
+
+        async def write() -> None:  # a download: appended to until the passes are seen
+            with (docs / "download.bin").open("ab") as f:
+                while not done.is_set():
+                    f.write(b"y" * 1024)
+                    f.flush()
+                    await anyio.sleep(0.02)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            with anyio.fail_after(600):
+                while len(passes) < 4:
+                    await w.passed.wait()
+                    passes.append((w.pass_started, w.walk_seconds))
+            done.set()
+    assert all(walk > 0 for _, walk in passes)
+    for (start, walk), (next_start, _) in itertools.pairwise(passes):
+        assert next_start - start >= pass_spacing(walk, settings) - 1e-3, passes
