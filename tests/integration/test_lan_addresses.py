@@ -134,8 +134,9 @@ def test_a_joiner_skips_a_dropped_address_and_connects_over_the_good_one(tmp_pat
         start = time.monotonic()
         wait_for(lambda: _peer(b, a) is not None, timeout=60, what="b to link to a")
         took = time.monotonic() - start
-        # one at a time it would wait out the dropped address's 20 s handshake timeout first
-        assert took < 10, f"took {took:.1f} s"
+        # one at a time it would wait out the dropped address's 20 s handshake timeout first (the
+        # bound is that timeout, not a speed: a busy machine may take seconds to link)
+        assert took < 20, f"took {took:.1f} s"
         assert (_peer(b, a) or {}).get("address") == f"{a.address}:7700"
     assert lan.leftovers() == []
 
