@@ -12,7 +12,16 @@ from typing import Any, Protocol, runtime_checkable
 from hearthnet.bus.context import CallResult
 from hearthnet.errors import BadRequest
 
-__all__ = ["Caller", "StreamCaller", "Streamed", "check_input_keys", "opened", "streamed_result", "streamer"]
+__all__ = [
+    "Caller",
+    "StreamCaller",
+    "Streamed",
+    "check_input_keys",
+    "given",
+    "opened",
+    "streamed_result",
+    "streamer",
+]
 
 
 class Caller(Protocol):
@@ -81,6 +90,11 @@ async def streamed_result(
             if on_frame is not None:
                 on_frame(frame)
         return await s.result()
+
+
+def given(**fields: Any) -> dict[str, Any]:
+    """The fields that are not ``None``: an input leaves out what its caller did not say."""
+    return {key: value for key, value in fields.items() if value is not None}
 
 
 def check_input_keys(input: Mapping[Any, Any], allowed: AbstractSet[str], capability: str = "") -> None:

@@ -36,7 +36,7 @@ from typing import Any
 from hearthnet.bus.context import CallResult
 from hearthnet.bus.descriptors import ParamsPredicate, params_key_equals
 from hearthnet.bus.router import Preference
-from hearthnet.contracts.base import Caller, Streamed, opened, streamed_result, streamer
+from hearthnet.contracts.base import Caller, Streamed, given, opened, streamed_result, streamer
 from hearthnet.errors import BadRequest, NotFound, Unauthorized
 
 __all__ = [
@@ -344,16 +344,16 @@ def ingest_input(
     metadata: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One document of ``rag.ingest``'s input (alone, or one of its ``documents``)."""
-    inp: dict[str, Any] = {"doc_cid": doc_cid}
-    if filename is not None:
-        inp["filename"] = filename
-    if title is not None:
-        inp["title"] = title  # otherwise the document's own title, or its file name
-    if language is not None:
-        inp["language"] = language
-    if metadata:
-        inp["metadata"] = dict(metadata)
-    return inp
+    # no title: the document's own, or its file name
+    return {
+        "doc_cid": doc_cid,
+        **given(
+            filename=filename,
+            title=title,
+            language=language,
+            metadata=dict(metadata) if metadata else None,
+        ),
+    }
 
 
 class RagClient:
@@ -479,13 +479,10 @@ class RagClient:
         """``rag.update``: the document ``document`` (its doc_cid) of ``corpus`` gets ``title``, the
         file name ``filename`` and each field of ``meta`` (a ``None`` value removes the field),
         without re-embedding, on its host."""
-        inp: dict[str, Any] = {"doc_cid": document}
-        if meta:
-            inp["metadata"] = dict(meta)
-        if title is not None:
-            inp["title"] = title
-        if filename is not None:
-            inp["filename"] = filename
+        inp = {
+            "doc_cid": document,
+            **given(metadata=dict(meta) if meta else None, title=title, filename=filename),
+        }
         return await self._caller.call(
             UPDATE, params={"corpus": corpus}, input=inp, provider=provider, timeout=timeout
         )
@@ -500,11 +497,7 @@ class RagClient:
         timeout: float | None = None,
     ) -> CallResult:
         """``rag.list_documents``: one page of ``corpus``'s documents, after the doc_cid ``after``."""
-        inp: dict[str, Any] = {}
-        if after:
-            inp["after"] = after
-        if limit is not None:
-            inp["limit"] = limit
+        inp = given(after=after or None, limit=limit)
         return await self._caller.call(
             LIST_DOCUMENTS, params={"corpus": corpus}, input=inp, provider=provider, timeout=timeout
         )
@@ -526,13 +519,7 @@ class RagClient:
         timeout: float | None = None,
     ) -> CallResult:
         """``rag.search_archives``: the archives the node's allow-list names, searched at once."""
-        inp: dict[str, Any] = {"query": query}
-        if format is not None:
-            inp["format"] = format
-        if top_k is not None:
-            inp["top_k"] = top_k
-        if rag_config is not None:
-            inp["rag_config"] = rag_config
+        inp = {"query": query, **given(format=format, top_k=top_k, rag_config=rag_config)}
         return await self._caller.call(SEARCH_ARCHIVES, input=inp, timeout=timeout)
 
     async def known_corpora(
