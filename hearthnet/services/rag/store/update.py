@@ -92,9 +92,9 @@ class DocumentUpdates:
     ) -> DocumentUpdate | None:
         """Give a complete document ``title`` and the file name ``filename`` and set each of
         ``metadata`` (``None`` removes a field); ``None`` if the corpus does not hold the document
-        complete.  Nothing is written when
-        nothing changes.  ``announce``: the caller appends an event and then calls
-        :meth:`update_announced` (until then the update is in :meth:`pending_updates`)."""
+        complete.  Nothing is written when nothing changes.  ``announce``: the caller appends an
+        event and then calls :meth:`update_announced` (until then the update is in
+        :meth:`pending_updates`)."""
         col = self.core.collection(name)
         with self.core.lock:
             if doc_cid in self.core.writing(name):
