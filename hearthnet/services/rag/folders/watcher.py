@@ -73,7 +73,16 @@ class _Seen:
     present: dict[str, str | None]
     lost: set[str]
     indexed: set[str] = field(default_factory=set)
-    read: set[str | None] = field(default_factory=set)
+    read: dict[str | None, str] = field(default_factory=dict)
+    """Each content read this pass, and a file that has it."""
+
+    def holders(self) -> dict[str | None, str]:
+        """Each content still in the folder, and the first file (by path) that has it."""
+        out: dict[str | None, str] = {}
+        for rel, cid in [*self.present.items(), *((r, c) for c, r in self.read.items())]:
+            if cid not in out or rel < out[cid]:
+                out[cid] = rel
+        return out
 
 
 class FolderWatch:
@@ -294,7 +303,7 @@ class FolderWatch:
             self.scan = (min(len(ready), start + self._settings.batch), len(ready))
         retry_gone = False
         if not (settling or unstable):
-            retry_gone = await self._deletes(gone, {*seen.present.values(), *seen.read})
+            retry_gone = await self._deletes(gone, seen.holders())
         if unstable or retry or retry_gone:
             return self._settings.settle_seconds if unstable else self._settings.retry_seconds
         return None
@@ -310,7 +319,7 @@ class FolderWatch:
         for rel, (cid, st) in hashed.items():
             old = known.get(rel)
             row = FileRow(rel, st, cid, INDEXED, None, now)
-            seen.read.add(cid)
+            seen.read[cid] = rel
             if old is not None and old.doc_cid == cid and rel not in seen.lost:
                 done.append((row, None))
             elif cid in seen.gone_by_cid:
@@ -367,12 +376,17 @@ class FolderWatch:
         # the previous version (if any) stays in the corpus until the file is readable again
         return FileRow(item.rel, got, old.doc_cid if old is not None else None, FAILED, outcome.message, now)
 
-    async def _deletes(self, gone: dict[str, FileRow], still: set[str | None]) -> bool:
-        """Each gone file's document deleted (unless another file still has its content)."""
+    async def _deletes(self, gone: dict[str, FileRow], still: dict[str | None, str]) -> bool:
+        """Each gone file's document deleted, unless another file still has its content: then it
+        names that file (it may have named the gone one; unchanged if it named that one already)."""
         retry = False
         dropped = []
         for rel, row in gone.items():
-            if row.doc_cid is not None and row.doc_cid not in still:
+            if row.doc_cid is not None and row.doc_cid in still:
+                outcome = await self._writer.set_source(row.doc_cid, self.root / still[row.doc_cid])
+                if not outcome.ok:  # the document stays found; its path is the gone one until then
+                    log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
+            elif row.doc_cid is not None:
                 outcome = await self._writer.delete(row.doc_cid)
                 if not outcome.ok:
                     retry = True

@@ -31,6 +31,9 @@ __all__ = ["MAX_RECTS", "ColumnOrder", "Piece", "column_order"]
 log = structlog.get_logger("hearthnet.rag.ingest")
 
 _LOCK = threading.Lock()
+PDFIUM_HYPHEN = "\x02"
+"""What pdfium gives for a hyphen that breaks a word at a line's end: the hyphen again, as
+pypdf's text (and the page) has it, not a control character in chunks, citations and keywords."""
 MAX_RECTS = 20_000
 """Text rectangles a page may have for its columns to be looked for (a real page has hundreds)."""
 MIN_GUTTER = 6.0
@@ -122,7 +125,7 @@ def _pieces(textpage: Any, rects: list[tuple[float, float, float, float]], cuts:
         )
         edges = [left, right] if joined or not spans else [left, *spans, right]
         for a, b in itertools.pairwise(edges):
-            text = textpage.get_text_bounded(a, bottom, b, top)
+            text = textpage.get_text_bounded(a, bottom, b, top).replace(PDFIUM_HYPHEN, "-")
             if text.strip():
                 out.append(Piece(a, bottom, b, top, text))
     return out

@@ -62,6 +62,15 @@ def test_column_order_keeps_the_words_of_the_page(name: str, page: int) -> None:
     assert kept > 0.99, kept
 
 
+def test_a_word_broken_at_a_lines_end_keeps_its_hyphen_not_pdfiums_marker() -> None:
+    """pdfium marks a hyphen that breaks a word at a line's end with U+0002: read column by
+    column, the page says "dis-" as pypdf (and the page) does, never a control character."""
+    doc = read_document(pages_of("en_paper_naacl06_shinyama_2col.pdf", [1]))
+    text = doc.pages[0].text
+    assert "\x02" not in text
+    assert "dis-\ncovers all possible" in text and "pre-\nliminary system" in text
+
+
 def test_a_one_column_page_keeps_pypdfs_text() -> None:
     data = pages_of("en_walden_thoreau_249p.pdf", [5, 65])
     assert ColumnOrder(data).text(1) is None and ColumnOrder(data).text(2) is None
