@@ -230,6 +230,35 @@ def test_a_deleted_file_is_deleted_from_the_corpus(mesh: LocalMesh, folder: Path
     assert cid in {e["data"]["doc_cid"] for e in events(a, "rag.document.deleted")}
 
 
+def test_a_gone_file_whose_copy_remains_makes_its_document_name_the_copy(
+    mesh: LocalMesh, folder: Path
+) -> None:
+    """Two files of one content are one document; when the file it names goes, it names the copy
+    (its citations named a file that was no longer there)."""
+    a, b = nodes(mesh)
+    original = folder / PDFS[1].name
+    cid = blob_cid(original.read_bytes())
+    shutil.copy(original, folder / "copy-of-latex.pdf")
+
+    def both_indexed() -> bool:
+        entry = watched(b)
+        return (
+            entry["state"] == "watching"
+            and not entry["pending"]
+            and entry["indexed"] == len(walk(folder, read_ignore(folder)))
+        )
+
+    wait_for(both_indexed, timeout=WAIT, what="the copy to be indexed")
+    assert docs(a)[cid]["source_path"] == str(original)  # one document, still the original's
+    original.unlink()
+    assert_mirrors(a, b, folder)  # its source_path is the copy's
+    assert docs(a)[cid]["filename"] == "copy-of-latex.pdf"
+    assert cid not in {e["data"]["doc_cid"] for e in events(a, "rag.document.deleted")}
+    (folder / "copy-of-latex.pdf").rename(original)  # as it was, for the steps after
+    assert_mirrors(a, b, folder)
+    assert docs(a)[cid]["filename"] == PDFS[1].name
+
+
 def test_a_half_written_file_is_read_once_it_holds_still(mesh: LocalMesh, folder: Path) -> None:
     a, b = nodes(mesh)
     data = HALF.read_bytes()
