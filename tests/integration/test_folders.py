@@ -152,6 +152,8 @@ def test_first_scan_indexes_the_documents_only(mesh: LocalMesh, folder: Path) ->
     out = b.cli_json("watch", "add", str(folder), "--corpus", CORPUS, "--json")
     assert out == {"path": str(folder), "corpus": CORPUS, "added": True}
     entry = assert_mirrors(a, b, folder)
+    again = b.cli("watch", "add", str(folder), "--corpus", CORPUS).stdout
+    assert again.startswith("already watching") and "first scan" not in again
     assert len(docs(a)) == 3  # two PDFs and the note; not the hidden, lock or ignored files
     assert entry["failed"] == [] and entry["failed_count"] == 0 and entry["last_change"]
     human = b.cli("watch", "list").stdout

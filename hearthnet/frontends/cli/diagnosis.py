@@ -179,8 +179,8 @@ def _check_addresses(d: Diagnosis, addresses: Sequence[str], listen: str) -> Non
             "problem",
             f"the node advertises {', '.join(addresses)}: "
             "0.0.0.0 or :: is no address another device can dial",
-            "give the address others reach it at: hearthnet init --advertise HOST "
-            "(or [network] advertise in config.toml)",
+            'give the address others reach it at: advertise = ["HOST"] under [network] in the '
+            "node's config.toml, then restart the node",
         )
     elif all(_is_loopback(h) for h in hosts):
         d.add(
@@ -188,7 +188,8 @@ def _check_addresses(d: Diagnosis, addresses: Sequence[str], listen: str) -> Non
             "note",
             f"the node advertises only {', '.join(addresses)}: other devices cannot reach it "
             "(fine when every node runs on this machine)",
-            "listen on the LAN: hearthnet init --listen 0.0.0.0:7700",
+            'listen on the LAN: listen = "0.0.0.0:7700" under [network] in the node\'s config.toml '
+            "(or HEARTHNET_LISTEN), then restart the node",
         )
     else:
         d.add("address", "ok", f"advertises {', '.join(addresses)} (listening on {listen})")
@@ -208,7 +209,8 @@ async def _check_port(d: Diagnosis, addresses: Sequence[str], listen: str) -> No
                 "port",
                 "problem",
                 f"nothing listens on {address} (the node listens on {listen})",
-                "listen where you advertise: hearthnet init --listen 0.0.0.0:PORT, then restart the node",
+                'listen where you advertise: listen = "0.0.0.0:PORT" under [network] in the node\'s '
+                "config.toml (or HEARTHNET_LISTEN), then restart the node",
             )
         elif out["reason"] == "timeout":
             d.add(

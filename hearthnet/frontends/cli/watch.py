@@ -40,14 +40,15 @@ def cmd_add(args: argparse.Namespace) -> None:
     corpus = corpus_arg(args.corpus)
     path = _abs(args.dir)
     out = _folders(args, lambda f: f.add(path, corpus))
-    verb = "watching" if out.get("added") else "already watching"
     if not args.wait:
-        emit_text(
-            args,
-            out,
-            f"{verb} {shown(out['path'])} into corpus {corpus}: the first scan runs in the background "
-            "('hearthnet watch list' shows its progress)",
+        said = (
+            f"watching {shown(out['path'])} into corpus {corpus}: the first scan runs in the background "
+            "('hearthnet watch list' shows its progress)"
+            if out.get("added")
+            else f"already watching {shown(out['path'])} into corpus {corpus} "
+            "('hearthnet watch list' shows its state)"
         )
+        emit_text(args, out, said)
         return
     entry = _follow(args, str(out["path"]))
     emit_text(args, entry, "\n".join(folder_lines([entry])))
