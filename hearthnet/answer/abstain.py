@@ -16,9 +16,24 @@ from typing import Any
 from hearthnet.answer.citations import source_of
 from hearthnet.answer.hits import Hit
 
-__all__ = ["DOCUMENTS_DO_NOT_SAY", "NEAREST", "abstains", "best_cosine", "nearest_sources"]
+__all__ = ["DOCUMENTS_DO_NOT_SAY", "NEAREST", "abstains", "abstention", "best_cosine", "nearest_sources"]
 
 DOCUMENTS_DO_NOT_SAY = "The documents do not say: no passage is close enough to the question to answer it."
+
+
+def abstention(unsearched: int) -> str:
+    """What an abstaining answer says: the documents do not say, or, when ``unsearched`` corpora
+    could not be searched (their hosts away, their queries failed, past the most asked), that
+    the documents searched do not: those others might."""
+    if unsearched <= 0:
+        return DOCUMENTS_DO_NOT_SAY
+    corpora = "1 corpus" if unsearched == 1 else f"{unsearched} corpora"
+    return (
+        "The documents that could be searched do not say: no passage is close enough to the "
+        f"question to answer it ({corpora} could not be searched)."
+    )
+
+
 NEAREST = 3
 """Passages offered as "nearest, not an answer" with an abstention."""
 

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import structlog
 
-from hearthnet.answer.abstain import DOCUMENTS_DO_NOT_SAY, abstains, best_cosine, nearest_sources
+from hearthnet.answer.abstain import abstains, abstention, best_cosine, nearest_sources
 from hearthnet.answer.archives import retrieve_archives
 from hearthnet.answer.cache import AnswerCache, CacheKey
 from hearthnet.answer.citations import Checked, CitationCheck, neutralised, sources
@@ -403,7 +403,8 @@ class Composer:
         mode = ""
         if abstain:
             await send({"stage": "answer", "mode": "abstained"})
-            await say(DOCUMENTS_DO_NOT_SAY)
+            failed = sum(1 for r in found.results.values() if r.status != "ok")
+            await say(abstention(len(found.offline) + failed + plan.left_out))
             mode = "abstained"
             meta["abstain"] = {
                 "best": rounded(best_cosine(found.hits)),

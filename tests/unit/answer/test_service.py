@@ -384,6 +384,7 @@ async def test_a_stalled_corpus_is_left_out_at_the_retrieval_deadline_and_named(
             out = (await n.ask(BOILER)).output
             elapsed = time.perf_counter() - started
             only_slow = (await n.ask(BOILER, corpora=["slow"])).output
+            unanswered = (await n.ask("What is the capital of France?")).output
             stall.set()
     assert asked.is_set()
     assert out["meta"]["rag"] == "partial"
@@ -398,6 +399,10 @@ async def test_a_stalled_corpus_is_left_out_at_the_retrieval_deadline_and_named(
     assert 1.0 <= elapsed < 3.0, "the stalled corpus held the answer beyond the retrieval deadline"
     assert only_slow["meta"]["rag"] == "timeout" and only_slow["sources"] == []
     assert only_slow["meta"]["cache"] == "miss"
+    # abstaining, it does not claim the documents do not say: the stalled corpus might
+    assert unanswered["mode"] == "abstained"
+    assert unanswered["answer"].startswith("The documents that could be searched do not say")
+    assert "(1 corpus could not be searched)" in unanswered["answer"]
 
 
 @pytest.fixture
