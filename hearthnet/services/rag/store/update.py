@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 import structlog
@@ -53,6 +54,12 @@ def merged_metadata(old: Mapping[str, Any], fields: Mapping[str, Any] | None) ->
         else:
             out[key] = value
     return check_extra_metadata(out)
+
+
+def _named_after(title: str, filename: str | None) -> bool:
+    """Whether ``title`` is the file name's stem: the title an ingest gives a document whose
+    content names none (it follows the file when the file is renamed)."""
+    return bool(filename) and title == PurePath(str(filename)).stem
 
 
 def chunk_change(title: str, metadata: Mapping[str, Any], filename: str | None = None) -> Change:
@@ -105,8 +112,10 @@ class DocumentUpdates:
             if doc is None:
                 return None
             new_meta = merged_metadata(doc["metadata"], metadata)
-            new_title = doc["title"] if title is None else title
             new_name = doc.get("filename") if filename is None else filename
+            new_title = doc["title"] if title is None else title
+            if title is None and _named_after(doc["title"], doc.get("filename")) and new_name:
+                new_title = PurePath(new_name).stem or new_title  # a title that was the file's name
             if (new_title, new_meta, new_name) == (doc["title"], doc["metadata"], doc.get("filename")):
                 return DocumentUpdate(doc_cid, new_title, new_meta, changed=False, filename=new_name)
             change = chunk_change(new_title, new_meta, new_name)

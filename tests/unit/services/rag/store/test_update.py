@@ -97,6 +97,16 @@ def test_a_new_file_name_is_what_every_chunk_and_the_listing_name(store: CorpusS
     again = store.updates.update_document("kb", "doc-a", filename="boiler manual.pdf")
     assert again is not None and not again.changed
 
+    # a title that was only the file's name (the document named none) follows the file
+    named = _with_meta("doc-b", 2, doc_title="paper")
+    store.add_document("kb", named, unit_vectors(2, seed=5), source=DocumentSource(filename="paper.pdf"))
+    done = store.updates.update_document("kb", "doc-b", filename="shinyama naacl.pdf")
+    assert done is not None and done.title == "shinyama naacl"
+    hits = store.query("kb", va[0], k=10, where={"doc_cid": "doc-b"})
+    assert {h.metadata["doc_title"] for h in hits} == {"shinyama naacl"}
+    kept = store.updates.update_document("kb", "doc-b", filename="x.pdf", title="Paraphrases")
+    assert kept is not None and kept.title == "Paraphrases"  # a title given is the title
+
 
 def test_an_update_to_be_announced_stays_owed_until_it_is(store: CorpusStore) -> None:
     store.create_corpus("kb", embedding_model="m", dim=16)
