@@ -183,7 +183,8 @@ def test_docs_lists_a_corpus_and_delete_takes_a_document_out_everywhere(
     readme = docs["README.md"]["doc_cid"]
     proc = c.cli("delete", readme, "--corpus", "family", check=False)  # a member may not
     assert proc.returncode == 1 and proc.stderr.startswith("hearthnet: unauthorized:")
-    out = a.cli_json("delete", readme, "--corpus", "family")
+    out = a.cli_json("delete", "README.md", "--corpus", "family")  # by its file name, as docs set
+    assert out["doc_cid"] == readme
     assert out["node"] == b.node_id and out["chunks_removed"] == 1 and not pinned(b, readme)
     for node in (a, b, c):  # announced, signed by the host, gossiped like the ingest event
         wait_for(
@@ -198,6 +199,8 @@ def test_docs_lists_a_corpus_and_delete_takes_a_document_out_everywhere(
     # deleted means no longer announced: the old ingest event no longer counts as in effect
     proc = a.cli("delete", readme, "--corpus", "family", check=False)
     assert proc.returncode == 1 and proc.stderr.startswith("hearthnet: not_found: document ")
+    proc = a.cli("delete", "README.md", "--corpus", "family", check=False)
+    assert proc.returncode == 1 and "has the file name or title 'README.md'" in proc.stderr
     assert c.cli_json("docs", "--corpus", "family")["total"] == 2
     hits = c.cli_json("query", "family papers sorted by room", "--corpus", "family", "-k", "20")["chunks"]
     assert readme not in {h["metadata"]["doc_cid"] for h in hits}

@@ -10,11 +10,12 @@ from typing import Any
 
 import anyio
 
+from hearthnet.bus.context import CallResult
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import MAX_K, QUERY_MODES, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
-from hearthnet.frontends.cli.docs_set import add_docs_set
+from hearthnet.frontends.cli.docs_set import add_docs_set, resolve_document
 from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
 from hearthnet.frontends.cli.output import (
     CliError,
@@ -305,15 +306,12 @@ def _node_names(client: Client) -> dict[str, str]:
 # -- delete -------------------------------------------------------------------------------
 def cmd_delete(args: argparse.Namespace) -> None:
     corpus = corpus_arg(args.corpus)
-    if not args.doc_cid.startswith("blake3:"):
-        raise BadRequest("DOC_CID is a document's blake3:<hex> id: `hearthnet docs --corpus C` lists them")
-    client = Client(args.home)
+    if not args.doc_cid.strip():
+        raise BadRequest("DOC is empty: give the document's id, file name or title ('hearthnet docs')")
     last: BusError | None = None
     for node in anyio.run(hosted_here_or_there, AsyncClient(args.home), corpus, args.on):
         try:
-            result = client.run(
-                lambda c: RagClient(c).delete(corpus, args.doc_cid, provider=node, timeout=300)  # noqa: B023
-            )
+            result = anyio.run(_delete, AsyncClient(args.home), corpus, args.doc_cid, node)
         except NotFound as exc:  # with two hosts of one name, the document is on one of them
             last = last or exc
             continue
@@ -328,7 +326,7 @@ def cmd_delete(args: argparse.Namespace) -> None:
         emit_text(
             args,
             out,
-            f"deleted {args.doc_cid} from {corpus} on {result.provider}: "
+            f"deleted {out['doc_cid']} from {corpus} on {result.provider}: "
             f"{plural(int(out['chunks_removed']), 'chunk')} removed{note}",
         )
         return
@@ -336,6 +334,11 @@ def cmd_delete(args: argparse.Namespace) -> None:
     if args.on:
         raise anyio.run(not_held_by, AsyncClient(args.home), corpus, args.on, last)
     raise last
+
+
+async def _delete(client: AsyncClient, corpus: str, doc: str, node: str) -> CallResult:
+    doc_cid = await resolve_document(client, corpus, doc, node)
+    return await RagClient(client).delete(corpus, doc_cid, provider=node, timeout=300)
 
 
 def add_query(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -397,7 +400,11 @@ def add_delete(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "delete", parents=[common], help="delete a document from a corpus, on its host (trusted members)"
     )
-    p.add_argument("doc_cid", metavar="DOC_CID", help="the document's id ('hearthnet docs' lists them)")
+    p.add_argument(
+        "doc_cid",
+        metavar="DOC",
+        help="the document: its id, file name or title ('hearthnet docs' lists them)",
+    )
     p.add_argument("--corpus", required=True, help="the corpus it is in (required)")
     p.add_argument(
         "--on", metavar="NODE_ID", help="the host to delete it on (default: the corpus's host that has it)"
