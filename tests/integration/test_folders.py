@@ -15,6 +15,7 @@ import json
 import shutil
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -227,8 +228,10 @@ def test_a_deleted_file_is_deleted_from_the_corpus(mesh: LocalMesh, folder: Path
     a, b = nodes(mesh)
     shed = folder / "notes" / "shed.md"
     cid = blob_cid(shed.read_bytes())
+    deleted_at = time.time()
     shed.unlink()
-    assert_mirrors(a, b, folder)
+    entry = assert_mirrors(a, b, folder)
+    assert entry["last_change"] >= deleted_at - 1  # the deletion is the folder's last change
     assert cid in {e["data"]["doc_cid"] for e in events(a, "rag.document.deleted")}
 
 

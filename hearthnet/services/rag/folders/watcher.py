@@ -118,6 +118,8 @@ class FolderWatch:
         """What the last pass took to walk the folder and read the state."""
         self.pass_started = 0.0
         """When the last pass began (``anyio.current_time``)."""
+        self._dropped_at: float | None = None
+        """When gone files' rows were last dropped (a change no row keeps a time of)."""
         self.passes = 0
         self.passed = anyio.Event()
         """Set (and replaced) at the end of each pass: what a test or a caller waits on."""
@@ -394,6 +396,7 @@ class FolderWatch:
             dropped.append(rel)
         if dropped:
             await run_blocking(self._state.drop, self.key, dropped, limiter=self._threads)
+            self._dropped_at = time.time()
         return retry
 
     # what watch list shows ---------------------------------------------------------------------
@@ -413,7 +416,10 @@ class FolderWatch:
                 {"path": str(self.root / r.rel), "reason": r.reason or ""} for r in failed[:MAX_FAILED_SHOWN]
             ],
             "failed_count": counts[FAILED],
-            "last_change": max((r.changed_at for r in rows.values()), default=None),
+            "last_change": max(
+                (t for t in (*(r.changed_at for r in rows.values()), self._dropped_at) if t is not None),
+                default=None,
+            ),
             "passes": self.passes,
         }
         if self.reason:
