@@ -201,8 +201,10 @@ class Serving:
         if level is None:
             raise Unauthorized(f"{caller} is not a member of this community")
         if level < d.trust_required:
+            need = d.trust_required.label
             raise Unauthorized(
-                f"{d.name} needs trust level {d.trust_required.label}; caller is {level.label}"
+                f"{d.name} needs trust level {need}; caller is {level.label} (an anchor can promote "
+                f"it: 'hearthnet member promote {caller} --level {need}')"
             )
 
     def _admit(self, d: CapabilityDescriptor, stats: CapabilityStats, caller: str, now: float) -> None:

@@ -253,8 +253,10 @@ async def test_trust_level_enforced_for_remote_callers() -> None:
         a, b = m.buses
         b.register(reg("test.secret", echo, trust_required=Level.TRUSTED))
         await announce(b)
-        with pytest.raises(Unauthorized, match="trusted"):
+        with pytest.raises(Unauthorized, match="trusted") as refused:
             await a.call("test.secret")
+        # the refusal says how to get there, as the CLI's own checks do
+        assert f"'hearthnet member promote {a.node_id} --level trusted'" in refused.value.message
         m.levels[a.node_id] = Level.TRUSTED  # promotion takes effect on the next call
         assert (await a.call("test.secret")).provider == b.node_id
 
