@@ -194,6 +194,12 @@ def test_without_any_model_the_extractive_answer_quotes_the_sentence_of_the_pdf(
         }
         assert out["sources"][0]["node"] == hearth.node_id
 
+        # kept in a session, the answer shows again as 'ask' printed it: numbered, with its source
+        ask(laptop, BOILER, "--session", "quoted", "--no-cache")
+        shown = laptop.cli("sessions", "show", "quoted").stdout
+        assert f'- "{BOILER_SENTENCE}" [1]' in shown and "#" not in shown, shown
+        assert f"   [1] Heating and Hot Water Handbook — heating_handbook.pdf, page {page}" in shown
+
 
 def test_a_session_is_started_continued_listed_renamed_and_deleted(
     mesh: LocalMesh, server: OpenAIChatServer
