@@ -94,7 +94,9 @@ def test_ingesting_a_folder_says_what_went_in_and_what_was_skipped_and_why(
     skipped = {Path(s["path"]).name: s["reason"] for s in out["skipped"]}
     assert set(skipped) == {"MANIFEST.rtf", ".DS_Store"} and ".rtf" in skipped["MANIFEST.rtf"]
     assert out["summary"].startswith("ingested 3 of 5 files into family on ")
+    assert out["new_corpus"] is True  # nobody held family before
     again = a.cli("ingest", str(folder), "--corpus", "family")  # the host is found: B
+    assert "is new" not in again.stderr
     lines = again.stdout.splitlines()
     assert "ok    README.md: 1 chunk (already indexed)" in lines
     assert any(
@@ -102,6 +104,19 @@ def test_ingesting_a_folder_says_what_went_in_and_what_was_skipped_and_why(
     )
     assert lines[-1].startswith("ingested 3 of 5 files into family on " + b.node_id)
     assert "3 already indexed" in lines[-1] and "2 skipped: .DS_Store (hidden" in lines[-1]
+
+
+def test_a_mistyped_corpus_name_is_said_to_be_new_with_the_name_it_may_mean(
+    mesh: LocalMesh, tmp_path: Path
+) -> None:
+    a, _, _ = nodes(mesh)
+    empty = tmp_path / "empty.md"
+    empty.write_text("")  # refused by the node: nothing is made, the note still comes first
+    proc = a.cli("ingest", str(empty), "--corpus", "famly", check=False)
+    assert proc.stderr.startswith(
+        "hearthnet: corpus famly is new: no node of the community has held it before "
+        "(did you mean family?)\n"
+    ), proc.stderr
 
 
 def test_query_shows_file_and_page_and_reads_the_question_from_stdin(mesh: LocalMesh) -> None:

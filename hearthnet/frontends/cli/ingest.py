@@ -11,6 +11,7 @@ its own.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import shlex
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from hearthnet.contracts import formats
-from hearthnet.contracts.rag import SYSTEM, is_language
-from hearthnet.errors import BadRequest
+from hearthnet.contracts.rag import PERSONAL, SYSTEM, RagClient, is_language
+from hearthnet.errors import BadRequest, BusError
 from hearthnet.frontends.cli.args import corpus_arg, meta_args
 from hearthnet.frontends.cli.output import CliError, Progress, path_text, plural, shown
 from hearthnet.frontends.client.client import Client
@@ -194,6 +195,9 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
     walked = {path_text(f) for f in files} - {path_text(Path(p)) for p in args.paths}
     client = Client(args.home)
     host = client.run(lambda c: ingest_host(c, corpus, args.on))
+    new = _new_corpus(client, corpus)
+    if new is not None and not args.json:  # said first: a mistyped name can still be stopped
+        print(f"hearthnet: {shown(new)}", file=sys.stderr)
     progress = Progress(not args.json)
     results: list[dict[str, Any]] = []
     for entry in problems:
@@ -219,6 +223,7 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
             "results": results,
             "skipped": skipped,
             "summary": summary,
+            "new_corpus": new is not None,
         }
         sys.stdout.write(json.dumps(document) + "\n")
     else:
@@ -337,6 +342,23 @@ def kept_text(entry: dict[str, Any], args: argparse.Namespace) -> str:
 
 SKIPPED_NAMED = 5
 """Skipped files the summary line names (``--json`` lists them all)."""
+
+
+def _new_corpus(client: Client, corpus: str) -> str | None:
+    """A note when no node of the community has held ``corpus`` (a mistyped name makes a new
+    corpus), naming the known ones it may have meant; ``None`` if it is known or nobody can tell."""
+    if corpus == PERSONAL:
+        return None
+    try:
+        known = client.run(lambda c: RagClient(c).known_corpora(timeout=10))
+    except BusError:
+        return None
+    names = sorted({str(k["name"]) for k in known if isinstance(k.get("name"), str)})
+    if corpus in names:
+        return None
+    note = f"corpus {corpus} is new: no node of the community has held it before"
+    close = difflib.get_close_matches(corpus, names, n=3, cutoff=0.75)
+    return note + (f" (did you mean {' or '.join(close)}?)" if close else "")
 
 
 def _skipped_text(skipped: list[dict[str, Any]]) -> str:
