@@ -137,6 +137,9 @@ def test_docs_set_from_another_node_changes_title_and_metadata_on_the_host(mesh:
 
     # another node sees it at once: the listing, the chunks, a filter on the new values
     assert listed_on(c, a)[cid]["title"] == "Two columns"
+    assert listed_on(c, a)[cid]["metadata"] == out["metadata"]  # what was set can be read back
+    human = c.cli("docs", "--corpus", CORPUS).stdout
+    assert "    timestamp='2020-05-01', topic='layout', year=2024" in human.splitlines(), human
     hits = hits_on(c, a, {"year": 2024})
     assert hits and {h["metadata"]["doc_cid"] for h in hits} == {cid}
     assert all(h["metadata"]["doc_title"] == "Two columns" and "kind" not in h["metadata"] for h in hits)

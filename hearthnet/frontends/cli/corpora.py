@@ -285,6 +285,9 @@ def cmd_docs(args: argparse.Namespace) -> None:
         lines.append(f"    {d['doc_cid']}")
         if d.get("source_path"):  # a watched folder's file
             lines.append(f"    from {shown(str(d['source_path']))}")
+        fields = {k: v for k, v in (d.get("metadata") or {}).items() if k != "source_path"}
+        if fields:  # what ingest --meta and docs set gave it
+            lines.append("    " + shown(", ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))))
     where = host_label(str(provider), names.get(str(provider)))
     lines.append(f"{plural(total, 'document')} in {corpus} on {shown(where)}")
     warn(args, warnings)

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 
 from hearthnet.bus.context import CallResult
+from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.contracts.rag import RagClient
 from hearthnet.errors import BadRequest, BusError, NotFound
 from hearthnet.frontends.cli.args import corpus_arg, meta_args
@@ -107,10 +108,11 @@ async def _update(
 
 
 def _said(out: dict[str, Any]) -> str:
-    meta = ", ".join(
-        f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(out["metadata"].items())
-    )
+    fields = {k: v for k, v in out["metadata"].items() if k != SOURCE_PATH}  # shown as "from"
+    meta = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(fields.items()))
     named = f"; file {shown(repr(out['filename']))}" if out.get("filename") else ""
+    if out["metadata"].get(SOURCE_PATH):
+        named += f" from {shown(str(out['metadata'][SOURCE_PATH]))}"
     now = f"title {shown(repr(out['title']))}{named}; metadata {shown(meta) if meta else '(none)'}"
     if not out["changed"]:
         return f"nothing changed: {out['doc_cid']} in {out['corpus']} already has {now}"

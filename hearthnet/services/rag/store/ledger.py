@@ -248,21 +248,24 @@ class Ledger:
         (total,) = self._db.execute(
             "SELECT COUNT(*) FROM documents WHERE corpus = ? AND status = 'complete'", (name,)
         ).fetchone()
-        docs = [
-            {
-                "doc_cid": str(cid),
-                "title": str(title),
-                "filename": filename,
-                "pages": pages,
-                "chunks": int(chunks),
-                "language": language,
-                "ingested_by": by,
-                "ingested_at": float(at),
-                # the file a watched folder ingested it from (specs/folders.md)
-                "source_path": (metadata_json(meta) or {}).get(SOURCE_PATH),
-            }
-            for cid, title, filename, pages, chunks, language, by, at, meta in rows
-        ]
+        docs = []
+        for cid, title, filename, pages, chunks, language, by, at, meta in rows:
+            metadata = metadata_json(meta) or {}
+            docs.append(
+                {
+                    "doc_cid": str(cid),
+                    "title": str(title),
+                    "filename": filename,
+                    "pages": pages,
+                    "chunks": int(chunks),
+                    "language": language,
+                    "ingested_by": by,
+                    "ingested_at": float(at),
+                    # the file a watched folder ingested it from (specs/folders.md)
+                    "source_path": metadata.get(SOURCE_PATH),
+                    "metadata": metadata,  # the caller's fields (ingest --meta, docs set)
+                }
+            )
         return docs, int(total)
 
     def metadata_of(self, name: str) -> Iterable[tuple[str | None, bool]]:
