@@ -114,8 +114,7 @@ def test_a_mistyped_corpus_name_is_said_to_be_new_with_the_name_it_may_mean(
     empty.write_text("")  # refused by the node: nothing is made, the note still comes first
     proc = a.cli("ingest", str(empty), "--corpus", "famly", check=False)
     assert proc.stderr.startswith(
-        "hearthnet: corpus famly is new: no node of the community has held it before "
-        "(did you mean family?)\n"
+        "hearthnet: corpus famly is new: no node of the community has held it before (did you mean family?)\n"
     ), proc.stderr
 
 

@@ -38,10 +38,11 @@ def test_an_update_event_has_a_bounded_shape() -> None:
     validate_updated({**UPDATE, "digest": NEW_DIGEST})
     validate_updated({**UPDATE, "metadata": {}})
     validate_updated({**UPDATE, "digest": NEW_DIGEST, "filename": "boiler manual.pdf"})
+    validate_updated({**UPDATE, "filename": "odd\nname.txt"})  # any name a file may have, as rag.update
     bads = [
         {**UPDATE, "filename": ""},
         {**UPDATE, "filename": "x" * 256},
-        {**UPDATE, "filename": "a\nb"},
+        {**UPDATE, "filename": "a/b.pdf"},
         {**UPDATE, "filename": 3},
         {**UPDATE, "digest": "x"},
         {**UPDATE, "corpus": "personal"},
