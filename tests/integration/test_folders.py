@@ -296,7 +296,8 @@ def test_after_a_restart_only_what_changed_is_read(mesh: LocalMesh, folder: Path
     (folder / "notes" / "heating.txt").write_text(NOTE_OLD + "It was moved to the laundry room.\n")
     (folder / PDFS[1].name).unlink()
     (folder / "notes" / "garden.txt").write_text("Tomatoes are sown in March on the windowsill.\n")
-    a.cli("delete", blob_cid((folder / "naacl.pdf").read_bytes()), "--corpus", CORPUS)
+    said = a.cli("delete", blob_cid((folder / "naacl.pdf").read_bytes()), "--corpus", CORPUS).stdout
+    assert f"came from the watched file {folder / 'naacl.pdf'}" in said  # and it comes back, below
     reads_before = len(passes_read(b))
     b.start()
     b.wait_ready()

@@ -326,12 +326,17 @@ def cmd_delete(args: argparse.Namespace) -> None:
             "already_deleted": bool(result.meta.get("already_deleted")),
         }
         note = " (it was gone already; its deletion is announced now)" if out["already_deleted"] else ""
-        emit_text(
-            args,
-            out,
+        said = (
             f"deleted {out['doc_cid']} from {corpus} on {result.provider}: "
-            f"{plural(int(out['chunks_removed']), 'chunk')} removed{note}",
+            f"{plural(int(out['chunks_removed']), 'chunk')} removed{note}"
         )
+        if out.get("source_path"):
+            said += (
+                f"\nnote  it came from the watched file {shown(str(out['source_path']))}: its folder's "
+                "watcher indexes it again after its node's next start; move the file out of the folder "
+                "or list it in .hearthnetignore to keep it out"
+            )
+        emit_text(args, out, said)
         return
     assert last is not None
     if args.on:

@@ -18,6 +18,7 @@ import anyio
 import structlog
 
 from hearthnet.blobs import BlobStore
+from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.contracts.rag import DELETED, announced
 from hearthnet.errors import BusError, NotFound
 from hearthnet.runtime.blocking import run_blocking
@@ -36,6 +37,14 @@ class Deleted:
     event_id: str
     already_deleted: bool
     """The document was not in the store, only still announced: only its deletion was announced."""
+    source_path: str | None = None
+    """The watched folder's file it came from (that folder's watcher ingests it again after its
+    node's next start, while the file is there)."""
+
+    def output(self, doc_cid: str) -> dict[str, Any]:
+        """``rag.delete``'s output: ``{doc_cid, chunks_removed, source_path?}``."""
+        out: dict[str, Any] = {"doc_cid": doc_cid, "chunks_removed": self.chunks_removed}
+        return out if self.source_path is None else {**out, "source_path": self.source_path}
 
 
 @dataclass(frozen=True)
@@ -92,7 +101,8 @@ class Deletions:
                 event_id = await self.append_event(DELETED, {"corpus": corpus, "doc_cid": doc_cid})
                 await run_blocking(self.store.deletion_announced, corpus, doc_cid, limiter=self.store_limiter)
             await self.release_source(doc_cid)
-        return Deleted(removed, event_id, doc is None)
+        source = (doc or {}).get("metadata", {}).get(SOURCE_PATH)
+        return Deleted(removed, event_id, doc is None, source if isinstance(source, str) else None)
 
     async def announce_pending(self) -> None:
         """Append the events of deletes that were done but not announced (the node died between).

@@ -538,7 +538,7 @@ class RagService:
             done = await self._deletions.delete(corpus, doc_cid)
         self.deletes += 1
         log.info("rag_deleted", corpus=corpus, doc_cid=doc_cid, chunks=done.chunks_removed, ms=_ms(started))
-        return {"doc_cid": doc_cid, "chunks_removed": done.chunks_removed}, {
+        return done.output(doc_cid), {
             "corpus": corpus,
             "ms": _ms(started),
             "delete_event_id": done.event_id,
