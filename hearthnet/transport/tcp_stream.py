@@ -272,10 +272,33 @@ class TcpStream(anyio.abc.ByteStream):
         }
 
 
-def _close_accepted(accepting: asyncio.Future[tuple[socket.socket, Any]]) -> None:
-    """Close what an abandoned accept got, if it got a connection (and retrieve its error)."""
-    if not accepting.cancelled() and accepting.exception() is None:
-        accepting.result()[0].close()
+def _accepted(loop: asyncio.AbstractEventLoop, raw: socket.socket) -> asyncio.Future[socket.socket]:
+    """The next connection on the non-blocking listening socket ``raw``: taken now if one waits,
+    else when the socket is readable.  Nothing is taken once the future is done (cancelled)."""
+    fut: asyncio.Future[socket.socket] = loop.create_future()
+
+    def take() -> bool:
+        """Whether the future is settled (a connection or an error); False: try again later."""
+        if fut.done():
+            return True
+        try:
+            conn, _ = raw.accept()
+        except (BlockingIOError, InterruptedError):
+            return False
+        except Exception as exc:  # EMFILE, a closed socket: the accept loop decides
+            fut.set_exception(exc)
+            return True
+        fut.set_result(conn)
+        return True
+
+    def readable() -> None:
+        if take():
+            with contextlib.suppress(ValueError, NotImplementedError, OSError):
+                loop.remove_reader(raw)
+
+    if not take():
+        loop.add_reader(raw, readable)
+    return fut
 
 
 def _on_asyncio() -> bool:
@@ -342,16 +365,16 @@ async def _accept(listener: anyio.abc.SocketListener, *, tcp: bool) -> anyio.abc
     if raw.fileno() == -1:
         raise anyio.ClosedResourceError  # as anyio's own accept says, so accept loops end
     loop = asyncio.get_running_loop()
-    # Accepting runs as its own task, so a cancel that lands after a connection was accepted
-    # (the result waiting for this task to wake) closes that socket instead of dropping it.
-    accepting = asyncio.ensure_future(loop.sock_accept(raw))
+    accepted = _accepted(loop, raw)
     try:
-        sock, _ = await asyncio.shield(accepting)
+        sock = await accepted
     except asyncio.CancelledError:
         with contextlib.suppress(ValueError, NotImplementedError, OSError):
-            loop.remove_reader(raw)  # now, not a loop turn later (bpo-41317: no stale watcher)
-        accepting.cancel()
-        accepting.add_done_callback(_close_accepted)
+            loop.remove_reader(raw)  # no stale watcher on the socket (bpo-41317)
+        # a cancel that lands after the connection was taken (its result waiting for this task
+        # to wake) closes that socket instead of dropping it
+        if accepted.done() and not accepted.cancelled() and accepted.exception() is None:
+            accepted.result().close()
         raise
     try:
         sock.setblocking(False)

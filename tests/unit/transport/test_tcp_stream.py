@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import select
 import socket
@@ -377,3 +378,30 @@ async def test_a_cancel_landing_after_a_connection_was_accepted_closes_that_conn
                         await asyncio.sleep(0.01)
         finally:
             client.close()
+
+
+async def test_a_cancel_landing_as_the_listener_turns_readable_loses_no_connection() -> None:
+    """The other order: the cancel lands in the loop turn that reports the listener readable,
+    before the accept's reader runs.  The cancelled accept takes nothing (the next one gets the
+    connection), or closes what it took; nothing is left for the garbage collector."""
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        accepting = asyncio.ensure_future(accept_tcp(listener))
+        await asyncio.sleep(0.01)  # the accept is waiting on the listening socket
+        client = socket.create_connection(("127.0.0.1", port), timeout=10)
+        try:
+            await asyncio.sleep(0)  # the next turn: this task runs before the reader's callback
+            accepting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await accepting
+            got: anyio.abc.ByteStream | None = None
+            with anyio.move_on_after(2):
+                got = await accept_tcp(listener)
+            if got is not None:
+                await got.aclose()  # it was left for the next accept
+            else:  # it was taken, and closed: the client reads its end
+                client.settimeout(10)
+                assert client.recv(1) == b""
+        finally:
+            client.close()
+        gc.collect()  # a dropped socket would warn here (warnings are errors)
