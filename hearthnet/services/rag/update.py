@@ -126,7 +126,7 @@ class Updates:
 
     async def _announce(self, corpus: str, done: DocumentUpdate) -> str:
         data = {"corpus": corpus, "doc_cid": done.doc_cid, "title": done.title, "metadata": done.metadata}
-        if done.filename is not None:
+        if done.renamed and done.filename is not None:
             data["filename"] = done.filename
         event_id = await self.append_event(UPDATED, data)
         await run_blocking(
@@ -180,6 +180,7 @@ class Updates:
                         dict(doc["metadata"]),
                         changed=True,
                         filename=doc.get("filename"),
+                        renamed=True,  # it may have been a rename: said again, to be sure
                     )
                     await self._announce(corpus, done)
                     log.warning("rag_update_announced_late", corpus=corpus, doc_cid=doc_cid)

@@ -300,7 +300,7 @@ class FolderWatch:
                     hashed[rel] = got
                     self._gaps.pop(rel, None)  # its next burst of writes starts afresh
             ingests, done = self._resolve(hashed, known, seen)
-            await self._renames(done, gone)
+            retry = await self._renames(done, gone) or retry
             retry = await self._ingest(ingests, known) or retry
             self.scan = (min(len(ready), start + self._settings.batch), len(ready))
         retry_gone = False
@@ -336,20 +336,29 @@ class FolderWatch:
                 seen.indexed.add(cid)
         return ingests, done
 
-    async def _renames(self, done: list[tuple[FileRow, str | None]], gone: dict[str, FileRow]) -> None:
-        """Record the rows whose document is in place; a rename's document gets its new path."""
+    async def _renames(self, done: list[tuple[FileRow, str | None]], gone: dict[str, FileRow]) -> bool:
+        """Record the rows whose document is in place; a rename's document gets its new path.  A
+        rename the host could not take now (busy, away) is not recorded: the next pass finds it
+        again.  Whether one must be tried again."""
+        retry = False
+        recorded: list[tuple[FileRow, str | None]] = []
         for row, was in done:
-            if was is None:
-                continue
-            gone.pop(was, None)
-            if row.doc_cid is not None:
+            if was is not None and row.doc_cid is not None:
                 outcome = await self._writer.set_source(row.doc_cid, self.root / row.rel)
-                if not outcome.ok:  # the document stays found; its path is the old one until then
+                if outcome.transient:
+                    retry = True
+                    continue
+                if not outcome.ok:  # the document stays found; its path is the old one
                     log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
-            log.info("folder_file_renamed", folder=self.key, doc_cid=row.doc_cid)
-        if done:
-            await run_blocking(self._state.drop, self.key, [w for _r, w in done if w], limiter=self._threads)
-            await run_blocking(self._state.put, self.key, [r for r, _w in done], limiter=self._threads)
+            if was is not None:
+                gone.pop(was, None)
+                log.info("folder_file_renamed", folder=self.key, doc_cid=row.doc_cid)
+            recorded.append((row, was))
+        if recorded:
+            dropped = [w for _r, w in recorded if w]
+            await run_blocking(self._state.drop, self.key, dropped, limiter=self._threads)
+            await run_blocking(self._state.put, self.key, [r for r, _w in recorded], limiter=self._threads)
+        return retry
 
     async def _ingest(self, items: list[ToIngest], known: dict[str, FileRow]) -> bool:
         """Ingest ``items`` batch by batch; whether one must be tried again later."""
@@ -386,7 +395,10 @@ class FolderWatch:
         for rel, row in gone.items():
             if row.doc_cid is not None and row.doc_cid in still:
                 outcome = await self._writer.set_source(row.doc_cid, self.root / still[row.doc_cid])
-                if not outcome.ok:  # the document stays found; its path is the gone one until then
+                if outcome.transient:  # kept: the next pass tries again
+                    retry = True
+                    continue
+                if not outcome.ok:  # the document stays found; its path is the gone one
                     log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
             elif row.doc_cid is not None:
                 outcome = await self._writer.delete(row.doc_cid)

@@ -76,6 +76,7 @@ def _updated(facts: IngestFacts, ingest: Event, events: list[Event], host: str |
     """``facts`` with the latest update of its document after ``ingest``, by the corpus's host or
     the ingest's author (an update by anyone else changes no copy)."""
     latest: Event | None = None
+    name: str | None = None  # only an update that renamed it carries the file name
     for event in events:  # replay order: the last one wins
         if (
             event.event_type == UPDATED
@@ -84,7 +85,10 @@ def _updated(facts: IngestFacts, ingest: Event, events: list[Event], host: str |
             and event.author in (host, ingest.author)
         ):
             latest = event
-    return facts if latest is None else replace(facts, updated=UpdateFacts.of(latest.data))
+            name = UpdateFacts.of(event.data).filename or name
+    if latest is None:
+        return facts
+    return replace(facts, updated=replace(UpdateFacts.of(latest.data), filename=name))
 
 
 def corpus_view(log: EventLog[Membership], corpus: str) -> CorpusView:

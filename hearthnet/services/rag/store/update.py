@@ -42,6 +42,9 @@ class DocumentUpdate:
     changed: bool
     filename: str | None = None
     """The file name its chunks name (``doc_filename``; ``None``: the ingest named none)."""
+    renamed: bool = False
+    """Whether this update changed the file name (only then does its event carry it: nodes from
+    before file names were updated refuse an update event with one)."""
 
 
 def merged_metadata(old: Mapping[str, Any], fields: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -135,7 +138,8 @@ class DocumentUpdates:
         with self.core.lock:
             self.core.ledger.update_written(name, doc_cid)
         _log.info("rag_document_updated", corpus=name, doc_cid=doc_cid, fields=len(new_meta))
-        return DocumentUpdate(doc_cid, new_title, new_meta, changed=True, filename=new_name)
+        renamed = new_name != doc.get("filename")
+        return DocumentUpdate(doc_cid, new_title, new_meta, changed=True, filename=new_name, renamed=renamed)
 
     def _write_chunk_metadata(self, col: Any, doc_cid: str, change: Change) -> None:
         """Every chunk of ``doc_cid`` in ChromaDB gets ``change`` of its metadata (a field it no

@@ -92,6 +92,10 @@ def test_the_view_carries_the_hosts_latest_update_and_both_digests(log: EventLog
     log.append_local(HOST, UPDATED, {**UPDATE, "digest": NEW_DIGEST, "filename": "renamed.pdf"})
     (facts,) = corpus_view(log, "family").documents
     assert facts.updated is not None and facts.updated.filename == "renamed.pdf"
+    log.append_local(HOST, UPDATED, {**UPDATE, "title": "Later", "digest": NEW_DIGEST})  # no rename
+    (facts,) = corpus_view(log, "family").documents
+    assert facts.updated is not None and facts.updated.title == "Later"
+    assert facts.updated.filename == "renamed.pdf"  # the last rename still holds
     assert facts.digests == {DIGEST, NEW_DIGEST}  # a node that has not applied it may still serve it
 
 

@@ -79,7 +79,7 @@ def test_a_new_file_name_is_what_every_chunk_and_the_listing_name(store: CorpusS
     )
     before = store.document_chunks("kb", "doc-a")
     done = store.updates.update_document("kb", "doc-a", filename="boiler manual.pdf")
-    assert done is not None and done.changed and done.filename == "boiler manual.pdf"
+    assert done is not None and done.changed and done.filename == "boiler manual.pdf" and done.renamed
     doc = store.document("kb", "doc-a")
     assert doc is not None and doc["filename"] == "boiler manual.pdf" and doc["metadata"] == {"year": 2020}
     listed, _ = store.list_documents("kb")
@@ -96,6 +96,8 @@ def test_a_new_file_name_is_what_every_chunk_and_the_listing_name(store: CorpusS
     np.testing.assert_array_equal(after[3], before[3])  # not re-embedded
     again = store.updates.update_document("kb", "doc-a", filename="boiler manual.pdf")
     assert again is not None and not again.changed
+    other = store.updates.update_document("kb", "doc-a", metadata={"year": 2021})
+    assert other is not None and other.changed and not other.renamed  # its event names no file
 
     # a title that was only the file's name (the document named none) follows the file
     named = _with_meta("doc-b", 2, doc_title="paper")
