@@ -1,8 +1,10 @@
 """``rag.query``'s reply, a store corpus's and an archive's alike: its ``chunks`` and the meta every
-corpus gives, the query logged as it is answered."""
+corpus gives, the query logged as it is answered; and how many documents a ``rag.list_documents``
+page holds."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -13,9 +15,26 @@ from hearthnet.bus.context import CallContext
 from hearthnet.services.rag.inputs import QueryInput
 from hearthnet.services.rag.results import Hit
 
-__all__ = ["query_chunks", "query_reply"]
+__all__ = ["LIST_PAGE_BYTES", "document_page", "query_chunks", "query_reply"]
 
 _log = structlog.get_logger("hearthnet.rag")
+
+LIST_PAGE_BYTES = 512 * 1024
+"""The most a ``rag.list_documents`` page takes (as JSON; its msgpack frame is smaller): within a
+peer frame's 1 MiB even when each document carries 32 long metadata fields."""
+
+
+def document_page(docs: Sequence[dict[str, Any]], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The first documents of ``docs`` a page holds (at most ``limit``, at most
+    :data:`LIST_PAGE_BYTES`; always one), and whether more follow."""
+    out: list[dict[str, Any]] = []
+    size = 0
+    for doc in docs[:limit]:
+        size += len(json.dumps(doc, ensure_ascii=False).encode())
+        if out and size > LIST_PAGE_BYTES:
+            return out, True
+        out.append(doc)
+    return out, len(docs) > limit
 
 
 def query_chunks(hits: Sequence[Hit], *, include_text: bool) -> list[dict[str, Any]]:

@@ -66,7 +66,7 @@ from hearthnet.services.rag.replicas.follower import Follower
 from hearthnet.services.rag.replicas.handlers import Replicas, export_registration, replica_meta
 from hearthnet.services.rag.replicas.log import ReadView
 from hearthnet.services.rag.replicas.policy import ReplicaCap, ReplicaPolicy
-from hearthnet.services.rag.replies import query_reply
+from hearthnet.services.rag.replies import document_page, query_reply
 from hearthnet.services.rag.search.filters import filter_keys
 from hearthnet.services.rag.search.query_embedder import QueryEmbedder
 from hearthnet.services.rag.store import CorpusStore, LocalCorpus
@@ -500,8 +500,7 @@ class RagService:
             lambda: self._store.list_documents(corpus, after=after, limit=limit + 1),
             limiter=self._read_threads,
         )
-        more = len(docs) > limit
-        docs = docs[:limit]
+        docs, more = document_page(docs, limit)
         meta: dict[str, Any] = {"corpus": corpus}
         warnings = self._duplicate_warnings(corpus, "this list")
         if warnings:
