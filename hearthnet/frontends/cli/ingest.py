@@ -195,9 +195,7 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
     walked = {path_text(f) for f in files} - {path_text(Path(p)) for p in args.paths}
     client = Client(args.home)
     host = client.run(lambda c: ingest_host(c, corpus, args.on))
-    new = _new_corpus(client, corpus)
-    if new is not None and not args.json:  # said first: a mistyped name can still be stopped
-        print(f"hearthnet: {shown(new)}", file=sys.stderr)
+    new = _new_corpus(client, corpus)  # asked before: once ingested, it is known
     progress = Progress(not args.json)
     results: list[dict[str, Any]] = []
     for entry in problems:
@@ -216,6 +214,9 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
         r for r in results if r["ok"] and Path(r["path"]).stem.lower() == "readme" and r["path"] in walked
     ]
     summary = _summary(results, skipped, corpus, host)
+    made = new is not None and any(r["ok"] for r in results)
+    if made:  # a mistyped name made a corpus: say so where the summary is read
+        summary += f"; {new}"
     if args.json:
         document = {
             "corpus": corpus,
@@ -223,7 +224,7 @@ def _ingest_paths(args: argparse.Namespace, corpus: str, shown_as: dict[str, str
             "results": results,
             "skipped": skipped,
             "summary": summary,
-            "new_corpus": new is not None,
+            "new_corpus": made,
         }
         sys.stdout.write(json.dumps(document) + "\n")
     else:
@@ -356,7 +357,7 @@ def _new_corpus(client: Client, corpus: str) -> str | None:
     names = sorted({str(k["name"]) for k in known if isinstance(k.get("name"), str)})
     if corpus in names:
         return None
-    note = f"corpus {corpus} is new: no node of the community has held it before"
+    note = f"{corpus} is a new corpus: no node of the community held it before"
     close = difflib.get_close_matches(corpus, names, n=3, cutoff=0.75)
     return note + (f" (did you mean {' or '.join(close)}?)" if close else "")
 
