@@ -403,8 +403,8 @@ class Composer:
         mode = ""
         if abstain:
             await send({"stage": "answer", "mode": "abstained"})
-            failed = sum(1 for r in found.results.values() if r.status != "ok")
-            await say(abstention(len(found.offline) + failed + plan.left_out))
+            failed = sum(1 for n in plan.names if n in found.results and found.results[n].status != "ok")
+            await say(abstention(len(found.offline) + failed + plan.left_out))  # corpora only
             mode = "abstained"
             meta["abstain"] = {
                 "best": rounded(best_cosine(found.hits)),

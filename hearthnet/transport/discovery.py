@@ -217,6 +217,7 @@ class LanDiscovery:
         if info is None or info.port is None:
             self._retry(zc, type_, name, attempt)
             return
+        self._forget(name)  # resolved: no more tries (one may be waiting from an earlier miss)
         node_id = member_of(info.properties or {}, community)
         if node_id is None or node_id == self._node_id:
             return  # a stranger's (or our own) announcement
@@ -243,7 +244,7 @@ class LanDiscovery:
             previous.cancel()
 
     def _forget(self, name: str) -> None:
-        """A service said goodbye: no more tries at resolving it."""
+        """No more tries at resolving ``name`` (it resolved, or said goodbye)."""
         with self._retry_lock:
             timer = self._retries.pop(name, None)
         if timer is not None:

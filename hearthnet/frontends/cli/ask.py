@@ -427,7 +427,7 @@ def cmd_sessions_list(args: argparse.Namespace) -> None:
 def cmd_sessions_show(args: argparse.Namespace) -> None:
     client = Client(args.home)
     out = client.run(lambda c: AnswerClient(c).session(args.session))
-    names = _names(client) if any(t.get("sources") for t in out["turns"]) else {}
+    names = _names(client) if any(t.get("sources") for t in out["turns"]) else {}  # for sources
     lines = [
         f"session {shown(str(out['id']))}: {shown(str(out['title']))} "
         f"({_turns(len(out['turns']))}, created {_when(out.get('created_ms'))}, "
@@ -442,12 +442,14 @@ def cmd_sessions_show(args: argparse.Namespace) -> None:
         lines.append("")
         lines.append(f"[{turn['seq']}] {_when(turn.get('created_ms'))}  {shown(str(turn['mode']))}")
         lines.append("Q: " + _indented(str(turn["question"])))
-        kept = [s for s in turn.get("sources") or [] if isinstance(s, dict)]
-        numbered = Numbered()  # its markers numbered like its sources, as 'ask' printed them
-        numbered.context(kept)
-        answer = numbered.feed(str(turn["answer"])) + numbered.close()
+        cited = [s for s in turn.get("sources") or [] if isinstance(s, dict) and s.get("cited")]
+        answer = str(turn["answer"])
+        if cited:  # its markers numbered like its sources, as 'ask' printed them
+            numbered = Numbered()
+            numbered.context(cited)
+            answer = numbered.feed(answer) + numbered.close()
         lines.append("A: " + _indented(answer))
-        lines += ["   " + line for line in source_lines(kept, names, uncited=0) if kept]
+        lines += ["   " + line for line in source_lines(cited, names, uncited=0)]
     emit_text(args, out, "\n".join(lines))
 
 

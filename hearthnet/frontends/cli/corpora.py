@@ -11,11 +11,12 @@ from typing import Any
 import anyio
 
 from hearthnet.bus.context import CallResult
+from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import MAX_K, QUERY_MODES, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
 from hearthnet.frontends.cli.args import corpus_arg, load_json, stdin_text, text_arg
-from hearthnet.frontends.cli.docs_set import add_docs_set, resolve_document
+from hearthnet.frontends.cli.docs_set import add_docs_set, metadata_text, resolve_document
 from hearthnet.frontends.cli.hits import hit_lines, hits_table, query_corpora
 from hearthnet.frontends.cli.output import (
     CliError,
@@ -285,9 +286,9 @@ def cmd_docs(args: argparse.Namespace) -> None:
         lines.append(f"    {d['doc_cid']}")
         if d.get("source_path"):  # a watched folder's file
             lines.append(f"    from {shown(str(d['source_path']))}")
-        fields = {k: v for k, v in (d.get("metadata") or {}).items() if k != "source_path"}
-        if fields:  # what ingest --meta and docs set gave it
-            lines.append("    " + shown(", ".join(f"{k}={v!r}" for k, v in sorted(fields.items()))))
+        fields = {k: v for k, v in (d.get("metadata") or {}).items() if k != SOURCE_PATH}
+        if fields:  # what ingest --meta and docs set gave it, shown as docs set shows it
+            lines.append("    " + shown(metadata_text(fields)))
     where = host_label(str(provider), names.get(str(provider)))
     lines.append(f"{plural(total, 'document')} in {corpus} on {shown(where)}")
     warn(args, warnings)

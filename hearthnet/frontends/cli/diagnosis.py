@@ -188,8 +188,8 @@ def _check_addresses(d: Diagnosis, addresses: Sequence[str], listen: str) -> Non
             "note",
             f"the node advertises only {', '.join(addresses)}: other devices cannot reach it "
             "(fine when every node runs on this machine)",
-            'listen on the LAN: listen = "0.0.0.0:7700" under [network] in the node\'s config.toml '
-            "(or HEARTHNET_LISTEN), then restart the node",
+            f'listen on the LAN: listen = "0.0.0.0:{_host_port(listen)[1] or 7700}" under [network] in '
+            "the node's config.toml (or HEARTHNET_LISTEN), then restart the node",
         )
     else:
         d.add("address", "ok", f"advertises {', '.join(addresses)} (listening on {listen})")

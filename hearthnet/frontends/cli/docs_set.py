@@ -19,7 +19,7 @@ from hearthnet.frontends.cli.output import emit_text, shown
 from hearthnet.frontends.client.client import AsyncClient
 from hearthnet.frontends.client.corpora import hosted_here_or_there, not_held_by
 
-__all__ = ["add_docs_set", "resolve_document"]
+__all__ = ["add_docs_set", "metadata_text", "resolve_document"]
 
 UPDATE_TIMEOUT = 300.0
 """Seconds ``docs set`` waits for the host (every chunk's metadata is rewritten: a large book takes
@@ -107,9 +107,13 @@ async def _update(
     )
 
 
+def metadata_text(fields: dict[str, Any]) -> str:
+    """A document's metadata fields on one line: ``k='text', n=7``, by key."""
+    return ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(fields.items()))
+
+
 def _said(out: dict[str, Any]) -> str:
-    fields = {k: v for k, v in out["metadata"].items() if k != SOURCE_PATH}  # shown as "from"
-    meta = ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(fields.items()))
+    meta = metadata_text({k: v for k, v in out["metadata"].items() if k != SOURCE_PATH})  # "from"
     named = f"; file {shown(repr(out['filename']))}" if out.get("filename") else ""
     if out["metadata"].get(SOURCE_PATH):
         named += f" from {shown(str(out['metadata'][SOURCE_PATH]))}"

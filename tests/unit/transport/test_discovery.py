@@ -106,10 +106,16 @@ async def test_a_sighting_that_does_not_resolve_is_tried_again() -> None:
         with anyio.fail_after(60):
             await seen.wait()
         assert found[b] == ["127.0.0.1:7422"]
+        assert name not in finder._retries  # found: no more tries for it
+        # a miss for another name leaves a try waiting, which closing cancels
+        other = f"{instance_label(a)}-x.{SERVICE_TYPE}"
+        await anyio.to_thread.run_sync(finder._resolve, finder._zc, SERVICE_TYPE, other)
+        pending = finder._retries[other]
     finally:
         for d in (finder, announcer):
             await d.close()
-    assert finder._retries == {}  # closing cancels the tries still pending
+    pending.join(timeout=30)  # cancelled: its thread ends without resolving
+    assert pending.finished.is_set() and not pending.is_alive()
 
 
 _CHILD = """

@@ -69,10 +69,10 @@ def test_advertised_addresses_other_devices_cannot_dial_are_named(
 def test_the_fix_for_a_loopback_only_node_is_one_an_existing_node_can_apply() -> None:
     """``init --listen`` changes nothing on a home that has a node: the fix names the config key."""
     d = Diagnosis()
-    _check_addresses(d, ["127.0.0.1:7700"], "127.0.0.1:7700")
+    _check_addresses(d, ["127.0.0.1:7711"], "127.0.0.1:7711")
     (finding,) = d.findings
     assert "init" not in finding.hint
-    assert 'listen = "0.0.0.0:7700" under [network]' in finding.hint and "restart" in finding.hint
+    assert 'listen = "0.0.0.0:7711" under [network]' in finding.hint and "restart" in finding.hint
 
 
 def test_a_clock_off_by_more_than_a_manifest_lives_blocks_and_a_few_seconds_is_a_note() -> None:
