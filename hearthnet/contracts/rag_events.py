@@ -43,7 +43,7 @@ from hearthnet.contracts.rag import (
     is_language,
     validate_corpus_name,
 )
-from hearthnet.contracts.reading import MAX_FILENAME
+from hearthnet.contracts.reading import MAX_FILENAME, is_file_name
 from hearthnet.errors import BadRequest
 from hearthnet.events.rules import EventRule
 
@@ -171,8 +171,7 @@ def validate_updated(data: Mapping[str, Any]) -> None:
     _check_metadata(data["metadata"])
     if "digest" in data and not (isinstance(data["digest"], str) and _DIGEST.fullmatch(data["digest"])):
         raise BadRequest(f"{UPDATED}.digest must be 'blake3:' + 64 lowercase hex digits")
-    name = data.get("filename", "x")  # as rag.update takes it: any name a file may have
-    if not isinstance(name, str) or not 0 < len(name) <= MAX_FILENAME or "/" in name:
+    if "filename" in data and not is_file_name(data["filename"]):  # as rag.update keeps one
         raise BadRequest(f"{UPDATED}.filename must be a file name of 1..{MAX_FILENAME} characters")
 
 

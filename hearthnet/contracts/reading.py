@@ -25,6 +25,7 @@ __all__ = [
     "ReadChunk",
     "ReadDocument",
     "checked_file_name",
+    "is_file_name",
     "read_document",
     "read_input",
 ]
@@ -63,6 +64,13 @@ def read_input(inp: Mapping[str, Any]) -> tuple[bytes, str]:
     if len(data) > MAX_READ_BYTES:
         raise BadRequest(f"the document is {len(data):,} bytes; at most {MAX_READ_BYTES:,} can be attached")
     return data, checked_file_name(inp.get("filename"), "input.filename")
+
+
+def is_file_name(value: object) -> bool:
+    """Whether ``value`` is a stored document's file name: 1..``MAX_FILENAME`` characters and no
+    ``/`` (any other character a file's name may hold; ``rag.update`` keeps the last part of a
+    path)."""
+    return isinstance(value, str) and 0 < len(value) <= MAX_FILENAME and "/" not in value
 
 
 def checked_file_name(value: object, field: str) -> str:

@@ -272,6 +272,12 @@ class TcpStream(anyio.abc.ByteStream):
         }
 
 
+def _unwatch(loop: asyncio.AbstractEventLoop, raw: socket.socket) -> None:
+    """Stop watching ``raw`` for readability (a closed socket, or none watched: nothing to do)."""
+    with contextlib.suppress(ValueError, NotImplementedError, OSError):
+        loop.remove_reader(raw)
+
+
 def _accepted(loop: asyncio.AbstractEventLoop, raw: socket.socket) -> asyncio.Future[socket.socket]:
     """The next connection on the non-blocking listening socket ``raw``: taken now if one waits,
     else when the socket is readable.  Nothing is taken once the future is done (cancelled)."""
@@ -293,8 +299,7 @@ def _accepted(loop: asyncio.AbstractEventLoop, raw: socket.socket) -> asyncio.Fu
 
     def readable() -> None:
         if take():
-            with contextlib.suppress(ValueError, NotImplementedError, OSError):
-                loop.remove_reader(raw)
+            _unwatch(loop, raw)
 
     if not take():
         loop.add_reader(raw, readable)
@@ -369,8 +374,7 @@ async def _accept(listener: anyio.abc.SocketListener, *, tcp: bool) -> anyio.abc
     try:
         sock = await accepted
     except asyncio.CancelledError:
-        with contextlib.suppress(ValueError, NotImplementedError, OSError):
-            loop.remove_reader(raw)  # no stale watcher on the socket (bpo-41317)
+        _unwatch(loop, raw)  # no stale watcher on the socket (bpo-41317)
         # a cancel that lands after the connection was taken (its result waiting for this task
         # to wake) closes that socket instead of dropping it
         if accepted.done() and not accepted.cancelled() and accepted.exception() is None:

@@ -11,7 +11,6 @@ from typing import Any
 import anyio
 
 from hearthnet.bus.context import CallResult
-from hearthnet.contracts.folders import SOURCE_PATH
 from hearthnet.contracts.node import NodeClient
 from hearthnet.contracts.rag import MAX_K, QUERY_MODES, RagClient, host_label
 from hearthnet.errors import BadRequest, BusError, NotFound, Partition
@@ -286,9 +285,9 @@ def cmd_docs(args: argparse.Namespace) -> None:
         lines.append(f"    {d['doc_cid']}")
         if d.get("source_path"):  # a watched folder's file
             lines.append(f"    from {shown(str(d['source_path']))}")
-        fields = {k: v for k, v in (d.get("metadata") or {}).items() if k != SOURCE_PATH}
+        fields = metadata_text(d.get("metadata") or {})
         if fields:  # what ingest --meta and docs set gave it, shown as docs set shows it
-            lines.append("    " + shown(metadata_text(fields)))
+            lines.append("    " + shown(fields))
     where = host_label(str(provider), names.get(str(provider)))
     lines.append(f"{plural(total, 'document')} in {corpus} on {shown(where)}")
     warn(args, warnings)

@@ -107,13 +107,15 @@ async def _update(
     )
 
 
-def metadata_text(fields: dict[str, Any]) -> str:
-    """A document's metadata fields on one line: ``k='text', n=7``, by key."""
-    return ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in sorted(fields.items()))
+def metadata_text(metadata: dict[str, Any]) -> str:
+    """A document's metadata fields on one line, ``k='text', n=7`` by key; not its watched file's
+    ``source_path`` (shown as "from")."""
+    fields = sorted((k, v) for k, v in metadata.items() if k != SOURCE_PATH)
+    return ", ".join(f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in fields)
 
 
 def _said(out: dict[str, Any]) -> str:
-    meta = metadata_text({k: v for k, v in out["metadata"].items() if k != SOURCE_PATH})  # "from"
+    meta = metadata_text(out["metadata"])
     named = f"; file {shown(repr(out['filename']))}" if out.get("filename") else ""
     if out["metadata"].get(SOURCE_PATH):
         named += f" from {shown(str(out['metadata'][SOURCE_PATH]))}"

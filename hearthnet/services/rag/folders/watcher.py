@@ -343,13 +343,9 @@ class FolderWatch:
         retry = False
         recorded: list[tuple[FileRow, str | None]] = []
         for row, was in done:
-            if was is not None and row.doc_cid is not None:
-                outcome = await self._writer.set_source(row.doc_cid, self.root / row.rel)
-                if outcome.transient:
-                    retry = True
-                    continue
-                if not outcome.ok:  # the document stays found; its path is the old one
-                    log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
+            if was is not None and row.doc_cid is not None and not await self._point(row.doc_cid, row.rel):
+                retry = True
+                continue
             if was is not None:
                 gone.pop(was, None)
                 log.info("folder_file_renamed", folder=self.key, doc_cid=row.doc_cid)
@@ -359,6 +355,15 @@ class FolderWatch:
             await run_blocking(self._state.drop, self.key, dropped, limiter=self._threads)
             await run_blocking(self._state.put, self.key, [r for r, _w in recorded], limiter=self._threads)
         return retry
+
+    async def _point(self, doc_cid: str, rel: str) -> bool:
+        """Tell ``doc_cid``'s document it is the file ``rel`` now; False if the host could not take
+        it now (busy, away: the caller keeps what it knows and tries again).  Any other refusal is
+        logged: the document stays found under the path it had."""
+        outcome = await self._writer.set_source(doc_cid, self.root / rel)
+        if not outcome.ok and not outcome.transient:
+            log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
+        return not outcome.transient
 
     async def _ingest(self, items: list[ToIngest], known: dict[str, FileRow]) -> bool:
         """Ingest ``items`` batch by batch; whether one must be tried again later."""
@@ -394,12 +399,9 @@ class FolderWatch:
         dropped = []
         for rel, row in gone.items():
             if row.doc_cid is not None and row.doc_cid in still:
-                outcome = await self._writer.set_source(row.doc_cid, self.root / still[row.doc_cid])
-                if outcome.transient:  # kept: the next pass tries again
+                if not await self._point(row.doc_cid, still[row.doc_cid]):  # kept: tried again
                     retry = True
                     continue
-                if not outcome.ok:  # the document stays found; its path is the gone one
-                    log.info("folder_source_not_updated", folder=self.key, code=outcome.error)
             elif row.doc_cid is not None:
                 outcome = await self._writer.delete(row.doc_cid)
                 if not outcome.ok:

@@ -20,7 +20,7 @@ from hearthnet.bus.api import BusAPI
 from hearthnet.bus.context import CallContext
 from hearthnet.contracts.base import check_input_keys
 from hearthnet.contracts.rag import EXPORT, announced, check_reachable, validate_corpus_name
-from hearthnet.contracts.reading import MAX_FILENAME
+from hearthnet.contracts.reading import is_file_name
 from hearthnet.errors import BadRequest, BusError, InvalidSignature, NotFound, ProtocolError
 from hearthnet.runtime.blocking import run_blocking
 from hearthnet.runtime.worker_threads import WorkerThreads
@@ -261,16 +261,11 @@ async def fetch_export(bus: BusAPI, facts: IngestFacts, node: str, *, timeout: f
         chunks=[Chunk(chunk_id=i, text=t, metadata=m) for i, t, m in zip(ids, texts, metas, strict=True)],
         vectors=matrix,
         embedding_model=model,
-        filename=filename if _file_name(filename) else None,
+        filename=filename if is_file_name(filename) else None,
         pages=pages if type(pages) is int else None,
         source=node,
         wire_bytes=received,
     )
-
-
-def _file_name(value: object) -> bool:
-    """Whether a peer's ``filename`` is a file name this node keeps (as ``rag.update`` takes one)."""
-    return isinstance(value, str) and 0 < len(value) <= MAX_FILENAME and "/" not in value
 
 
 def _frame_chunks(frame: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any], bytes]]:
