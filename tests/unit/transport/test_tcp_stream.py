@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 
 from hearthnet.errors import Partition, ProtocolError
@@ -349,6 +350,13 @@ async def test_a_slow_reader_is_not_a_stalled_one() -> None:
         await b.aclose()
 
 
+async def read_end(client: socket.socket) -> bytes:
+    """The next byte the client reads, ``b""`` at its end (read when the loop says it is there)."""
+    client.setblocking(False)
+    with anyio.fail_after(10):
+        return await asyncio.get_running_loop().sock_recv(client, 1)
+
+
 async def test_a_cancel_landing_after_a_connection_was_accepted_closes_that_connection() -> None:
     """The accept can complete in the loop turn before the accepting task is cancelled (a node
     stopping while a peer dials): the connection it got is closed, not dropped for the garbage
@@ -357,25 +365,18 @@ async def test_a_cancel_landing_after_a_connection_was_accepted_closes_that_conn
         raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         accepting = asyncio.ensure_future(accept_tcp(listener))
-        await asyncio.sleep(0.01)  # the accept is waiting on the listening socket
+        await anyio.lowlevel.checkpoint()  # one turn: the accept's first step watches the socket
         client = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
             # each turn this task runs first; the turn after the loop took the connection off the
             # backlog (the socket is no longer readable), cancel before the accept's task wakes
             with anyio.fail_after(10):
                 while select.select([raw], [], [], 0)[0]:
-                    await asyncio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
             accepting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await accepting
-            with anyio.fail_after(10):
-                while True:  # the server side was closed: the client reads its end
-                    try:
-                        client.setblocking(False)
-                        assert client.recv(1) == b""
-                        break
-                    except BlockingIOError:
-                        await asyncio.sleep(0.01)
+            assert await read_end(client) == b""  # the server side was closed
         finally:
             client.close()
 
@@ -385,23 +386,20 @@ async def test_a_cancel_landing_as_the_listener_turns_readable_loses_no_connecti
     before the accept's reader runs.  The cancelled accept takes nothing (the next one gets the
     connection), or closes what it took; nothing is left for the garbage collector."""
     async with await anyio.create_tcp_listener(local_host="127.0.0.1") as listener:
+        raw = listener.extra(anyio.abc.SocketAttribute.raw_socket)
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
         accepting = asyncio.ensure_future(accept_tcp(listener))
-        await asyncio.sleep(0.01)  # the accept is waiting on the listening socket
+        await anyio.lowlevel.checkpoint()  # one turn: the accept's first step watches the socket
         client = socket.create_connection(("127.0.0.1", port), timeout=10)
         try:
-            await asyncio.sleep(0)  # the next turn: this task runs before the reader's callback
+            await anyio.lowlevel.checkpoint()  # next turn: this task runs before the reader's callback
             accepting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await accepting
-            got: anyio.abc.ByteStream | None = None
-            with anyio.move_on_after(2):
-                got = await accept_tcp(listener)
-            if got is not None:
-                await got.aclose()  # it was left for the next accept
+            if select.select([raw], [], [], 0)[0]:  # it was left for the next accept
+                await (await accept_tcp(listener)).aclose()
             else:  # it was taken, and closed: the client reads its end
-                client.settimeout(10)
-                assert client.recv(1) == b""
+                assert await read_end(client) == b""
         finally:
             client.close()
         gc.collect()  # a dropped socket would warn here (warnings are errors)
